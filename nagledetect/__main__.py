@@ -1,0 +1,5 @@
+"""`python -m nagledetect` runs the command line."""
+
+from nagledetect.cli import main
+
+main()

@@ -1,0 +1,33 @@
+"""The Python entry point: a capture's tables as pandas DataFrames, and its accounting.
+
+    >>> from nagledetect import load_capture
+    >>> capture = load_capture("sample_traces/seed003-nagle.pcap")
+    >>> capture.connections[["client_address", "server_address", "effective_mss"]]
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pandas as pd
+
+from nagledetect.flows.build import build_flows
+from nagledetect.read.capture import Accounting, read_packets
+
+
+@dataclass
+class Capture:
+    """Everything known about one capture file after reading and connection building."""
+
+    path: str
+    packets: pd.DataFrame
+    connections: pd.DataFrame
+    sack_blocks: pd.DataFrame
+    accounting: Accounting
+
+
+def load_capture(path: str, bpf_filter: str | None = None) -> Capture:
+    """Read `path` (pcap or pcapng), decode its TCP packets and rebuild its connections."""
+    columns, accounting = read_packets(path, bpf_filter)
+    flows = build_flows(columns)
+    return Capture(path, flows.packets, flows.connections, flows.sack_blocks, accounting)

@@ -1,0 +1,103 @@
+"""The command line: a thin layer over `load_capture` and the reporters.
+
+`nagledetect CAPTURE...` is the same as `nagledetect analyze CAPTURE...`. Results go to stdout,
+progress and errors to stderr; bad input is one line on stderr and exit status 2.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import click
+
+from nagledetect import __version__
+from nagledetect.api import load_capture
+from nagledetect.errors import InputError
+from nagledetect.report.document import build_document
+from nagledetect.report.text import render_text
+
+EXIT_INPUT_ERROR = 2
+
+
+class _DefaultToAnalyze(click.Group):
+    """A group whose first argument, when it is not a command, is a capture for `analyze`."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if args and args[0] not in self.commands and not args[0].startswith("-"):
+            args = ["analyze", *args]
+        elif args and args[0].startswith("-") and args[0] not in ("--help", "-h", "--version"):
+            args = ["analyze", *args]
+        return super().parse_args(ctx, args)
+
+
+@click.group(cls=_DefaultToAnalyze, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="nagledetect")
+def main() -> None:
+    """Find TCP stalls caused by Nagle's algorithm meeting delayed ACKs.
+
+    \b
+    Examples:
+      nagledetect capture.pcap                      # same as: nagledetect analyze capture.pcap
+      nagledetect analyze --format json a.pcap b.pcapng
+      nagledetect analyze --filter 'tcp port 443' capture.pcap
+    """
+
+
+@main.command()
+@click.argument("captures", nargs=-1, required=True, type=click.Path())
+@click.option("--filter", "bpf_filter", metavar="EXPR",
+              help="BPF expression, as in tcpdump (e.g. 'host 10.0.0.1 and tcp port 80').")
+@click.option("--format", "output_format", type=click.Choice(["text", "json"]), default="text",
+              show_default=True, help="Report format on stdout.")
+def analyze(captures: tuple[str, ...], bpf_filter: str | None, output_format: str) -> None:
+    """Analyse pcap/pcapng CAPTURES and print the diagnosis.
+
+    Frame numbers are 1-based positions in the file, as Wireshark shows them (also with
+    --filter: packets the filter excludes are counted as skipped, not renumbered).
+
+    \b
+    Examples:
+      nagledetect analyze sample_traces/seed003-nagle.pcap
+      nagledetect analyze --format json capture.pcapng > result.json
+    """
+    loaded = []
+    for path in captures:
+        capture = _load_or_exit(path, bpf_filter)
+        for warning in capture.accounting.warnings:
+            click.echo(f"nagledetect: warning: {path}: {warning}", err=True)
+        loaded.append(capture)
+    document = build_document(loaded)
+    if output_format == "json":
+        click.echo(json.dumps(document, indent=2))
+    else:
+        click.echo(render_text(document), nl=False)
+
+
+def _load_or_exit(path: str, bpf_filter: str | None):
+    """Load one capture; any failure is one line on stderr and exit status 2."""
+    try:
+        return load_capture(path, bpf_filter)
+    except InputError as error:
+        _fail(str(error))
+    except MemoryError:
+        _fail(f"{path}: out of memory while analysing")
+    except Exception as error:  # noqa: BLE001 - the promise is one line, never a traceback
+        _fail(f"{path}: cannot analyse ({type(error).__name__}: {error}); please report this")
+
+
+def _fail(message: str) -> None:
+    click.echo(f"nagledetect: error: {message}", err=True)
+    sys.exit(EXIT_INPUT_ERROR)
+
+
+def _register_lab() -> None:
+    """The lab lives in its own sub-package; the CLI works without it where it is absent."""
+    try:
+        from nagledetect.lab.cli import lab
+    except ImportError:
+        return
+    main.add_command(lab)
+
+
+_register_lab()

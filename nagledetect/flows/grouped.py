@@ -1,0 +1,67 @@
+"""Running operations within groups of a sorted array (per connection, per direction).
+
+The flow code sorts packets so that each group (a connection, or one direction of it) is a
+contiguous run in time order; these helpers then compute per-group running sums, maxima and
+"previous value" columns for all groups at once, with no Python loop over groups.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def group_starts(keys: np.ndarray) -> np.ndarray:
+    """True at the first element of each run of equal keys."""
+    starts = np.ones(len(keys), dtype=bool)
+    starts[1:] = keys[1:] != keys[:-1]
+    return starts
+
+
+def group_ids(starts: np.ndarray) -> np.ndarray:
+    """0-based index of the group each element belongs to."""
+    return np.cumsum(starts) - 1
+
+
+def grouped_cumsum(values: np.ndarray, starts: np.ndarray) -> np.ndarray:
+    """Running sum that restarts at every group start (inclusive of the current element)."""
+    total = np.cumsum(values, dtype=np.int64)
+    offset = np.maximum.accumulate(np.where(starts, np.arange(len(values)), 0))
+    before_group = np.where(offset > 0, total[offset - 1], 0)
+    return total - before_group
+
+
+def grouped_cummax(values: np.ndarray, starts: np.ndarray) -> np.ndarray:
+    """Running maximum that restarts at every group start (inclusive).
+
+    Each group's values are shifted into a band above the previous group's band, so one global
+    `maximum.accumulate` never carries a maximum across a group boundary.
+    """
+    if len(values) == 0:
+        return values.astype(np.int64)
+    ids = group_ids(starts)
+    values = values.astype(np.int64)
+    low = np.minimum.reduceat(values, np.flatnonzero(starts))
+    high = np.maximum.reduceat(values, np.flatnonzero(starts))
+    band = np.concatenate(([0], np.cumsum(high - low + 1)[:-1]))
+    shifted = values - low[ids] + band[ids]
+    return np.maximum.accumulate(shifted) - band[ids] + low[ids]
+
+
+def previous_in_group(values: np.ndarray, starts: np.ndarray, missing) -> np.ndarray:
+    """The previous element's value within the group; `missing` at each group's first element."""
+    previous = np.empty_like(values)
+    previous[0:1] = missing
+    previous[1:] = values[:-1]
+    previous[starts] = missing
+    return previous
+
+
+def last_index_where(mask: np.ndarray, starts: np.ndarray) -> np.ndarray:
+    """Index of the latest element at or before each position, in the same group, where `mask`.
+
+    -1 where there is none yet in the group.
+    """
+    index = np.where(mask, np.arange(len(mask)), -1)
+    latest = grouped_cummax(index, starts)
+    group_first = np.maximum.accumulate(np.where(starts, np.arange(len(mask)), 0))
+    return np.where(latest >= group_first, latest, -1)

@@ -1,0 +1,296 @@
+"""Vectorised decoding of a batch of raw packets: link layer -> IPv4/IPv6 -> TCP.
+
+Every step works on whole arrays (one element per packet in the batch). A packet that cannot be
+used gets a skip code at the first step that rejects it; later steps leave it alone. The batch
+buffer is padded so that reading a header field past a packet's end never leaves the buffer;
+such reads are masked out by the caplen checks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from nagledetect.read import skips
+from nagledetect.read.layout import (
+    BSD_NULL,
+    ETHERNET,
+    IPV4,
+    IPV6,
+    IPV6_EXTENSION,
+    IPV6_FRAGMENT,
+    IPV6_JUMBO_OPTION,
+    LINUX_SLL,
+    LINUX_SLL2,
+    TCP,
+    VLAN_TAG,
+    gather_field,
+)
+from nagledetect.read.tcp_options import decode_tcp_options
+
+PAD_BYTES = 512
+MAX_VLAN_TAGS = 8
+MAX_IPV6_EXTENSIONS = 8
+
+ETHERTYPE_IPV4 = 0x0800
+ETHERTYPE_IPV6 = 0x86DD
+VLAN_ETHERTYPES = (0x8100, 0x88A8, 0x9100, 0x9200)
+BSD_FAMILIES_IPV6 = (24, 28, 30)
+IPPROTO_TCP = 6
+IPV6_EXTENSION_HEADERS = (0, 43, 60)
+IPV6_FRAGMENT_HEADER = 44
+IPV6_AUTH_HEADER = 51
+
+LINKTYPE_NULL = 0
+LINKTYPE_ETHERNET = 1
+LINKTYPE_LOOP = 108
+LINKTYPE_LINUX_SLL = 113
+LINKTYPE_LINUX_SLL2 = 276
+RAW_IP_LINKTYPES = (12, 14, 101, 228, 229)
+LINKTYPE_NAMES = {
+    LINKTYPE_NULL: "BSD loopback (null)", LINKTYPE_ETHERNET: "Ethernet", LINKTYPE_LOOP: "OpenBSD loopback",
+    LINKTYPE_LINUX_SLL: "Linux cooked (SLL)", LINKTYPE_LINUX_SLL2: "Linux cooked v2 (SLL2)",
+    12: "raw IP", 14: "raw IP", 101: "raw IP", 228: "raw IPv4", 229: "raw IPv6",
+}
+SUPPORTED_LINKTYPES = tuple(LINKTYPE_NAMES)
+
+
+@dataclass
+class DecodedBatch:
+    """The TCP packets of one batch as columns, and the count of the others by reason."""
+
+    columns: dict[str, np.ndarray]
+    skipped: dict[str, int]
+    sack_blocks: dict[str, np.ndarray] = field(default_factory=dict)
+
+
+@dataclass
+class _Cursor:
+    """Where each packet's next header starts, where its capture ends, and why it was dropped."""
+
+    position: np.ndarray
+    captured_end: np.ndarray
+    skip: np.ndarray
+
+    def require(self, length: int, reason: int, mask: np.ndarray | None = None) -> None:
+        """Drop packets (of `mask`) whose capture does not hold `length` bytes from the cursor."""
+        short = (self.skip == skips.KEPT) & (self.position + length > self.captured_end)
+        if mask is not None:
+            short &= mask
+        self.skip[short] = reason
+
+    def reject(self, mask: np.ndarray, reason: int | np.ndarray) -> None:
+        """Drop the still-kept packets selected by `mask` for `reason`."""
+        hit = mask & (self.skip == skips.KEPT)
+        self.skip[hit] = reason[hit] if isinstance(reason, np.ndarray) else reason
+
+    def safe_position(self) -> np.ndarray:
+        """Positions with dropped packets moved to 0, so gathers stay inside the buffer."""
+        return np.where(self.skip == skips.KEPT, self.position, 0)
+
+
+def pad_batch(packet_bytes: bytes) -> np.ndarray:
+    """The batch as uint8 with zero padding after it, so fixed-offset gathers never overrun."""
+    buf = np.zeros(len(packet_bytes) + PAD_BYTES, dtype=np.uint8)
+    buf[: len(packet_bytes)] = np.frombuffer(packet_bytes, dtype=np.uint8)
+    return buf
+
+
+def decode_batch(
+    buf: np.ndarray, offsets: np.ndarray, caplens: np.ndarray, linktype: int
+) -> DecodedBatch:
+    """Decode every packet of a batch; returns the TCP ones as columns (batch order)."""
+    count = len(offsets)
+    if linktype not in SUPPORTED_LINKTYPES:
+        return DecodedBatch({}, {skips.reason_text(skips.LINK_TYPE_BASE + linktype): count})
+    cursor = _Cursor(
+        position=offsets.astype(np.int64),
+        captured_end=offsets.astype(np.int64) + caplens.astype(np.int64),
+        skip=np.zeros(count, dtype=np.int64),
+    )
+    ethertype = _link_layer(buf, cursor, linktype)
+    is_ipv6 = ethertype == ETHERTYPE_IPV6
+    cursor.reject(~np.isin(ethertype, (ETHERTYPE_IPV4, ETHERTYPE_IPV6)),
+                  skips.ETHERTYPE_BASE + ethertype.astype(np.int64))
+    network = _network_layer(buf, cursor, is_ipv6)
+    kept = cursor.skip == skips.KEPT
+    columns = _transport_layer(buf, cursor, network, kept)
+    keep = cursor.skip == skips.KEPT
+    options, sack = decode_tcp_options(
+        buf, columns.pop("options_start")[keep], columns.pop("options_end")[keep]
+    )
+    result = {name: values[keep] for name, values in columns.items()}
+    result["batch_index"] = np.flatnonzero(keep)
+    result.update(options)
+    return DecodedBatch(result, skips.count_reasons(cursor.skip), sack)
+
+
+def _link_layer(buf: np.ndarray, cursor: _Cursor, linktype: int) -> np.ndarray:
+    """Advance the cursor past the link header; return each packet's network protocol."""
+    if linktype == LINKTYPE_ETHERNET:
+        return _ethernet(buf, cursor)
+    if linktype == LINKTYPE_LINUX_SLL:
+        return _fixed_link_header(buf, cursor, LINUX_SLL["protocol"], 16)
+    if linktype == LINKTYPE_LINUX_SLL2:
+        return _fixed_link_header(buf, cursor, LINUX_SLL2["protocol"], 20)
+    if linktype in (LINKTYPE_NULL, LINKTYPE_LOOP):
+        return _bsd_loopback(buf, cursor, byteswap_allowed=linktype == LINKTYPE_NULL)
+    cursor.require(1, skips.TRUNCATED_IP_HEADER)
+    version = buf[cursor.safe_position()] >> 4
+    return np.where(version == 6, ETHERTYPE_IPV6, ETHERTYPE_IPV4).astype(np.uint16)
+
+
+def _ethernet(buf: np.ndarray, cursor: _Cursor) -> np.ndarray:
+    """Ethernet II with any number (up to MAX_VLAN_TAGS) of 802.1Q / 802.1ad tags."""
+    cursor.require(14, skips.TRUNCATED_LINK_HEADER)
+    ethertype = gather_field(buf, cursor.safe_position(), ETHERNET["ethertype"])
+    cursor.position += 14
+    for _ in range(MAX_VLAN_TAGS):
+        tagged = np.isin(ethertype, VLAN_ETHERTYPES) & (cursor.skip == skips.KEPT)
+        if not tagged.any():
+            break
+        cursor.require(4, skips.TRUNCATED_LINK_HEADER, tagged)
+        inner = gather_field(buf, cursor.safe_position(), VLAN_TAG["ethertype"])
+        ethertype = np.where(tagged, inner, ethertype)
+        cursor.position[tagged] += 4
+    return ethertype
+
+
+def _fixed_link_header(
+    buf: np.ndarray, cursor: _Cursor, protocol_field, header_bytes: int
+) -> np.ndarray:
+    cursor.require(header_bytes, skips.TRUNCATED_LINK_HEADER)
+    protocol = gather_field(buf, cursor.safe_position(), protocol_field)
+    cursor.position += header_bytes
+    return protocol
+
+
+def _bsd_loopback(buf: np.ndarray, cursor: _Cursor, byteswap_allowed: bool) -> np.ndarray:
+    """BSD null/loopback: a 4-byte address family, in the capturing host's byte order for NULL."""
+    cursor.require(4, skips.TRUNCATED_LINK_HEADER)
+    family = gather_field(buf, cursor.safe_position(), BSD_NULL["family"])
+    if byteswap_allowed:
+        family = np.where(family > 0xFFFF, family.byteswap(), family)
+    cursor.position += 4
+    ethertype = np.full(len(family), 0xFFFF, dtype=np.uint16)
+    ethertype[family == 2] = ETHERTYPE_IPV4
+    ethertype[np.isin(family, BSD_FAMILIES_IPV6)] = ETHERTYPE_IPV6
+    return ethertype
+
+
+def _network_layer(buf: np.ndarray, cursor: _Cursor, is_ipv6: np.ndarray) -> dict[str, np.ndarray]:
+    """Decode IPv4 and IPv6 headers; leave the cursor at the transport header."""
+    count = len(cursor.position)
+    network = {
+        "ip_version": np.where(is_ipv6, 6, 4).astype(np.uint8),
+        "protocol": np.zeros(count, dtype=np.uint8),
+        "ip_payload_bytes": np.zeros(count, dtype=np.int64),
+        "ip_length_from_capture": np.zeros(count, dtype=bool),
+        **{name: np.zeros(count, dtype=np.uint32) for name in _ADDRESS_WORDS},
+    }
+    cursor.require(20, skips.TRUNCATED_IP_HEADER, ~is_ipv6)
+    cursor.require(40, skips.TRUNCATED_IP_HEADER, is_ipv6)
+    start = cursor.safe_position()
+    _ipv4(buf, cursor, start, ~is_ipv6 & (cursor.skip == skips.KEPT), network)
+    _ipv6(buf, cursor, start, is_ipv6 & (cursor.skip == skips.KEPT), network)
+    cursor.reject(network["protocol"] != IPPROTO_TCP,
+                  skips.IP_PROTOCOL_BASE + network["protocol"].astype(np.int64))
+    return network
+
+
+_ADDRESS_WORDS = ("src_0", "src_1", "src_2", "src_3", "dst_0", "dst_1", "dst_2", "dst_3")
+
+
+def _ipv4(buf, cursor: _Cursor, start, selected: np.ndarray, network: dict) -> None:
+    """IPv4: addresses stored IPv4-mapped (::ffff:a.b.c.d) so all keys have one shape."""
+    if not selected.any():
+        return
+    header = {name: gather_field(buf, start, f) for name, f in IPV4.items()}
+    header_bytes = header["header_words"].astype(np.int64) * 4
+    cursor.reject(selected & ((header["version"] != 4) | (header_bytes < 20)), skips.BAD_IP_HEADER)
+    cursor.reject(selected & (header["fragment_offset"] > 0), skips.IPV4_LATER_FRAGMENT)
+    total = header["total_length"].astype(np.int64)
+    from_capture = selected & (total == 0)
+    payload = np.where(from_capture, cursor.captured_end - start - header_bytes, total - header_bytes)
+    cursor.reject(selected & ~from_capture & (payload < 0), skips.BAD_IP_HEADER)
+    network["protocol"][selected] = header["protocol"][selected]
+    network["ip_payload_bytes"][selected] = payload[selected]
+    network["ip_length_from_capture"][selected] = from_capture[selected]
+    for side in ("src", "dst"):
+        network[f"{side}_2"][selected] = 0xFFFF
+        network[f"{side}_3"][selected] = header[side][selected]
+    cursor.position[selected] += header_bytes[selected]
+
+
+def _ipv6(buf, cursor: _Cursor, start, selected: np.ndarray, network: dict) -> None:
+    """IPv6 and its extension-header chain (hop-by-hop, routing, destination, fragment, AH)."""
+    if not selected.any():
+        return
+    header = {name: gather_field(buf, start, f) for name, f in IPV6.items()}
+    for side in ("src", "dst"):
+        for word, suffix in enumerate(("hi", "mid_hi", "mid_lo", "lo")):
+            network[f"{side}_{word}"][selected] = header[f"{side}_{suffix}"][selected]
+    payload = header["payload_length"].astype(np.int64)
+    next_header = header["next_header"].astype(np.int64)
+    cursor.position[selected] += 40
+    jumbo = selected & (payload == 0) & (next_header == 0)
+    next_header, payload = _walk_ipv6_extensions(buf, cursor, selected, next_header, payload, jumbo)
+    network["protocol"][selected] = next_header[selected]
+    network["ip_payload_bytes"][selected] = payload[selected]
+
+
+def _walk_ipv6_extensions(buf, cursor: _Cursor, selected, next_header, payload, jumbo):
+    """Step over extension headers; returns each packet's upper-layer protocol and length."""
+    if jumbo.any():
+        option = {n: gather_field(buf, cursor.safe_position(), f) for n, f in IPV6_JUMBO_OPTION.items()}
+        has_jumbo = jumbo & (option["option_type"] == 0xC2)
+        payload = np.where(has_jumbo, option["jumbo_length"].astype(np.int64), payload)
+    for _ in range(MAX_IPV6_EXTENSIONS):
+        walking = selected & (cursor.skip == skips.KEPT) & np.isin(
+            next_header, (*IPV6_EXTENSION_HEADERS, IPV6_FRAGMENT_HEADER, IPV6_AUTH_HEADER))
+        if not walking.any():
+            return next_header, payload
+        cursor.require(8, skips.IPV6_EXTENSION_CHAIN, walking)
+        position = cursor.safe_position()
+        ext = {n: gather_field(buf, position, f) for n, f in IPV6_EXTENSION.items()}
+        units = ext["length_units"].astype(np.int64)
+        length = np.where(next_header == IPV6_AUTH_HEADER, (units + 2) * 4, (units + 1) * 8)
+        length = np.where(next_header == IPV6_FRAGMENT_HEADER, 8, length)
+        later_fragment = (next_header == IPV6_FRAGMENT_HEADER) & (
+            gather_field(buf, position, IPV6_FRAGMENT["fragment_offset"]) > 0)
+        cursor.reject(walking & later_fragment, skips.IPV6_LATER_FRAGMENT)
+        walking &= cursor.skip == skips.KEPT
+        next_header = np.where(walking, ext["next_header"], next_header)
+        payload = np.where(walking, payload - length, payload)
+        cursor.position[walking] += length[walking]
+    still_extension = np.isin(next_header, (*IPV6_EXTENSION_HEADERS, IPV6_FRAGMENT_HEADER,
+                                            IPV6_AUTH_HEADER))
+    cursor.reject(selected & still_extension, skips.IPV6_EXTENSION_CHAIN)
+    return next_header, payload
+
+
+def _transport_layer(buf, cursor: _Cursor, network: dict, kept: np.ndarray) -> dict[str, np.ndarray]:
+    """The TCP header fixed part, and the payload length from the IP length (not the capture)."""
+    cursor.require(20, skips.TRUNCATED_TCP_HEADER)
+    start = cursor.safe_position()
+    header = {name: gather_field(buf, start, f) for name, f in TCP.items()}
+    header_bytes = header["header_words"].astype(np.int64) * 4
+    payload = network["ip_payload_bytes"] - header_bytes
+    cursor.reject(kept & ((header_bytes < 20) | (payload < 0)), skips.BAD_TCP_HEADER_LENGTH)
+    columns = {
+        "ip_version": network["ip_version"],
+        **{name: network[name] for name in _ADDRESS_WORDS},
+        "src_port": header["src_port"],
+        "dst_port": header["dst_port"],
+        "seq_raw": header["seq"],
+        "ack_raw": header["ack"],
+        "flags": header["flags"],
+        "window_raw": header["window"],
+        "tcp_header_bytes": header_bytes.astype(np.uint8),
+        "payload_bytes": np.maximum(payload, 0).astype(np.uint32),
+        "payload_from_capture": network["ip_length_from_capture"],
+        "options_start": start + 20,
+        "options_end": np.minimum(start + header_bytes, cursor.captured_end),
+    }
+    return columns

@@ -1,0 +1,131 @@
+"""Batches of raw packets from a pcap or pcapng file, read by libpcap through pcapy-ng.
+
+`next_batch` crosses the C/Python boundary once per batch, not once per packet. libpcap gives
+timestamps in microseconds (it converts nanosecond files), so times are kept as integer
+microseconds: exact for what libpcap hands over.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+import pcapy
+
+from nagledetect.errors import InputError
+from nagledetect.read.decode import pad_batch
+
+BATCH_PACKETS = 65_536
+FILTER_SNAPLEN = 262_144
+
+
+@dataclass
+class RawBatch:
+    """One batch: the packet bytes (padded) and, per packet, where it is and when it came."""
+
+    buf: np.ndarray
+    offsets: np.ndarray
+    caplens: np.ndarray
+    time_us: np.ndarray
+    first_frame: int
+
+    def __len__(self) -> int:
+        return len(self.offsets)
+
+
+def _open(path: str) -> object:
+    """Open a capture, turning every way it can fail into one InputError line."""
+    if not os.path.exists(path):
+        raise InputError(f"{path}: no such file")
+    if os.path.isdir(path):
+        raise InputError(f"{path}: is a directory, not a capture file")
+    if not os.access(path, os.R_OK):
+        raise InputError(f"{path}: permission denied")
+    if os.path.getsize(path) == 0:
+        raise InputError(f"{path}: empty file, not a capture")
+    try:
+        return pcapy.open_offline(path)
+    except pcapy.PcapError as error:
+        message = str(error)
+        if "unknown file format" in message:
+            message = "not a pcap or pcapng capture"
+        raise InputError(f"{path}: {message}") from None
+
+
+def _unpack(packet_bytes: bytes, packed_meta: bytes, first_frame: int) -> RawBatch:
+    meta = np.frombuffer(packed_meta, dtype=np.uint32).reshape(-1, 4)
+    time_us = meta[:, 0].astype(np.int64) * 1_000_000 + meta[:, 1]
+    return RawBatch(pad_batch(packet_bytes), meta[:, 2].astype(np.int64),
+                    meta[:, 3].astype(np.int64), time_us, first_frame)
+
+
+class CaptureReader:
+    """Reads one capture file in batches; remembers a truncation instead of failing on it."""
+
+    def __init__(self, path: str, bpf_filter: str | None = None,
+                 batch_packets: int = BATCH_PACKETS) -> None:
+        self.path = path
+        self.batch_packets = batch_packets
+        self._reader = _open(path)
+        self.linktype = int(self._reader.datalink())
+        self.truncation: str | None = None
+        self._filter = self._compile(bpf_filter) if bpf_filter else None
+
+    def _compile(self, expression: str) -> pcapy.BPFProgram:
+        try:
+            return pcapy.compile(self.linktype, FILTER_SNAPLEN, expression, 1, 0xFFFFFFFF)
+        except pcapy.PcapError as error:
+            raise InputError(f"invalid filter {expression!r}: {error}") from None
+
+    def batches(self) -> Iterator[RawBatch]:
+        """Every packet of the file, in file order, in batches."""
+        frames_read = 0
+        while True:
+            try:
+                packet_bytes, packed_meta = self._reader.next_batch(self.batch_packets)
+            except pcapy.PcapError as error:
+                yield from self._salvage_after_error(frames_read, str(error))
+                return
+            if not packed_meta:
+                return
+            batch = _unpack(packet_bytes, packed_meta, frames_read + 1)
+            frames_read += len(batch)
+            yield batch
+
+    def _salvage_after_error(self, frames_read: int, message: str) -> Iterator[RawBatch]:
+        """A failed batch loses the packets it held: reopen, skip what was read, go one by one."""
+        self.truncation = message
+        reader = _open(self.path)
+        to_skip = frames_read
+        while to_skip:
+            _, packed_meta = reader.next_batch(min(to_skip, self.batch_packets))
+            to_skip -= len(packed_meta) // 16
+        packets: list[bytes] = []
+        meta: list[tuple[int, int, int, int]] = []
+        offset = 0
+        while True:
+            try:
+                header, data = reader.next()
+            except pcapy.PcapError:
+                break
+            if header is None:
+                break
+            seconds, microseconds = header.getts()
+            meta.append((seconds, microseconds, offset, len(data)))
+            packets.append(data)
+            offset += len(data)
+        if meta:
+            yield _unpack(b"".join(packets), np.array(meta, dtype=np.uint32).tobytes(),
+                          frames_read + 1)
+
+    def filter_mask(self, batch: RawBatch) -> np.ndarray:
+        """Which packets of the batch the BPF filter accepts (all of them without a filter)."""
+        if self._filter is None:
+            return np.ones(len(batch), dtype=bool)
+        raw = batch.buf
+        accept = self._filter.filter
+        return np.fromiter(
+            (accept(raw[o:o + c].tobytes()) != 0 for o, c in zip(batch.offsets, batch.caplens)),
+            dtype=bool, count=len(batch))

@@ -1,0 +1,63 @@
+"""Why a packet was not used: integer codes on the hot path, words in the report.
+
+Codes are small integers so a whole batch can be counted with one `np.unique`; the few codes
+that carry a number (an IP protocol, an ethertype, a link type) add it to a base.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+KEPT = 0
+TRUNCATED_LINK_HEADER = 1
+TRUNCATED_IP_HEADER = 2
+BAD_IP_HEADER = 3
+IPV4_LATER_FRAGMENT = 4
+IPV6_LATER_FRAGMENT = 5
+IPV6_EXTENSION_CHAIN = 6
+TRUNCATED_TCP_HEADER = 7
+BAD_TCP_HEADER_LENGTH = 8
+EXCLUDED_BY_FILTER = 9
+IP_PROTOCOL_BASE = 1_000
+ETHERTYPE_BASE = 100_000
+LINK_TYPE_BASE = 1_000_000
+MAX_8023_LENGTH = 1500
+
+_FIXED_REASONS = {
+    TRUNCATED_LINK_HEADER: "truncated link-layer header",
+    TRUNCATED_IP_HEADER: "truncated IP header",
+    BAD_IP_HEADER: "bad IP header",
+    IPV4_LATER_FRAGMENT: "IPv4 non-first fragment",
+    IPV6_LATER_FRAGMENT: "IPv6 non-first fragment",
+    IPV6_EXTENSION_CHAIN: "IPv6 extension headers malformed or too long",
+    TRUNCATED_TCP_HEADER: "truncated TCP header",
+    BAD_TCP_HEADER_LENGTH: "bad TCP header length",
+    EXCLUDED_BY_FILTER: "excluded by filter",
+}
+
+_IP_PROTOCOL_NAMES = {
+    1: "ICMP", 2: "IGMP", 4: "IPv4-in-IP", 17: "UDP", 41: "IPv6-in-IP", 47: "GRE",
+    50: "ESP", 51: "AH", 58: "ICMPv6", 59: "IPv6 no next header", 89: "OSPF", 103: "PIM",
+    112: "VRRP", 132: "SCTP", 33: "DCCP",
+}
+
+
+def reason_text(code: int) -> str:
+    """The words the report shows for a skip code."""
+    if code >= LINK_TYPE_BASE:
+        return f"unsupported link type {code - LINK_TYPE_BASE}"
+    if code >= ETHERTYPE_BASE:
+        ethertype = code - ETHERTYPE_BASE
+        if ethertype <= MAX_8023_LENGTH:
+            return "not IP (802.3 length field: LLC/SNAP frame)"
+        return f"not IP (ethertype 0x{ethertype:04x})"
+    if code >= IP_PROTOCOL_BASE:
+        protocol = code - IP_PROTOCOL_BASE
+        return f"not TCP ({_IP_PROTOCOL_NAMES.get(protocol, f'IP protocol {protocol}')})"
+    return _FIXED_REASONS[code]
+
+
+def count_reasons(codes: np.ndarray) -> dict[str, int]:
+    """Count the non-zero codes of a batch under their report words."""
+    values, counts = np.unique(codes[codes != KEPT], return_counts=True)
+    return {reason_text(int(v)): int(c) for v, c in zip(values, counts)}

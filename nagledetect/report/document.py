@@ -1,0 +1,98 @@
+"""The analysis result as one versioned, JSON-ready document; every reporter renders this.
+
+Keeping one document means the text, JSON (and later HTML and CI) outputs show the same numbers
+and no reporter recomputes analysis. Keys are stable: later versions only add.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from nagledetect.api import Capture
+from nagledetect.read.decode import LINKTYPE_NAMES
+
+SCHEMA = "nagledetect/1"
+
+
+def endpoint(address: str, port: int) -> str:
+    """"ip:port", with IPv6 addresses in brackets ("[v6]:port")."""
+    return f"[{address}]:{port}" if ":" in address else f"{address}:{port}"
+
+
+def _number(value: Any) -> Any:
+    """Plain Python numbers for JSON; NaN becomes null."""
+    if value is None:
+        return None
+    if isinstance(value, float) or hasattr(value, "dtype") and value.dtype.kind == "f":
+        value = float(value)
+        return None if math.isnan(value) else round(value, 6)
+    if hasattr(value, "item"):
+        return value.item()
+    return value
+
+
+def _capture_entry(capture: Capture) -> dict[str, Any]:
+    accounting = capture.accounting
+    return {
+        "path": capture.path,
+        "link_type": accounting.linktype,
+        "link_type_name": LINKTYPE_NAMES.get(accounting.linktype, "unsupported"),
+        "packets": accounting.packets_read,
+        "tcp_packets": accounting.tcp_packets,
+        "skipped": dict(sorted(accounting.skipped.items(), key=lambda item: -item[1])),
+        "balanced": accounting.balanced,
+        "warnings": list(accounting.warnings),
+        "connections": len(capture.connections),
+    }
+
+
+def _connection_entry(row: Any, capture_index: int, first_id: int) -> dict[str, Any]:
+    mss_source = "estimated" if row.mss_estimated else "handshake"
+    return {
+        "id": first_id + int(row.id),
+        "capture": capture_index,
+        "client": endpoint(row.client_address, row.client_port),
+        "server": endpoint(row.server_address, row.server_port),
+        "client_guessed": bool(row.client_guessed),
+        "first_frame": int(row.first_frame),
+        "start_s": _number(row.start_us / 1e6),
+        "duration_s": _number(row.duration_s),
+        "packets": {"client_to_server": int(row.packets_client_to_server),
+                    "server_to_client": int(row.packets_server_to_client)},
+        "bytes": {"client_to_server": int(row.bytes_client_to_server),
+                  "server_to_client": int(row.bytes_server_to_client)},
+        "mss": int(row.effective_mss),
+        "mss_source": mss_source,
+        "mss_announced": {"client": _number(row.mss_client) or None,
+                          "server": _number(row.mss_server) or None},
+        "handshake": bool(row.handshake),
+        "timestamps": bool(row.timestamps),
+        "sack_permitted": bool(row.sack_permitted_client and row.sack_permitted_server),
+        "window_scale": {"client": _number(row.window_scale_client),
+                         "server": _number(row.window_scale_server)},
+        "vantage": row.vantage,
+        "rtt_ms": _number(row.rtt_ms),
+        "rtt_client_side_ms": _number(row.rtt_client_side_ms),
+        "rtt_server_side_ms": _number(row.rtt_server_side_ms),
+        "rtt_source": row.rtt_source,
+    }
+
+
+def build_document(captures: list[Capture]) -> dict[str, Any]:
+    """The whole result for one run over one or more captures."""
+    from nagledetect import __version__
+
+    connections: list[dict[str, Any]] = []
+    for index, capture in enumerate(captures):
+        first_id = len(connections)
+        connections.extend(_connection_entry(row, index, first_id)
+                           for row in capture.connections.itertuples(index=False))
+    return {
+        "schema": SCHEMA,
+        "tool": {"name": "nagledetect", "version": __version__},
+        "captures": [_capture_entry(capture) for capture in captures],
+        "connections": connections,
+        "findings": [],
+        "hosts": [],
+    }

@@ -1,0 +1,120 @@
+"""The command line as a user runs it: outputs, exit statuses, one-line errors, filters."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import corpus_file, require_tool
+
+SMB = "zeek/smb__smb2.pcap"
+
+
+def run(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "nagledetect", *args], capture_output=True,
+                          text=True, timeout=120)
+
+
+def _assert_one_line_error(result: subprocess.CompletedProcess, fragment: str) -> None:
+    assert result.returncode == 2
+    assert result.stdout == ""
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and fragment in lines[0], result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_missing_file(tmp_path) -> None:
+    _assert_one_line_error(run(str(tmp_path / "nope.pcap")), "no such file")
+
+
+def test_directory(tmp_path) -> None:
+    _assert_one_line_error(run(str(tmp_path)), "is a directory")
+
+
+def test_not_a_capture(tmp_path) -> None:
+    text = tmp_path / "notes.pcap"
+    text.write_text("hello, this is not a capture\n" * 10)
+    _assert_one_line_error(run(str(text)), "not a pcap or pcapng capture")
+
+
+def test_empty_file(tmp_path) -> None:
+    empty = tmp_path / "empty.pcap"
+    empty.write_bytes(b"")
+    _assert_one_line_error(run(str(empty)), "empty file")
+
+
+def test_bad_filter() -> None:
+    _assert_one_line_error(run("--filter", "tcp port banana", str(corpus_file(SMB))), "invalid filter")
+
+
+def test_truncated_last_record_is_analysed_and_reported(tmp_path) -> None:
+    """The first 50,000 bytes of the SMB2 capture: `tcpdump -r` reads 66 packets, then stops on
+    'truncated dump file'; we must analyse those 66 and say so on stderr."""
+    cut = tmp_path / "cut.pcap"
+    cut.write_bytes(corpus_file(SMB).read_bytes()[:50_000])
+    result = run("analyze", "--format", "json", str(cut))
+    assert result.returncode == 0
+    document = json.loads(result.stdout)
+    assert document["captures"][0]["packets"] == 66
+    assert "truncated" in result.stderr and "Traceback" not in result.stderr
+    assert any("cut short" in w for w in document["captures"][0]["warnings"])
+
+
+def test_json_document_has_the_stable_keys() -> None:
+    result = run("analyze", "--format", "json", str(corpus_file(SMB)))
+    assert result.returncode == 0
+    document = json.loads(result.stdout)
+    assert document["schema"] == "nagledetect/1"
+    capture = document["captures"][0]
+    assert {"path", "packets", "tcp_packets", "skipped"} <= set(capture)
+    assert capture["packets"] == 1178 and capture["tcp_packets"] == 1178  # capinfos: 1178 packets
+    connection = document["connections"][0]
+    assert {"id", "client", "server", "packets", "bytes", "mss", "vantage", "rtt_ms"} <= set(connection)
+    assert connection["client"] == "10.0.0.11:49208" and connection["server"] == "10.0.0.12:445"
+    assert document["findings"] == [] and document["hosts"] == []
+
+
+def test_bare_capture_argument_is_analyze() -> None:
+    path = str(corpus_file(SMB))
+    assert run(path).stdout == run("analyze", path).stdout
+
+
+def test_ipv6_endpoints_are_bracketed() -> None:
+    result = run("analyze", "--format", "json", str(corpus_file("zeek/ipv6-http-atomic-frag.pcap")))
+    clients = [c["client"] for c in json.loads(result.stdout)["connections"]]
+    assert clients and all(c.startswith("[") and "]:" in c for c in clients)
+
+
+def test_filter_keeps_wireshark_frame_numbers_and_counts_the_excluded() -> None:
+    require_tool("tshark")
+    path = corpus_file("zeek/redis__pubsub.pcap")
+    expected = subprocess.run(["tshark", "-n", "-r", str(path), "-Y", "tcp.port == 60831",
+                               "-T", "fields", "-e", "frame.number"],
+                              capture_output=True, text=True, check=True).stdout.split()
+    from nagledetect import load_capture
+
+    capture = load_capture(str(path), "tcp port 60831")
+    assert capture.packets["frame"].tolist() == [int(f) for f in expected]
+    accounting = capture.accounting
+    assert accounting.skipped["excluded by filter"] == accounting.packets_read - len(expected)
+    assert accounting.balanced
+
+
+def test_version_and_help() -> None:
+    assert run("--version").stdout.startswith("nagledetect, version")
+    help_text = run("--help").stdout
+    assert "Examples" in help_text and "analyze" in help_text
+
+
+@pytest.mark.parametrize("relative", ["tcpdump/LINKTYPE_IPV6_invalid.pcap",
+                                      "tcpdump/ipv4_invalid_hdr_length.pcap",
+                                      "tcpdump/bad-ipv4-version-pgm-heapoverflow.pcap"])
+def test_malformed_packets_are_counted_not_fatal(relative: str) -> None:
+    result = run("analyze", "--format", "json", str(corpus_file(relative)))
+    assert result.returncode == 0, result.stderr
+    capture = json.loads(result.stdout)["captures"][0]
+    assert capture["balanced"]
+    assert capture["packets"] == capture["tcp_packets"] + sum(capture["skipped"].values())
