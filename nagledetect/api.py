@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from nagledetect.flows.build import build_flows
-from nagledetect.read.capture import Accounting, read_packets
+from nagledetect.read.capture import Accounting, decoded_batches
 
 
 @dataclass
@@ -28,6 +28,6 @@ class Capture:
 
 def load_capture(path: str, bpf_filter: str | None = None) -> Capture:
     """Read `path` (pcap or pcapng), decode its TCP packets and rebuild its connections."""
-    columns, accounting = read_packets(path, bpf_filter)
-    flows = build_flows(columns)
+    accounting, batches = decoded_batches(path, bpf_filter)
+    flows = build_flows(batches)
     return Capture(path, flows.packets, flows.connections, flows.sack_blocks, accounting)

@@ -7,6 +7,7 @@ segments it stands for (a payload longer than the MSS is a TSO/GSO/GRO super-seg
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
@@ -14,12 +15,13 @@ import pandas as pd
 
 from nagledetect.flows import connections as conn_rules
 from nagledetect.flows.connections import FLAG_ACK, FLAG_SYN
+from nagledetect.flows.endpoints import EndpointPairs
 from nagledetect.flows.grouped import group_starts, last_index_where
 from nagledetect.flows.handshake import handshake_table
 from nagledetect.flows.roles import ROLES, assign_roles
 from nagledetect.flows.sequence import relative_ack, relative_sequence
 from nagledetect.flows.vantage import ack_lags_us, vantage_table
-from nagledetect.read.capture import PacketColumns
+from nagledetect.read.capture import DecodedColumns
 
 PACKET_COLUMNS = (
     "frame", "time_us", "connection", "direction", "flags", "payload_bytes", "rel_seq",
@@ -29,6 +31,10 @@ PACKET_COLUMNS = (
 )
 
 
+ADDRESS_COLUMNS = ("src_0", "src_1", "src_2", "src_3", "dst_0", "dst_1", "dst_2", "dst_3",
+                   "src_port", "dst_port", "ip_version", "tcp_header_bytes")
+
+
 @dataclass
 class FlowTables:
     packets: pd.DataFrame
@@ -36,39 +42,74 @@ class FlowTables:
     sack_blocks: pd.DataFrame
 
 
-def build_flows(packets: PacketColumns) -> FlowTables:
+def _collect(batches: Iterable[DecodedColumns]) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray],
+                                                        np.ndarray]:
+    """Concatenate the batches, replacing per-packet addresses by an endpoint-pair number."""
+    pairs = EndpointPairs()
+    parts: list[dict[str, np.ndarray]] = []
+    sack_parts: list[dict[str, np.ndarray]] = []
+    for columns, sack in batches:
+        pair, src_is_low = pairs.assign(columns)
+        compact = {name: values for name, values in columns.items() if name not in ADDRESS_COLUMNS}
+        compact["pair"] = pair.astype(np.int32)
+        compact["src_is_low"] = src_is_low
+        parts.append(compact)
+        sack_parts.append({"frame": columns["frame"][sack["row"]], "left_raw": sack["left_raw"],
+                           "right_raw": sack["right_raw"]})
+    return _concatenate(parts), _concatenate(sack_parts), pairs.rows
+
+
+def _concatenate(parts: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+    if not parts:
+        return {}
+    if len(parts) == 1:
+        return parts[0]
+    return {name: np.concatenate([part[name] for part in parts]) for name in parts[0]}
+
+
+def build_flows(batches: Iterable[DecodedColumns]) -> FlowTables:
     """Connections, directions, relative numbers and roles for every decoded TCP packet."""
-    columns = dict(packets.columns)
-    if not columns or len(columns["frame"]) == 0:
+    columns, sack, pair_rows = _collect(batches)
+    if not columns:
         return _empty_tables()
-    pair, src_is_low, _ = conn_rules.pair_keys(columns)
+    pair = columns["pair"]
+    src_is_low = columns["src_is_low"]
+    src_port = np.where(src_is_low, pair_rows[pair, 4], pair_rows[pair, 9])
+    dst_port = np.where(src_is_low, pair_rows[pair, 9], pair_rows[pair, 4])
     connection = conn_rules.split_port_reuse(pair, columns["flags"], columns["seq_raw"],
                                              columns["time_us"])
     from_client, guessed = conn_rules.client_is_source(
-        connection, columns["flags"], src_is_low, columns["src_port"], columns["dst_port"])
-    columns["connection"] = connection
+        connection, columns["flags"], src_is_low, src_port, dst_port)
+    del src_port, dst_port
+    columns["connection"] = connection.astype(np.int32)
     columns["direction"] = np.where(from_client, 0, 1).astype(np.uint8)
     count = int(connection.max()) + 1
     handshake = handshake_table(columns, count)
-    _number_and_classify(columns, count, handshake)
-    table = _connection_table(columns, count, handshake, guessed)
-    sack = _sack_table(packets.sack_blocks, columns)
-    packet_frame = pd.DataFrame({name: columns[name] for name in PACKET_COLUMNS})
+    order = _direction_order(columns)
+    view = _number_and_classify(columns, order, handshake)
+    table = _connection_table(columns, count, handshake, guessed, pair_rows)
+    lags = ack_lags_us(view, view["group"], count * 2)
+    table = pd.concat([table, vantage_table(_handshake_times(columns, count), lags)], axis=1)
+    packet_frame = pd.DataFrame({name: columns.pop(name) for name in PACKET_COLUMNS}, copy=False)
     packet_frame["role"] = pd.Categorical.from_codes(packet_frame["role"], categories=ROLES)
-    return FlowTables(packet_frame, table, sack)
+    return FlowTables(packet_frame, table, _sack_table(sack))
 
 
 def _direction_order(columns: dict[str, np.ndarray]) -> np.ndarray:
     """Permutation sorting packets by (connection, direction), time order kept within each."""
-    group = columns["connection"] * 2 + columns["direction"]
+    group = columns["connection"].astype(np.int64) * 2 + columns["direction"]
     return np.argsort(group, kind="stable")
 
 
-def _number_and_classify(columns: dict[str, np.ndarray], count: int,
-                         handshake: pd.DataFrame) -> None:
-    """Relative seq/ack, scaled windows, roles and wire segments, written into `columns`."""
-    order = _direction_order(columns)
-    group = (columns["connection"] * 2 + columns["direction"])[order]
+def _number_and_classify(columns: dict[str, np.ndarray], order: np.ndarray,
+                         handshake: pd.DataFrame) -> dict[str, np.ndarray]:
+    """Relative seq/ack, scaled windows, roles and wire segments, written into `columns`.
+
+    Returns the direction-order view (columns sorted by connection, direction, time) with its
+    `group` (connection * 2 + direction), which the ACK-lag RTT estimate reads.
+    """
+    count = int(columns["connection"].max()) + 1
+    group = (columns["connection"].astype(np.int64) * 2 + columns["direction"])[order]
     starts = group_starts(group)
     view = {name: columns[name][order] for name in
             ("flags", "seq_raw", "ack_raw", "payload_bytes", "window_raw", "time_us")}
@@ -79,9 +120,9 @@ def _number_and_classify(columns: dict[str, np.ndarray], count: int,
     view["rel_ack"] = relative_ack(view["ack_raw"], has_ack, group, base[group ^ 1])
     inverse = np.empty_like(order)
     inverse[order] = np.arange(len(order))
-    peer = {name: _peer_latest(columns, order, values[inverse]) for name, values in
-            (("window_raw", view["window_raw"]), ("rel_seq", view["rel_seq"]),
-             ("payload_bytes", view["payload_bytes"]), ("flags", view["flags"]))}
+    peer_row = _peer_latest_row(columns, order)
+    peer = {name: np.where(peer_row >= 0, view[name][np.maximum(peer_row, 0)], -1).astype(np.int64)
+            for name in ("window_raw", "rel_seq", "payload_bytes", "flags")}
     view["role"] = assign_roles(view, starts, peer)
     for name in ("rel_seq", "rel_ack", "role"):
         columns[name] = view[name][inverse]
@@ -90,6 +131,8 @@ def _number_and_classify(columns: dict[str, np.ndarray], count: int,
     payload = columns["payload_bytes"].astype(np.int64)
     columns["wire_segments"] = np.where(mss > 0, -(-payload // np.maximum(mss, 1)), 1).astype(np.uint32)
     columns["super_segment"] = payload > np.maximum(mss, 1)
+    view["group"] = group
+    return view
 
 
 def _sequence_bases(view: dict[str, np.ndarray], group: np.ndarray, starts: np.ndarray,
@@ -104,20 +147,21 @@ def _sequence_bases(view: dict[str, np.ndarray], group: np.ndarray, starts: np.n
     return base
 
 
-def _peer_latest(columns: dict[str, np.ndarray], order: np.ndarray,
-                 values: np.ndarray) -> np.ndarray:
-    """For each packet (returned in direction order): the peer's latest value of `values`
-    (given in file order) at that time; -1 where the peer has sent nothing yet."""
+def _peer_latest_row(columns: dict[str, np.ndarray], order: np.ndarray) -> np.ndarray:
+    """For each packet (direction order): the row, in direction order, of the latest packet the
+    peer sent before it in the same connection; -1 where the peer has sent nothing yet."""
     by_connection = np.argsort(columns["connection"], kind="stable")
     starts = group_starts(columns["connection"][by_connection])
     direction = columns["direction"][by_connection]
-    ordered = values[by_connection].astype(np.int64)
     last = {d: last_index_where(direction == d, starts) for d in (0, 1)}
     peer_last = np.where(direction == 0, last[1], last[0])
-    latest = np.where(peer_last >= 0, ordered[np.maximum(peer_last, 0)], -1)
     in_file_order = np.empty_like(by_connection)
     in_file_order[by_connection] = np.arange(len(by_connection))
-    return latest[in_file_order][order]
+    peer_file_row = np.where(peer_last >= 0, by_connection[np.maximum(peer_last, 0)], -1)
+    in_direction_order = np.empty_like(order)
+    in_direction_order[order] = np.arange(len(order))
+    peer_row = peer_file_row[in_file_order]
+    return np.where(peer_row >= 0, in_direction_order[np.maximum(peer_row, 0)], -1)[order]
 
 
 def _scaled_window(columns: dict[str, np.ndarray], handshake: pd.DataFrame) -> np.ndarray:
@@ -156,20 +200,18 @@ def _handshake_times(columns: dict[str, np.ndarray], count: int) -> pd.DataFrame
 
 
 def _connection_table(columns: dict[str, np.ndarray], count: int, handshake: pd.DataFrame,
-                      guessed: np.ndarray) -> pd.DataFrame:
+                      guessed: np.ndarray, pair_rows: np.ndarray) -> pd.DataFrame:
     """One row per connection: endpoints, counts each way, handshake options, RTT, vantage."""
     connection = columns["connection"]
     first_rows = np.unique(connection, return_index=True)[1]
-    first_from_client = columns["direction"][first_rows] == 0
+    endpoints = pair_rows[columns["pair"][first_rows]]
+    client_is_low = columns["src_is_low"][first_rows] == (columns["direction"][first_rows] == 0)
     table = pd.DataFrame({"id": np.arange(count)})
-    for side, own, other in (("client", "src", "dst"), ("server", "dst", "src")):
-        words = np.stack([np.where(first_from_client, columns[f"{own}_{i}"][first_rows],
-                                   columns[f"{other}_{i}"][first_rows]) for i in range(4)], axis=1)
-        port = np.where(first_from_client, columns[f"{own}_port"][first_rows],
-                        columns[f"{other}_port"][first_rows])
-        table[f"{side}_address"] = [_format_address(row) for row in words]
-        table[f"{side}_port"] = port.astype(np.int64)
-    table["ip_version"] = columns["ip_version"][first_rows]
+    for side, is_low in (("client", client_is_low), ("server", ~client_is_low)):
+        words = np.where(is_low[:, None], endpoints[:, :5], endpoints[:, 5:])
+        table[f"{side}_address"] = [_format_address(row) for row in words[:, :4]]
+        table[f"{side}_port"] = words[:, 4].astype(np.int64)
+    table["ip_version"] = np.where(table["client_address"].str.contains(":"), 6, 4)
     table["first_frame"] = columns["frame"][first_rows].astype(np.int64)
     time_us = columns["time_us"]
     table["start_us"] = np.minimum.reduceat(time_us[np.argsort(connection, kind="stable")],
@@ -184,24 +226,11 @@ def _connection_table(columns: dict[str, np.ndarray], count: int, handshake: pd.
                                              weights=columns["payload_bytes"][mine],
                                              minlength=count).astype(np.int64)
     table["client_guessed"] = guessed
-    table = pd.concat([table, handshake], axis=1)
-    lags = ack_lags_us(_lag_view(columns), _direction_groups(columns), count * 2)
-    table = pd.concat([table, vantage_table(_handshake_times(columns, count), lags)], axis=1)
-    return table
+    return pd.concat([table, handshake], axis=1)
 
 
 def _group_offsets(connection: np.ndarray) -> np.ndarray:
     return np.flatnonzero(group_starts(np.sort(connection, kind="stable")))
-
-
-def _direction_groups(columns: dict[str, np.ndarray]) -> np.ndarray:
-    order = _direction_order(columns)
-    return (columns["connection"] * 2 + columns["direction"])[order]
-
-
-def _lag_view(columns: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    order = _direction_order(columns)
-    return {name: columns[name][order] for name in ("rel_ack", "rel_seq", "payload_bytes", "time_us")}
 
 
 def _format_address(words: np.ndarray) -> str:
@@ -214,15 +243,14 @@ def _format_address(words: np.ndarray) -> str:
     return str(ipaddress.IPv6Address(value))
 
 
-def _sack_table(sack: dict[str, np.ndarray], columns: dict[str, np.ndarray]) -> pd.DataFrame:
-    if not sack or len(sack.get("row", [])) == 0:
-        return pd.DataFrame({"frame": np.zeros(0, np.uint32), "left_raw": np.zeros(0, np.uint32),
-                             "right_raw": np.zeros(0, np.uint32)})
-    return pd.DataFrame({"frame": columns["frame"][sack["row"]], "left_raw": sack["left_raw"],
-                         "right_raw": sack["right_raw"]})
+def _sack_table(sack: dict[str, np.ndarray]) -> pd.DataFrame:
+    """SACK blocks by frame, raw edges as on the wire (few packets carry them)."""
+    if not sack:
+        sack = {name: np.zeros(0, dtype=np.uint32) for name in ("frame", "left_raw", "right_raw")}
+    return pd.DataFrame(sack)
 
 
 def _empty_tables() -> FlowTables:
     packets = pd.DataFrame({name: np.zeros(0, dtype=np.int64) for name in PACKET_COLUMNS})
     return FlowTables(packets, pd.DataFrame({"id": np.zeros(0, dtype=np.int64)}),
-                      _sack_table({}, {}))
+                      _sack_table({}))

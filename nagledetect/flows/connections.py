@@ -24,42 +24,6 @@ FLAG_ACK = 0x10
 PORT_REUSE_SILENCE_US = 300 * 1_000_000
 EPHEMERAL_PORT_START = 49152
 
-ADDRESS_WORDS = 4
-
-
-def _endpoint_words(columns: dict[str, np.ndarray], side: str) -> np.ndarray:
-    """Address words and port of one endpoint of every packet, as an (n, 5) uint32 array."""
-    words = [columns[f"{side}_{i}"] for i in range(ADDRESS_WORDS)]
-    words.append(columns[f"{side}_port"].astype(np.uint32))
-    return np.stack(words, axis=1)
-
-
-def _lexically_less(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Row-wise a < b comparing columns left to right."""
-    less = np.zeros(len(a), dtype=bool)
-    decided = np.zeros(len(a), dtype=bool)
-    for column in range(a.shape[1]):
-        less |= ~decided & (a[:, column] < b[:, column])
-        decided |= a[:, column] != b[:, column]
-    return less
-
-
-def pair_keys(columns: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Number the 4-tuples; returns (pair id per packet, lower-endpoint-is-source, pair rows).
-
-    Pair rows are the unique (lower endpoint, higher endpoint) word rows, indexed by pair id.
-    """
-    src = _endpoint_words(columns, "src")
-    dst = _endpoint_words(columns, "dst")
-    src_is_low = _lexically_less(src, dst) | np.all(src == dst, axis=1)
-    low = np.where(src_is_low[:, None], src, dst)
-    high = np.where(src_is_low[:, None], dst, src)
-    both = np.ascontiguousarray(np.concatenate([low, high], axis=1))
-    rows, pair = np.unique(both.view(np.dtype((np.void, both.dtype.itemsize * 10))).ravel(),
-                           return_inverse=True)
-    pair_rows = rows.view(np.uint32).reshape(-1, 10)
-    return pair.astype(np.int64).ravel(), src_is_low, pair_rows
-
 
 def split_port_reuse(pair: np.ndarray, flags: np.ndarray, seq_raw: np.ndarray,
                      time_us: np.ndarray) -> np.ndarray:

@@ -25,9 +25,9 @@ def group_ids(starts: np.ndarray) -> np.ndarray:
 def grouped_cumsum(values: np.ndarray, starts: np.ndarray) -> np.ndarray:
     """Running sum that restarts at every group start (inclusive of the current element)."""
     total = np.cumsum(values, dtype=np.int64)
-    offset = np.maximum.accumulate(np.where(starts, np.arange(len(values)), 0))
-    before_group = np.where(offset > 0, total[offset - 1], 0)
-    return total - before_group
+    first = np.flatnonzero(starts)
+    before_group = np.concatenate(([0], total[first[1:] - 1]))
+    return total - np.repeat(before_group, np.diff(np.append(first, len(values))))
 
 
 def grouped_cummax(values: np.ndarray, starts: np.ndarray) -> np.ndarray:
@@ -59,9 +59,10 @@ def previous_in_group(values: np.ndarray, starts: np.ndarray, missing) -> np.nda
 def last_index_where(mask: np.ndarray, starts: np.ndarray) -> np.ndarray:
     """Index of the latest element at or before each position, in the same group, where `mask`.
 
-    -1 where there is none yet in the group.
+    -1 where there is none yet in the group. Indices grow along the array, so one global running
+    maximum suffices; a maximum from an earlier group is recognised by lying before the start.
     """
-    index = np.where(mask, np.arange(len(mask)), -1)
-    latest = grouped_cummax(index, starts)
-    group_first = np.maximum.accumulate(np.where(starts, np.arange(len(mask)), 0))
+    positions = np.arange(len(mask))
+    latest = np.maximum.accumulate(np.where(mask, positions, -1))
+    group_first = np.maximum.accumulate(np.where(starts, positions, 0))
     return np.where(latest >= group_first, latest, -1)

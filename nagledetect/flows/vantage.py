@@ -23,6 +23,7 @@ def ack_lags_us(view: dict[str, np.ndarray], group: np.ndarray, group_count: int
     ACKs for group g's data are in group g ^ 1. Cumulative ACKs are made monotone per group and
     offset by group so one `searchsorted` serves every group at once.
     """
+    group = group.astype(np.int64)
     ack = view["rel_ack"]
     has_ack = ack >= 0
     ack_rows = np.flatnonzero(has_ack)

@@ -1,7 +1,8 @@
-"""Read a whole capture into packet columns, with the accounting of every packet read."""
+"""Read a capture batch by batch into decoded TCP columns, with the accounting of every packet."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -31,52 +32,42 @@ class Accounting:
         return self.packets_read == self.tcp_packets + sum(self.skipped.values())
 
 
-@dataclass
-class PacketColumns:
-    """Decoded TCP packets of one capture in file order, one numpy array per field."""
-
-    columns: dict[str, np.ndarray]
-    sack_blocks: dict[str, np.ndarray]
-
-    def __len__(self) -> int:
-        return len(self.columns["frame"])
+DecodedColumns = tuple[dict[str, np.ndarray], dict[str, np.ndarray]]
 
 
-def read_packets(path: str, bpf_filter: str | None = None) -> tuple[PacketColumns, Accounting]:
-    """Decode every TCP packet of `path`; frame numbers are 1-based file positions (Wireshark)."""
+def decoded_batches(path: str, bpf_filter: str | None = None
+                    ) -> tuple[Accounting, Iterator[DecodedColumns]]:
+    """Open `path` and return its accounting and a generator of decoded TCP batches.
+
+    Each batch is a dict of packet columns (with `frame`, 1-based file positions as in
+    Wireshark, and `time_us`) and a dict of its SACK blocks (`row` = packet index within the
+    batch, `left_raw`, `right_raw`). The accounting is complete once the generator is
+    exhausted. Opening happens now, so a file that cannot be read fails here, before any output.
+    """
     reader = CaptureReader(path, bpf_filter)
     accounting = Accounting(path=path, linktype=reader.linktype)
-    parts: list[dict[str, np.ndarray]] = []
-    sack_parts: list[dict[str, np.ndarray]] = []
-    kept_before = 0
+    return accounting, _batches(reader, accounting)
+
+
+def _batches(reader: CaptureReader, accounting: Accounting) -> Iterator[DecodedColumns]:
     for batch in reader.batches():
         accounting.packets_read += len(batch)
         accepted = reader.filter_mask(batch)
-        accounting.add_skipped({skips.reason_text(skips.EXCLUDED_BY_FILTER): int((~accepted).sum())}
-                               if not accepted.all() else {})
+        if not accepted.all():
+            accounting.add_skipped({skips.reason_text(skips.EXCLUDED_BY_FILTER): int((~accepted).sum())})
         selected = np.flatnonzero(accepted)
         decoded = decode_batch(batch.buf, batch.offsets[selected], batch.caplens[selected],
                                reader.linktype)
         accounting.add_skipped(decoded.skipped)
-        if not decoded.columns:
+        if not decoded.columns or len(decoded.columns["batch_index"]) == 0:
             continue
-        in_batch = selected[decoded.columns.pop("batch_index")]
-        decoded.columns["frame"] = (batch.first_frame + in_batch).astype(np.uint32)
-        decoded.columns["time_us"] = batch.time_us[in_batch]
-        decoded.columns["captured_bytes"] = batch.caplens[in_batch].astype(np.uint32)
-        parts.append(decoded.columns)
-        sack = dict(decoded.sack_blocks)
-        sack["row"] = sack["row"] + kept_before
-        sack_parts.append(sack)
-        kept_before += len(in_batch)
-    accounting.tcp_packets = kept_before
+        columns = decoded.columns
+        in_batch = selected[columns.pop("batch_index")]
+        columns["frame"] = (batch.first_frame + in_batch).astype(np.uint32)
+        columns["time_us"] = batch.time_us[in_batch]
+        columns["captured_bytes"] = batch.caplens[in_batch].astype(np.uint32)
+        accounting.tcp_packets += len(in_batch)
+        yield columns, decoded.sack_blocks
     if reader.truncation:
         accounting.warnings.append(f"capture cut short ({reader.truncation}); "
                                    f"analysed the {accounting.packets_read} packets before it")
-    return PacketColumns(_concatenate(parts), _concatenate(sack_parts)), accounting
-
-
-def _concatenate(parts: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
-    if not parts:
-        return {}
-    return {name: np.concatenate([part[name] for part in parts]) for name in parts[0]}

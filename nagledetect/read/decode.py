@@ -16,16 +16,16 @@ from nagledetect.read import skips
 from nagledetect.read.layout import (
     BSD_NULL,
     ETHERNET,
+    IP_VERSION,
     IPV4,
     IPV6,
     IPV6_EXTENSION,
-    IPV6_FRAGMENT,
     IPV6_JUMBO_OPTION,
     LINUX_SLL,
     LINUX_SLL2,
     TCP,
     VLAN_TAG,
-    gather_field,
+    Header,
 )
 from nagledetect.read.tcp_options import decode_tcp_options
 
@@ -131,37 +131,37 @@ def _link_layer(buf: np.ndarray, cursor: _Cursor, linktype: int) -> np.ndarray:
     if linktype == LINKTYPE_ETHERNET:
         return _ethernet(buf, cursor)
     if linktype == LINKTYPE_LINUX_SLL:
-        return _fixed_link_header(buf, cursor, LINUX_SLL["protocol"], 16)
+        return _fixed_link_header(buf, cursor, LINUX_SLL, 16)
     if linktype == LINKTYPE_LINUX_SLL2:
-        return _fixed_link_header(buf, cursor, LINUX_SLL2["protocol"], 20)
+        return _fixed_link_header(buf, cursor, LINUX_SLL2, 20)
     if linktype in (LINKTYPE_NULL, LINKTYPE_LOOP):
         return _bsd_loopback(buf, cursor, byteswap_allowed=linktype == LINKTYPE_NULL)
     cursor.require(1, skips.TRUNCATED_IP_HEADER)
-    version = buf[cursor.safe_position()] >> 4
+    version = IP_VERSION.gather(buf, cursor.safe_position())["version"]
     return np.where(version == 6, ETHERTYPE_IPV6, ETHERTYPE_IPV4).astype(np.uint16)
 
 
 def _ethernet(buf: np.ndarray, cursor: _Cursor) -> np.ndarray:
     """Ethernet II with any number (up to MAX_VLAN_TAGS) of 802.1Q / 802.1ad tags."""
     cursor.require(14, skips.TRUNCATED_LINK_HEADER)
-    ethertype = gather_field(buf, cursor.safe_position(), ETHERNET["ethertype"])
+    ethertype = ETHERNET.gather(buf, cursor.safe_position())["ethertype"]
     cursor.position += 14
     for _ in range(MAX_VLAN_TAGS):
         tagged = np.isin(ethertype, VLAN_ETHERTYPES) & (cursor.skip == skips.KEPT)
         if not tagged.any():
             break
         cursor.require(4, skips.TRUNCATED_LINK_HEADER, tagged)
-        inner = gather_field(buf, cursor.safe_position(), VLAN_TAG["ethertype"])
+        inner = VLAN_TAG.gather(buf, cursor.safe_position())["ethertype"]
         ethertype = np.where(tagged, inner, ethertype)
         cursor.position[tagged] += 4
     return ethertype
 
 
 def _fixed_link_header(
-    buf: np.ndarray, cursor: _Cursor, protocol_field, header_bytes: int
+    buf: np.ndarray, cursor: _Cursor, header: Header, header_bytes: int
 ) -> np.ndarray:
     cursor.require(header_bytes, skips.TRUNCATED_LINK_HEADER)
-    protocol = gather_field(buf, cursor.safe_position(), protocol_field)
+    protocol = header.gather(buf, cursor.safe_position())["protocol"]
     cursor.position += header_bytes
     return protocol
 
@@ -169,7 +169,7 @@ def _fixed_link_header(
 def _bsd_loopback(buf: np.ndarray, cursor: _Cursor, byteswap_allowed: bool) -> np.ndarray:
     """BSD null/loopback: a 4-byte address family, in the capturing host's byte order for NULL."""
     cursor.require(4, skips.TRUNCATED_LINK_HEADER)
-    family = gather_field(buf, cursor.safe_position(), BSD_NULL["family"])
+    family = BSD_NULL.gather(buf, cursor.safe_position())["family"]
     if byteswap_allowed:
         family = np.where(family > 0xFFFF, family.byteswap(), family)
     cursor.position += 4
@@ -206,7 +206,7 @@ def _ipv4(buf, cursor: _Cursor, start, selected: np.ndarray, network: dict) -> N
     """IPv4: addresses stored IPv4-mapped (::ffff:a.b.c.d) so all keys have one shape."""
     if not selected.any():
         return
-    header = {name: gather_field(buf, start, f) for name, f in IPV4.items()}
+    header = IPV4.gather(buf, start)
     header_bytes = header["header_words"].astype(np.int64) * 4
     cursor.reject(selected & ((header["version"] != 4) | (header_bytes < 20)), skips.BAD_IP_HEADER)
     cursor.reject(selected & (header["fragment_offset"] > 0), skips.IPV4_LATER_FRAGMENT)
@@ -227,10 +227,9 @@ def _ipv6(buf, cursor: _Cursor, start, selected: np.ndarray, network: dict) -> N
     """IPv6 and its extension-header chain (hop-by-hop, routing, destination, fragment, AH)."""
     if not selected.any():
         return
-    header = {name: gather_field(buf, start, f) for name, f in IPV6.items()}
-    for side in ("src", "dst"):
-        for word, suffix in enumerate(("hi", "mid_hi", "mid_lo", "lo")):
-            network[f"{side}_{word}"][selected] = header[f"{side}_{suffix}"][selected]
+    header = IPV6.gather(buf, start)
+    for name in _ADDRESS_WORDS:
+        network[name][selected] = header[name][selected]
     payload = header["payload_length"].astype(np.int64)
     next_header = header["next_header"].astype(np.int64)
     cursor.position[selected] += 40
@@ -243,7 +242,7 @@ def _ipv6(buf, cursor: _Cursor, start, selected: np.ndarray, network: dict) -> N
 def _walk_ipv6_extensions(buf, cursor: _Cursor, selected, next_header, payload, jumbo):
     """Step over extension headers; returns each packet's upper-layer protocol and length."""
     if jumbo.any():
-        option = {n: gather_field(buf, cursor.safe_position(), f) for n, f in IPV6_JUMBO_OPTION.items()}
+        option = IPV6_JUMBO_OPTION.gather(buf, cursor.safe_position())
         has_jumbo = jumbo & (option["option_type"] == 0xC2)
         payload = np.where(has_jumbo, option["jumbo_length"].astype(np.int64), payload)
     for _ in range(MAX_IPV6_EXTENSIONS):
@@ -253,12 +252,11 @@ def _walk_ipv6_extensions(buf, cursor: _Cursor, selected, next_header, payload, 
             return next_header, payload
         cursor.require(8, skips.IPV6_EXTENSION_CHAIN, walking)
         position = cursor.safe_position()
-        ext = {n: gather_field(buf, position, f) for n, f in IPV6_EXTENSION.items()}
+        ext = IPV6_EXTENSION.gather(buf, position)
         units = ext["length_units"].astype(np.int64)
         length = np.where(next_header == IPV6_AUTH_HEADER, (units + 2) * 4, (units + 1) * 8)
         length = np.where(next_header == IPV6_FRAGMENT_HEADER, 8, length)
-        later_fragment = (next_header == IPV6_FRAGMENT_HEADER) & (
-            gather_field(buf, position, IPV6_FRAGMENT["fragment_offset"]) > 0)
+        later_fragment = (next_header == IPV6_FRAGMENT_HEADER) & (ext["fragment_offset"] > 0)
         cursor.reject(walking & later_fragment, skips.IPV6_LATER_FRAGMENT)
         walking &= cursor.skip == skips.KEPT
         next_header = np.where(walking, ext["next_header"], next_header)
@@ -274,7 +272,7 @@ def _transport_layer(buf, cursor: _Cursor, network: dict, kept: np.ndarray) -> d
     """The TCP header fixed part, and the payload length from the IP length (not the capture)."""
     cursor.require(20, skips.TRUNCATED_TCP_HEADER)
     start = cursor.safe_position()
-    header = {name: gather_field(buf, start, f) for name, f in TCP.items()}
+    header = TCP.gather(buf, start)
     header_bytes = header["header_words"].astype(np.int64) * 4
     payload = network["ip_payload_bytes"] - header_bytes
     cursor.reject(kept & ((header_bytes < 20) | (payload < 0)), skips.BAD_TCP_HEADER_LENGTH)

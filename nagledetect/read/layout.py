@@ -1,8 +1,10 @@
-"""Declarative header layouts and the vectorised field gather that reads them.
+"""Declarative header layouts, read for a whole batch of packets at once.
 
 Each header is a table of fields (name, byte offset, width, bit mask, shift), as in dpkt's
-header tables; `gather_fields` reads one field for a whole batch of packets at once with numpy,
-so no per-packet Python object is ever built.
+header tables. The table becomes a numpy structured dtype with big-endian fields; `gather`
+copies the header bytes of every packet in one fancy-indexing step (through a sliding-window
+view of the batch buffer) and views them through that dtype, so no per-packet Python object is
+ever built and each field costs one vectorised conversion.
 """
 
 from __future__ import annotations
@@ -10,8 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
 
-_WIDTH_DTYPES = {1: np.uint8, 2: np.uint16, 4: np.uint32}
+_BIG_ENDIAN_FORMATS = {1: "u1", 2: ">u2", 4: ">u4"}
 
 
 @dataclass(frozen=True)
@@ -25,43 +28,78 @@ class Field:
     shift: int = 0
 
 
-def _fields(*specs: tuple) -> dict[str, Field]:
-    return {spec[0]: Field(*spec) for spec in specs}
+class Header:
+    """A header layout: its fields and the structured dtype that reads them."""
+
+    def __init__(self, name: str, *specs: tuple) -> None:
+        self.name = name
+        self.fields = {spec[0]: Field(*spec) for spec in specs}
+        self.itemsize = max(f.offset + f.width for f in self.fields.values())
+        self.dtype = np.dtype({
+            "names": list(self.fields),
+            "formats": [_BIG_ENDIAN_FORMATS[f.width] for f in self.fields.values()],
+            "offsets": [f.offset for f in self.fields.values()],
+            "itemsize": self.itemsize,
+        })
+
+    def gather(self, buf: np.ndarray, positions: np.ndarray) -> HeaderValues:
+        """This header at `positions` of every packet; `buf` must be padded past its end."""
+        rows = sliding_window_view(buf, self.itemsize)[positions]
+        return HeaderValues(self, rows.view(self.dtype).ravel())
 
 
-ETHERNET = _fields(("ethertype", 12, 2))
-VLAN_TAG = _fields(("ethertype", 2, 2))
-LINUX_SLL = _fields(("protocol", 14, 2))
-LINUX_SLL2 = _fields(("protocol", 0, 2))
-BSD_NULL = _fields(("family", 0, 4))
+class HeaderValues:
+    """The gathered headers of a batch; `values[name]` is one field as a native array."""
 
-IPV4 = _fields(
+    def __init__(self, header: Header, records: np.ndarray) -> None:
+        self._header = header
+        self._records = records
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        field = self._header.fields[name]
+        value = self._records[name]
+        native = value.astype(value.dtype.newbyteorder("="))
+        if field.mask:
+            native &= field.mask
+        if field.shift:
+            native >>= field.shift
+        return native
+
+
+ETHERNET = Header("ethernet", ("ethertype", 12, 2))
+VLAN_TAG = Header("vlan", ("ethertype", 2, 2))
+LINUX_SLL = Header("sll", ("protocol", 14, 2))
+LINUX_SLL2 = Header("sll2", ("protocol", 0, 2))
+BSD_NULL = Header("null", ("family", 0, 4))
+IP_VERSION = Header("ip", ("version", 0, 1, 0xF0, 4))
+
+IPV4 = Header(
+    "ipv4",
     ("version", 0, 1, 0xF0, 4),
     ("header_words", 0, 1, 0x0F),
     ("total_length", 2, 2),
-    ("more_fragments", 6, 1, 0x20, 5),
     ("fragment_offset", 6, 2, 0x1FFF),
     ("protocol", 9, 1),
     ("src", 12, 4),
     ("dst", 16, 4),
 )
-IPV6 = _fields(
+IPV6 = Header(
+    "ipv6",
     ("payload_length", 4, 2),
     ("next_header", 6, 1),
-    ("src_hi", 8, 4),
-    ("src_mid_hi", 12, 4),
-    ("src_mid_lo", 16, 4),
-    ("src_lo", 20, 4),
-    ("dst_hi", 24, 4),
-    ("dst_mid_hi", 28, 4),
-    ("dst_mid_lo", 32, 4),
-    ("dst_lo", 36, 4),
+    ("src_0", 8, 4), ("src_1", 12, 4), ("src_2", 16, 4), ("src_3", 20, 4),
+    ("dst_0", 24, 4), ("dst_1", 28, 4), ("dst_2", 32, 4), ("dst_3", 36, 4),
 )
-IPV6_EXTENSION = _fields(("next_header", 0, 1), ("length_units", 1, 1))
-IPV6_FRAGMENT = _fields(("fragment_offset", 2, 2, 0xFFF8, 3))
-IPV6_JUMBO_OPTION = _fields(("option_type", 2, 1), ("jumbo_length", 4, 4))
+IPV6_EXTENSION = Header(
+    "ipv6 extension",
+    ("next_header", 0, 1),
+    ("length_units", 1, 1),
+    ("fragment_offset", 2, 2, 0xFFF8, 3),
+)
+IPV6_JUMBO_OPTION = Header("ipv6 jumbo", ("option_type", 2, 1), ("jumbo_length", 4, 4))
 
-TCP = _fields(
+TCP = Header(
+    "tcp",
     ("src_port", 0, 2),
     ("dst_port", 2, 2),
     ("seq", 4, 4),
@@ -70,25 +108,8 @@ TCP = _fields(
     ("flags", 12, 2, 0x01FF),
     ("window", 14, 2),
 )
-TCP_OPTION = _fields(("kind", 0, 1), ("length", 1, 1))
-TCP_OPTION_VALUES = _fields(
-    ("mss", 2, 2),
-    ("window_scale", 2, 1),
-    ("timestamp_value", 2, 4),
-    ("timestamp_echo", 6, 4),
-    ("sack_left", 0, 4),
-    ("sack_right", 4, 4),
-)
-
-
-def gather_field(buf: np.ndarray, positions: np.ndarray, field: Field) -> np.ndarray:
-    """Read `field` at `positions + field.offset` for every packet; `buf` must be padded."""
-    start = positions + field.offset
-    value = buf[start].astype(np.uint32)
-    for byte in range(1, field.width):
-        value = (value << 8) | buf[start + byte]
-    if field.mask:
-        value &= field.mask
-    if field.shift:
-        value >>= field.shift
-    return value.astype(_WIDTH_DTYPES[field.width], copy=False)
+TCP_OPTION = Header("tcp option", ("kind", 0, 1), ("length", 1, 1))
+TCP_MSS_OPTION = Header("mss", ("mss", 2, 2))
+TCP_WINDOW_SCALE_OPTION = Header("window scale", ("shift", 2, 1))
+TCP_TIMESTAMP_OPTION = Header("timestamp", ("value", 2, 4), ("echo", 6, 4))
+TCP_SACK_BLOCK = Header("sack block", ("left", 0, 4), ("right", 4, 4))

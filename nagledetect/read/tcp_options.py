@@ -8,7 +8,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from nagledetect.read.layout import TCP_OPTION, TCP_OPTION_VALUES, gather_field
+from nagledetect.read.layout import (
+    TCP_MSS_OPTION,
+    TCP_OPTION,
+    TCP_SACK_BLOCK,
+    TCP_TIMESTAMP_OPTION,
+    TCP_WINDOW_SCALE_OPTION,
+)
 
 MAX_OPTION_BYTES = 40
 MAX_SACK_BLOCKS = 4
@@ -52,9 +58,9 @@ def decode_tcp_options(
         if len(walking) == 0:
             break
         here = position[walking]
-        kind = gather_field(buf, here, TCP_OPTION["kind"])
-        length = np.where(kind == OPTION_NOP, 1,
-                          gather_field(buf, here, TCP_OPTION["length"]).astype(np.int64))
+        option = TCP_OPTION.gather(buf, here)
+        kind = option["kind"]
+        length = np.where(kind == OPTION_NOP, 1, option["length"].astype(np.int64))
         well_formed = (kind == OPTION_NOP) | ((length >= 2) & (here + length <= end[walking]))
         record = well_formed & (kind != OPTION_END)
         _record_values(buf, columns, walking[record], here[record], kind[record], length[record])
@@ -76,19 +82,17 @@ def decode_tcp_options(
 
 def _record_values(buf, columns, rows, here, kind, length) -> None:
     """Store the value of each MSS, window-scale, SACK-permitted and timestamp option found."""
-    values = TCP_OPTION_VALUES
     mss = (kind == OPTION_MSS) & (length == 4)
-    columns["opt_mss"][rows[mss]] = gather_field(buf, here[mss], values["mss"])
+    columns["opt_mss"][rows[mss]] = TCP_MSS_OPTION.gather(buf, here[mss])["mss"]
     scale = (kind == OPTION_WINDOW_SCALE) & (length == 3)
-    columns["opt_window_scale"][rows[scale]] = gather_field(
-        buf, here[scale], values["window_scale"]).astype(np.int8)
+    columns["opt_window_scale"][rows[scale]] = TCP_WINDOW_SCALE_OPTION.gather(
+        buf, here[scale])["shift"].astype(np.int8)
     columns["opt_sack_permitted"][rows[(kind == OPTION_SACK_PERMITTED) & (length == 2)]] = True
     stamp = (kind == OPTION_TIMESTAMP) & (length == 10)
     columns["opt_has_timestamp"][rows[stamp]] = True
-    columns["opt_timestamp_value"][rows[stamp]] = gather_field(
-        buf, here[stamp], values["timestamp_value"])
-    columns["opt_timestamp_echo"][rows[stamp]] = gather_field(
-        buf, here[stamp], values["timestamp_echo"])
+    timestamps = TCP_TIMESTAMP_OPTION.gather(buf, here[stamp])
+    columns["opt_timestamp_value"][rows[stamp]] = timestamps["value"]
+    columns["opt_timestamp_echo"][rows[stamp]] = timestamps["echo"]
 
 
 def _sack_blocks(buf, rows, here, kind, length):
@@ -99,7 +103,8 @@ def _sack_blocks(buf, rows, here, kind, length):
     for block in range(MAX_SACK_BLOCKS):
         has_block = block_count > block
         block_start = here[has_block] + 2 + 8 * block
+        edges = TCP_SACK_BLOCK.gather(buf, block_start)
         found_rows.append(rows[has_block])
-        found_left.append(gather_field(buf, block_start, TCP_OPTION_VALUES["sack_left"]))
-        found_right.append(gather_field(buf, block_start, TCP_OPTION_VALUES["sack_right"]))
+        found_left.append(edges["left"])
+        found_right.append(edges["right"])
     return np.concatenate(found_rows), np.concatenate(found_left), np.concatenate(found_right)

@@ -1,0 +1,114 @@
+"""Throughput and memory of reading, decoding and connection building, beside tcpdump and tcptrace.
+
+Builds (or reuses) a large capture by replicating a real trace with new addresses, then runs,
+each in its own process so peak memory is its own, `--repeats` times:
+  - tcpdump -r FILE -w /dev/null        (the libpcap read floor)
+  - tcptrace -n -l FILE                 (a C TCP analyser, full connection analysis)
+  - nagledetect read + decode           (nagledetect.read.capture.decoded_batches)
+  - nagledetect read + decode + flows   (nagledetect.load_capture: connections, roles, RTT)
+and prints medians in packets/s, ratios against tcpdump, and peak RSS (bytes per packet).
+
+    python3 benchmarks/bench_read.py --source sample_traces/seed003-nagle.pcap --packets 10000000
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+STAGES = {
+    "decode": "from nagledetect.read.capture import decoded_batches\n"
+              "accounting, batches = decoded_batches(PATH)\n"
+              "for _ in batches: pass\n"
+              "packets = accounting.packets_read\n",
+    "flows": "from nagledetect import load_capture\n"
+             "capture = load_capture(PATH)\n"
+             "packets = capture.accounting.packets_read\n",
+}
+
+
+def _timed(command: list[str]) -> tuple[float, int]:
+    """Wall seconds and peak RSS (KiB) of a child process, measured by wait4."""
+    start = time.perf_counter()
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    _, status, usage = os.wait4(process.pid, 0)
+    elapsed = time.perf_counter() - start
+    if status != 0:
+        raise SystemExit(f"failed: {' '.join(command)}")
+    return elapsed, usage.ru_maxrss
+
+
+def _python_stage(stage: str, path: Path) -> list[str]:
+    code = f"PATH = {str(path)!r}\n" + STAGES[stage]
+    return [sys.executable, "-c", code]
+
+
+def _count_packets(path: Path) -> int:
+    code = f"PATH = {str(path)!r}\n" + STAGES["decode"] + "print(packets)\n"
+    return int(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                              check=True).stdout)
+
+
+def run(path: Path, repeats: int) -> dict:
+    packets = _count_packets(path)
+    commands = {
+        "tcpdump -r FILE -w /dev/null": ["tcpdump", "-r", str(path), "-w", "/dev/null"],
+        "tcptrace -n -l FILE": ["tcptrace", "-n", "-l", str(path)],
+        "nagledetect read+decode": _python_stage("decode", path),
+        "nagledetect read+decode+connections": _python_stage("flows", path),
+    }
+    results = {}
+    for name, command in commands.items():
+        if shutil.which(command[0]) is None:
+            continue
+        runs = [_timed(command) for _ in range(repeats)]
+        seconds = statistics.median(r[0] for r in runs)
+        rss_kib = max(r[1] for r in runs)
+        results[name] = {"seconds": seconds, "packets_per_s": packets / seconds,
+                         "peak_rss_mb": rss_kib / 1024, "bytes_per_packet": rss_kib * 1024 / packets}
+    floor = results.get("tcpdump -r FILE -w /dev/null", {}).get("seconds")
+    for entry in results.values():
+        entry["x_tcpdump_time"] = entry["seconds"] / floor if floor else None
+    return {"file": str(path), "bytes": path.stat().st_size, "packets": packets,
+            "repeats": repeats, "results": results}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--source", type=Path, default=Path("sample_traces/seed003-nagle.pcap"))
+    parser.add_argument("--packets", type=int, default=10_000_000)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--capture", type=Path, help="use this large capture instead of building one")
+    parser.add_argument("--json", action="store_true", help="print the results as JSON")
+    arguments = parser.parse_args()
+    sys.path.insert(0, str(HERE))
+    from make_large_capture import build
+
+    with tempfile.TemporaryDirectory() as folder:
+        path = arguments.capture
+        if path is None:
+            path = Path(folder) / "large.pcap"
+            build(arguments.source, path, arguments.packets, 128)
+        report = run(path, arguments.repeats)
+    if arguments.json:
+        print(json.dumps(report, indent=2))
+        return
+    print(f"{report['packets']:,} packets, {report['bytes'] / 1e6:.0f} MB, median of {report['repeats']}")
+    print(f"{'command':40} {'seconds':>8} {'M pkt/s':>8} {'x tcpdump':>9} {'peak MB':>8} {'B/pkt':>6}")
+    for name, entry in report["results"].items():
+        ratio = f"{entry['x_tcpdump_time']:.2f}" if entry["x_tcpdump_time"] else "-"
+        print(f"{name:40} {entry['seconds']:8.2f} {entry['packets_per_s'] / 1e6:8.2f} {ratio:>9} "
+              f"{entry['peak_rss_mb']:8.0f} {entry['bytes_per_packet']:6.0f}")
+
+
+if __name__ == "__main__":
+    main()
