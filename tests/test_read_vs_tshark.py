@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 
 from nagledetect import load_capture
-from nagledetect.report.document import endpoint
+from nagledetect.events.endpoints import endpoint
 from tests.conftest import corpus_file, require_tool
 
 CAPTURES = [

@@ -9,15 +9,14 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from nagledetect.advice import ADVICE
+from nagledetect.analysis import Analysis
 from nagledetect.api import Capture
+from nagledetect.detectors.model import Finding, HostProfile
+from nagledetect.events.endpoints import endpoint
 from nagledetect.read.decode import LINKTYPE_NAMES
 
 SCHEMA = "nagledetect/1"
-
-
-def endpoint(address: str, port: int) -> str:
-    """"ip:port", with IPv6 addresses in brackets ("[v6]:port")."""
-    return f"[{address}]:{port}" if ":" in address else f"{address}:{port}"
 
 
 def _number(value: Any) -> Any:
@@ -79,20 +78,68 @@ def _connection_entry(row: Any, capture_index: int, first_id: int) -> dict[str, 
     }
 
 
-def build_document(captures: list[Capture]) -> dict[str, Any]:
+def _finding_entry(finding: Finding, capture_index: int, first_id: int) -> dict[str, Any]:
+    return {
+        "kind": finding.kind,
+        "subkind": finding.subkind,
+        "capture": capture_index,
+        "connection": first_id + finding.connection,
+        "sender": finding.sender,
+        "receiver": finding.receiver,
+        "count": finding.count,
+        "time_lost_s": round(finding.time_lost_s, 6),
+        "share": round(finding.share, 6),
+        "confidence": {"level": finding.confidence, "reasons": finding.confidence_reasons},
+        "summary": finding.summary,
+        "events": [event.as_dict() for event in finding.events],
+        "advice": finding.advice,
+        "details": finding.details,
+    }
+
+
+def _host_entry(host: HostProfile, capture_index: int, first_id: int) -> dict[str, Any]:
+    phase_lock = None
+    if host.phase_lock:
+        phase_lock = dict(host.phase_lock)
+        phase_lock["connections"] = [first_id + c for c in phase_lock.get("connections", [])]
+    return {
+        "address": host.address,
+        "capture": capture_index,
+        "delack_timer_ms": _number(host.delack_timer_ms),
+        "delack_spread_ms": _number(host.delack_spread_ms),
+        "delack_samples": host.delack_samples,
+        "stack_family": host.stack_family,
+        "phase_lock": phase_lock,
+    }
+
+
+def _advice_entries(findings: list[dict[str, Any]]) -> dict[str, Any]:
+    used = dict.fromkeys(key for finding in findings for key in finding["advice"])
+    return {key: {"side": ADVICE[key].side, "title": ADVICE[key].title, "why": ADVICE[key].why,
+                  "tradeoffs": ADVICE[key].tradeoffs, "calls": ADVICE[key].calls}
+            for key in used}
+
+
+def build_document(analyses: list[Analysis]) -> dict[str, Any]:
     """The whole result for one run over one or more captures."""
     from nagledetect import __version__
 
     connections: list[dict[str, Any]] = []
-    for index, capture in enumerate(captures):
+    findings: list[dict[str, Any]] = []
+    hosts: list[dict[str, Any]] = []
+    for index, analysis in enumerate(analyses):
         first_id = len(connections)
         connections.extend(_connection_entry(row, index, first_id)
-                           for row in capture.connections.itertuples(index=False))
+                           for row in analysis.capture.connections.itertuples(index=False))
+        findings.extend(_finding_entry(f, index, first_id) for f in analysis.findings)
+        hosts.extend(_host_entry(h, index, first_id) for h in analysis.hosts.values())
+    findings.sort(key=lambda finding: -finding["time_lost_s"])
     return {
         "schema": SCHEMA,
         "tool": {"name": "nagledetect", "version": __version__},
-        "captures": [_capture_entry(capture) for capture in captures],
+        "captures": [_capture_entry(analysis.capture) for analysis in analyses],
         "connections": connections,
-        "findings": [],
-        "hosts": [],
+        "findings": findings,
+        "hosts": hosts,
+        "advice": _advice_entries(findings),
     }

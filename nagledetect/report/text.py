@@ -1,65 +1,206 @@
-"""The terminal report: what was read, then the connection table (like `tshark -z conv,tcp`)."""
+"""The terminal report: diagnosis first, ranked by time lost; then how to fix it, the per-host
+delayed-ACK timers, phase locking, segment parity, the connection table and the accounting.
+
+It renders the result document only; every number here is also in the JSON.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
+import click
+
+KIND_TITLES = {
+    "nagle-delack-stall": "Nagle / delayed-ACK stall",
+    "phase-lock": "Delayed ACKs phase-locked to a clock tick",
+    "segment-parity": "Odd/even segment counts decide the stalls",
+    "tinygram-flood": "Tinygram flood (poor buffering)",
+    "stream-coalescing": "Small-message stream coalescing",
+    "stop-and-wait": "Stop-and-wait exchanges",
+    "loss-recovery": "Loss recovery (not Nagle)",
+    "zero-window": "Zero window (not Nagle)",
+    "think-time": "Application think time (not Nagle)",
+    "idle": "Idle (not Nagle)",
+}
+EVIDENCE_SHOWN = 3
+DEFAULT_LANGUAGES = ("C", "Python", "Go", "Java", "Node.js", ".NET", "Rust")
 CONNECTION_COLUMNS = (
-    ("id", ">4"), ("client", "<28"), ("server", "<28"), ("pkts c>s", ">9"), ("pkts s>c", ">9"),
-    ("bytes c>s", ">11"), ("bytes s>c", ">11"), ("MSS", ">6"), ("vantage", "<8"),
-    ("RTT ms", ">8"), ("client/server side", ">19"), ("dur s", ">9"),
+    ("id", ">4"), ("client", "<24"), ("server", "<24"), ("pkts c>s", ">8"), ("pkts s>c", ">8"),
+    ("bytes c>s", ">10"), ("bytes s>c", ">10"), ("MSS", ">6"), ("vantage", "<8"),
+    ("RTT ms", ">8"), ("c-side/s-side", ">15"), ("stalls", ">6"), ("lost s", ">8"),
 )
 
 
-def _format_ms(value: float | None) -> str:
-    return "-" if value is None else f"{value:.3f}"
+class _Style:
+    """Bold and colour only when asked (a TTY without NO_COLOR)."""
+
+    def __init__(self, colour: bool) -> None:
+        self.colour = colour
+
+    def heading(self, text: str) -> str:
+        return click.style(text, bold=True) if self.colour else text
+
+    def alert(self, text: str) -> str:
+        return click.style(text, fg="red", bold=True) if self.colour else text
+
+    def quiet(self, text: str) -> str:
+        return click.style(text, dim=True) if self.colour else text
 
 
-def _capture_lines(capture: dict[str, Any]) -> list[str]:
-    lines = [f"Capture {capture['path']} ({capture['link_type_name']}, link type "
-             f"{capture['link_type']})",
-             f"  packets read {capture['packets']}, TCP packets used {capture['tcp_packets']}, "
-             f"skipped {sum(capture['skipped'].values())}, connections {capture['connections']}"]
-    lines += [f"  skipped {count:>8}  {reason}" for reason, count in capture["skipped"].items()]
-    lines += [f"  warning: {warning}" for warning in capture["warnings"]]
+def _ms(value: float | None, digits: int = 3) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def _duration(seconds: float) -> str:
+    return f"{seconds * 1000:.1f} ms" if seconds < 1 else f"{seconds:.3f} s"
+
+
+def _headline(document: dict[str, Any]) -> str:
+    stalls = [f for f in document["findings"] if f["kind"] == "nagle-delack-stall"]
+    count = sum(f["count"] for f in stalls)
+    lost = sum(f["time_lost_s"] for f in stalls)
+    captures = len(document["captures"])
+    scope = (f"{captures} capture{'s' if captures != 1 else ''}, "
+             f"{len(document['connections'])} connection{'s' if len(document['connections']) != 1 else ''}")
+    if not stalls:
+        return f"No Nagle/delayed-ACK stalls found ({scope})."
+    return (f"{count} Nagle/delayed-ACK stall{'s' if count != 1 else ''} costing {_duration(lost)} "
+            f"on {len(stalls)} connection direction{'s' if len(stalls) != 1 else ''} ({scope}).")
+
+
+def _evidence(finding: dict[str, Any], verbose: bool) -> list[str]:
+    events = finding["events"] if verbose else finding["events"][:EVIDENCE_SHOWN]
+    lines = []
+    for event in events:
+        ack = (f" (+{event['ack_delay_ms']:.1f} ms hold)" if event.get("ack_delay_ms") is not None
+               else "")
+        reaction = (f" (+{event['reaction_ms'] * 1000:.0f} us)"
+                    if event.get("reaction_ms") is not None else "")
+        lines.append(f"       frame {event['last_data_frame']} last data -> frame "
+                     f"{event['delayed_ack_frame']} ACK{ack} -> frame {event['released_frame']} "
+                     f"released{reaction}: stall {_duration(event['stall_s'])}")
+    hidden = len(finding["events"]) - len(events)
+    if hidden > 0:
+        lines.append(f"       ... and {hidden} more (--verbose lists every event)")
     return lines
 
 
-def _connection_row(connection: dict[str, Any]) -> list[str]:
+def _finding_lines(rank: int, finding: dict[str, Any], document: dict[str, Any], verbose: bool,
+                   style: _Style) -> list[str]:
+    title = KIND_TITLES.get(finding["kind"], finding["kind"])
+    if finding.get("subkind"):
+        title += f" ({finding['subkind']})"
+    lines = [style.alert(f"{rank:>2}. {title}") +
+             f" on connection {finding['connection']}: {_duration(finding['time_lost_s'])} lost "
+             f"({finding['share'] * 100:.0f}% of the connection), confidence "
+             f"{finding['confidence']['level']}",
+             f"     {finding['summary']}."]
+    if finding["confidence"]["reasons"]:
+        lines.append(f"     Why we think so: {'; '.join(finding['confidence']['reasons'])}.")
+    lines += _evidence(finding, verbose)
+    for key in finding["advice"][:1]:
+        advice = document["advice"][key]
+        side = finding["sender"] if advice["side"] == "sender" else (
+            finding["receiver"] if advice["side"] == "receiver" else "the application")
+        lines.append(f"     Fix ({advice['side']} {side} must change): {advice['title']} "
+                     f"[{key}]; would save up to {_duration(finding['time_lost_s'])} here.")
+    others = ", ".join(finding["advice"][1:])
+    if others:
+        lines.append(f"     Other fixes: {others} (see HOW TO FIX).")
+    lines += [f"     Warning: {warning}" for warning in finding.get("details", {}).get("warnings", [])]
+    return lines
+
+
+def _how_to_fix(document: dict[str, Any], style: _Style) -> list[str]:
+    if not document["advice"]:
+        return []
+    lines = [style.heading("HOW TO FIX")]
+    for key, advice in document["advice"].items():
+        lines.append(f"  [{key}] {advice['title']} ({advice['side']} side)")
+        lines.append(f"    {advice['why']}")
+        lines.append(f"    Trade-offs: {advice['tradeoffs']}")
+        lines += [f"    {language:8} {advice['calls'][language]}" for language in DEFAULT_LANGUAGES
+                  if language in advice["calls"]]
+    return lines + [""]
+
+
+def _hosts(document: dict[str, Any], style: _Style) -> list[str]:
+    lines = [style.heading("DELAYED-ACK TIMERS (per receiving host, fingerprinted from lone-segment ACKs)")]
+    hosts = [h for h in document["hosts"] if h["delack_samples"] > 0]
+    if not hosts:
+        return lines + ["  no delayed ACKs seen", ""]
+    lines.append(f"  {'host':<40} {'timer ms':>9} {'spread ms':>10} {'samples':>8}  stack")
+    lines += [f"  {h['address']:<40} {_ms(h['delack_timer_ms'], 1):>9} "
+              f"{_ms(h['delack_spread_ms'], 2):>10} {h['delack_samples']:>8}  {h['stack_family']}"
+              for h in hosts]
+    lines.append("")
+    lines.append(style.heading("PHASE LOCKING (delayed ACKs on a global clock tick)"))
+    locked = [h for h in document["hosts"] if h["phase_lock"] and h["phase_lock"].get("locked")]
+    tested = [h for h in document["hosts"] if h["phase_lock"]]
+    for host in tested:
+        lock = host["phase_lock"]
+        verdict = "LOCKED" if lock.get("locked") else "not locked"
+        lines.append(f"  {host['address']:<40} {verdict}: tick {lock['period_ms']:.0f} ms, "
+                     f"Rayleigh R={lock['rayleigh_r']:.3f}, p={lock['p_value']:.2g}, n={lock['n']}, "
+                     f"phase {lock['phase_ms']:.1f} ms, connections {len(lock['connections'])}")
+    if not tested:
+        lines.append("  not tested (too few delayed ACKs)")
+    elif not locked:
+        lines.append("  no host's delayed ACKs follow a global tick")
+    return lines + [""]
+
+
+def _connection_row(connection: dict[str, Any], stalls: dict[int, tuple[int, float]]) -> list[str]:
     mss = f"{connection['mss']}{'~' if connection['mss_source'] == 'estimated' else ''}"
     client = connection["client"] + ("?" if connection["client_guessed"] else "")
-    sides = (f"{_format_ms(connection['rtt_client_side_ms'])}/"
-             f"{_format_ms(connection['rtt_server_side_ms'])}")
+    sides = f"{_ms(connection['rtt_client_side_ms'])}/{_ms(connection['rtt_server_side_ms'])}"
+    count, lost = stalls.get(connection["id"], (0, 0.0))
     return [str(connection["id"]), client, connection["server"],
             str(connection["packets"]["client_to_server"]),
             str(connection["packets"]["server_to_client"]),
             str(connection["bytes"]["client_to_server"]),
             str(connection["bytes"]["server_to_client"]), mss, connection["vantage"],
-            _format_ms(connection["rtt_ms"]), sides, f"{connection['duration_s']:.3f}"]
+            _ms(connection["rtt_ms"]), sides, str(count), f"{lost:.3f}"]
 
 
-def _table(rows: list[list[str]]) -> list[str]:
+def _connections(document: dict[str, Any], style: _Style) -> list[str]:
+    stalls: dict[int, tuple[int, float]] = {}
+    for finding in document["findings"]:
+        if finding["kind"] == "nagle-delack-stall":
+            count, lost = stalls.get(finding["connection"], (0, 0.0))
+            stalls[finding["connection"]] = (count + finding["count"], lost + finding["time_lost_s"])
     header = " ".join(f"{name:{spec}}" for name, spec in CONNECTION_COLUMNS)
-    lines = [header, "-" * len(header)]
-    for row in rows:
-        lines.append(" ".join(f"{cell:{spec}}" for cell, (_, spec) in zip(row, CONNECTION_COLUMNS)))
+    lines = [style.heading(f"CONNECTIONS ({len(document['connections'])})"), header, "-" * len(header)]
+    for connection in document["connections"]:
+        cells = _connection_row(connection, stalls)
+        lines.append(" ".join(f"{cell:{spec}}" for cell, (_, spec) in zip(cells, CONNECTION_COLUMNS)))
+    lines.append(style.quiet("  MSS~ estimated (no handshake); client? guessed by the port rule; "
+                             "RTT sides: tap to client / tap to server."))
+    return lines + [""]
+
+
+def _accounting(document: dict[str, Any], style: _Style) -> list[str]:
+    lines = [style.heading("CAPTURE ACCOUNTING")]
+    for capture in document["captures"]:
+        skipped = sum(capture["skipped"].values())
+        lines.append(f"  {capture['path']} ({capture['link_type_name']}, link type "
+                     f"{capture['link_type']}): {capture['packets']} packets read = "
+                     f"{capture['tcp_packets']} TCP used + {skipped} skipped")
+        lines += [f"    skipped {count:>9}  {reason}" for reason, count in capture["skipped"].items()]
+        lines += [f"    warning: {warning}" for warning in capture["warnings"]]
     return lines
 
 
-def render_text(document: dict[str, Any]) -> str:
+def render_text(document: dict[str, Any], verbose: bool = False, colour: bool = False) -> str:
     """The whole text report for a document built by `build_document`."""
-    lines: list[str] = []
-    for capture in document["captures"]:
-        lines += _capture_lines(capture)
-    lines.append("")
+    style = _Style(colour)
+    lines = [style.heading(_headline(document)), ""]
     if document["findings"]:
-        lines.append(f"Findings: {len(document['findings'])}")
-    else:
-        lines.append("Findings: none.")
-    lines.append("")
-    lines.append(f"Connections ({len(document['connections'])})")
-    lines += _table([_connection_row(c) for c in document["connections"]])
-    lines.append("")
-    lines.append("MSS~ = estimated (no handshake seen); client? = guessed by the port rule; "
-                 "RTT sides = tap to client / tap to server.")
+        lines.append(style.heading("DIAGNOSIS (ranked by time lost)"))
+        for rank, finding in enumerate(document["findings"], start=1):
+            lines += _finding_lines(rank, finding, document, verbose, style) + [""]
+    lines += _how_to_fix(document, style)
+    lines += _hosts(document, style)
+    lines += _connections(document, style)
+    lines += _accounting(document, style)
     return "\n".join(lines) + "\n"

@@ -1,0 +1,142 @@
+"""The headline: a small segment held by Nagle until the peer's delayed ACK released it.
+
+In one direction (SPEC section 4.1): the receiver's pure ACK acknowledges everything the sender
+had sent; that ACK came a delayed-ACK time after the sender's previous data (far longer than the
+round trip); and a small segment (or a super-segment's small tail) left right after the ACK, within
+the time the sender needs to react as seen from the tap (microseconds at the sender, one round
+trip at the receiver). No data from the receiver came in between (else it is think time), the
+sender retransmitted nothing (else it is loss recovery) and the window was open (else it is a
+zero window). The stall lasts from the previous data segment to the released one.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from nagledetect.detectors.delack_timer import (
+    MIN_DELAYED_HOLD_MS,
+    RTT_MULTIPLE,
+    receiver_side_rtt_ms,
+)
+from nagledetect.detectors.model import DetectorInput, Finding, StallEvent
+from nagledetect.events.endpoints import direction_endpoints
+from nagledetect.events.segments import PURE_ACK_ROLES
+
+KIND = "nagle-delack-stall"
+MIN_REACTION_LIMIT_MS = 1.0
+UNKNOWN_RTT_REACTION_LIMIT_MS = 5.0
+TIMER_MATCH_SHARE = 0.25
+REPEATED = 3
+
+
+def sender_side_rtt_ms(connections: pd.DataFrame, connection: np.ndarray,
+                       direction: np.ndarray) -> np.ndarray:
+    """Round trip between the tap and the sender of each (connection, direction); NaN if unknown."""
+    return receiver_side_rtt_ms(connections, connection, 1 - direction)
+
+
+def stall_candidates(columns: DetectorInput) -> pd.DataFrame:
+    """Every segment that passes the stall test, with its ACK delay and reaction time."""
+    segments = columns.segments
+    connections = columns.connections
+    connection = segments["connection"].to_numpy()
+    direction = segments["direction"].to_numpy()
+    table = connections.set_index("id")
+    rtt_known = table["rtt_ms"].reindex(connection).notna().to_numpy()
+    total_rtt_ms = np.nan_to_num(table["rtt_ms"].reindex(connection).to_numpy(), nan=0.0)
+    reaction_ms = (segments["time_us"] - segments["peer_time_us"]).to_numpy() / 1000
+    reaction_limit_ms = np.where(
+        rtt_known,
+        np.maximum(MIN_REACTION_LIMIT_MS, 2 * sender_side_rtt_ms(connections, connection, direction) + 0.5),
+        UNKNOWN_RTT_REACTION_LIMIT_MS)
+    ack_lag_ms = (segments["peer_time_us"] - segments["prev_time_us"]).to_numpy() / 1000
+    hold_ms = ack_lag_ms - receiver_side_rtt_ms(connections, connection, direction)
+    passes = (
+        segments["is_small"].to_numpy()
+        & (segments["prev_frame"].to_numpy() >= 0)
+        & segments["peer_role"].isin(PURE_ACK_ROLES).to_numpy()
+        & (segments["peer_time_us"].to_numpy() > segments["prev_time_us"].to_numpy())
+        & (segments["peer_ack"].to_numpy() >= segments["sent_max_before"].to_numpy())
+        & (segments["peer_data_between"].to_numpy() == 0)
+        & (segments["own_retransmissions_between"].to_numpy() == 0)
+        & (segments["peer_window_bytes"].to_numpy() > 0)
+        & (reaction_ms >= 0) & (reaction_ms <= reaction_limit_ms)
+        & (hold_ms >= np.maximum(MIN_DELAYED_HOLD_MS, RTT_MULTIPLE * total_rtt_ms))
+    )
+    found = segments[passes].copy()
+    found["reaction_ms"] = reaction_ms[passes]
+    found["reaction_limit_ms"] = reaction_limit_ms[passes]
+    found["hold_ms"] = hold_ms[passes]
+    found["stall_s"] = (found["time_us"] - found["prev_time_us"]) / 1e6
+    return found
+
+
+def _subkind(stalls: pd.DataFrame) -> str:
+    """write-write-read when the data before the hold was itself small; a 2N-segment tail when
+    it was a full segment; otherwise a small tail after larger data."""
+    previous_small = (stalls["prev_payload_bytes"] < stalls["mss"]).mean() >= 0.5
+    if previous_small:
+        return "write-write-read"
+    full_segment = (stalls["prev_payload_bytes"] == stalls["mss"]).mean() >= 0.5
+    return "2n-segment-tail" if full_segment else "small-tail"
+
+
+def _confidence(stalls: pd.DataFrame, timer_ms: float | None, mss_estimated: bool
+                ) -> tuple[str, list[str]]:
+    reasons = []
+    score = 0
+    median_reaction_ms = float(stalls["reaction_ms"].median())
+    if median_reaction_ms <= 0.5 * float(stalls["reaction_limit_ms"].median()):
+        score += 1
+        reasons.append(f"held data left {median_reaction_ms * 1000:.0f} us (median) after the ACK")
+    median_hold_ms = float(stalls["hold_ms"].median())
+    if timer_ms and abs(median_hold_ms - timer_ms) <= TIMER_MATCH_SHARE * timer_ms:
+        score += 1
+        reasons.append(f"ACK delay {median_hold_ms:.1f} ms matches the receiver's "
+                       f"delayed-ACK timer ({timer_ms:.1f} ms)")
+    if len(stalls) >= REPEATED:
+        score += 1
+        reasons.append(f"repeated {len(stalls)} times")
+    if mss_estimated:
+        score -= 1
+        reasons.append("MSS estimated (no handshake in the capture)")
+    level = "high" if score >= 3 else "medium" if score == 2 else "low"
+    return level, reasons
+
+
+def _advice(subkind: str) -> list[str]:
+    if subkind == "2n-segment-tail":
+        return ["double-buffer", "single-write-nodelay", "resize-message", "quickack"]
+    return ["single-write-nodelay", "writev", "cork", "quickack"]
+
+
+def detect(columns: DetectorInput) -> list[Finding]:
+    stalls = stall_candidates(columns)
+    names = direction_endpoints(columns.connections)
+    findings = []
+    for (connection, direction), rows in stalls.groupby(["connection", "direction"], sort=True):
+        row = columns.connection_row(connection)
+        sender, receiver = names[(int(connection), int(direction))]
+        receiver_address = row.server_address if direction == 0 else row.client_address
+        host = columns.hosts.get(str(receiver_address))
+        timer_ms = host.delack_timer_ms if host else None
+        confidence, reasons = _confidence(rows, timer_ms, bool(row.mss_estimated))
+        subkind = _subkind(rows)
+        time_lost_s = float(rows["stall_s"].sum())
+        events = [StallEvent(int(r.prev_frame), int(r.peer_frame), int(r.frame), float(r.stall_s),
+                             float(r.prev_time_us) / 1e6, float(r.hold_ms), float(r.reaction_ms))
+                  for r in rows.itertuples()]
+        findings.append(Finding(
+            kind=KIND, connection=int(connection), sender=sender, receiver=receiver,
+            count=len(rows), time_lost_s=time_lost_s,
+            share=time_lost_s / row.duration_s if row.duration_s > 0 else 0.0,
+            confidence=confidence, confidence_reasons=reasons, events=events,
+            advice=_advice(subkind), subkind=subkind,
+            details={"median_ack_delay_ms": round(float(rows["hold_ms"].median()), 3),
+                     "median_reaction_ms": round(float(rows["reaction_ms"].median()), 4),
+                     "median_held_bytes": float(rows["tail_bytes"].median())},
+            summary=(f"{sender} held small segments until {receiver}'s delayed ACK released them: "
+                     f"{len(rows)} stalls of {float(rows['stall_s'].median()) * 1000:.1f} ms (median)"),
+        ))
+    return findings
