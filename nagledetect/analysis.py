@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from nagledetect.api import Capture
-from nagledetect.detectors import CONNECTION_DETECTORS
+from nagledetect.detectors import CONNECTION_DETECTORS, nagle_stall, phase_lock, segment_parity
 from nagledetect.detectors.delack_timer import delack_samples, fingerprint_hosts
 from nagledetect.detectors.model import DetectorInput, Finding, HostProfile
 from nagledetect.events.messages import messages, number_messages
@@ -28,10 +28,14 @@ class Analysis:
     delack_samples: pd.DataFrame
     hosts: dict[str, HostProfile]
     findings: list[Finding]
+    parity: pd.DataFrame
 
 
 def run_detectors(capture: Capture) -> Analysis:
     """Run every detector over one capture."""
+    if capture.packets.empty:
+        return Analysis(capture, pd.DataFrame(), pd.DataFrame(), pd.DataFrame(), {}, [],
+                        pd.DataFrame())
     segments = data_segments(capture.packets, capture.connections)
     segments["message"] = number_messages(segments)
     message_table = messages(segments)
@@ -40,5 +44,10 @@ def run_detectors(capture: Capture) -> Analysis:
     columns = DetectorInput(capture.packets, capture.connections, segments, message_table, hosts)
     for detector in CONNECTION_DETECTORS:
         columns.earlier_findings.extend(detector.detect(columns))
+    delayed = samples[samples["delayed"]]
+    hold_ms_by_host = {str(host): rows["hold_ms"].to_numpy() for host, rows in delayed.groupby("host")}
+    stalls = [f for f in columns.earlier_findings if f.kind == nagle_stall.KIND]
+    columns.earlier_findings.extend(phase_lock.detect_hosts(hosts, hold_ms_by_host, stalls))
     findings = sorted(columns.earlier_findings, key=lambda f: -f.time_lost_s)
-    return Analysis(capture, segments, message_table, samples, hosts, findings)
+    parity = segment_parity.parity_table(columns)
+    return Analysis(capture, segments, message_table, samples, hosts, findings, parity)

@@ -4,9 +4,11 @@ In one direction (SPEC section 4.1): the receiver's pure ACK acknowledges everyt
 had sent; that ACK came a delayed-ACK time after the sender's previous data (far longer than the
 round trip); and a small segment (or a super-segment's small tail) left right after the ACK, within
 the time the sender needs to react as seen from the tap (microseconds at the sender, one round
-trip at the receiver). No data from the receiver came in between (else it is think time), the
+trip between tap and sender elsewhere: between half and 1.3 times that round trip, plus 1 ms).
+Delayed-ACK timers are at most 500 ms (RFC 1122), so a longer wait is something else. No data from the receiver came in between (else it is think time), the
 sender retransmitted nothing (else it is loss recovery) and the window was open (else it is a
-zero window). The stall lasts from the previous data segment to the released one.
+zero window). The stall lasts from the previous data segment to the released one. A one-way
+stream whose held data accumulates is named stream coalescing instead (found before this runs).
 """
 
 from __future__ import annotations
@@ -24,7 +26,11 @@ from nagledetect.events.endpoints import direction_endpoints
 from nagledetect.events.segments import PURE_ACK_ROLES
 
 KIND = "nagle-delack-stall"
+STREAM_COALESCING_KIND = "stream-coalescing"
 MIN_REACTION_LIMIT_MS = 1.0
+REACTION_RTT_FACTOR = 1.3
+REACTION_FLOOR_FACTOR = 0.5
+MAX_DELAYED_HOLD_MS = 600.0
 UNKNOWN_RTT_REACTION_LIMIT_MS = 5.0
 TIMER_MATCH_SHARE = 0.25
 REPEATED = 3
@@ -46,10 +52,11 @@ def stall_candidates(columns: DetectorInput) -> pd.DataFrame:
     rtt_known = table["rtt_ms"].reindex(connection).notna().to_numpy()
     total_rtt_ms = np.nan_to_num(table["rtt_ms"].reindex(connection).to_numpy(), nan=0.0)
     reaction_ms = (segments["time_us"] - segments["peer_time_us"]).to_numpy() / 1000
+    sender_rtt_ms = sender_side_rtt_ms(connections, connection, direction)
     reaction_limit_ms = np.where(
-        rtt_known,
-        np.maximum(MIN_REACTION_LIMIT_MS, 2 * sender_side_rtt_ms(connections, connection, direction) + 0.5),
+        rtt_known, np.maximum(MIN_REACTION_LIMIT_MS, REACTION_RTT_FACTOR * sender_rtt_ms + 1.0),
         UNKNOWN_RTT_REACTION_LIMIT_MS)
+    reaction_floor_ms = np.where(rtt_known, REACTION_FLOOR_FACTOR * sender_rtt_ms, 0.0)
     ack_lag_ms = (segments["peer_time_us"] - segments["prev_time_us"]).to_numpy() / 1000
     hold_ms = ack_lag_ms - receiver_side_rtt_ms(connections, connection, direction)
     passes = (
@@ -61,8 +68,9 @@ def stall_candidates(columns: DetectorInput) -> pd.DataFrame:
         & (segments["peer_data_between"].to_numpy() == 0)
         & (segments["own_retransmissions_between"].to_numpy() == 0)
         & (segments["peer_window_bytes"].to_numpy() > 0)
-        & (reaction_ms >= 0) & (reaction_ms <= reaction_limit_ms)
+        & (reaction_ms >= reaction_floor_ms) & (reaction_ms <= reaction_limit_ms)
         & (hold_ms >= np.maximum(MIN_DELAYED_HOLD_MS, RTT_MULTIPLE * total_rtt_ms))
+        & (hold_ms <= MAX_DELAYED_HOLD_MS)
     )
     found = segments[passes].copy()
     found["reaction_ms"] = reaction_ms[passes]
@@ -114,10 +122,14 @@ def _advice(subkind: str) -> list[str]:
 def detect(columns: DetectorInput) -> list[Finding]:
     stalls = stall_candidates(columns)
     names = direction_endpoints(columns.connections)
+    streams = {(f.connection, f.sender) for f in columns.earlier_findings
+               if f.kind == STREAM_COALESCING_KIND}
     findings = []
     for (connection, direction), rows in stalls.groupby(["connection", "direction"], sort=True):
         row = columns.connection_row(connection)
         sender, receiver = names[(int(connection), int(direction))]
+        if (int(connection), sender) in streams:
+            continue
         receiver_address = row.server_address if direction == 0 else row.client_address
         host = columns.hosts.get(str(receiver_address))
         timer_ms = host.delack_timer_ms if host else None

@@ -9,10 +9,17 @@ import numpy as np
 import pandas as pd
 
 IDLE_GAP_US = 1_000_000
+MESSAGE_COLUMNS = (
+    "message", "connection", "direction", "first_frame", "last_frame", "start_us", "end_us",
+    "bytes", "packets", "wire_segments", "mss", "median_payload_bytes", "segments_needed",
+    "last_segment_full", "odd_segments",
+)
 
 
 def number_messages(segments: pd.DataFrame) -> pd.Series:
     """Message number of every data segment (aligned to the segments' index)."""
+    if segments.empty:
+        return pd.Series(np.zeros(0, dtype=np.int64), index=segments.index)
     ordered = segments.sort_values(["connection", "frame"], kind="stable")
     connection = ordered["connection"].to_numpy()
     direction = ordered["direction"].to_numpy()
@@ -26,6 +33,8 @@ def number_messages(segments: pd.DataFrame) -> pd.Series:
 
 def messages(segments: pd.DataFrame) -> pd.DataFrame:
     """One row per message (segments must carry `message`): size, packets, segments needed."""
+    if segments.empty:
+        return pd.DataFrame(columns=MESSAGE_COLUMNS)
     grouped = segments.groupby("message", sort=True)
     table = grouped.agg(
         connection=("connection", "first"), direction=("direction", "first"),

@@ -25,6 +25,8 @@ def group_ids(starts: np.ndarray) -> np.ndarray:
 def grouped_cumsum(values: np.ndarray, starts: np.ndarray) -> np.ndarray:
     """Running sum that restarts at every group start (inclusive of the current element)."""
     total = np.cumsum(values, dtype=np.int64)
+    if len(total) == 0:
+        return total
     first = np.flatnonzero(starts)
     before_group = np.concatenate(([0], total[first[1:] - 1]))
     return total - np.repeat(before_group, np.diff(np.append(first, len(values))))

@@ -72,6 +72,10 @@ def _evidence(finding: dict[str, Any], verbose: bool) -> list[str]:
     events = finding["events"] if verbose else finding["events"][:EVIDENCE_SHOWN]
     lines = []
     for event in events:
+        if event["delayed_ack_frame"] == event["released_frame"]:
+            lines.append(f"       frame {event['last_data_frame']} last data -> frame "
+                         f"{event['released_frame']} next data: gap {_duration(event['stall_s'])}")
+            continue
         ack = (f" (+{event['ack_delay_ms']:.1f} ms hold)" if event.get("ack_delay_ms") is not None
                else "")
         reaction = (f" (+{event['reaction_ms'] * 1000:.0f} us)"
@@ -90,9 +94,10 @@ def _finding_lines(rank: int, finding: dict[str, Any], document: dict[str, Any],
     title = KIND_TITLES.get(finding["kind"], finding["kind"])
     if finding.get("subkind"):
         title += f" ({finding['subkind']})"
+    cost = (f"{_duration(finding['time_lost_s'])} lost ({finding['share'] * 100:.0f}% of the "
+            f"connection)" if finding["time_lost_s"] > 0 else "no extra time counted")
     lines = [style.alert(f"{rank:>2}. {title}") +
-             f" on connection {finding['connection']}: {_duration(finding['time_lost_s'])} lost "
-             f"({finding['share'] * 100:.0f}% of the connection), confidence "
+             f" on connection {finding['connection']}: {cost}, confidence "
              f"{finding['confidence']['level']}",
              f"     {finding['summary']}."]
     if finding["confidence"]["reasons"]:
@@ -100,10 +105,12 @@ def _finding_lines(rank: int, finding: dict[str, Any], document: dict[str, Any],
     lines += _evidence(finding, verbose)
     for key in finding["advice"][:1]:
         advice = document["advice"][key]
-        side = finding["sender"] if advice["side"] == "sender" else (
-            finding["receiver"] if advice["side"] == "receiver" else "the application")
-        lines.append(f"     Fix ({advice['side']} {side} must change): {advice['title']} "
-                     f"[{key}]; would save up to {_duration(finding['time_lost_s'])} here.")
+        who = {"sender": f"the sender {finding['sender']}",
+               "receiver": f"the receiver {finding['receiver']}"}.get(
+            advice["side"], "the application protocol")
+        saving = (f"; would save up to {_duration(finding['time_lost_s'])} here"
+                  if finding["time_lost_s"] > 0 else "")
+        lines.append(f"     Fix ({who} must change): {advice['title']} [{key}]{saving}.")
     others = ", ".join(finding["advice"][1:])
     if others:
         lines.append(f"     Other fixes: {others} (see HOW TO FIX).")

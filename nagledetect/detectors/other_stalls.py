@@ -1,0 +1,101 @@
+"""Every other gap, named so it is not blamed on Nagle (SPEC section 4.8).
+
+Each gap between consecutive new-data segments of a connection that exceeds the threshold
+(10 ms, and four round trips) gets exactly one cause, in this order: a Nagle/delayed-ACK stall
+already found (its released segment ends the gap: left to that finding); loss recovery (a
+retransmission inside the gap); zero window (a zero window advertised inside it); think time
+(the gap ends with the other side's data: its application took that long to answer); idle (the
+same side sends again: it had nothing to send, e.g. a paced writer or a pause between requests).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from nagledetect.detectors.model import DetectorInput, Finding, StallEvent
+from nagledetect.detectors.nagle_stall import KIND as STALL_KIND
+from nagledetect.detectors.stream_coalescing import KIND as STREAM_KIND
+
+GAP_MIN_MS = 10.0
+RTT_MULTIPLE = 4
+CAUSES = ("loss-recovery", "zero-window", "think-time", "idle")
+ADVICE = {"loss-recovery": [], "zero-window": [], "think-time": [], "idle": []}
+DESCRIPTIONS = {
+    "loss-recovery": "waited for lost data to be retransmitted",
+    "zero-window": "waited while the receiver's window was zero",
+    "think-time": "waited for the other side's application to answer",
+    "idle": "had nothing to send (paced writes or pauses between messages)",
+}
+
+
+def _gaps(columns: DetectorInput) -> pd.DataFrame:
+    """Gaps between consecutive new-data segments of each connection above the threshold."""
+    segments = columns.segments.sort_values(["connection", "frame"], kind="stable")
+    same = segments["connection"].to_numpy()[1:] == segments["connection"].to_numpy()[:-1]
+    gap_us = np.diff(segments["time_us"].to_numpy())
+    rtt_ms = columns.connections.set_index("id")["rtt_ms"].reindex(
+        segments["connection"].to_numpy()[1:]).fillna(0).to_numpy()
+    threshold_us = np.maximum(GAP_MIN_MS, RTT_MULTIPLE * rtt_ms) * 1000
+    keep = np.flatnonzero(same & (gap_us > threshold_us))
+    before = segments.iloc[keep]
+    after = segments.iloc[keep + 1]
+    return pd.DataFrame({
+        "connection": after["connection"].to_numpy(),
+        "before_frame": before["frame"].to_numpy(), "after_frame": after["frame"].to_numpy(),
+        "before_time_us": before["time_us"].to_numpy(), "after_time_us": after["time_us"].to_numpy(),
+        "before_direction": before["direction"].to_numpy(),
+        "after_direction": after["direction"].to_numpy(),
+    })
+
+
+def _packets_within(packets: pd.DataFrame, gaps: pd.DataFrame, mask: np.ndarray) -> np.ndarray:
+    """For each gap: does any packet selected by `mask` lie strictly inside it (same connection)."""
+    selected = packets.loc[mask, ["connection", "frame"]]
+    if selected.empty or gaps.empty:
+        return np.zeros(len(gaps), dtype=bool)
+    key = selected["connection"].to_numpy().astype(np.int64) * (1 << 32) + selected["frame"].to_numpy()
+    key.sort()
+    low = gaps["connection"].to_numpy().astype(np.int64) * (1 << 32) + gaps["before_frame"].to_numpy()
+    high = gaps["connection"].to_numpy().astype(np.int64) * (1 << 32) + gaps["after_frame"].to_numpy()
+    return np.searchsorted(key, high, side="right") > np.searchsorted(key, low, side="right")
+
+
+def classify_gaps(columns: DetectorInput) -> pd.DataFrame:
+    gaps = _gaps(columns)
+    released = {event.released_frame for f in columns.earlier_findings
+                if f.kind in (STALL_KIND, STREAM_KIND) for event in f.events}
+    packets = columns.packets
+    role = packets["role"].astype(str).to_numpy()
+    retransmitted = _packets_within(packets, gaps, np.isin(role, ("retransmission", "out_of_order")))
+    zero_window = _packets_within(packets, gaps, (packets["window_bytes"].to_numpy() == 0)
+                                  & (role != "rst") & (role != "syn"))
+    cause = np.where(gaps["before_direction"] != gaps["after_direction"], "think-time", "idle")
+    cause = np.where(zero_window, "zero-window", cause)
+    cause = np.where(retransmitted, "loss-recovery", cause)
+    cause = np.where(gaps["after_frame"].isin(released), STALL_KIND, cause)
+    return gaps.assign(cause=cause, gap_s=(gaps["after_time_us"] - gaps["before_time_us"]) / 1e6)
+
+
+def detect(columns: DetectorInput) -> list[Finding]:
+    gaps = classify_gaps(columns)
+    gaps = gaps[gaps["cause"].isin(CAUSES)]
+    findings = []
+    for (connection, cause), rows in gaps.groupby(["connection", "cause"], sort=True):
+        row = columns.connection_row(connection)
+        lost_s = float(rows["gap_s"].sum())
+        events = [StallEvent(int(r.before_frame), int(r.after_frame), int(r.after_frame),
+                             float(r.gap_s), float(r.before_time_us) / 1e6)
+                  for r in rows.itertuples()]
+        waiting = rows["after_direction"].iloc[0]
+        who = "client" if waiting == 0 else "server"
+        findings.append(Finding(
+            kind=str(cause), connection=int(connection), sender=None, receiver=None,
+            count=len(rows), time_lost_s=lost_s,
+            share=lost_s / row.duration_s if row.duration_s > 0 else 0.0,
+            confidence="high", confidence_reasons=["named by what ended each gap"],
+            events=events, advice=ADVICE[str(cause)],
+            details={"median_gap_ms": round(float(rows["gap_s"].median()) * 1000, 3)},
+            summary=(f"{len(rows)} gaps of {float(rows['gap_s'].median()) * 1000:.1f} ms (median): "
+                     f"the connection {DESCRIPTIONS[str(cause)]}; e.g. the {who} sent next")))
+    return findings

@@ -1,0 +1,74 @@
+"""Small-message stream coalescing (seed 002): a one-way stream of small writes under Nagle and
+delayed ACK goes out as one small packet, then one large accumulated packet per ACK cycle.
+
+A direction qualifies when its peer sends no data, it carries many packets, and a third or more
+of them are accumulated packets (several times the smallest common write, under one MSS) that
+left right after a pure ACK acknowledged everything. The hold of each accumulated packet (from
+the previous data to its release) is the delay the stream's messages suffered.
+Seed 002's cost model: throughput = packet rate x (floor(MSS / size) + 1) x size / 2.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from nagledetect.detectors.model import DetectorInput, Finding
+from nagledetect.detectors.nagle_stall import stall_candidates
+from nagledetect.events.endpoints import direction_endpoints
+
+KIND = "stream-coalescing"
+MIN_PACKETS = 20
+ACCUMULATED_SHARE = 0.3
+ACCUMULATION_FACTOR = 3
+
+
+def one_way_directions(columns: DetectorInput) -> list[tuple[int, int]]:
+    """(connection, direction) pairs whose peer sent no data at all."""
+    table = columns.connections
+    pairs = []
+    for row in table.itertuples(index=False):
+        if row.bytes_server_to_client == 0 and row.packets_client_to_server >= MIN_PACKETS:
+            pairs.append((int(row.id), 0))
+        if row.bytes_client_to_server == 0 and row.packets_server_to_client >= MIN_PACKETS:
+            pairs.append((int(row.id), 1))
+    return pairs
+
+
+def detect(columns: DetectorInput) -> list[Finding]:
+    pairs = one_way_directions(columns)
+    if not pairs:
+        return []
+    released = stall_candidates(columns)
+    names = direction_endpoints(columns.connections)
+    findings = []
+    for connection, direction in pairs:
+        segments = columns.segments[(columns.segments["connection"] == connection)
+                                    & (columns.segments["direction"] == direction)]
+        if len(segments) < MIN_PACKETS:
+            continue
+        write_bytes = int(segments["payload_bytes"].mode().min())
+        mine = released[(released["connection"] == connection) & (released["direction"] == direction)]
+        accumulated = mine[mine["payload_bytes"] >= ACCUMULATION_FACTOR * write_bytes]
+        if len(accumulated) < ACCUMULATED_SHARE * len(segments):
+            continue
+        sender, receiver = names[(connection, direction)]
+        mss = int(segments["mss"].iloc[0])
+        delay_s = float(accumulated["stall_s"].sum())
+        duration_s = float(columns.connection_row(connection).duration_s)
+        findings.append(Finding(
+            kind=KIND, connection=connection, sender=sender, receiver=receiver,
+            count=len(accumulated), time_lost_s=delay_s,
+            share=delay_s / duration_s if duration_s > 0 else 0.0,
+            confidence="high" if len(accumulated) >= 10 else "medium",
+            confidence_reasons=[f"{len(accumulated)} accumulated packets (median "
+                                f"{float(accumulated['payload_bytes'].median()):.0f} bytes of "
+                                f"{write_bytes}-byte writes) each released right after a delayed ACK"],
+            advice=["nodelay-stream", "quickack"],
+            details={"write_bytes": write_bytes, "mss": mss,
+                     "median_accumulated_bytes": float(accumulated["payload_bytes"].median()),
+                     "median_hold_ms": float(np.median(accumulated["hold_ms"])),
+                     "messages_per_ack_cycle_model": mss // write_bytes + 1},
+            summary=(f"{sender} streams {write_bytes}-byte writes that leave as one small packet "
+                     f"then one accumulated {float(accumulated['payload_bytes'].median()):.0f}-byte "
+                     f"packet per delayed ACK ({float(np.median(accumulated['hold_ms'])):.1f} ms)")))
+    return findings
