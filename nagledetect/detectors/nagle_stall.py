@@ -2,13 +2,13 @@
 
 In one direction (SPEC section 4.1): the receiver's pure ACK acknowledges everything the sender
 had sent; that ACK came a delayed-ACK time after the sender's previous data (far longer than the
-round trip); and a small segment (or a super-segment's small tail) left right after the ACK, within
-the time the sender needs to react as seen from the tap (microseconds at the sender, one round
-trip between tap and sender elsewhere: between half and 1.3 times that round trip, plus 1 ms).
-Delayed-ACK timers are at most 500 ms (RFC 1122), so a longer wait is something else. No data from the receiver came in between (else it is think time), the
-sender retransmitted nothing (else it is loss recovery) and the window was open (else it is a
-zero window). The stall lasts from the previous data segment to the released one. A one-way
-stream whose held data accumulates is named stream coalescing instead (found before this runs).
+round trip, and at most 500 ms, RFC 1122's limit); and a small segment (or a super-segment's
+small tail) left right after the ACK, within the time the sender needs to react as seen from the
+tap: microseconds at the sender, one round trip between tap and sender elsewhere (between half
+and 1.3 times that round trip, plus 1 ms). No data from the receiver came in between (else it is
+think time), the sender retransmitted nothing (else it is loss recovery) and the window was open
+(else it is a zero window). The stall lasts from the previous data segment to the released one.
+A one-way stream whose held data accumulates is named stream coalescing instead (found first).
 """
 
 from __future__ import annotations
