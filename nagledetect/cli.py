@@ -16,6 +16,7 @@ from nagledetect import __version__
 from nagledetect.analysis import Analysis, run_detectors
 from nagledetect.api import load_capture
 from nagledetect.errors import InputError
+from nagledetect.lab.cli import lab
 from nagledetect.report.document import build_document
 from nagledetect.report.text import render_text
 
@@ -96,13 +97,4 @@ def _fail(message: str) -> None:
     sys.exit(EXIT_INPUT_ERROR)
 
 
-def _register_lab() -> None:
-    """The lab lives in its own sub-package; the CLI works without it where it is absent."""
-    try:
-        from nagledetect.lab.cli import lab
-    except ImportError:
-        return
-    main.add_command(lab)
-
-
-_register_lab()
+main.add_command(lab)

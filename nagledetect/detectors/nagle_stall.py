@@ -5,10 +5,11 @@ had sent; that ACK came a delayed-ACK time after the sender's previous data (far
 round trip, and at most 500 ms, RFC 1122's limit); and a small segment (or a super-segment's
 small tail) left right after the ACK, within the time the sender needs to react as seen from the
 tap: microseconds at the sender, one round trip between tap and sender elsewhere (between half
-and 1.3 times that round trip, plus 1 ms). No data from the receiver came in between (else it is
-think time), the sender retransmitted nothing (else it is loss recovery) and the window was open
-(else it is a zero window). The stall lasts from the previous data segment to the released one.
-A one-way stream whose held data accumulates is named stream coalescing instead (found first).
+and 1.3 times that round trip, plus 1 ms; no lower bound when that round trip is under 1 ms).
+No data from the receiver came in between (else it is think time), the sender retransmitted
+nothing (else it is loss recovery) and the window was open (else it is a zero window). The
+stall lasts from the previous data segment to the released one. A one-way stream whose held
+data accumulates is named stream coalescing instead (found first).
 """
 
 from __future__ import annotations
@@ -56,7 +57,8 @@ def stall_candidates(columns: DetectorInput) -> pd.DataFrame:
     reaction_limit_ms = np.where(
         rtt_known, np.maximum(MIN_REACTION_LIMIT_MS, REACTION_RTT_FACTOR * sender_rtt_ms + 1.0),
         UNKNOWN_RTT_REACTION_LIMIT_MS)
-    reaction_floor_ms = np.where(rtt_known, REACTION_FLOOR_FACTOR * sender_rtt_ms, 0.0)
+    reaction_floor_ms = np.where(rtt_known & (sender_rtt_ms > MIN_REACTION_LIMIT_MS),
+                                 REACTION_FLOOR_FACTOR * sender_rtt_ms, 0.0)
     ack_lag_ms = (segments["peer_time_us"] - segments["prev_time_us"]).to_numpy() / 1000
     hold_ms = ack_lag_ms - receiver_side_rtt_ms(connections, connection, direction)
     passes = (

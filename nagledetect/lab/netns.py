@@ -1,0 +1,99 @@
+"""Two network namespaces joined by a veth pair, torn down afterwards even on failure.
+
+Addresses are private and live only inside the namespaces this lab creates (10.77.0.0/24 and
+fd77::/64): no traffic leaves the machine.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+PREFIX = "ndlab"
+CLIENT_V4, SERVER_V4 = "10.77.0.1", "10.77.0.2"
+CLIENT_V6, SERVER_V6 = "fd77::1", "fd77::2"
+OFFLOAD_FEATURES = ("tso", "gso", "gro")
+REQUIRED_TOOLS = ("ip", "tcpdump", "ethtool")
+
+
+class LabError(Exception):
+    """The lab cannot run here; the message says why in one line."""
+
+
+@dataclass(frozen=True)
+class Lab:
+    client_ns: str
+    server_ns: str
+    client_if: str
+    server_if: str
+
+    def namespace(self, side: str) -> str:
+        return self.client_ns if side == "client" else self.server_ns
+
+    def interface(self, side: str) -> str:
+        return self.client_if if side == "client" else self.server_if
+
+    def command(self, side: str, *argv: str) -> list[str]:
+        """A command line that runs `argv` inside one side's namespace."""
+        return ["ip", "netns", "exec", self.namespace(side), *argv]
+
+
+def check_can_run() -> None:
+    """Root and the tools the lab needs; LabError otherwise."""
+    if os.geteuid() != 0:
+        raise LabError("the lab needs root (network namespaces, veth, tcpdump): run it with sudo")
+    missing = [tool for tool in REQUIRED_TOOLS if shutil.which(tool) is None]
+    if missing:
+        raise LabError(f"the lab needs {', '.join(missing)} (apt-get install iproute2 tcpdump ethtool)")
+
+
+def _run(*argv: str) -> None:
+    result = subprocess.run(argv, capture_output=True, text=True)
+    if result.returncode != 0:
+        raise LabError(f"{' '.join(argv)}: {result.stderr.strip() or 'failed'}")
+
+
+def remove_stale() -> None:
+    """Delete namespaces left by an earlier run that was killed before it could clean up."""
+    listing = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    for line in listing.splitlines():
+        name = line.split()[0] if line.split() else ""
+        if name.startswith(f"{PREFIX}-"):
+            subprocess.run(["ip", "netns", "del", name], capture_output=True)
+
+
+@contextmanager
+def lab_network(mtu: int = 1500, offload: bool = False) -> Iterator[Lab]:
+    """Create the two namespaces and the veth pair; always delete them on the way out."""
+    check_can_run()
+    remove_stale()
+    tag = str(os.getpid())
+    lab = Lab(f"{PREFIX}-c{tag}", f"{PREFIX}-s{tag}", f"{PREFIX}c{tag}", f"{PREFIX}s{tag}")
+    try:
+        _run("ip", "netns", "add", lab.client_ns)
+        _run("ip", "netns", "add", lab.server_ns)
+        _run("ip", "link", "add", lab.client_if, "type", "veth", "peer", "name", lab.server_if)
+        for side, v4, v6 in (("client", CLIENT_V4, CLIENT_V6), ("server", SERVER_V4, SERVER_V6)):
+            _configure_side(lab, side, v4, v6, mtu, offload)
+        yield lab
+    finally:
+        for namespace in (lab.client_ns, lab.server_ns):
+            subprocess.run(["ip", "netns", "del", namespace], capture_output=True)
+        subprocess.run(["ip", "link", "del", lab.client_if], capture_output=True)
+
+
+def _configure_side(lab: Lab, side: str, v4: str, v6: str, mtu: int, offload: bool) -> None:
+    namespace, interface = lab.namespace(side), lab.interface(side)
+    _run("ip", "link", "set", interface, "netns", namespace)
+    inside = ("ip", "-n", namespace)
+    _run(*inside, "addr", "add", f"{v4}/24", "dev", interface)
+    _run(*inside, "-6", "addr", "add", f"{v6}/64", "dev", interface, "nodad")
+    _run(*inside, "link", "set", interface, "mtu", str(mtu), "up")
+    _run(*inside, "link", "set", "lo", "up")
+    state = "on" if offload else "off"
+    features = [item for feature in OFFLOAD_FEATURES for item in (feature, state)]
+    _run("ip", "netns", "exec", namespace, "ethtool", "-K", interface, *features)

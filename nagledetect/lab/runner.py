@@ -1,0 +1,189 @@
+"""Run a scenario in the lab: server, capture, client; then write the capture's manifest.
+
+The manifest is ground truth from the application, not from the trace: each exchange's start
+and latency as the client measured them, the writes on each side and the socket options. An
+exchange counts as stalled when its latency exceeds what the scenario itself explains (server
+think time plus the client's pacing) by STALL_EXCESS_S or more.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import select
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, replace
+from pathlib import Path
+from typing import Any
+
+from nagledetect.lab.netns import (
+    CLIENT_V4,
+    CLIENT_V6,
+    SERVER_V4,
+    SERVER_V6,
+    Lab,
+    LabError,
+    lab_network,
+)
+from nagledetect.lab.scenarios import Flow, Scenario
+
+SNAPLEN = 128
+STALL_EXCESS_S = 0.02
+START_TIMEOUT_S = 10.0
+RUN_TIMEOUT_S = 300.0
+CAPTURE_DRAIN_S = 0.5
+MANIFEST_SCHEMA = "nagledetect-lab/1"
+
+
+def _wait_for_line(process: subprocess.Popen, stream_name: str, needle: str) -> None:
+    stream = getattr(process, stream_name)
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([stream], [], [], 0.2)
+        if ready:
+            line = stream.readline()
+            if needle in line:
+                return
+            if not line and process.poll() is not None:
+                break
+    process.kill()
+    raise LabError(f"{process.args[3] if len(process.args) > 3 else process.args}: did not start")
+
+
+def _pauses(flow: Flow, rng: random.Random) -> list[list[float]]:
+    """Pause before each exchange of each connection copy (none before the first)."""
+    def one(index: int) -> float:
+        if index == 0:
+            return 0.0
+        if flow.pause_range_s:
+            return rng.uniform(*flow.pause_range_s)
+        return flow.pause_s
+    return [[one(i) for i in range(flow.exchanges)] for _ in range(flow.connections)]
+
+
+def peer_spec(scenario: Scenario, seed: int = 1) -> dict[str, Any]:
+    rng = random.Random(seed)
+    flows = []
+    for flow in scenario.flows:
+        entry = asdict(flow)
+        entry["server_writes"] = [flow.server_writes_for(i) for i in range(flow.exchanges)]
+        entry["pauses_s"] = _pauses(flow, rng)
+        flows.append(entry)
+    return {"server_address": SERVER_V6 if scenario.ipv6 else SERVER_V4, "flows": flows}
+
+
+def _start_capture(lab: Lab, side: str, pcap: Path) -> subprocess.Popen:
+    process = subprocess.Popen(
+        lab.command(side, "tcpdump", "-i", lab.interface(side), "-s", str(SNAPLEN), "-U",
+                    "--immediate-mode", "-n", "-Z", "root", "-w", str(pcap)),
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    _wait_for_line(process, "stderr", "listening on")
+    return process
+
+
+def _stop(process: subprocess.Popen, sig: int = signal.SIGINT) -> None:
+    if process.poll() is None:
+        process.send_signal(sig)
+    try:
+        process.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
+def run_in_lab(scenario: Scenario, pcap: Path) -> list[dict[str, Any]]:
+    """Run the scenario's traffic while capturing it; returns what the client measured."""
+    with lab_network(scenario.mtu, scenario.offload) as lab, tempfile.TemporaryDirectory() as folder:
+        spec_path = Path(folder) / "spec.json"
+        result_path = Path(folder) / "result.json"
+        spec_path.write_text(json.dumps(peer_spec(scenario)))
+        peer = [sys.executable, "-m", "nagledetect.lab.peer"]
+        server = subprocess.Popen(lab.command("server", *peer, "server", str(spec_path)),
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            _wait_for_line(server, "stdout", "ready")
+            capture = _start_capture(lab, scenario.side, pcap)
+            try:
+                client = subprocess.run(lab.command("client", *peer, "client", str(spec_path),
+                                                    str(result_path)),
+                                        capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
+                if client.returncode != 0:
+                    raise LabError(f"client failed: {client.stderr.strip().splitlines()[-1:]}")
+                time.sleep(CAPTURE_DRAIN_S)
+            finally:
+                _stop(capture)
+        finally:
+            _stop(server, signal.SIGTERM)
+        return json.loads(result_path.read_text())
+
+
+def _holder(flow: Flow) -> str:
+    """The side whose data Nagle can hold: the one writing a message in several pieces."""
+    if len(flow.client_writes_bytes) > 1:
+        return "client"
+    if len(flow.server_writes_for(0)) > 1:
+        return "server"
+    return "client" if sum(flow.client_writes_bytes) >= sum(flow.server_writes_for(0)) else "server"
+
+
+def _connection_truth(result: dict[str, Any], flow: Flow) -> dict[str, Any]:
+    explained_s = flow.think_time_s + flow.pacing_s * max(len(flow.client_writes_bytes) - 1, 0)
+    exchanges = result["exchanges"]
+    stalled = [e for e in exchanges if not flow.one_way
+               and e["latency_s"] - explained_s >= STALL_EXCESS_S]
+    latencies = [e["latency_s"] for e in exchanges if not flow.one_way]
+    return {
+        "flow": flow.name, "client": result["client"], "server": result["server"],
+        "stack": flow.stack,
+        "client_options": [f"TCP_{o.upper()}" for o in flow.client_options],
+        "server_options": [f"TCP_{o.upper()}" for o in flow.server_options],
+        "exchanges": exchanges,
+        "expected": {
+            "nagle_stalls": len(stalled),
+            "holder": _holder(flow) if stalled else None,
+            "clean": not stalled,
+            "median_latency_ms": round(statistics.median(latencies) * 1000, 3) if latencies else None,
+            "stall_rule": f"latency - (think time + pacing) >= {STALL_EXCESS_S * 1000:.0f} ms",
+        },
+    }
+
+
+def build_manifest(scenario: Scenario, pcap: Path, results: list[dict[str, Any]]) -> dict[str, Any]:
+    flows = {flow.name: flow for flow in scenario.flows}
+    connections = sorted((_connection_truth(r, flows[r["flow"]]) for r in results),
+                         key=lambda c: c["client"])
+    stalls = sum(c["expected"]["nagle_stalls"] for c in connections)
+    return {
+        "schema": MANIFEST_SCHEMA,
+        "scenario": scenario.name, "seed": scenario.seed, "description": scenario.description,
+        "expectation": scenario.expectation,
+        "capture": {"file": pcap.name, "side": scenario.side, "interface": "veth",
+                    "snaplen": SNAPLEN, "mtu": scenario.mtu, "offload": scenario.offload},
+        "hosts": {"client": {"ipv4": CLIENT_V4, "ipv6": CLIENT_V6},
+                  "server": {"ipv4": SERVER_V4, "ipv6": SERVER_V6}},
+        "connections": connections,
+        "summary": {"connections": len(connections), "nagle_stalls": stalls,
+                    "exchanges": sum(len(c["exchanges"]) for c in connections)},
+    }
+
+
+def run_scenario(scenario: Scenario, out_dir: Path, name: str | None = None) -> dict[str, Any]:
+    """Capture the scenario into OUT_DIR/NAME.pcap and write OUT_DIR/NAME.json beside it."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    name = name or scenario.name
+    pcap = out_dir / f"{name}.pcap"
+    results = run_in_lab(scenario, pcap)
+    manifest = build_manifest(scenario, pcap, results)
+    (out_dir / f"{name}.json").write_text(json.dumps(manifest, indent=1) + "\n")
+    return manifest
+
+
+def shortened(scenario: Scenario, exchanges: int) -> Scenario:
+    """The same scenario with at most `exchanges` exchanges per connection."""
+    return replace(scenario, flows=tuple(replace(f, exchanges=min(f.exchanges, exchanges))
+                                         for f in scenario.flows))
