@@ -80,3 +80,35 @@ def test_traps_are_named_for_what_they_are(trap: str) -> None:
     kinds = _kinds(trap)
     assert "nagle-delack-stall" not in kinds
     assert kinds & {"think-time", "idle"}
+
+
+def test_classic_receiver_fingerprints_at_200_ms_and_phase_locks() -> None:
+    """classic-phase-lock: the scapy peer ACKs only on a global 200 ms tick (its code), so its
+    delayed ACKs share one phase across the four connections."""
+    _, document = _document(SAMPLE_TRACES / "classic-phase-lock.json")
+    peer = next(h for h in document["hosts"] if h["address"] == "10.77.0.2")
+    assert 180 <= peer["delack_timer_ms"] <= 220
+    lock = peer["phase_lock"]
+    assert lock["locked"] and lock["period_ms"] == 200 and lock["p_value"] < 1e-6
+    assert len(lock["connections"]) >= 2
+    assert any(f["kind"] == "phase-lock" for f in document["findings"])
+
+
+def test_one_way_small_message_stream_is_stream_coalescing() -> None:
+    """classic-stream: 100-byte writes every 30 ms leave as one packet per 200 ms tick holding
+    6-7 writes (tcpdump: lengths 600-700), which is coalescing, not a request/response stall."""
+    kinds = _kinds("classic-stream")
+    assert "stream-coalescing" in kinds and "nagle-delack-stall" not in kinds
+
+
+def test_fixed_size_blocks_get_the_seed_001_arithmetic() -> None:
+    """100,000 = 69 x 1448 + 88 (seed 001); 69 x 1448 = 99,912 and 70 x 1448 = 101,360."""
+    _, document = _document(SAMPLE_TRACES / "classic-2n-blocks-100000.json")
+    parity = next(f for f in document["findings"] if f["kind"] == "segment-parity")
+    arithmetic = parity["details"]["arithmetic"]
+    assert arithmetic["message_bytes"] == 100_000 and arithmetic["mss"] == 1448
+    assert (arithmetic["full_segments"], arithmetic["remainder_bytes"]) == (69, 88)
+    assert arithmetic["nearest_smaller_ok_bytes"] == 99_912
+    assert arithmetic["nearest_larger_ok_bytes"] == 101_360
+    stalls = [f for f in document["findings"] if f["kind"] == "nagle-delack-stall"]
+    assert {f["subkind"] for f in stalls} == {"2n-segment-tail"}

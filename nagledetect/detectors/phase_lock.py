@@ -7,6 +7,7 @@ the phases wander with the data; a global tick makes the phases agree while the 
 vary with when the data arrived. So a host is called locked only when the phase is significant
 (p below 1e-3) and the holding times are not one constant timer (coefficient of variation above
 0.15). Connections whose own mean phase lies within a tenth of the tick of the host's share it.
+A locked host's delayed-ACK timer is its tick: the holding times it shows spread over the tick.
 """
 
 from __future__ import annotations
@@ -91,6 +92,8 @@ def detect_hosts(hosts: dict[str, HostProfile], hold_ms_by_host: dict[str, np.nd
         if not host.phase_lock or not host.phase_lock["locked"]:
             continue
         lock = host.phase_lock
+        host.delack_timer_ms = lock["period_ms"]
+        host.stack_family = f"BSD-like ({lock['period_ms']:.0f} ms global tick)"
         stalls = [event.stall_s for finding in stall_findings
                   if finding.receiver and finding.receiver.rsplit(":", 1)[0].strip("[]") == address
                   for event in finding.events]

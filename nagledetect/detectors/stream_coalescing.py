@@ -20,6 +20,14 @@ KIND = "stream-coalescing"
 MIN_PACKETS = 20
 ACCUMULATED_SHARE = 0.3
 ACCUMULATION_FACTOR = 3
+MIN_WRITE_BYTES = 8
+
+
+def _write_size(payload_bytes: np.ndarray) -> int:
+    """The application's write size: the common divisor of all payloads when writes have a fixed
+    size (accumulated packets are multiples of it), else the smallest payload."""
+    divisor = int(np.gcd.reduce(payload_bytes.astype(np.int64)))
+    return divisor if divisor >= MIN_WRITE_BYTES else int(payload_bytes.min())
 
 
 def one_way_directions(columns: DetectorInput) -> list[tuple[int, int]]:
@@ -46,7 +54,7 @@ def detect(columns: DetectorInput) -> list[Finding]:
                                     & (columns.segments["direction"] == direction)]
         if len(segments) < MIN_PACKETS:
             continue
-        write_bytes = int(segments["payload_bytes"].mode().min())
+        write_bytes = _write_size(segments["payload_bytes"].to_numpy())
         mine = released[(released["connection"] == connection) & (released["direction"] == direction)]
         accumulated = mine[mine["payload_bytes"] >= ACCUMULATION_FACTOR * write_bytes]
         if len(accumulated) < ACCUMULATED_SHARE * len(segments):

@@ -1,9 +1,10 @@
 """Where the capture was taken, and the round-trip time on each side of the tap.
 
 From the handshake: SYN -> SYN/ACK is the round trip between the tap and the server, SYN/ACK ->
-ACK the round trip between the tap and the client. Without a handshake: the smallest lag from a
-data segment to the first ACK that covers it, per direction (delayed ACKs only make lags longer,
-so the minimum is the round trip). A side whose round trip is under a third of the total holds
+ACK the round trip between the tap and the client. From the data: the smallest lag from a data
+segment to the first ACK that covers it, per direction (delayed ACKs only make lags longer, so
+the minimum is the round trip). A busy host answers a SYN late, so where both are known the
+smaller one is taken. A side whose round trip is under a third of the total holds
 the tap: "client" or "server"; otherwise "middle".
 """
 
@@ -47,14 +48,20 @@ def ack_lags_us(view: dict[str, np.ndarray], group: np.ndarray, group_count: int
     return smallest
 
 
+def _smaller_known(first_us: np.ndarray, second_us: np.ndarray) -> np.ndarray:
+    """The smaller of two round-trip estimates where both are known (-1 = unknown)."""
+    both = (first_us >= 0) & (second_us >= 0)
+    return np.where(both, np.minimum(first_us, second_us), np.maximum(first_us, second_us))
+
+
 def vantage_table(handshake_times_us: pd.DataFrame, lags_us: np.ndarray) -> pd.DataFrame:
     """Per connection: RTT to the client side and to the server side of the tap, and vantage."""
     client_data_lag = lags_us[0::2]
     server_data_lag = lags_us[1::2]
     syn, syn_ack, ack = (handshake_times_us[c].to_numpy() for c in ("syn", "syn_ack", "ack"))
     has_handshake = (syn >= 0) & (syn_ack >= syn) & (ack >= syn_ack)
-    server_side = np.where(has_handshake, syn_ack - syn, client_data_lag)
-    client_side = np.where(has_handshake, ack - syn_ack, server_data_lag)
+    server_side = _smaller_known(np.where(has_handshake, syn_ack - syn, -1), client_data_lag)
+    client_side = _smaller_known(np.where(has_handshake, ack - syn_ack, -1), server_data_lag)
     known = (server_side >= 0) & (client_side >= 0)
     total = np.where(known, server_side + client_side, -1)
     vantage = np.full(len(total), "unknown", dtype=object)

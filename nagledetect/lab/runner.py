@@ -30,13 +30,15 @@ from nagledetect.lab.netns import (
     LabError,
     lab_network,
 )
+from nagledetect.lab.peer import BASE_PORT
 from nagledetect.lab.scenarios import Flow, Scenario
 
 SNAPLEN = 128
-STALL_EXCESS_S = 0.02
+STALL_EXCESS_S = 0.01
 START_TIMEOUT_S = 10.0
 RUN_TIMEOUT_S = 300.0
 CAPTURE_DRAIN_S = 0.5
+SERVER_EXIT_S = 3.0
 MANIFEST_SCHEMA = "nagledetect-lab/1"
 
 
@@ -96,14 +98,31 @@ def _stop(process: subprocess.Popen, sig: int = signal.SIGINT) -> None:
         process.wait()
 
 
-def run_in_lab(scenario: Scenario, pcap: Path) -> list[dict[str, Any]]:
-    """Run the scenario's traffic while capturing it; returns what the client measured."""
+def _server_command(lab: Lab, scenario: Scenario, spec_path: Path, holds_path: Path) -> list[str]:
+    """Linux's own stack, or the scapy classic peer with the kernel's RSTs for its ports dropped."""
+    if all(flow.stack == "linux" for flow in scenario.flows):
+        return lab.command("server", sys.executable, "-m", "nagledetect.lab.peer", "server",
+                           str(spec_path))
+    if scenario.ipv6:
+        raise LabError("the classic (scapy) peer speaks IPv4 only")
+    for index in range(len(scenario.flows)):
+        subprocess.run(lab.command("server", "iptables", "-A", "OUTPUT", "-p", "tcp", "--sport",
+                                   str(BASE_PORT + index), "--tcp-flags", "RST", "RST", "-j", "DROP"),
+                       check=True, capture_output=True)
+    return lab.command("server", sys.executable, "-m", "nagledetect.lab.classic_peer",
+                       str(spec_path), lab.interface("server"), str(holds_path))
+
+
+def run_in_lab(scenario: Scenario, pcap: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Run the scenario's traffic while capturing it; returns what the client measured and the
+    holds the classic peer made as a sender (none for Linux's own server)."""
     with lab_network(scenario.mtu, scenario.offload) as lab, tempfile.TemporaryDirectory() as folder:
         spec_path = Path(folder) / "spec.json"
         result_path = Path(folder) / "result.json"
+        holds_path = Path(folder) / "holds.json"
         spec_path.write_text(json.dumps(peer_spec(scenario)))
         peer = [sys.executable, "-m", "nagledetect.lab.peer"]
-        server = subprocess.Popen(lab.command("server", *peer, "server", str(spec_path)),
+        server = subprocess.Popen(_server_command(lab, scenario, spec_path, holds_path),
                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         try:
             _wait_for_line(server, "stdout", "ready")
@@ -118,8 +137,17 @@ def run_in_lab(scenario: Scenario, pcap: Path) -> list[dict[str, Any]]:
             finally:
                 _stop(capture)
         finally:
-            _stop(server, signal.SIGTERM)
-        return json.loads(result_path.read_text())
+            _finish(server)
+        holds = json.loads(holds_path.read_text()) if holds_path.exists() else []
+        return json.loads(result_path.read_text()), holds
+
+
+def _finish(server: subprocess.Popen) -> None:
+    """Let the server exit by itself (the classic peer writes its holds then), else stop it."""
+    try:
+        server.wait(timeout=SERVER_EXIT_S)
+    except subprocess.TimeoutExpired:
+        _stop(server, signal.SIGTERM)
 
 
 def _holder(flow: Flow) -> str:
@@ -131,11 +159,18 @@ def _holder(flow: Flow) -> str:
     return "client" if sum(flow.client_writes_bytes) >= sum(flow.server_writes_for(0)) else "server"
 
 
-def _connection_truth(result: dict[str, Any], flow: Flow) -> dict[str, Any]:
+def _connection_truth(result: dict[str, Any], flow: Flow, holds: list[dict[str, Any]]
+                      ) -> dict[str, Any]:
     explained_s = flow.think_time_s + flow.pacing_s * max(len(flow.client_writes_bytes) - 1, 0)
     exchanges = result["exchanges"]
     stalled = [e for e in exchanges if not flow.one_way
                and e["latency_s"] - explained_s >= STALL_EXCESS_S]
+    stall_rule = f"latency - (think time + pacing) >= {STALL_EXCESS_S * 1000:.0f} ms"
+    if flow.stack != "linux" and _holder(flow) == "server":
+        stalled = [h for h in holds if h["client"] == result["client"]
+                   and h["released_s"] - h["held_s"] >= STALL_EXCESS_S]
+        stall_rule = (f"the classic peer's own log of Nagle holds of {STALL_EXCESS_S * 1000:.0f} ms "
+                      "or more (transfer time by a user-space sender hides them in latency)")
     latencies = [e["latency_s"] for e in exchanges if not flow.one_way]
     return {
         "flow": flow.name, "client": result["client"], "server": result["server"],
@@ -148,14 +183,15 @@ def _connection_truth(result: dict[str, Any], flow: Flow) -> dict[str, Any]:
             "holder": _holder(flow) if stalled else None,
             "clean": not stalled,
             "median_latency_ms": round(statistics.median(latencies) * 1000, 3) if latencies else None,
-            "stall_rule": f"latency - (think time + pacing) >= {STALL_EXCESS_S * 1000:.0f} ms",
+            "stall_rule": stall_rule,
         },
     }
 
 
-def build_manifest(scenario: Scenario, pcap: Path, results: list[dict[str, Any]]) -> dict[str, Any]:
+def build_manifest(scenario: Scenario, pcap: Path, results: list[dict[str, Any]],
+                   holds: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     flows = {flow.name: flow for flow in scenario.flows}
-    connections = sorted((_connection_truth(r, flows[r["flow"]]) for r in results),
+    connections = sorted((_connection_truth(r, flows[r["flow"]], holds or []) for r in results),
                          key=lambda c: c["client"])
     stalls = sum(c["expected"]["nagle_stalls"] for c in connections)
     return {
@@ -177,8 +213,8 @@ def run_scenario(scenario: Scenario, out_dir: Path, name: str | None = None) -> 
     out_dir.mkdir(parents=True, exist_ok=True)
     name = name or scenario.name
     pcap = out_dir / f"{name}.pcap"
-    results = run_in_lab(scenario, pcap)
-    manifest = build_manifest(scenario, pcap, results)
+    results, holds = run_in_lab(scenario, pcap)
+    manifest = build_manifest(scenario, pcap, results, holds)
     (out_dir / f"{name}.json").write_text(json.dumps(manifest, indent=1) + "\n")
     return manifest
 
