@@ -1,11 +1,12 @@
 """The headline: a small segment held by Nagle until the peer's delayed ACK released it.
 
-In one direction (SPEC section 4.1): the receiver's pure ACK acknowledges everything the sender
-had sent; that ACK came a delayed-ACK time after the sender's previous data (far longer than the
-round trip, and at most 500 ms, RFC 1122's limit); and a small segment (or a super-segment's
-small tail) left right after the ACK, within the time the sender needs to react as seen from the
-tap: microseconds at the sender, one round trip between tap and sender elsewhere (between half
-and 1.3 times that round trip, plus 1 ms; no lower bound when that round trip is under 1 ms).
+In one direction (SPEC section 4.1): the receiver's pure ACK acknowledges exactly everything the
+sender had sent (more would mean the capture missed data, and its timing proves nothing); that
+ACK came a delayed-ACK time after the sender's previous data (far longer than the round trip,
+and at most 500 ms, RFC 1122's limit); and a small segment (or a super-segment's small tail)
+left right after the ACK, within the time the sender needs to react as seen from the tap:
+microseconds at the sender, one round trip between tap and sender elsewhere (between half and
+1.3 times that round trip, plus 1 ms; no lower bound when that round trip is under 1 ms).
 No data from the receiver came in between (else it is think time), the sender retransmitted
 nothing (else it is loss recovery) and the window was open (else it is a zero window). The
 stall lasts from the previous data segment to the released one. A one-way stream whose held
@@ -66,7 +67,7 @@ def stall_candidates(columns: DetectorInput) -> pd.DataFrame:
         & (segments["prev_frame"].to_numpy() >= 0)
         & segments["peer_role"].isin(PURE_ACK_ROLES).to_numpy()
         & (segments["peer_time_us"].to_numpy() > segments["prev_time_us"].to_numpy())
-        & (segments["peer_ack"].to_numpy() >= segments["sent_max_before"].to_numpy())
+        & (segments["peer_ack"].to_numpy() == segments["sent_max_before"].to_numpy())
         & (segments["peer_data_between"].to_numpy() == 0)
         & (segments["own_retransmissions_between"].to_numpy() == 0)
         & (segments["peer_window_bytes"].to_numpy() > 0)
