@@ -112,3 +112,24 @@ def test_fixed_size_blocks_get_the_seed_001_arithmetic() -> None:
     assert arithmetic["nearest_larger_ok_bytes"] == 101_360
     stalls = [f for f in document["findings"] if f["kind"] == "nagle-delack-stall"]
     assert {f["subkind"] for f in stalls} == {"2n-segment-tail"}
+
+
+def test_tinygram_warning_on_tiny_writes_only() -> None:
+    """seed003-nagle: 2 bytes leave, 28 are held (14 writes of 2 bytes, per the manifest), so
+    disabling Nagle alone would flood; seed004's 6-byte header then one 276-byte body would not."""
+    def warnings(name: str) -> list[str]:
+        _, document = _document(SAMPLE_TRACES / f"{name}.json")
+        stall = next(f for f in document["findings"] if f["kind"] == "nagle-delack-stall")
+        return stall["details"]["warnings"]
+
+    assert warnings("seed003-nagle")
+    assert not warnings("seed004-header-body")
+
+
+def test_parity_table_is_in_the_document() -> None:
+    """classic-2n-blocks-100000: every 100,000-byte block needs 70 segments (even) with an
+    88-byte partial tail, so all its classed messages fall in one row."""
+    _, document = _document(SAMPLE_TRACES / "classic-2n-blocks-100000.json")
+    rows = [r for r in document["segment_parity"] if r["direction"] == "server_to_client"]
+    assert [(r["segments"], r["last_segment"]) for r in rows] == [("even", "partial")]
+    assert rows[0]["stall_rate"] >= 0.9

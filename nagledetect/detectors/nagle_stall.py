@@ -36,6 +36,9 @@ MAX_DELAYED_HOLD_MS = 600.0
 UNKNOWN_RTT_REACTION_LIMIT_MS = 5.0
 TIMER_MATCH_SHARE = 0.25
 REPEATED = 3
+TINY_WRITE_BYTES = 16
+TINY_WRITE_FACTOR = 4
+MAX_TINY_WRITES = 16
 
 
 def sender_side_rtt_ms(connections: pd.DataFrame, connection: np.ndarray,
@@ -116,6 +119,22 @@ def _confidence(stalls: pd.DataFrame, timer_ms: float | None, mss_estimated: boo
     return level, reasons
 
 
+def _flood_warning(stalls: pd.DataFrame) -> list[str]:
+    """Seed 000's conclusion 1: with many tiny writes, TCP_NODELAY alone floods tinygrams.
+
+    The trace cannot show write boundaries; a tiny first write followed by a held run of 4 to 16
+    times its size is the seed 003 shape (15 two-byte writes), so it earns the warning.
+    """
+    first_bytes = float(stalls["prev_payload_bytes"].median())
+    held_bytes = float(stalls["tail_bytes"].median())
+    if first_bytes <= TINY_WRITE_BYTES and (TINY_WRITE_FACTOR * first_bytes <= held_bytes
+                                            <= MAX_TINY_WRITES * first_bytes):
+        return [f"the held data ({held_bytes:.0f} bytes) likely came from several writes of about "
+                f"{first_bytes:.0f} bytes: TCP_NODELAY alone would send each as its own packet "
+                "(tinygram flood); make the writes whole first"]
+    return []
+
+
 def _advice(subkind: str) -> list[str]:
     if subkind == "2n-segment-tail":
         return ["double-buffer", "single-write-nodelay", "resize-message", "quickack"]
@@ -150,7 +169,8 @@ def detect(columns: DetectorInput) -> list[Finding]:
             advice=_advice(subkind), subkind=subkind,
             details={"median_ack_delay_ms": round(float(rows["hold_ms"].median()), 3),
                      "median_reaction_ms": round(float(rows["reaction_ms"].median()), 4),
-                     "median_held_bytes": float(rows["tail_bytes"].median())},
+                     "median_held_bytes": float(rows["tail_bytes"].median()),
+                     "warnings": _flood_warning(rows)},
             summary=(f"{sender} held small segments until {receiver}'s delayed ACK released them: "
                      f"{len(rows)} stalls of {float(rows['stall_s'].median()) * 1000:.1f} ms (median)"),
         ))

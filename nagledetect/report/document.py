@@ -120,6 +120,17 @@ def _advice_entries(findings: list[dict[str, Any]]) -> dict[str, Any]:
             for key in used}
 
 
+def _parity_entries(analysis: Analysis, capture_index: int, first_id: int) -> list[dict[str, Any]]:
+    if analysis.parity.empty:
+        return []
+    return [{"capture": capture_index, "connection": first_id + int(row.connection),
+             "direction": "client_to_server" if row.direction == 0 else "server_to_client",
+             "segments": row.segments, "last_segment": row.last_segment,
+             "messages": int(row.messages), "stalled": int(row.stalled),
+             "stall_rate": round(float(row.stall_rate), 4)}
+            for row in analysis.parity.itertuples(index=False)]
+
+
 def build_document(analyses: list[Analysis]) -> dict[str, Any]:
     """The whole result for one run over one or more captures."""
     from nagledetect import __version__
@@ -127,12 +138,14 @@ def build_document(analyses: list[Analysis]) -> dict[str, Any]:
     connections: list[dict[str, Any]] = []
     findings: list[dict[str, Any]] = []
     hosts: list[dict[str, Any]] = []
+    parity: list[dict[str, Any]] = []
     for index, analysis in enumerate(analyses):
         first_id = len(connections)
         connections.extend(_connection_entry(row, index, first_id)
                            for row in analysis.capture.connections.itertuples(index=False))
         findings.extend(_finding_entry(f, index, first_id) for f in analysis.findings)
         hosts.extend(_host_entry(h, index, first_id) for h in analysis.hosts.values())
+        parity.extend(_parity_entries(analysis, index, first_id))
     findings.sort(key=lambda finding: -finding["time_lost_s"])
     return {
         "schema": SCHEMA,
@@ -141,5 +154,6 @@ def build_document(analyses: list[Analysis]) -> dict[str, Any]:
         "connections": connections,
         "findings": findings,
         "hosts": hosts,
+        "segment_parity": parity,
         "advice": _advice_entries(findings),
     }

@@ -23,6 +23,7 @@ KIND_TITLES = {
     "idle": "Idle (not Nagle)",
 }
 EVIDENCE_SHOWN = 3
+PARITY_ROWS_SHOWN = 20
 DEFAULT_LANGUAGES = ("C", "Python", "Go", "Java", "Node.js", ".NET", "Rust")
 CONNECTION_COLUMNS = (
     ("id", ">4"), ("client", "<24"), ("server", "<24"), ("pkts c>s", ">8"), ("pkts s>c", ">8"),
@@ -157,6 +158,21 @@ def _hosts(document: dict[str, Any], style: _Style) -> list[str]:
     return lines + [""]
 
 
+def _parity(document: dict[str, Any], style: _Style) -> list[str]:
+    rows = document.get("segment_parity", [])
+    lines = [style.heading("SEGMENT PARITY (messages of 2+ segments: odd/even count, last segment)")]
+    if not rows:
+        return lines + ["  no multi-segment messages", ""]
+    lines.append(f"  {'conn':>4} {'direction':<17} {'segments':<8} {'last':<8} {'messages':>8} "
+                 f"{'stalled':>7} {'rate':>6}")
+    shown = rows[:PARITY_ROWS_SHOWN]
+    lines += [f"  {r['connection']:>4} {r['direction']:<17} {r['segments']:<8} {r['last_segment']:<8} "
+              f"{r['messages']:>8} {r['stalled']:>7} {r['stall_rate'] * 100:>5.0f}%" for r in shown]
+    if len(rows) > len(shown):
+        lines.append(f"  ... {len(rows) - len(shown)} more rows in the JSON output")
+    return lines + [""]
+
+
 def _connection_row(connection: dict[str, Any], stalls: dict[int, tuple[int, float]]) -> list[str]:
     mss = f"{connection['mss']}{'~' if connection['mss_source'] == 'estimated' else ''}"
     client = connection["client"] + ("?" if connection["client_guessed"] else "")
@@ -208,6 +224,7 @@ def render_text(document: dict[str, Any], verbose: bool = False, colour: bool = 
             lines += _finding_lines(rank, finding, document, verbose, style) + [""]
     lines += _how_to_fix(document, style)
     lines += _hosts(document, style)
+    lines += _parity(document, style)
     lines += _connections(document, style)
     lines += _accounting(document, style)
     return "\n".join(lines) + "\n"
