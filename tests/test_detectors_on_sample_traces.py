@@ -133,3 +133,14 @@ def test_parity_table_is_in_the_document() -> None:
     rows = [r for r in document["segment_parity"] if r["direction"] == "server_to_client"]
     assert [(r["segments"], r["last_segment"]) for r in rows] == [("even", "partial")]
     assert rows[0]["stall_rate"] >= 0.9
+
+
+def test_stalls_are_found_without_a_handshake() -> None:
+    """The same capture with every SYN excluded by a BPF filter: the MSS must be estimated, the
+    39 stalls the client measured are still found, and the confidence says why it is lower."""
+    capture = load_capture(str(SAMPLE_TRACES / "seed003-nagle.pcap"),
+                           "not (tcp[tcpflags] & tcp-syn != 0)")
+    assert bool(capture.connections["mss_estimated"].iloc[0])
+    stalls = [f for f in run_detectors(capture).findings if f.kind == "nagle-delack-stall"]
+    assert sum(f.count for f in stalls) == 39
+    assert any("MSS estimated" in reason for f in stalls for reason in f.confidence_reasons)

@@ -109,6 +109,7 @@ TCP = Header(
     ("window", 14, 2),
 )
 TCP_OPTION = Header("tcp option", ("kind", 0, 1), ("length", 1, 1))
+TCP_NOP_NOP_TIMESTAMP = Header("nop nop timestamp", ("layout", 0, 4), ("value", 4, 4), ("echo", 8, 4))
 TCP_MSS_OPTION = Header("mss", ("mss", 2, 2))
 TCP_WINDOW_SCALE_OPTION = Header("window scale", ("shift", 2, 1))
 TCP_TIMESTAMP_OPTION = Header("timestamp", ("value", 2, 4), ("echo", 6, 4))
