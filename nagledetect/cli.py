@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from pathlib import Path
 
 import click
 
@@ -16,10 +17,14 @@ from nagledetect import __version__
 from nagledetect.analysis import Analysis, run_detectors
 from nagledetect.api import load_capture
 from nagledetect.errors import InputError
+from nagledetect.gate import budgets_from, evaluate, load_config
 from nagledetect.lab.cli import lab
-from nagledetect.report.document import build_document
+from nagledetect.report.ci import github_annotations, junit_xml, summary_lines
+from nagledetect.report.document import SCHEMA, build_document
+from nagledetect.report.tables import write_tables
 from nagledetect.report.text import render_text
 
+EXIT_BUDGET_EXCEEDED = 1
 EXIT_INPUT_ERROR = 2
 
 
@@ -54,8 +59,12 @@ def main() -> None:
 @click.option("--format", "output_format", type=click.Choice(["text", "json"]), default="text",
               show_default=True, help="Report format on stdout.")
 @click.option("-v", "--verbose", is_flag=True, help="List every stall event, not the first three.")
+@click.option("--tables", "tables_dir", type=click.Path(file_okay=False, path_type=Path),
+              help="Also write packets, connections, messages and findings tables into this folder.")
+@click.option("--tables-format", type=click.Choice(["csv", "parquet"]), default="csv",
+              show_default=True, help="Format of --tables (parquet needs pyarrow).")
 def analyze(captures: tuple[str, ...], bpf_filter: str | None, output_format: str,
-            verbose: bool) -> None:
+            verbose: bool, tables_dir: Path | None, tables_format: str) -> None:
     """Analyse pcap/pcapng CAPTURES and print the diagnosis.
 
     Frame numbers are 1-based positions in the file, as Wireshark shows them (also with
@@ -66,18 +75,91 @@ def analyze(captures: tuple[str, ...], bpf_filter: str | None, output_format: st
       nagledetect analyze sample_traces/seed003-nagle.pcap
       nagledetect analyze --format json capture.pcapng > result.json
     """
+    analyses = _analyze_all(captures, bpf_filter)
+    document = build_document(analyses)
+    if tables_dir:
+        _write_tables(analyses, tables_dir, tables_format)
+    if output_format == "json":
+        click.echo(json.dumps(document, indent=2))
+    else:
+        colour = sys.stdout.isatty() and "NO_COLOR" not in os.environ
+        click.echo(render_text(document, verbose=verbose, colour=colour), nl=False, color=colour)
+
+
+def _analyze_all(captures: tuple[str, ...], bpf_filter: str | None) -> list[Analysis]:
     analyses = []
     for path in captures:
         analysis = _analyze_or_exit(path, bpf_filter)
         for warning in analysis.capture.accounting.warnings:
             click.echo(f"nagledetect: warning: {path}: {warning}", err=True)
         analyses.append(analysis)
-    document = build_document(analyses)
-    if output_format == "json":
-        click.echo(json.dumps(document, indent=2))
-    else:
-        colour = sys.stdout.isatty() and "NO_COLOR" not in os.environ
-        click.echo(render_text(document, verbose=verbose, colour=colour), nl=False, color=colour)
+    return analyses
+
+
+def _write_tables(analyses: list[Analysis], folder: Path, table_format: str) -> None:
+    try:
+        written = write_tables(analyses, folder, table_format)
+    except InputError as error:
+        _fail(str(error))
+    click.echo(f"nagledetect: wrote {', '.join(str(p) for p in written)}", err=True)
+
+
+@main.command()
+@click.argument("captures", nargs=-1, required=True, type=click.Path())
+@click.option("--filter", "bpf_filter", metavar="EXPR", help="BPF expression, as in tcpdump.")
+@click.option("--max-stalls", type=click.IntRange(0), help="Most Nagle/delayed-ACK stalls per capture.")
+@click.option("--max-stall-time", type=click.FloatRange(0), metavar="SECONDS",
+              help="Most seconds lost to stalls per capture.")
+@click.option("--max-stall-share", type=click.FloatRange(0, 1), metavar="FRACTION",
+              help="Largest share of any connection's time lost to stalls.")
+@click.option("--fail-on", metavar="KIND[,KIND]", help="Fail on any finding of these kinds.")
+@click.option("--baseline", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="An earlier 'analyze --format json' document: fail only on regressions.")
+@click.option("--tolerance", type=click.FloatRange(0), help="Regression tolerance (default 0.1).")
+@click.option("--junit", type=click.Path(dir_okay=False, path_type=Path), help="Write JUnit XML here.")
+@click.option("--github", is_flag=True, help="Print GitHub Actions annotations for failures.")
+def check(captures: tuple[str, ...], bpf_filter: str | None, max_stalls: int | None,
+          max_stall_time: float | None, max_stall_share: float | None, fail_on: str | None,
+          baseline: Path | None, tolerance: float | None, junit: Path | None, github: bool) -> None:
+    """Gate CI on recorded CAPTURES: exit 1 when a budget is exceeded.
+
+    Budgets also come from [tool.nagledetect] in pyproject.toml or from nagledetect.toml in the
+    current folder (same names as the flags); flags win. Exit status: 0 within budget, 1 budget
+    exceeded, 2 usage or input error.
+
+    \b
+    Examples:
+      nagledetect check --max-stalls 0 traces/*.pcap
+      nagledetect check --max-stall-time 0.5 --junit nagle.xml --github traces/*.pcap
+      nagledetect check --baseline main.json --fail-on tinygram-flood traces/*.pcap
+    """
+    flags = {"max-stalls": max_stalls, "max-stall-time": max_stall_time,
+             "max-stall-share": max_stall_share, "fail-on": fail_on, "tolerance": tolerance}
+    try:
+        budgets = budgets_from(load_config(Path.cwd()), flags)
+        previous = _read_baseline(baseline) if baseline else None
+    except InputError as error:
+        _fail(str(error))
+    document = build_document(_analyze_all(captures, bpf_filter))
+    results = evaluate(document, budgets, previous)
+    for line in summary_lines(results, [c["path"] for c in document["captures"]]):
+        click.echo(line)
+    if github:
+        for line in github_annotations(results):
+            click.echo(line)
+    if junit:
+        junit.write_bytes(junit_xml(results))
+    sys.exit(EXIT_BUDGET_EXCEEDED if any(not r.passed for r in results) else 0)
+
+
+def _read_baseline(path: Path) -> dict:
+    try:
+        document = json.loads(path.read_text())
+    except (OSError, ValueError) as error:
+        raise InputError(f"{path}: not a readable JSON document ({error})") from None
+    if not isinstance(document, dict) or document.get("schema") != SCHEMA:
+        raise InputError(f"{path}: not an 'analyze --format json' document (schema {SCHEMA})")
+    return document
 
 
 def _analyze_or_exit(path: str, bpf_filter: str | None) -> Analysis:

@@ -119,3 +119,17 @@ def test_malformed_packets_are_counted_not_fatal(relative: str) -> None:
     capture = json.loads(result.stdout)["captures"][0]
     assert capture["balanced"]
     assert capture["packets"] == capture["tcp_packets"] + sum(capture["skipped"].values())
+
+
+def test_tables_are_written_as_csv(tmp_path) -> None:
+    from tests.conftest import SAMPLE_TRACES
+
+    result = run("analyze", "--tables", str(tmp_path), str(SAMPLE_TRACES / "seed003-nagle.pcap"))
+    assert result.returncode == 0
+    import pandas as pd
+
+    findings = pd.read_csv(tmp_path / "findings.csv")
+    stalls = findings[findings["kind"] == "nagle-delack-stall"]
+    assert int(stalls["count"].sum()) == 39  # the manifest's client-measured stalls
+    packets = pd.read_csv(tmp_path / "packets.csv")
+    assert {"frame", "connection", "role"} <= set(packets.columns)

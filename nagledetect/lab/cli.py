@@ -57,7 +57,8 @@ def _summary(manifest: dict[str, Any]) -> str:
 @click.argument("scenario", type=click.Choice(sorted(SCENARIOS)))
 @click.option("-o", "--output", "output_dir", type=click.Path(file_okay=False, path_type=Path),
               required=True, help="Folder for NAME.pcap and NAME.json.")
-@click.option("--side", type=click.Choice(["client", "server"]), help="Where tcpdump listens.")
+@click.option("--side", type=click.Choice(["client", "server", "middle"]),
+              help="Where tcpdump listens (middle: on a bridge between the two).")
 @click.option("--mtu", type=click.IntRange(576, 65535), help="veth MTU (default 1500).")
 @click.option("--offload/--no-offload", default=None, help="TSO/GSO/GRO on the veth pair.")
 @click.option("--exchanges", type=click.IntRange(1), help="At most this many exchanges.")

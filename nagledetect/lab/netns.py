@@ -30,11 +30,17 @@ class Lab:
     server_ns: str
     client_if: str
     server_if: str
+    middle_ns: str | None = None
+    bridge_if: str = "br0"
 
     def namespace(self, side: str) -> str:
+        if side == "middle" and self.middle_ns:
+            return self.middle_ns
         return self.client_ns if side == "client" else self.server_ns
 
     def interface(self, side: str) -> str:
+        if side == "middle" and self.middle_ns:
+            return self.bridge_if
         return self.client_if if side == "client" else self.server_if
 
     def command(self, side: str, *argv: str) -> list[str]:
@@ -67,23 +73,47 @@ def remove_stale() -> None:
 
 
 @contextmanager
-def lab_network(mtu: int = 1500, offload: bool = False) -> Iterator[Lab]:
-    """Create the two namespaces and the veth pair; always delete them on the way out."""
+def lab_network(mtu: int = 1500, offload: bool = False, middle: bool = False) -> Iterator[Lab]:
+    """Create the namespaces and veth pairs; always delete them on the way out.
+
+    With `middle`, a third namespace bridges the two veth pairs, so a capture on its bridge sees
+    the traffic in the middle of the path, as a tap or a switch's mirror port would.
+    """
     check_can_run()
     remove_stale()
     tag = str(os.getpid())
-    lab = Lab(f"{PREFIX}-c{tag}", f"{PREFIX}-s{tag}", f"{PREFIX}c{tag}", f"{PREFIX}s{tag}")
+    lab = Lab(f"{PREFIX}-c{tag}", f"{PREFIX}-s{tag}", f"{PREFIX}c{tag}", f"{PREFIX}s{tag}",
+              f"{PREFIX}-m{tag}" if middle else None)
     try:
         _run("ip", "netns", "add", lab.client_ns)
         _run("ip", "netns", "add", lab.server_ns)
-        _run("ip", "link", "add", lab.client_if, "type", "veth", "peer", "name", lab.server_if)
+        if middle:
+            _bridge(lab, tag)
+        else:
+            _run("ip", "link", "add", lab.client_if, "type", "veth", "peer", "name", lab.server_if)
         for side, v4, v6 in (("client", CLIENT_V4, CLIENT_V6), ("server", SERVER_V4, SERVER_V6)):
             _configure_side(lab, side, v4, v6, mtu, offload)
         yield lab
     finally:
-        for namespace in (lab.client_ns, lab.server_ns):
-            subprocess.run(["ip", "netns", "del", namespace], capture_output=True)
+        for namespace in (lab.client_ns, lab.server_ns, lab.middle_ns):
+            if namespace:
+                subprocess.run(["ip", "netns", "del", namespace], capture_output=True)
         subprocess.run(["ip", "link", "del", lab.client_if], capture_output=True)
+
+
+def _bridge(lab: Lab, tag: str) -> None:
+    """Two veth pairs whose middle ends are joined by a bridge in the middle namespace."""
+    middle = lab.middle_ns or ""
+    _run("ip", "netns", "add", middle)
+    ends = (f"{PREFIX}mc{tag}", f"{PREFIX}ms{tag}")
+    _run("ip", "link", "add", lab.client_if, "type", "veth", "peer", "name", ends[0])
+    _run("ip", "link", "add", lab.server_if, "type", "veth", "peer", "name", ends[1])
+    for end in ends:
+        _run("ip", "link", "set", end, "netns", middle)
+    _run("ip", "-n", middle, "link", "add", lab.bridge_if, "type", "bridge")
+    for end in ends:
+        _run("ip", "-n", middle, "link", "set", end, "master", lab.bridge_if, "up")
+    _run("ip", "-n", middle, "link", "set", lab.bridge_if, "up")
 
 
 def _configure_side(lab: Lab, side: str, v4: str, v6: str, mtu: int, offload: bool) -> None:

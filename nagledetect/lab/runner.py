@@ -116,7 +116,8 @@ def _server_command(lab: Lab, scenario: Scenario, spec_path: Path, holds_path: P
 def run_in_lab(scenario: Scenario, pcap: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Run the scenario's traffic while capturing it; returns what the client measured and the
     holds the classic peer made as a sender (none for Linux's own server)."""
-    with lab_network(scenario.mtu, scenario.offload) as lab, tempfile.TemporaryDirectory() as folder:
+    with lab_network(scenario.mtu, scenario.offload, scenario.side == "middle") as lab, \
+            tempfile.TemporaryDirectory() as folder:
         spec_path = Path(folder) / "spec.json"
         result_path = Path(folder) / "result.json"
         holds_path = Path(folder) / "holds.json"

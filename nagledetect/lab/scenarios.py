@@ -97,6 +97,11 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
              "the same header-then-body exchange over IPv6, captured at the server",
              (Flow("header-body", 40, (40,), (6, 276)),), side="server", ipv6=True,
              expectation="about 40 ms per exchange, seen from the holding side"),
+    Scenario("seed004-header-body-middle", "004",
+             "the same header-then-body exchange captured in the middle, on a bridge between "
+             "client and server",
+             (Flow("header-body", 40, (40,), (6, 276)),), side="middle",
+             expectation="about 40 ms per exchange, seen between the two hosts"),
     Scenario("seed001-blocks-100000", "001",
              "100,000-byte blocks, each answered by a 1-byte application ACK; offload off",
              (Flow("blocks", 30, (100_000,), (1,)),),

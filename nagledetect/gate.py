@@ -1,0 +1,148 @@
+"""The CI gate: budgets checked against a result document, capture by capture.
+
+Budgets come from `[tool.nagledetect]` in pyproject.toml or from nagledetect.toml (keys as the
+command-line flags: max-stalls, max-stall-time, max-stall-share, fail-on, tolerance); flags given
+on the command line win. A baseline is an earlier `analyze --format json` document: a capture
+fails only where its stalls grew beyond the tolerance. It reads the document only.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from nagledetect.errors import InputError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on Python 3.10 only
+    import tomli as tomllib
+
+STALL_KIND = "nagle-delack-stall"
+CONFIG_KEYS = ("max-stalls", "max-stall-time", "max-stall-share", "fail-on", "tolerance")
+DEFAULT_TOLERANCE = 0.1
+
+
+@dataclass
+class Budgets:
+    max_stalls: int | None = None
+    max_stall_time_s: float | None = None
+    max_stall_share: float | None = None
+    fail_on: tuple[str, ...] = ()
+    tolerance: float = DEFAULT_TOLERANCE
+
+
+@dataclass
+class RuleResult:
+    """One rule on one capture; `message` says why it failed (connection, count, time, fix)."""
+
+    capture: str
+    rule: str
+    passed: bool
+    message: str
+    findings: list[dict[str, Any]] = field(default_factory=list)
+
+
+def load_config(directory: Path) -> dict[str, Any]:
+    """Budgets from nagledetect.toml, else from pyproject.toml's [tool.nagledetect] table."""
+    for name, table in (("nagledetect.toml", None), ("pyproject.toml", ("tool", "nagledetect"))):
+        path = directory / name
+        if not path.exists():
+            continue
+        try:
+            data = tomllib.loads(path.read_text())
+        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as error:
+            raise InputError(f"{path}: not valid TOML ({error})") from None
+        for key in table or ():
+            data = data.get(key, {})
+        if data:
+            unknown = sorted(set(data) - set(CONFIG_KEYS))
+            if unknown:
+                raise InputError(f"{path}: unknown budget key(s) {', '.join(unknown)}")
+            return data
+    return {}
+
+
+def budgets_from(config: dict[str, Any], flags: dict[str, Any]) -> Budgets:
+    """Merge the file's budgets with the command line's (flags win)."""
+    merged = {**config, **{key: value for key, value in flags.items() if value is not None}}
+    fail_on = merged.get("fail-on", ())
+    if isinstance(fail_on, str):
+        fail_on = tuple(kind.strip() for kind in fail_on.split(",") if kind.strip())
+    return Budgets(
+        max_stalls=merged.get("max-stalls"), max_stall_time_s=merged.get("max-stall-time"),
+        max_stall_share=merged.get("max-stall-share"), fail_on=tuple(fail_on),
+        tolerance=float(merged.get("tolerance", DEFAULT_TOLERANCE)))
+
+
+def _fix(finding: dict[str, Any], document: dict[str, Any]) -> str:
+    key = finding["advice"][0] if finding["advice"] else None
+    return document["advice"][key]["title"] if key in document.get("advice", {}) else "see report"
+
+
+def _describe(findings: list[dict[str, Any]], document: dict[str, Any]) -> str:
+    worst = max(findings, key=lambda f: f["time_lost_s"])
+    return (f"connection {worst['connection']} ({worst['sender']} -> {worst['receiver']}): "
+            f"{worst['count']} x {worst['kind']}, {worst['time_lost_s']:.3f} s lost; "
+            f"fix: {_fix(worst, document)}")
+
+
+def _stall_totals(findings: list[dict[str, Any]]) -> tuple[int, float, float]:
+    stalls = [f for f in findings if f["kind"] == STALL_KIND]
+    return (sum(f["count"] for f in stalls), sum(f["time_lost_s"] for f in stalls),
+            max((f["share"] for f in stalls), default=0.0))
+
+
+def evaluate(document: dict[str, Any], budgets: Budgets,
+             baseline: dict[str, Any] | None = None) -> list[RuleResult]:
+    """Every configured rule on every capture of the document."""
+    results = []
+    for index, capture in enumerate(document["captures"]):
+        findings = [f for f in document["findings"] if f["capture"] == index]
+        results += _capture_rules(capture["path"], findings, document, budgets, baseline)
+    return results
+
+
+def _capture_rules(path: str, findings: list[dict[str, Any]], document: dict[str, Any],
+                   budgets: Budgets, baseline: dict[str, Any] | None) -> list[RuleResult]:
+    count, time_s, share = _stall_totals(findings)
+    stalls = [f for f in findings if f["kind"] == STALL_KIND]
+    checks = []
+    if budgets.max_stalls is not None:
+        checks.append(("max-stalls", count <= budgets.max_stalls,
+                       f"{count} stalls, budget {budgets.max_stalls}", stalls))
+    if budgets.max_stall_time_s is not None:
+        checks.append(("max-stall-time", time_s <= budgets.max_stall_time_s,
+                       f"{time_s:.3f} s in stalls, budget {budgets.max_stall_time_s} s", stalls))
+    if budgets.max_stall_share is not None:
+        checks.append(("max-stall-share", share <= budgets.max_stall_share,
+                       f"worst connection {share * 100:.1f}% stalled, budget "
+                       f"{budgets.max_stall_share * 100:.1f}%", stalls))
+    for kind in budgets.fail_on:
+        hits = [f for f in findings if f["kind"] == kind]
+        checks.append((f"fail-on {kind}", not hits, f"{len(hits)} {kind} finding(s)", hits))
+    if baseline is not None:
+        checks.append(_baseline_check(path, count, time_s, baseline, budgets.tolerance, stalls))
+    results = []
+    for rule, passed, summary, evidence in checks:
+        message = summary if passed or not evidence else f"{summary}; {_describe(evidence, document)}"
+        results.append(RuleResult(path, rule, passed, message, evidence))
+    return results
+
+
+def _baseline_check(path: str, count: int, time_s: float, baseline: dict[str, Any],
+                    tolerance: float, stalls: list[dict[str, Any]]) -> tuple:
+    name = Path(path).name
+    index = next((i for i, c in enumerate(baseline.get("captures", []))
+                  if Path(c["path"]).name == name), None)
+    if index is None:
+        return ("baseline", True, f"{name} not in the baseline: nothing to compare", [])
+    before = [f for f in baseline["findings"] if f.get("capture") == index]
+    old_count, old_time_s, _ = _stall_totals(before)
+    allowed_count = old_count * (1 + tolerance)
+    allowed_time_s = old_time_s * (1 + tolerance) + 1e-9
+    passed = count <= allowed_count and time_s <= allowed_time_s
+    return ("baseline", passed, f"{count} stalls / {time_s:.3f} s against baseline {old_count} / "
+            f"{old_time_s:.3f} s (tolerance {tolerance * 100:.0f}%)", stalls)

@@ -1,0 +1,83 @@
+"""`nagledetect check`: budgets, exit statuses, JUnit XML, GitHub annotations, baselines, config.
+
+Expected counts come from the sample traces' manifests: seed003-nagle stalled 39 exchanges
+(client-measured), trap-rpc none.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from xml.etree import ElementTree
+
+from tests.conftest import PROJECT, SAMPLE_TRACES
+
+NAGLE = str(SAMPLE_TRACES / "seed003-nagle.pcap")
+CLEAN = str(SAMPLE_TRACES / "trap-rpc.pcap")
+
+
+def check(*args: str, cwd=None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "nagledetect", "check", *args], capture_output=True,
+                          text=True, cwd=cwd or PROJECT, timeout=120)
+
+
+def test_within_budget_exits_0_and_over_budget_exits_1() -> None:
+    assert check("--max-stalls", "0", CLEAN).returncode == 0
+    result = check("--max-stalls", "0", NAGLE, CLEAN)
+    assert result.returncode == 1
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith("FAIL") and "39 stalls, budget 0" in lines[0]
+    assert lines[1].startswith("PASS")
+    assert check("--max-stalls", "39", NAGLE).returncode == 0
+
+
+def test_stall_time_share_and_kinds() -> None:
+    assert check("--max-stall-time", "1.0", NAGLE).returncode == 1  # 39 x ~41.5 ms = ~1.6 s
+    assert check("--max-stall-time", "2.0", NAGLE).returncode == 0
+    assert check("--max-stall-share", "0.5", NAGLE).returncode == 1  # about 80% of the connection
+    assert check("--fail-on", "tinygram-flood", str(SAMPLE_TRACES / "seed003-nodelay.pcap")).returncode == 1
+    assert check("--fail-on", "tinygram-flood", NAGLE).returncode == 0
+
+
+def test_junit_and_github_outputs(tmp_path) -> None:
+    junit = tmp_path / "nagle.xml"
+    result = check("--max-stalls", "0", "--junit", str(junit), "--github", NAGLE, CLEAN)
+    suite = ElementTree.parse(junit).getroot().find("testsuite")
+    cases = suite.findall("testcase")
+    assert [c.get("name") for c in cases] == ["max-stalls", "max-stalls"]
+    failure = cases[0].find("failure")
+    assert failure is not None and "connection 0" in failure.get("message")
+    assert "TCP_NODELAY" in failure.get("message") and "s lost" in failure.get("message")
+    assert cases[1].find("failure") is None
+    assert any(line.startswith("::error file=") for line in result.stdout.splitlines())
+
+
+def test_baseline_fails_only_on_regressions(tmp_path) -> None:
+    document = json.loads(subprocess.run(
+        [sys.executable, "-m", "nagledetect", "analyze", "--format", "json", NAGLE],
+        capture_output=True, text=True, check=True).stdout)
+    baseline = tmp_path / "base.json"
+    baseline.write_text(json.dumps(document))
+    assert check("--baseline", str(baseline), NAGLE).returncode == 0
+    for finding in document["findings"]:
+        finding["count"] //= 2
+        finding["time_lost_s"] /= 2
+    baseline.write_text(json.dumps(document))
+    assert check("--baseline", str(baseline), NAGLE).returncode == 1
+
+
+def test_budgets_from_pyproject_and_flags_win(tmp_path) -> None:
+    (tmp_path / "pyproject.toml").write_text("[tool.nagledetect]\nmax-stalls = 0\n")
+    assert check(NAGLE, cwd=tmp_path).returncode == 1
+    assert check("--max-stalls", "100", NAGLE, cwd=tmp_path).returncode == 0
+    (tmp_path / "pyproject.toml").write_text("[tool.nagledetect]\nmax-stallz = 0\n")
+    result = check(NAGLE, cwd=tmp_path)
+    assert result.returncode == 2 and "unknown budget key" in result.stderr
+
+
+def test_bad_baseline_is_an_input_error(tmp_path) -> None:
+    bogus = tmp_path / "b.json"
+    bogus.write_text("{}")
+    result = check("--baseline", str(bogus), NAGLE)
+    assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1
