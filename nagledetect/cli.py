@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import tempfile
 from pathlib import Path
 
 import click
@@ -21,10 +22,12 @@ from nagledetect.gate import budgets_from, evaluate, load_config
 from nagledetect.lab.cli import lab
 from nagledetect.report.ci import github_annotations, junit_xml, summary_lines
 from nagledetect.report.document import SCHEMA, build_document
+from nagledetect.report.html import render_html
 from nagledetect.report.tables import write_tables
 from nagledetect.report.text import render_text
 
 EXIT_BUDGET_EXCEEDED = 1
+REPORT_MODE = 0o644
 EXIT_INPUT_ERROR = 2
 
 
@@ -63,8 +66,11 @@ def main() -> None:
               help="Also write packets, connections, messages and findings tables into this folder.")
 @click.option("--tables-format", type=click.Choice(["csv", "parquet"]), default="csv",
               show_default=True, help="Format of --tables (parquet needs pyarrow).")
+@click.option("--html", "html_path", type=click.Path(dir_okay=False, path_type=Path),
+              help="Also write the self-contained HTML report to this file.")
 def analyze(captures: tuple[str, ...], bpf_filter: str | None, output_format: str,
-            verbose: bool, tables_dir: Path | None, tables_format: str) -> None:
+            verbose: bool, tables_dir: Path | None, tables_format: str,
+            html_path: Path | None) -> None:
     """Analyse pcap/pcapng CAPTURES and print the diagnosis.
 
     Frame numbers are 1-based positions in the file, as Wireshark shows them (also with
@@ -79,6 +85,8 @@ def analyze(captures: tuple[str, ...], bpf_filter: str | None, output_format: st
     document = build_document(analyses)
     if tables_dir:
         _write_tables(analyses, tables_dir, tables_format)
+    if html_path:
+        _write_html(document, analyses, html_path)
     if output_format == "json":
         click.echo(json.dumps(document, indent=2))
     else:
@@ -94,6 +102,37 @@ def _analyze_all(captures: tuple[str, ...], bpf_filter: str | None) -> list[Anal
             click.echo(f"nagledetect: warning: {path}: {warning}", err=True)
         analyses.append(analysis)
     return analyses
+
+
+@main.command()
+@click.argument("captures", nargs=-1, required=True, type=click.Path())
+@click.option("-o", "--output", "html_path", type=click.Path(dir_okay=False, path_type=Path),
+              default=Path("nagledetect-report.html"), show_default=True, help="The HTML file.")
+@click.option("--filter", "bpf_filter", metavar="EXPR", help="BPF expression, as in tcpdump.")
+def report(captures: tuple[str, ...], html_path: Path, bpf_filter: str | None) -> None:
+    """Write a self-contained HTML report (works offline) for ops teams.
+
+    \b
+    Examples:
+      nagledetect report capture.pcap -o report.html
+      nagledetect report traces/*.pcap -o nagle.html
+    """
+    analyses = _analyze_all(captures, bpf_filter)
+    _write_html(build_document(analyses), analyses, html_path)
+
+
+def _write_html(document: dict, analyses: list[Analysis], path: Path) -> None:
+    """Write via a temporary file in the same folder, then rename: never a half-written report."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile("w", dir=path.parent, suffix=".tmp", delete=False,
+                                         encoding="utf-8") as handle:
+            handle.write(render_html(document, analyses))
+        os.chmod(handle.name, REPORT_MODE)
+        os.replace(handle.name, path)
+    except OSError as error:
+        _fail(f"{path}: cannot write the report ({error.strerror})")
+    click.echo(f"nagledetect: wrote {path}", err=True)
 
 
 def _write_tables(analyses: list[Analysis], folder: Path, table_format: str) -> None:

@@ -4,8 +4,9 @@ Each gap between consecutive new-data segments of a connection that exceeds the 
 (10 ms, and four round trips) gets exactly one cause, in this order: a Nagle/delayed-ACK stall
 already found (its released segment ends the gap: left to that finding); loss recovery (a
 retransmission inside the gap); zero window (a zero window advertised inside it); think time
-(the gap ends with the other side's data: its application took that long to answer); idle (the
-same side sends again: it had nothing to send, e.g. a paced writer or a pause between requests).
+(the server's data ends a wait that began with the client's data: the server's application took
+that long to answer); idle (anything else: the same side sends again, e.g. a paced writer, or
+the client starts its next request after a pause).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ ADVICE = {"loss-recovery": [], "zero-window": [], "think-time": [], "idle": []}
 DESCRIPTIONS = {
     "loss-recovery": "waited for lost data to be retransmitted",
     "zero-window": "waited while the receiver's window was zero",
-    "think-time": "waited for the other side's application to answer",
+    "think-time": "waited for the server's application to answer",
     "idle": "had nothing to send (paced writes or pauses between messages)",
 }
 
@@ -70,7 +71,8 @@ def classify_gaps(columns: DetectorInput) -> pd.DataFrame:
     retransmitted = _packets_within(packets, gaps, np.isin(role, ("retransmission", "out_of_order")))
     zero_window = _packets_within(packets, gaps, (packets["window_bytes"].to_numpy() == 0)
                                   & (role != "rst") & (role != "syn"))
-    cause = np.where(gaps["before_direction"] != gaps["after_direction"], "think-time", "idle")
+    server_answers = (gaps["before_direction"] == 0) & (gaps["after_direction"] == 1)
+    cause = np.where(server_answers, "think-time", "idle")
     cause = np.where(zero_window, "zero-window", cause)
     cause = np.where(retransmitted, "loss-recovery", cause)
     cause = np.where(gaps["after_frame"].isin(released), STALL_KIND, cause)
@@ -87,8 +89,6 @@ def detect(columns: DetectorInput) -> list[Finding]:
         events = [StallEvent(int(r.before_frame), int(r.after_frame), int(r.after_frame),
                              float(r.gap_s), float(r.before_time_us) / 1e6)
                   for r in rows.itertuples()]
-        waiting = rows["after_direction"].iloc[0]
-        who = "client" if waiting == 0 else "server"
         findings.append(Finding(
             kind=str(cause), connection=int(connection), sender=None, receiver=None,
             count=len(rows), time_lost_s=lost_s,
@@ -97,5 +97,5 @@ def detect(columns: DetectorInput) -> list[Finding]:
             events=events, advice=ADVICE[str(cause)],
             details={"median_gap_ms": round(float(rows["gap_s"].median()) * 1000, 3)},
             summary=(f"{len(rows)} gaps of {float(rows['gap_s'].median()) * 1000:.1f} ms (median): "
-                     f"the connection {DESCRIPTIONS[str(cause)]}; e.g. the {who} sent next")))
+                     f"the connection {DESCRIPTIONS[str(cause)]}")))
     return findings

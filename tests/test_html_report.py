@@ -1,0 +1,62 @@
+"""The HTML report in a real browser: Debian's Chromium, driven by Playwright (no browser
+download: `executable_path`), offline. Skipped where Chromium or Playwright is missing."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import SAMPLE_TRACES
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+CAPTURES = [str(SAMPLE_TRACES / name) for name in
+            ("classic-phase-lock.pcap", "seed003-nagle.pcap", "classic-2n-blocks-100000.pcap")]
+
+
+def _report(tmp_path: Path, *captures: str) -> Path:
+    path = tmp_path / "report.html"
+    result = subprocess.run([sys.executable, "-m", "nagledetect", "report", *captures, "-o", str(path)],
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    return path
+
+
+def test_report_is_self_contained_and_escapes_capture_paths(tmp_path) -> None:
+    hostile = tmp_path / "<img src=x onerror=alert(1)>.pcap"
+    shutil.copy(SAMPLE_TRACES / "seed003-nagle.pcap", hostile)
+    text = _report(tmp_path, str(hostile)).read_text()
+    assert "<img src=x onerror=alert(1)>" not in text
+    assert "&lt;img src=x onerror=alert(1)&gt;" in text
+    assert "https://cdn" not in text and "<script src" not in text
+    assert text.count("Plotly.newPlot") >= 4
+
+
+@pytest.mark.skipif(not CHROMIUM, reason="Debian's chromium is not installed")
+def test_every_chart_renders_in_chromium_without_console_errors(tmp_path) -> None:
+    playwright = pytest.importorskip("playwright.sync_api")
+    path = _report(tmp_path, *CAPTURES)
+    errors: list[str] = []
+    remote: list[str] = []
+    with playwright.sync_playwright() as driver:
+        browser = driver.chromium.launch(executable_path=CHROMIUM, args=[
+            "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+            "--disable-component-update", "--disable-sync", "--no-first-run"])
+        page = browser.new_page(viewport={"width": 1300, "height": 900})
+        page.on("console", lambda message: errors.append(message.text) if message.type == "error" else None)
+        page.on("pageerror", lambda error: errors.append(str(error)))
+        page.on("request", lambda request: remote.append(request.url)
+                if not request.url.startswith(("file:", "data:")) else None)
+        page.goto(path.as_uri())
+        page.wait_for_timeout(1500)
+        charts = page.query_selector_all(".plotly-graph-div")
+        drawn = [chart for chart in charts if chart.query_selector(".main-svg")]
+        page.click("table.sortable th:nth-child(10)")
+        page.screenshot(path=str(tmp_path / "report.png"))
+        browser.close()
+    assert len(charts) >= 8 and len(drawn) == len(charts)
+    assert errors == [] and remote == []
+    assert (tmp_path / "report.png").stat().st_size > 10_000
