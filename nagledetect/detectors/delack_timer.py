@@ -88,17 +88,28 @@ def stack_family(timer_ms: float | None) -> str:
 
 def fingerprint_hosts(samples: pd.DataFrame) -> dict[str, HostProfile]:
     """One profile per host that acknowledged a lone segment at least once."""
+    ordered = samples.sort_values("host", kind="stable")
+    hosts = ordered["host"].to_numpy()
+    if len(hosts) == 0:
+        return {}
+    starts = np.flatnonzero(np.r_[True, hosts[1:] != hosts[:-1]])
+    bounds = zip(starts, np.r_[starts[1:], len(hosts)])
+    hold_ms = ordered["hold_ms"].to_numpy()
+    delayed = ordered["delayed"].to_numpy()
+    ack_time_s = ordered["ack_time_s"].to_numpy()
+    connection = ordered["connection"].to_numpy()
     profiles: dict[str, HostProfile] = {}
-    for host, rows in samples.groupby("host", sort=True):
-        delayed = rows[rows["delayed"]]
+    for begin, end in bounds:
+        mask = delayed[begin:end]
+        holds = hold_ms[begin:end]
         timer_ms = spread_ms = None
-        if len(delayed):
-            timer_ms, spread_ms = _modal_timer(delayed["hold_ms"].to_numpy())
-        profiles[str(host)] = HostProfile(
-            address=str(host), delack_timer_ms=timer_ms, delack_spread_ms=spread_ms,
-            delack_samples=int(len(delayed)), stack_family=stack_family(timer_ms),
-            delays_ms=rows["hold_ms"].round(3).tolist(),
-            ack_times_s=delayed["ack_time_s"].tolist(),
-            ack_connections=delayed["connection"].astype(int).tolist(),
-        )
+        if mask.any():
+            timer_ms, spread_ms = _modal_timer(holds[mask])
+        address = str(hosts[begin])
+        profiles[address] = HostProfile(
+            address=address, delack_timer_ms=timer_ms, delack_spread_ms=spread_ms,
+            delack_samples=int(mask.sum()), stack_family=stack_family(timer_ms),
+            delays_ms=np.round(holds, 3).tolist(),
+            ack_times_s=ack_time_s[begin:end][mask].tolist(),
+            ack_connections=connection[begin:end][mask].astype(int).tolist())
     return profiles

@@ -86,6 +86,10 @@ class DetectorInput:
     messages: pd.DataFrame
     hosts: dict[str, HostProfile]
     earlier_findings: list[Finding] = field(default_factory=list)
+    _rows: dict[int, Any] | None = field(default=None, repr=False)
 
     def connection_row(self, connection: int) -> Any:
-        return self.connections.loc[self.connections["id"] == connection].iloc[0]
+        """The connection's row (a namedtuple), looked up in a table built once."""
+        if self._rows is None:
+            self._rows = {int(row.id): row for row in self.connections.itertuples(index=False)}
+        return self._rows[int(connection)]

@@ -86,32 +86,41 @@ def stall_candidates(columns: DetectorInput) -> pd.DataFrame:
     return found
 
 
-def _subkind(stalls: pd.DataFrame) -> str:
+def _group_stats(stalls: pd.DataFrame) -> pd.DataFrame:
+    """One row per (connection, direction): the medians and shares the finding reports."""
+    return stalls.assign(
+        previous_small=stalls["prev_payload_bytes"] < stalls["mss"],
+        previous_full=stalls["prev_payload_bytes"] == stalls["mss"],
+    ).groupby(["connection", "direction"], sort=True).agg(
+        count=("frame", "size"), lost_s=("stall_s", "sum"), median_stall_s=("stall_s", "median"),
+        median_hold_ms=("hold_ms", "median"), median_reaction_ms=("reaction_ms", "median"),
+        median_limit_ms=("reaction_limit_ms", "median"), median_held_bytes=("tail_bytes", "median"),
+        median_first_bytes=("prev_payload_bytes", "median"),
+        previous_small=("previous_small", "mean"), previous_full=("previous_full", "mean"))
+
+
+def _subkind(stats) -> str:
     """write-write-read when the data before the hold was itself small; a 2N-segment tail when
     it was a full segment; otherwise a small tail after larger data."""
-    previous_small = (stalls["prev_payload_bytes"] < stalls["mss"]).mean() >= 0.5
-    if previous_small:
+    if stats.previous_small >= 0.5:
         return "write-write-read"
-    full_segment = (stalls["prev_payload_bytes"] == stalls["mss"]).mean() >= 0.5
-    return "2n-segment-tail" if full_segment else "small-tail"
+    return "2n-segment-tail" if stats.previous_full >= 0.5 else "small-tail"
 
 
-def _confidence(stalls: pd.DataFrame, timer_ms: float | None, mss_estimated: bool
-                ) -> tuple[str, list[str]]:
+def _confidence(stats, timer_ms: float | None, mss_estimated: bool) -> tuple[str, list[str]]:
     reasons = []
     score = 0
-    median_reaction_ms = float(stalls["reaction_ms"].median())
-    if median_reaction_ms <= 0.5 * float(stalls["reaction_limit_ms"].median()):
+    if stats.median_reaction_ms <= 0.5 * stats.median_limit_ms:
         score += 1
-        reasons.append(f"held data left {median_reaction_ms * 1000:.0f} us (median) after the ACK")
-    median_hold_ms = float(stalls["hold_ms"].median())
-    if timer_ms and abs(median_hold_ms - timer_ms) <= TIMER_MATCH_SHARE * timer_ms:
+        reasons.append(f"held data left {stats.median_reaction_ms * 1000:.0f} us (median) after "
+                       "the ACK")
+    if timer_ms and abs(stats.median_hold_ms - timer_ms) <= TIMER_MATCH_SHARE * timer_ms:
         score += 1
-        reasons.append(f"ACK delay {median_hold_ms:.1f} ms matches the receiver's "
+        reasons.append(f"ACK delay {stats.median_hold_ms:.1f} ms matches the receiver's "
                        f"delayed-ACK timer ({timer_ms:.1f} ms)")
-    if len(stalls) >= REPEATED:
+    if stats.count >= REPEATED:
         score += 1
-        reasons.append(f"repeated {len(stalls)} times")
+        reasons.append(f"repeated {stats.count} times")
     if mss_estimated:
         score -= 1
         reasons.append("MSS estimated (no handshake in the capture)")
@@ -119,14 +128,13 @@ def _confidence(stalls: pd.DataFrame, timer_ms: float | None, mss_estimated: boo
     return level, reasons
 
 
-def _flood_warning(stalls: pd.DataFrame) -> list[str]:
+def _flood_warning(stats) -> list[str]:
     """Seed 000's conclusion 1: with many tiny writes, TCP_NODELAY alone floods tinygrams.
 
     The trace cannot show write boundaries; a tiny first write followed by a held run of 4 to 16
     times its size is the seed 003 shape (15 two-byte writes), so it earns the warning.
     """
-    first_bytes = float(stalls["prev_payload_bytes"].median())
-    held_bytes = float(stalls["tail_bytes"].median())
+    first_bytes, held_bytes = float(stats.median_first_bytes), float(stats.median_held_bytes)
     if first_bytes <= TINY_WRITE_BYTES and (TINY_WRITE_FACTOR * first_bytes <= held_bytes
                                             <= MAX_TINY_WRITES * first_bytes):
         return [f"the held data ({held_bytes:.0f} bytes) likely came from several writes of about "
@@ -141,37 +149,44 @@ def _advice(subkind: str) -> list[str]:
     return ["single-write-nodelay", "writev", "cork", "quickack"]
 
 
+def _events(stalls: pd.DataFrame) -> dict[tuple[int, int], list[StallEvent]]:
+    """Every stall's evidence, grouped by (connection, direction), in one pass."""
+    grouped: dict[tuple[int, int], list[StallEvent]] = {}
+    for r in stalls.itertuples():
+        grouped.setdefault((int(r.connection), int(r.direction)), []).append(StallEvent(
+            int(r.prev_frame), int(r.peer_frame), int(r.frame), float(r.stall_s),
+            float(r.prev_time_us) / 1e6, float(r.hold_ms), float(r.reaction_ms)))
+    return grouped
+
+
 def detect(columns: DetectorInput) -> list[Finding]:
     stalls = stall_candidates(columns)
     names = direction_endpoints(columns.connections)
     streams = {(f.connection, f.sender) for f in columns.earlier_findings
                if f.kind == STREAM_COALESCING_KIND}
+    events = _events(stalls)
     findings = []
-    for (connection, direction), rows in stalls.groupby(["connection", "direction"], sort=True):
+    for stats in _group_stats(stalls).reset_index().itertuples(index=False):
+        connection, direction = int(stats.connection), int(stats.direction)
         row = columns.connection_row(connection)
-        sender, receiver = names[(int(connection), int(direction))]
-        if (int(connection), sender) in streams:
+        sender, receiver = names[(connection, direction)]
+        if (connection, sender) in streams:
             continue
-        receiver_address = row.server_address if direction == 0 else row.client_address
-        host = columns.hosts.get(str(receiver_address))
-        timer_ms = host.delack_timer_ms if host else None
-        confidence, reasons = _confidence(rows, timer_ms, bool(row.mss_estimated))
-        subkind = _subkind(rows)
-        time_lost_s = float(rows["stall_s"].sum())
-        events = [StallEvent(int(r.prev_frame), int(r.peer_frame), int(r.frame), float(r.stall_s),
-                             float(r.prev_time_us) / 1e6, float(r.hold_ms), float(r.reaction_ms))
-                  for r in rows.itertuples()]
+        host = columns.hosts.get(str(row.server_address if direction == 0 else row.client_address))
+        confidence, reasons = _confidence(stats, host.delack_timer_ms if host else None,
+                                          bool(row.mss_estimated))
+        subkind = _subkind(stats)
         findings.append(Finding(
-            kind=KIND, connection=int(connection), sender=sender, receiver=receiver,
-            count=len(rows), time_lost_s=time_lost_s,
-            share=time_lost_s / row.duration_s if row.duration_s > 0 else 0.0,
-            confidence=confidence, confidence_reasons=reasons, events=events,
-            advice=_advice(subkind), subkind=subkind,
-            details={"median_ack_delay_ms": round(float(rows["hold_ms"].median()), 3),
-                     "median_reaction_ms": round(float(rows["reaction_ms"].median()), 4),
-                     "median_held_bytes": float(rows["tail_bytes"].median()),
-                     "warnings": _flood_warning(rows)},
+            kind=KIND, connection=connection, sender=sender, receiver=receiver,
+            count=int(stats.count), time_lost_s=float(stats.lost_s),
+            share=float(stats.lost_s) / row.duration_s if row.duration_s > 0 else 0.0,
+            confidence=confidence, confidence_reasons=reasons,
+            events=events[(connection, direction)], advice=_advice(subkind), subkind=subkind,
+            details={"median_ack_delay_ms": round(float(stats.median_hold_ms), 3),
+                     "median_reaction_ms": round(float(stats.median_reaction_ms), 4),
+                     "median_held_bytes": float(stats.median_held_bytes),
+                     "warnings": _flood_warning(stats)},
             summary=(f"{sender} held small segments until {receiver}'s delayed ACK released them: "
-                     f"{len(rows)} stalls of {float(rows['stall_s'].median()) * 1000:.1f} ms (median)"),
+                     f"{int(stats.count)} stalls of {stats.median_stall_s * 1000:.1f} ms (median)"),
         ))
     return findings

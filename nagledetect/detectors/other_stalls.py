@@ -82,20 +82,24 @@ def classify_gaps(columns: DetectorInput) -> pd.DataFrame:
 def detect(columns: DetectorInput) -> list[Finding]:
     gaps = classify_gaps(columns)
     gaps = gaps[gaps["cause"].isin(CAUSES)]
+    events: dict[tuple[int, str], list[StallEvent]] = {}
+    for r in gaps.itertuples():
+        events.setdefault((int(r.connection), str(r.cause)), []).append(StallEvent(
+            int(r.before_frame), int(r.after_frame), int(r.after_frame), float(r.gap_s),
+            float(r.before_time_us) / 1e6))
+    stats = gaps.groupby(["connection", "cause"], sort=True).agg(
+        count=("gap_s", "size"), lost_s=("gap_s", "sum"), median_gap_s=("gap_s", "median"))
     findings = []
-    for (connection, cause), rows in gaps.groupby(["connection", "cause"], sort=True):
-        row = columns.connection_row(connection)
-        lost_s = float(rows["gap_s"].sum())
-        events = [StallEvent(int(r.before_frame), int(r.after_frame), int(r.after_frame),
-                             float(r.gap_s), float(r.before_time_us) / 1e6)
-                  for r in rows.itertuples()]
+    for row in stats.reset_index().itertuples(index=False):
+        connection, cause = int(row.connection), str(row.cause)
+        duration_s = columns.connection_row(connection).duration_s
         findings.append(Finding(
-            kind=str(cause), connection=int(connection), sender=None, receiver=None,
-            count=len(rows), time_lost_s=lost_s,
-            share=lost_s / row.duration_s if row.duration_s > 0 else 0.0,
+            kind=cause, connection=connection, sender=None, receiver=None,
+            count=int(row.count), time_lost_s=float(row.lost_s),
+            share=float(row.lost_s) / duration_s if duration_s > 0 else 0.0,
             confidence="high", confidence_reasons=["named by what ended each gap"],
-            events=events, advice=ADVICE[str(cause)],
-            details={"median_gap_ms": round(float(rows["gap_s"].median()) * 1000, 3)},
-            summary=(f"{len(rows)} gaps of {float(rows['gap_s'].median()) * 1000:.1f} ms (median): "
-                     f"the connection {DESCRIPTIONS[str(cause)]}")))
+            events=events[(connection, cause)], advice=ADVICE[cause],
+            details={"median_gap_ms": round(float(row.median_gap_s) * 1000, 3)},
+            summary=(f"{int(row.count)} gaps of {row.median_gap_s * 1000:.1f} ms (median): "
+                     f"the connection {DESCRIPTIONS[cause]}")))
     return findings

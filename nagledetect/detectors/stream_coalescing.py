@@ -46,16 +46,18 @@ def detect(columns: DetectorInput) -> list[Finding]:
     pairs = one_way_directions(columns)
     if not pairs:
         return []
-    released = stall_candidates(columns)
+    released = dict(tuple(stall_candidates(columns).groupby(["connection", "direction"])))
+    by_direction = columns.segments.groupby(["connection", "direction"])
     names = direction_endpoints(columns.connections)
     findings = []
     for connection, direction in pairs:
-        segments = columns.segments[(columns.segments["connection"] == connection)
-                                    & (columns.segments["direction"] == direction)]
-        if len(segments) < MIN_PACKETS:
+        if (connection, direction) not in by_direction.groups:
+            continue
+        segments = by_direction.get_group((connection, direction))
+        if len(segments) < MIN_PACKETS or (connection, direction) not in released:
             continue
         write_bytes = _write_size(segments["payload_bytes"].to_numpy())
-        mine = released[(released["connection"] == connection) & (released["direction"] == direction)]
+        mine = released[(connection, direction)]
         accumulated = mine[mine["payload_bytes"] >= ACCUMULATION_FACTOR * write_bytes]
         if len(accumulated) < ACCUMULATED_SHARE * len(segments):
             continue

@@ -28,32 +28,37 @@ def detect(columns: DetectorInput) -> list[Finding]:
     flooded = ((messages["packets"] >= MIN_PACKETS_PER_MESSAGE)
                & (messages["packets"] >= EXCESS_FACTOR * messages["segments_needed"])
                & (messages["median_payload_bytes"] <= SMALL_PAYLOAD_SHARE * messages["mss"]))
-    findings = []
-    for (connection, direction), rows in messages.assign(flooded=flooded).groupby(
-            ["connection", "direction"]):
-        multi = rows[rows["packets"] > 1]
-        bad = rows[rows["flooded"]]
-        if len(bad) < MIN_FLOODED_MESSAGES or len(bad) < FLOODED_SHARE * len(multi):
-            continue
-        packets = int(rows["packets"].sum())
-        needed = int(rows["segments_needed"].sum())
-        sender, receiver = names[(int(connection), int(direction))]
-        segments = columns.segments
-        payloads = segments.loc[(segments["connection"] == connection)
-                                & (segments["direction"] == direction), "payload_bytes"]
-        median_payload = float(payloads.median())
-        findings.append(Finding(
-            kind=KIND, connection=int(connection), sender=sender, receiver=receiver,
-            count=packets - needed, time_lost_s=0.0, share=0.0,
-            confidence="high" if len(bad) >= 10 else "medium",
-            confidence_reasons=[f"{len(bad)} of {len(multi)} multi-packet messages sent as "
-                                f"{float(bad['packets'].median()):.0f} packets (median) where "
-                                f"{float(bad['segments_needed'].median()):.0f} would do"],
-            advice=["buffer-writes", "writev", "cork"],
-            details={"messages": int(len(rows)), "packets": packets, "packets_needed": needed,
-                     "excess_packets": packets - needed, "median_payload_bytes": median_payload,
-                     "median_message_bytes": float(rows["bytes"].median())},
-            summary=(f"{sender} sent {packets:,} packets where a buffered writer needs {needed:,}: "
-                     f"median payload {median_payload:.0f} bytes, "
-                     f"{float(bad['packets'].median()):.0f} packets per message")))
-    return findings
+    table = messages.assign(
+        flooded=flooded, multi=messages["packets"] > 1,
+        flooded_packets=messages["packets"].where(flooded),
+        flooded_needed=messages["segments_needed"].where(flooded))
+    stats = table.groupby(["connection", "direction"], sort=True).agg(
+        messages=("message", "size"), packets=("packets", "sum"), needed=("segments_needed", "sum"),
+        flooded=("flooded", "sum"), multi=("multi", "sum"), median_bytes=("bytes", "median"),
+        flooded_packets=("flooded_packets", "median"), flooded_needed=("flooded_needed", "median"))
+    stats = stats[(stats["flooded"] >= MIN_FLOODED_MESSAGES)
+                  & (stats["flooded"] >= FLOODED_SHARE * stats["multi"])]
+    if stats.empty:
+        return []
+    payloads = columns.segments.groupby(["connection", "direction"])["payload_bytes"].median()
+    return [_finding(row, names, float(payloads.loc[(row.connection, row.direction)]))
+            for row in stats.reset_index().itertuples(index=False)]
+
+
+def _finding(row, names, median_payload: float) -> Finding:
+    sender, receiver = names[(int(row.connection), int(row.direction))]
+    packets, needed = int(row.packets), int(row.needed)
+    return Finding(
+        kind=KIND, connection=int(row.connection), sender=sender, receiver=receiver,
+        count=packets - needed, time_lost_s=0.0, share=0.0,
+        confidence="high" if row.flooded >= 10 else "medium",
+        confidence_reasons=[f"{int(row.flooded)} of {int(row.multi)} multi-packet messages sent as "
+                            f"{row.flooded_packets:.0f} packets (median) where "
+                            f"{row.flooded_needed:.0f} would do"],
+        advice=["buffer-writes", "writev", "cork"],
+        details={"messages": int(row.messages), "packets": packets, "packets_needed": needed,
+                 "excess_packets": packets - needed, "median_payload_bytes": median_payload,
+                 "median_message_bytes": float(row.median_bytes)},
+        summary=(f"{sender} sent {packets:,} packets where a buffered writer needs {needed:,}: "
+                 f"median payload {median_payload:.0f} bytes, "
+                 f"{row.flooded_packets:.0f} packets per message"))

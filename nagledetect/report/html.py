@@ -20,6 +20,8 @@ from nagledetect.report.text import KIND_TITLES
 MAX_POINTS = 20_000
 WORST_CONNECTIONS = 3
 MAX_TABLE_ROWS = 2_000
+MAX_FINDINGS_SHOWN = 50
+MAX_HOST_CHARTS = 6
 STYLE = """
 body{font-family:system-ui,sans-serif;margin:2em;color:#222;max-width:1200px}
 h1{font-size:1.5em} h2{margin-top:2em;border-bottom:1px solid #ccc}
@@ -148,39 +150,45 @@ def _one_time_sequence(document: dict[str, Any], analysis: Analysis, local: int,
     return _figure(figure, f"Time-sequence graph, connection {shown}")
 
 
-def _ack_delays(analyses: list[Analysis]) -> list[str]:
+def _busiest_hosts(analyses: list[Analysis], notes: list[str], what: str, wanted) -> list[tuple]:
+    """The hosts with the most delayed-ACK samples (a browser cannot draw thousands of charts)."""
+    hosts = [(index, host) for index, analysis in enumerate(analyses)
+             for host in analysis.hosts.values() if wanted(host)]
+    hosts.sort(key=lambda item: -item[1].delack_samples)
+    if len(hosts) > MAX_HOST_CHARTS:
+        notes.append(f"{what}: the {MAX_HOST_CHARTS} hosts with the most delayed ACKs of "
+                     f"{len(hosts):,} (all hosts are in the JSON output)")
+    return hosts[:MAX_HOST_CHARTS]
+
+
+def _ack_delays(analyses: list[Analysis], notes: list[str]) -> list[str]:
     figures = []
-    for index, analysis in enumerate(analyses):
-        for host in analysis.hosts.values():
-            if host.delack_samples == 0:
-                continue
-            figure = go.Figure(go.Histogram(x=host.delays_ms, nbinsx=60, name="ACK delay"))
-            if host.delack_timer_ms:
-                figure.add_vline(x=host.delack_timer_ms, line_color="red",
-                                 annotation_text=f"timer {host.delack_timer_ms:.1f} ms")
-            figure.update_xaxes(title="delay of the ACK of a lone segment (ms)")
-            figure.update_yaxes(title="ACKs")
-            figures.append(_figure(figure, f"ACK delays of {host.address} ({host.stack_family}), "
-                                           f"capture {index}"))
+    for index, host in _busiest_hosts(analyses, notes, "ACK-delay histograms",
+                                      lambda h: h.delack_samples > 0):
+        figure = go.Figure(go.Histogram(x=host.delays_ms, nbinsx=60, name="ACK delay"))
+        if host.delack_timer_ms:
+            figure.add_vline(x=host.delack_timer_ms, line_color="red",
+                             annotation_text=f"timer {host.delack_timer_ms:.1f} ms")
+        figure.update_xaxes(title="delay of the ACK of a lone segment (ms)")
+        figure.update_yaxes(title="ACKs")
+        figures.append(_figure(figure, f"ACK delays of {host.address} ({host.stack_family}), "
+                                       f"capture {index}"))
     return figures
 
 
-def _phase_plots(analyses: list[Analysis]) -> list[str]:
+def _phase_plots(analyses: list[Analysis], notes: list[str]) -> list[str]:
     figures = []
-    for index, analysis in enumerate(analyses):
-        for host in analysis.hosts.values():
-            lock = host.phase_lock
-            if not lock:
-                continue
-            period_s = lock["period_ms"] / 1000
-            degrees = np.mod(np.asarray(host.ack_times_s), period_s) / period_s * 360
-            counts, edges = np.histogram(degrees, bins=36, range=(0, 360))
-            figure = go.Figure(go.Barpolar(r=counts, theta=(edges[:-1] + 5), width=10,
-                                           name="delayed ACKs"))
-            verdict = "locked" if lock["locked"] else "not locked"
-            figures.append(_figure(figure, f"Delayed-ACK phase of {host.address} modulo "
-                                           f"{lock['period_ms']:.0f} ms ({verdict}, "
-                                           f"p={lock['p_value']:.2g}), capture {index}"))
+    for index, host in _busiest_hosts(analyses, notes, "phase plots", lambda h: h.phase_lock):
+        lock = host.phase_lock
+        period_s = lock["period_ms"] / 1000
+        degrees = np.mod(np.asarray(host.ack_times_s), period_s) / period_s * 360
+        counts, edges = np.histogram(degrees, bins=36, range=(0, 360))
+        figure = go.Figure(go.Barpolar(r=counts, theta=(edges[:-1] + 5), width=10,
+                                       name="delayed ACKs"))
+        verdict = "locked" if lock["locked"] else "not locked"
+        figures.append(_figure(figure, f"Delayed-ACK phase of {host.address} modulo "
+                                       f"{lock['period_ms']:.0f} ms ({verdict}, "
+                                       f"p={lock['p_value']:.2g}), capture {index}"))
     return figures
 
 
@@ -213,9 +221,13 @@ def _parity(document: dict[str, Any]) -> str:
     return _figure(figure, "Segment parity")
 
 
-def _findings(document: dict[str, Any]) -> str:
+def _findings(document: dict[str, Any], notes: list[str]) -> str:
     parts = []
-    for rank, finding in enumerate(document["findings"], start=1):
+    shown = document["findings"][:MAX_FINDINGS_SHOWN]
+    if len(document["findings"]) > len(shown):
+        notes.append(f"findings: the {MAX_FINDINGS_SHOWN} costliest of "
+                     f"{len(document['findings']):,} are listed (all are in the JSON output)")
+    for rank, finding in enumerate(shown, start=1):
         title = KIND_TITLES.get(finding["kind"], finding["kind"])
         evidence = ", ".join(f"{e['last_data_frame']} &rarr; {e['delayed_ack_frame']} &rarr; "
                              f"{e['released_frame']}" for e in finding["events"][:3])
@@ -283,9 +295,11 @@ def render_html(document: dict[str, Any], analyses: list[Analysis]) -> str:
     """The whole report as one HTML page."""
     notes: list[str] = []
     charts = [_response_cdf(document, analyses, notes), *_time_sequence(document, analyses, notes),
-              *_ack_delays(analyses), *_phase_plots(analyses), _packet_sizes(analyses, notes),
+              *_ack_delays(analyses, notes), *_phase_plots(analyses, notes),
+              _packet_sizes(analyses, notes),
               _parity(document)]
     table = _flow_table(document, notes)
+    findings = _findings(document, notes)
     sampled = "".join(f"<li>{_e(n)}</li>" for n in notes)
     return (
         "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>"
@@ -294,7 +308,7 @@ def render_html(document: dict[str, Any], analyses: list[Analysis]) -> str:
         f"<title>nagledetect report</title><style>{STYLE}</style>"
         f"<script>{get_plotlyjs()}</script></head><body>"
         f"<h1>nagledetect report</h1>{_verdict(document)}"
-        f"<h2>Findings, ranked by time lost</h2>{_findings(document)}"
+        f"<h2>Findings, ranked by time lost</h2>{findings}"
         f"<h2>Charts</h2>{''.join(charts)}"
         + (f"<p class='note'>Drawn from a sample:</p><ul class='note'>{sampled}</ul>" if sampled else "")
         + f"<h2>Connections</h2><p class='note'>Click a column to sort.</p>{table}"
