@@ -60,4 +60,8 @@ def reason_text(code: int) -> str:
 def count_reasons(codes: np.ndarray) -> dict[str, int]:
     """Count the non-zero codes of a batch under their report words."""
     values, counts = np.unique(codes[codes != KEPT], return_counts=True)
-    return {reason_text(int(v)): int(c) for v, c in zip(values, counts)}
+    reasons: dict[str, int] = {}
+    for value, count in zip(values.tolist(), counts.tolist()):
+        text = reason_text(value)  # several codes can share words (all 802.3 lengths)
+        reasons[text] = reasons.get(text, 0) + count
+    return reasons

@@ -1,0 +1,58 @@
+"""Every capture of ../shared/corpora/ (830 tcpdump test files, 788 Zeek traces): analysed, or
+refused with one line where libpcap itself cannot read it; the accounting always balances.
+
+In-process for speed (the command line is the same code behind one try/except, exercised on a
+sample through a subprocess); skipped where the corpora are absent.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pcapy
+import pytest
+
+from nagledetect import load_capture
+from nagledetect.analysis import run_detectors
+from nagledetect.errors import InputError
+from nagledetect.report.document import build_document
+from tests.conftest import CORPORA
+
+FILES = sorted(p for folder in ("tcpdump", "zeek") for p in (CORPORA / folder).glob("*")
+               if p.is_file()) if CORPORA.exists() else []
+
+
+def _libpcap_can_open(path) -> bool:
+    try:
+        pcapy.open_offline(str(path))
+    except pcapy.PcapError:
+        return False
+    return True
+
+
+@pytest.mark.skipif(not FILES, reason="../shared/corpora not present")
+def test_every_corpus_file_is_analysed_or_refused_cleanly() -> None:
+    refused = []
+    for path in FILES:
+        try:
+            document = build_document([run_detectors(load_capture(str(path)))])
+        except InputError:
+            refused.append(path.name)
+            assert path.stat().st_size == 0 or not _libpcap_can_open(path), path
+            continue
+        capture = document["captures"][0]
+        assert capture["balanced"], path
+        assert capture["packets"] == capture["tcp_packets"] + sum(capture["skipped"].values()), path
+    assert len(refused) < len(FILES) // 10
+
+
+@pytest.mark.skipif(not FILES, reason="../shared/corpora not present")
+def test_command_line_on_a_sample_of_corpus_files_never_prints_a_traceback() -> None:
+    for path in FILES[::40]:
+        result = subprocess.run([sys.executable, "-m", "nagledetect", "analyze", "--format", "json",
+                                 str(path)], capture_output=True, text=True, timeout=60)
+        assert result.returncode in (0, 2), path
+        assert "Traceback" not in result.stderr, path
+        if result.returncode == 2:
+            assert len(result.stderr.strip().splitlines()) == 1, path
