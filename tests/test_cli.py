@@ -133,3 +133,14 @@ def test_tables_are_written_as_csv(tmp_path) -> None:
     assert int(stalls["count"].sum()) == 39  # the manifest's client-measured stalls
     packets = pd.read_csv(tmp_path / "packets.csv")
     assert {"frame", "connection", "role"} <= set(packets.columns)
+
+
+def test_missing_handshake_is_a_warning_in_json_and_text() -> None:
+    from tests.conftest import SAMPLE_TRACES
+
+    path = str(SAMPLE_TRACES / "seed003-nagle.pcap")
+    no_syn = "not (tcp[tcpflags] & tcp-syn != 0)"
+    document = json.loads(run("analyze", "--format", "json", "--filter", no_syn, path).stdout)
+    assert any("without a handshake" in w for w in document["captures"][0]["warnings"])
+    assert "without a handshake" in run("analyze", "--filter", no_syn, path).stdout
+    assert not json.loads(run("analyze", "--format", "json", path).stdout)["captures"][0]["warnings"]

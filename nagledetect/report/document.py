@@ -31,6 +31,21 @@ def _number(value: Any) -> Any:
     return value
 
 
+def _connection_warnings(connections: Any) -> list[str]:
+    """Connection-level caveats that weaken findings, counted so every output can show them."""
+    if len(connections) == 0:
+        return []
+    checks = (
+        (~connections["handshake"], "without a handshake in the capture: MSS estimated, client "
+                                    "and server roles may be guessed"),
+        ((connections["packets_client_to_server"] == 0)
+         | (connections["packets_server_to_client"] == 0),
+         "with one direction only (the capture missed the other)"),
+    )
+    return [f"{int(mask.sum())} of {len(connections)} connections {text}"
+            for mask, text in checks if mask.any()]
+
+
 def _capture_entry(capture: Capture) -> dict[str, Any]:
     accounting = capture.accounting
     return {
@@ -41,7 +56,7 @@ def _capture_entry(capture: Capture) -> dict[str, Any]:
         "tcp_packets": accounting.tcp_packets,
         "skipped": dict(sorted(accounting.skipped.items(), key=lambda item: -item[1])),
         "balanced": accounting.balanced,
-        "warnings": list(accounting.warnings),
+        "warnings": list(accounting.warnings) + _connection_warnings(capture.connections),
         "connections": len(capture.connections),
     }
 
