@@ -60,11 +60,13 @@ def _collect(batches: Iterable[DecodedColumns]) -> tuple[dict[str, np.ndarray], 
 
 
 def _concatenate(parts: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+    """Join the batches column by column, releasing each batch's column as soon as it is copied,
+    so the peak is the whole capture plus one column, not twice the capture."""
     if not parts:
         return {}
     if len(parts) == 1:
         return parts[0]
-    return {name: np.concatenate([part[name] for part in parts]) for name in parts[0]}
+    return {name: np.concatenate([part.pop(name) for part in parts]) for name in list(parts[0])}
 
 
 def build_flows(batches: Iterable[DecodedColumns]) -> FlowTables:
