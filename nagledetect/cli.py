@@ -10,6 +10,7 @@ import json
 import os
 import sys
 import tempfile
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import click
@@ -26,6 +27,8 @@ from nagledetect.report.html import render_html
 from nagledetect.report.tables import write_tables
 from nagledetect.report.text import render_text
 
+JOBS_OPTION = click.option("-j", "--jobs", type=click.IntRange(1),
+                           help="Parallel processes for several captures (default: all cores).")
 EXIT_BUDGET_EXCEEDED = 1
 REPORT_MODE = 0o644
 EXIT_INPUT_ERROR = 2
@@ -68,9 +71,10 @@ def main() -> None:
               show_default=True, help="Format of --tables (parquet needs pyarrow).")
 @click.option("--html", "html_path", type=click.Path(dir_okay=False, path_type=Path),
               help="Also write the self-contained HTML report to this file.")
+@JOBS_OPTION
 def analyze(captures: tuple[str, ...], bpf_filter: str | None, output_format: str,
             verbose: bool, tables_dir: Path | None, tables_format: str,
-            html_path: Path | None) -> None:
+            html_path: Path | None, jobs: int | None) -> None:
     """Analyse pcap/pcapng CAPTURES and print the diagnosis.
 
     Frame numbers are 1-based positions in the file, as Wireshark shows them (also with
@@ -81,7 +85,7 @@ def analyze(captures: tuple[str, ...], bpf_filter: str | None, output_format: st
       nagledetect analyze sample_traces/seed003-nagle.pcap
       nagledetect analyze --format json capture.pcapng > result.json
     """
-    analyses = _analyze_all(captures, bpf_filter)
+    analyses = _analyze_all(captures, bpf_filter, jobs)
     document = build_document(analyses)
     if tables_dir:
         _write_tables(analyses, tables_dir, tables_format)
@@ -94,13 +98,19 @@ def analyze(captures: tuple[str, ...], bpf_filter: str | None, output_format: st
         click.echo(render_text(document, verbose=verbose, colour=colour), nl=False, color=colour)
 
 
-def _analyze_all(captures: tuple[str, ...], bpf_filter: str | None) -> list[Analysis]:
-    analyses = []
-    for path in captures:
-        analysis = _analyze_or_exit(path, bpf_filter)
+def _analyze_all(captures: tuple[str, ...], bpf_filter: str | None,
+                 jobs: int | None = None) -> list[Analysis]:
+    """Analyse every capture, in parallel processes when there are several (one per core by
+    default); results come back in the order given, each identical to a single-file run."""
+    workers = min(jobs or os.cpu_count() or 1, len(captures))
+    if workers <= 1:
+        analyses = [_analyze_or_exit(path, bpf_filter) for path in captures]
+    else:
+        with ProcessPoolExecutor(max_workers=workers) as pool:
+            analyses = list(pool.map(_analyze_or_exit, captures, [bpf_filter] * len(captures)))
+    for path, analysis in zip(captures, analyses):
         for warning in analysis.capture.accounting.warnings:
             click.echo(f"nagledetect: warning: {path}: {warning}", err=True)
-        analyses.append(analysis)
     return analyses
 
 
@@ -109,7 +119,9 @@ def _analyze_all(captures: tuple[str, ...], bpf_filter: str | None) -> list[Anal
 @click.option("-o", "--output", "html_path", type=click.Path(dir_okay=False, path_type=Path),
               default=Path("nagledetect-report.html"), show_default=True, help="The HTML file.")
 @click.option("--filter", "bpf_filter", metavar="EXPR", help="BPF expression, as in tcpdump.")
-def report(captures: tuple[str, ...], html_path: Path, bpf_filter: str | None) -> None:
+@JOBS_OPTION
+def report(captures: tuple[str, ...], html_path: Path, bpf_filter: str | None,
+           jobs: int | None) -> None:
     """Write a self-contained HTML report (works offline) for ops teams.
 
     \b
@@ -117,7 +129,7 @@ def report(captures: tuple[str, ...], html_path: Path, bpf_filter: str | None) -
       nagledetect report capture.pcap -o report.html
       nagledetect report traces/*.pcap -o nagle.html
     """
-    analyses = _analyze_all(captures, bpf_filter)
+    analyses = _analyze_all(captures, bpf_filter, jobs)
     _write_html(build_document(analyses), analyses, html_path)
 
 
@@ -157,9 +169,11 @@ def _write_tables(analyses: list[Analysis], folder: Path, table_format: str) -> 
 @click.option("--tolerance", type=click.FloatRange(0), help="Regression tolerance (default 0.1).")
 @click.option("--junit", type=click.Path(dir_okay=False, path_type=Path), help="Write JUnit XML here.")
 @click.option("--github", is_flag=True, help="Print GitHub Actions annotations for failures.")
+@JOBS_OPTION
 def check(captures: tuple[str, ...], bpf_filter: str | None, max_stalls: int | None,
           max_stall_time: float | None, max_stall_share: float | None, fail_on: str | None,
-          baseline: Path | None, tolerance: float | None, junit: Path | None, github: bool) -> None:
+          baseline: Path | None, tolerance: float | None, junit: Path | None, github: bool,
+          jobs: int | None) -> None:
     """Gate CI on recorded CAPTURES: exit 1 when a budget is exceeded.
 
     Budgets also come from [tool.nagledetect] in pyproject.toml or from nagledetect.toml in the
@@ -179,7 +193,7 @@ def check(captures: tuple[str, ...], bpf_filter: str | None, max_stalls: int | N
         previous = _read_baseline(baseline) if baseline else None
     except InputError as error:
         _fail(str(error))
-    document = build_document(_analyze_all(captures, bpf_filter))
+    document = build_document(_analyze_all(captures, bpf_filter, jobs))
     results = evaluate(document, budgets, previous)
     for line in summary_lines(results, [c["path"] for c in document["captures"]]):
         click.echo(line)

@@ -144,3 +144,20 @@ def test_missing_handshake_is_a_warning_in_json_and_text() -> None:
     assert any("without a handshake" in w for w in document["captures"][0]["warnings"])
     assert "without a handshake" in run("analyze", "--filter", no_syn, path).stdout
     assert not json.loads(run("analyze", "--format", "json", path).stdout)["captures"][0]["warnings"]
+
+
+def test_parallel_run_gives_the_same_document_as_a_serial_one() -> None:
+    from tests.conftest import SAMPLE_TRACES
+
+    paths = [str(p) for p in sorted(SAMPLE_TRACES.glob("seed00*.pcap"))]
+    serial = run("analyze", "--format", "json", "-j", "1", *paths)
+    parallel = run("analyze", "--format", "json", "-j", "2", *paths)
+    assert serial.returncode == parallel.returncode == 0
+    assert serial.stdout == parallel.stdout
+
+
+def test_parallel_run_with_a_bad_file_is_one_line_and_status_2() -> None:
+    from tests.conftest import SAMPLE_TRACES
+
+    result = run("analyze", "-j", "2", "/nonexistent.pcap", str(SAMPLE_TRACES / "trap-rpc.pcap"))
+    assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1
