@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from nagledetect.flows.build import build_flows
-from nagledetect.read.capture import Accounting, decoded_batches
+from nagledetect.read.capture import Accounting, ProgressCallback, decoded_batches
 
 
 @dataclass
@@ -26,8 +26,12 @@ class Capture:
     accounting: Accounting
 
 
-def load_capture(path: str, bpf_filter: str | None = None) -> Capture:
-    """Read `path` (pcap or pcapng), decode its TCP packets and rebuild its connections."""
-    accounting, batches = decoded_batches(path, bpf_filter)
+def load_capture(path: str, bpf_filter: str | None = None,
+                 progress: ProgressCallback | None = None) -> Capture:
+    """Read `path` (pcap or pcapng), decode its TCP packets and rebuild its connections.
+
+    `progress(packets_read, bytes_read)` is called after every batch of packets.
+    """
+    accounting, batches = decoded_batches(path, bpf_filter, progress)
     flows = build_flows(batches)
     return Capture(path, flows.packets, flows.connections, flows.sack_blocks, accounting)

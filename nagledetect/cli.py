@@ -21,6 +21,7 @@ from nagledetect.api import load_capture
 from nagledetect.errors import InputError
 from nagledetect.gate import budgets_from, evaluate, load_config
 from nagledetect.lab.cli import lab
+from nagledetect.progress import ReadProgress
 from nagledetect.report.ci import github_annotations, junit_xml, summary_lines
 from nagledetect.report.document import SCHEMA, build_document
 from nagledetect.report.html import render_html
@@ -217,14 +218,17 @@ def _read_baseline(path: Path) -> dict:
 
 def _analyze_or_exit(path: str, bpf_filter: str | None) -> Analysis:
     """Load and analyse one capture; any failure is one line on stderr and exit status 2."""
+    progress = ReadProgress(path)
     try:
-        return run_detectors(load_capture(path, bpf_filter))
+        return run_detectors(load_capture(path, bpf_filter, progress))
     except InputError as error:
         _fail(str(error))
     except MemoryError:
         _fail(f"{path}: out of memory while analysing")
     except Exception as error:  # noqa: BLE001 - the promise is one line, never a traceback
         _fail(f"{path}: cannot analyse ({type(error).__name__}: {error}); please report this")
+    finally:
+        progress.done()
 
 
 def _fail(message: str) -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -10,6 +10,8 @@ import numpy as np
 from nagledetect.read import skips
 from nagledetect.read.decode import decode_batch
 from nagledetect.read.libpcap import CaptureReader
+
+RECORD_HEADER_BYTES = 16
 
 
 @dataclass
@@ -35,23 +37,34 @@ class Accounting:
 DecodedColumns = tuple[dict[str, np.ndarray], dict[str, np.ndarray]]
 
 
-def decoded_batches(path: str, bpf_filter: str | None = None
+ProgressCallback = Callable[[int, int], None]
+
+
+def decoded_batches(path: str, bpf_filter: str | None = None,
+                    progress: ProgressCallback | None = None
                     ) -> tuple[Accounting, Iterator[DecodedColumns]]:
     """Open `path` and return its accounting and a generator of decoded TCP batches.
 
     Each batch is a dict of packet columns (with `frame`, 1-based file positions as in
     Wireshark, and `time_us`) and a dict of its SACK blocks (`row` = packet index within the
-    batch, `left_raw`, `right_raw`). The accounting is complete once the generator is
-    exhausted. Opening happens now, so a file that cannot be read fails here, before any output.
+    batch, `left_raw`, `right_raw`). `progress(packets, bytes)` is called after each batch
+    (bytes estimated as pcap records: 16-byte headers plus captured bytes). The accounting is
+    complete once the generator is exhausted. Opening happens now, so a file that cannot be
+    read fails here, before any output.
     """
     reader = CaptureReader(path, bpf_filter)
     accounting = Accounting(path=path, linktype=reader.linktype)
-    return accounting, _batches(reader, accounting)
+    return accounting, _batches(reader, accounting, progress)
 
 
-def _batches(reader: CaptureReader, accounting: Accounting) -> Iterator[DecodedColumns]:
+def _batches(reader: CaptureReader, accounting: Accounting,
+             progress: ProgressCallback | None) -> Iterator[DecodedColumns]:
+    bytes_read = 0
     for batch in reader.batches():
         accounting.packets_read += len(batch)
+        if progress:
+            bytes_read += int(batch.caplens.sum()) + RECORD_HEADER_BYTES * len(batch)
+            progress(accounting.packets_read, bytes_read)
         accepted = reader.filter_mask(batch)
         if not accepted.all():
             accounting.add_skipped({skips.reason_text(skips.EXCLUDED_BY_FILTER): int((~accepted).sum())})
