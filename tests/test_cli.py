@@ -161,3 +161,19 @@ def test_parallel_run_with_a_bad_file_is_one_line_and_status_2() -> None:
 
     result = run("analyze", "-j", "2", "/nonexistent.pcap", str(SAMPLE_TRACES / "trap-rpc.pcap"))
     assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1
+
+
+def test_parquet_tables_or_a_clear_refusal(tmp_path) -> None:
+    from tests.conftest import SAMPLE_TRACES
+
+    result = run("analyze", "--tables", str(tmp_path), "--tables-format", "parquet",
+                 str(SAMPLE_TRACES / "trap-rpc.pcap"))
+    try:
+        import pyarrow  # noqa: F401
+    except ImportError:
+        assert result.returncode == 2 and "pip install pyarrow" in result.stderr
+        return
+    import pandas as pd
+
+    assert result.returncode == 0
+    assert len(pd.read_parquet(tmp_path / "connections.parquet")) == 1
