@@ -13,8 +13,6 @@ from typing import Any
 
 import pandas as pd
 
-CONFIDENCE_LEVELS = ("low", "medium", "high")
-
 
 @dataclass
 class StallEvent:

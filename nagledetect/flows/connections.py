@@ -19,7 +19,6 @@ from nagledetect.flows.grouped import group_starts
 FLAG_FIN = 0x01
 FLAG_SYN = 0x02
 FLAG_RST = 0x04
-FLAG_PSH = 0x08
 FLAG_ACK = 0x10
 PORT_REUSE_SILENCE_US = 300 * 1_000_000
 EPHEMERAL_PORT_START = 49152
