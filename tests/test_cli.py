@@ -177,3 +177,20 @@ def test_parquet_tables_or_a_clear_refusal(tmp_path) -> None:
 
     assert result.returncode == 0
     assert len(pd.read_parquet(tmp_path / "connections.parquet")) == 1
+
+
+@pytest.mark.parametrize("cut", [10, 24 + 8, 24 + 16 + 20])
+def test_captures_cut_in_the_file_header_record_header_or_record(tmp_path, cut: int) -> None:
+    """Cut inside the 24-byte file header: refused in one line. Cut inside the first record's
+    header or data: analysed (nothing to analyse), with the truncation said on stderr."""
+    from tests.conftest import SAMPLE_TRACES
+
+    path = tmp_path / "cut.pcap"
+    path.write_bytes((SAMPLE_TRACES / "seed003-nagle.pcap").read_bytes()[:cut])
+    result = run("analyze", "--format", "json", str(path))
+    assert "Traceback" not in result.stderr
+    if cut < 24:
+        _assert_one_line_error(result, "truncated")
+    else:
+        assert result.returncode == 0 and "cut short" in result.stderr
+        assert json.loads(result.stdout)["captures"][0]["packets"] == 0

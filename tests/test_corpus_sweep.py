@@ -7,8 +7,10 @@ sample through a subprocess); skipped where the corpora are absent.
 
 from __future__ import annotations
 
+import resource
 import subprocess
 import sys
+import time
 
 import pcapy
 import pytest
@@ -19,6 +21,8 @@ from nagledetect.errors import InputError
 from nagledetect.report.document import build_document
 from tests.conftest import CORPORA
 
+PER_FILE_LIMIT_S = 30
+PEAK_RSS_LIMIT_KIB = 2 * 1024 * 1024
 FILES = sorted(p for folder in ("tcpdump", "zeek") for p in (CORPORA / folder).glob("*")
                if p.is_file()) if CORPORA.exists() else []
 
@@ -35,8 +39,10 @@ def _libpcap_can_open(path) -> bool:
 def test_every_corpus_file_is_analysed_or_refused_cleanly() -> None:
     refused = []
     for path in FILES:
+        started_s = time.monotonic()
         try:
             document = build_document([run_detectors(load_capture(str(path)))])
+            assert time.monotonic() - started_s < PER_FILE_LIMIT_S, path
         except InputError:
             refused.append(path.name)
             assert path.stat().st_size == 0 or not _libpcap_can_open(path), path
@@ -45,6 +51,7 @@ def test_every_corpus_file_is_analysed_or_refused_cleanly() -> None:
         assert capture["balanced"], path
         assert capture["packets"] == capture["tcp_packets"] + sum(capture["skipped"].values()), path
     assert len(refused) < len(FILES) // 10
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss < PEAK_RSS_LIMIT_KIB
 
 
 @pytest.mark.skipif(not FILES, reason="../shared/corpora not present")
