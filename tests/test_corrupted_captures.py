@@ -3,7 +3,9 @@ every copy is analysed end to end, with no exception and a balanced accounting."
 
 from __future__ import annotations
 
+import shutil
 import struct
+import subprocess
 
 import numpy as np
 import pytest
@@ -43,3 +45,17 @@ def test_corrupted_copies_are_analysed(name: str, tmp_path) -> None:
         path.write_bytes(data.tobytes())
         document = build_document([run_detectors(load_capture(str(path)))])
         assert document["captures"][0]["balanced"], (name, copy)
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_editcap_corrupted_copies_are_analysed(seed: int, tmp_path) -> None:
+    """The same with Wireshark's own `editcap -E 0.02 --seed N` (skipped without editcap)."""
+    editcap = shutil.which("editcap")
+    if not editcap:
+        pytest.skip("editcap not installed")
+    source = SAMPLE_TRACES / SOURCES[seed % len(SOURCES)]
+    target = tmp_path / "corrupted.pcap"
+    subprocess.run([editcap, "-E", str(ERROR_PROBABILITY), "--seed", str(seed), "-F", "pcap",
+                    f"{source}.pcap", str(target)], check=True, capture_output=True)
+    document = build_document([run_detectors(load_capture(str(target)))])
+    assert document["captures"][0]["balanced"]

@@ -34,7 +34,7 @@ def _mutated(name: str, edits: list[tuple[int, int, int]], cuts: list[tuple[int,
     return pad_batch(raw.tobytes()), batch.offsets, caplens
 
 
-@settings(max_examples=600, derandomize=True, deadline=None)
+@settings(max_examples=2000, derandomize=True, deadline=None)
 @given(name=st.sampled_from(sorted(SOURCES)),
        edits=st.lists(st.tuples(st.integers(0, 10_000), st.integers(0, 255), st.integers(0, 255)),
                       max_size=40),
@@ -49,7 +49,7 @@ def test_corrupted_headers_are_decoded_or_skipped_never_fatal(name, edits, cuts)
         assert (payload >= 0).all() and (payload < 1 << 32).all()
 
 
-@settings(max_examples=300, derandomize=True, deadline=None)
+@settings(max_examples=1000, derandomize=True, deadline=None)
 @given(data=st.binary(min_size=0, max_size=400), linktype=st.sampled_from([0, 1, 12, 101, 108,
                                                                           113, 228, 229, 276]))
 def test_random_bytes_under_every_link_type(data: bytes, linktype: int) -> None:
