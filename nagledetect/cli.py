@@ -30,6 +30,9 @@ from nagledetect.report.text import render_text
 
 JOBS_OPTION = click.option("-j", "--jobs", type=click.IntRange(1),
                            help="Parallel processes for several captures (default: all cores).")
+DASK_OPTION = click.option("--dask", "dask_address", metavar="SCHEDULER_ADDRESS",
+                           help="Run the per-file analysis on this Dask cluster (tcp://host:8786).")
+DASK_CONNECT_TIMEOUT_S = 30
 EXIT_BUDGET_EXCEEDED = 1
 REPORT_MODE = 0o644
 EXIT_INPUT_ERROR = 2
@@ -73,9 +76,10 @@ def main() -> None:
 @click.option("--html", "html_path", type=click.Path(dir_okay=False, path_type=Path),
               help="Also write the self-contained HTML report to this file.")
 @JOBS_OPTION
+@DASK_OPTION
 def analyze(captures: tuple[str, ...], bpf_filter: str | None, output_format: str,
             verbose: bool, tables_dir: Path | None, tables_format: str,
-            html_path: Path | None, jobs: int | None) -> None:
+            html_path: Path | None, jobs: int | None, dask_address: str | None) -> None:
     """Analyse pcap/pcapng CAPTURES and print the diagnosis.
 
     Frame numbers are 1-based positions in the file, as Wireshark shows them (also with
@@ -86,7 +90,7 @@ def analyze(captures: tuple[str, ...], bpf_filter: str | None, output_format: st
       nagledetect analyze sample_traces/seed003-nagle.pcap
       nagledetect analyze --format json capture.pcapng > result.json
     """
-    analyses = _analyze_all(captures, bpf_filter, jobs)
+    analyses = _analyze_all(captures, bpf_filter, jobs, dask_address)
     document = build_document(analyses)
     if tables_dir:
         _write_tables(analyses, tables_dir, tables_format)
@@ -100,11 +104,14 @@ def analyze(captures: tuple[str, ...], bpf_filter: str | None, output_format: st
 
 
 def _analyze_all(captures: tuple[str, ...], bpf_filter: str | None,
-                 jobs: int | None = None) -> list[Analysis]:
+                 jobs: int | None = None, dask_address: str | None = None) -> list[Analysis]:
     """Analyse every capture, in parallel processes when there are several (one per core by
-    default); results come back in the order given, each identical to a single-file run."""
+    default) or on a Dask cluster; results come back in the order given, each identical to a
+    single-file run."""
     workers = min(jobs or os.cpu_count() or 1, len(captures))
-    if workers <= 1:
+    if dask_address:
+        analyses = _analyze_on_dask(captures, bpf_filter, dask_address)
+    elif workers <= 1:
         analyses = [_analyze_or_exit(path, bpf_filter) for path in captures]
     else:
         with ProcessPoolExecutor(max_workers=workers) as pool:
@@ -121,8 +128,9 @@ def _analyze_all(captures: tuple[str, ...], bpf_filter: str | None,
               default=Path("nagledetect-report.html"), show_default=True, help="The HTML file.")
 @click.option("--filter", "bpf_filter", metavar="EXPR", help="BPF expression, as in tcpdump.")
 @JOBS_OPTION
+@DASK_OPTION
 def report(captures: tuple[str, ...], html_path: Path, bpf_filter: str | None,
-           jobs: int | None) -> None:
+           jobs: int | None, dask_address: str | None) -> None:
     """Write a self-contained HTML report (works offline) for ops teams.
 
     \b
@@ -130,7 +138,7 @@ def report(captures: tuple[str, ...], html_path: Path, bpf_filter: str | None,
       nagledetect report capture.pcap -o report.html
       nagledetect report traces/*.pcap -o nagle.html
     """
-    analyses = _analyze_all(captures, bpf_filter, jobs)
+    analyses = _analyze_all(captures, bpf_filter, jobs, dask_address)
     _write_html(build_document(analyses), analyses, html_path)
 
 
@@ -146,6 +154,23 @@ def _write_html(document: dict, analyses: list[Analysis], path: Path) -> None:
     except OSError as error:
         _fail(f"{path}: cannot write the report ({error.strerror})")
     click.echo(f"nagledetect: wrote {path}", err=True)
+
+
+def _analyze_on_dask(captures: tuple[str, ...], bpf_filter: str | None,
+                     address: str) -> list[Analysis]:
+    """Send each file to an existing Dask cluster (the files must be readable by its workers at
+    the same paths); gather the results here, in order."""
+    try:
+        from distributed import Client
+    except ImportError:
+        _fail("--dask needs the distributed package: pip install 'nagledetect[dask]'")
+    try:
+        with Client(address, timeout=DASK_CONNECT_TIMEOUT_S) as client:
+            futures = client.map(_analyze_or_exit, list(captures), [bpf_filter] * len(captures),
+                                 pure=False)
+            return client.gather(futures)
+    except OSError as error:
+        _fail(f"cannot reach the Dask scheduler at {address}: {error}")
 
 
 def _write_tables(analyses: list[Analysis], folder: Path, table_format: str) -> None:
@@ -171,10 +196,11 @@ def _write_tables(analyses: list[Analysis], folder: Path, table_format: str) -> 
 @click.option("--junit", type=click.Path(dir_okay=False, path_type=Path), help="Write JUnit XML here.")
 @click.option("--github", is_flag=True, help="Print GitHub Actions annotations for failures.")
 @JOBS_OPTION
+@DASK_OPTION
 def check(captures: tuple[str, ...], bpf_filter: str | None, max_stalls: int | None,
           max_stall_time: float | None, max_stall_share: float | None, fail_on: str | None,
           baseline: Path | None, tolerance: float | None, junit: Path | None, github: bool,
-          jobs: int | None) -> None:
+          jobs: int | None, dask_address: str | None) -> None:
     """Gate CI on recorded CAPTURES: exit 1 when a budget is exceeded.
 
     Budgets also come from [tool.nagledetect] in pyproject.toml or from nagledetect.toml in the
@@ -194,7 +220,7 @@ def check(captures: tuple[str, ...], bpf_filter: str | None, max_stalls: int | N
         previous = _read_baseline(baseline) if baseline else None
     except InputError as error:
         _fail(str(error))
-    document = build_document(_analyze_all(captures, bpf_filter, jobs))
+    document = build_document(_analyze_all(captures, bpf_filter, jobs, dask_address))
     results = evaluate(document, budgets, previous)
     for line in summary_lines(results, [c["path"] for c in document["captures"]]):
         click.echo(line)
