@@ -89,6 +89,14 @@ class _Cursor:
         """Positions with dropped packets moved to 0, so gathers stay inside the buffer."""
         return np.where(self.skip == skips.KEPT, self.position, 0)
 
+    def subset(self, rows: np.ndarray) -> _Cursor:
+        """A cursor over some packets only (copies), to be merged back with `merge`."""
+        return _Cursor(self.position[rows], self.captured_end[rows], self.skip[rows])
+
+    def merge(self, rows: np.ndarray, sub: _Cursor) -> None:
+        self.position[rows] = sub.position
+        self.skip[rows] = sub.skip
+
 
 def pad_batch(packet_bytes: bytes) -> np.ndarray:
     """The batch as uint8 with zero padding after it, so fixed-offset gathers never overrun."""
@@ -180,7 +188,11 @@ def _bsd_loopback(buf: np.ndarray, cursor: _Cursor, byteswap_allowed: bool) -> n
 
 
 def _network_layer(buf: np.ndarray, cursor: _Cursor, is_ipv6: np.ndarray) -> dict[str, np.ndarray]:
-    """Decode IPv4 and IPv6 headers; leave the cursor at the transport header."""
+    """Decode IPv4 and IPv6 headers; leave the cursor at the transport header.
+
+    Each family is decoded on its own packets only (a sub-cursor), so a batch of IPv4 traffic
+    with a few IPv6 packets pays for the IPv6 walk on those few, not on the whole batch.
+    """
     count = len(cursor.position)
     network = {
         "ip_version": np.where(is_ipv6, 6, 4).astype(np.uint8),
@@ -191,9 +203,15 @@ def _network_layer(buf: np.ndarray, cursor: _Cursor, is_ipv6: np.ndarray) -> dic
     }
     cursor.require(20, skips.TRUNCATED_IP_HEADER, ~is_ipv6)
     cursor.require(40, skips.TRUNCATED_IP_HEADER, is_ipv6)
-    start = cursor.safe_position()
-    _ipv4(buf, cursor, start, ~is_ipv6 & (cursor.skip == skips.KEPT), network)
-    _ipv6(buf, cursor, start, is_ipv6 & (cursor.skip == skips.KEPT), network)
+    kept = cursor.skip == skips.KEPT
+    for rows, decode in ((np.flatnonzero(~is_ipv6 & kept), _ipv4),
+                         (np.flatnonzero(is_ipv6 & kept), _ipv6)):
+        if len(rows) == 0:
+            continue
+        sub = cursor.subset(rows)
+        for name, values in decode(buf, sub).items():
+            network[name][rows] = values
+        cursor.merge(rows, sub)
     cursor.reject(network["protocol"] != IPPROTO_TCP,
                   skips.IP_PROTOCOL_BASE + network["protocol"].astype(np.int64))
     return network
@@ -202,57 +220,50 @@ def _network_layer(buf: np.ndarray, cursor: _Cursor, is_ipv6: np.ndarray) -> dic
 _ADDRESS_WORDS = ("src_0", "src_1", "src_2", "src_3", "dst_0", "dst_1", "dst_2", "dst_3")
 
 
-def _ipv4(buf, cursor: _Cursor, start, selected: np.ndarray, network: dict) -> None:
+def _ipv4(buf: np.ndarray, cursor: _Cursor) -> dict[str, np.ndarray]:
     """IPv4: addresses stored IPv4-mapped (::ffff:a.b.c.d) so all keys have one shape."""
-    if not selected.any():
-        return
+    start = cursor.position.copy()
     header = IPV4.gather(buf, start)
     header_bytes = header["header_words"].astype(np.int64) * 4
-    cursor.reject(selected & ((header["version"] != 4) | (header_bytes < 20)), skips.BAD_IP_HEADER)
-    cursor.reject(selected & (header["fragment_offset"] > 0), skips.IPV4_LATER_FRAGMENT)
+    cursor.reject((header["version"] != 4) | (header_bytes < 20), skips.BAD_IP_HEADER)
+    cursor.reject(header["fragment_offset"] > 0, skips.IPV4_LATER_FRAGMENT)
     total = header["total_length"].astype(np.int64)
-    from_capture = selected & (total == 0)
+    from_capture = total == 0
     payload = np.where(from_capture, cursor.captured_end - start - header_bytes, total - header_bytes)
-    cursor.reject(selected & ~from_capture & (payload < 0), skips.BAD_IP_HEADER)
-    network["protocol"][selected] = header["protocol"][selected]
-    network["ip_payload_bytes"][selected] = payload[selected]
-    network["ip_length_from_capture"][selected] = from_capture[selected]
-    for side in ("src", "dst"):
-        network[f"{side}_2"][selected] = 0xFFFF
-        network[f"{side}_3"][selected] = header[side][selected]
-    cursor.position[selected] += header_bytes[selected]
+    cursor.reject(~from_capture & (payload < 0), skips.BAD_IP_HEADER)
+    cursor.position += header_bytes
+    mapped = np.full(len(start), 0xFFFF, dtype=np.uint32)
+    return {"protocol": header["protocol"], "ip_payload_bytes": payload,
+            "ip_length_from_capture": from_capture, "src_2": mapped, "src_3": header["src"],
+            "dst_2": mapped, "dst_3": header["dst"]}
 
 
-def _ipv6(buf, cursor: _Cursor, start, selected: np.ndarray, network: dict) -> None:
+def _ipv6(buf: np.ndarray, cursor: _Cursor) -> dict[str, np.ndarray]:
     """IPv6 and its extension-header chain (hop-by-hop, routing, destination, fragment, AH)."""
-    if not selected.any():
-        return
-    header = IPV6.gather(buf, start)
-    for name in _ADDRESS_WORDS:
-        network[name][selected] = header[name][selected]
+    header = IPV6.gather(buf, cursor.position)
     payload = header["payload_length"].astype(np.int64)
     next_header = header["next_header"].astype(np.int64)
-    cursor.position[selected] += 40
-    jumbo = selected & (payload == 0) & (next_header == 0)
-    next_header, payload = _walk_ipv6_extensions(buf, cursor, selected, next_header, payload, jumbo)
-    network["protocol"][selected] = next_header[selected]
-    network["ip_payload_bytes"][selected] = payload[selected]
+    cursor.position += 40
+    jumbo = (payload == 0) & (next_header == 0)
+    next_header, payload = _walk_ipv6_extensions(buf, cursor, next_header, payload, jumbo)
+    values = {name: header[name] for name in _ADDRESS_WORDS}
+    values.update(protocol=np.clip(next_header, 0, 255).astype(np.uint8), ip_payload_bytes=payload)
+    return values
 
 
-def _walk_ipv6_extensions(buf, cursor: _Cursor, selected, next_header, payload, jumbo):
+def _walk_ipv6_extensions(buf, cursor: _Cursor, next_header, payload, jumbo):
     """Step over extension headers; returns each packet's upper-layer protocol and length."""
     if jumbo.any():
         option = IPV6_JUMBO_OPTION.gather(buf, cursor.safe_position())
         has_jumbo = jumbo & (option["option_type"] == 0xC2)
         payload = np.where(has_jumbo, option["jumbo_length"].astype(np.int64), payload)
+    extension_types = (*IPV6_EXTENSION_HEADERS, IPV6_FRAGMENT_HEADER, IPV6_AUTH_HEADER)
     for _ in range(MAX_IPV6_EXTENSIONS):
-        walking = selected & (cursor.skip == skips.KEPT) & np.isin(
-            next_header, (*IPV6_EXTENSION_HEADERS, IPV6_FRAGMENT_HEADER, IPV6_AUTH_HEADER))
+        walking = (cursor.skip == skips.KEPT) & np.isin(next_header, extension_types)
         if not walking.any():
             return next_header, payload
         cursor.require(8, skips.IPV6_EXTENSION_CHAIN, walking)
-        position = cursor.safe_position()
-        ext = IPV6_EXTENSION.gather(buf, position)
+        ext = IPV6_EXTENSION.gather(buf, cursor.safe_position())
         units = ext["length_units"].astype(np.int64)
         length = np.where(next_header == IPV6_AUTH_HEADER, (units + 2) * 4, (units + 1) * 8)
         length = np.where(next_header == IPV6_FRAGMENT_HEADER, 8, length)
@@ -262,9 +273,7 @@ def _walk_ipv6_extensions(buf, cursor: _Cursor, selected, next_header, payload, 
         next_header = np.where(walking, ext["next_header"], next_header)
         payload = np.where(walking, payload - length, payload)
         cursor.position[walking] += length[walking]
-    still_extension = np.isin(next_header, (*IPV6_EXTENSION_HEADERS, IPV6_FRAGMENT_HEADER,
-                                            IPV6_AUTH_HEADER))
-    cursor.reject(selected & still_extension, skips.IPV6_EXTENSION_CHAIN)
+    cursor.reject(np.isin(next_header, extension_types), skips.IPV6_EXTENSION_CHAIN)
     return next_header, payload
 
 

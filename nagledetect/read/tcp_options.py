@@ -104,16 +104,19 @@ def _timestamp_fast_path(buf: np.ndarray, start: np.ndarray, end: np.ndarray,
 def _record_values(buf, columns, rows, here, kind, length) -> None:
     """Store the value of each MSS, window-scale, SACK-permitted and timestamp option found."""
     mss = (kind == OPTION_MSS) & (length == 4)
-    columns["opt_mss"][rows[mss]] = TCP_MSS_OPTION.gather(buf, here[mss])["mss"]
+    if mss.any():
+        columns["opt_mss"][rows[mss]] = TCP_MSS_OPTION.gather(buf, here[mss])["mss"]
     scale = (kind == OPTION_WINDOW_SCALE) & (length == 3)
-    columns["opt_window_scale"][rows[scale]] = TCP_WINDOW_SCALE_OPTION.gather(
-        buf, here[scale])["shift"].astype(np.int8)
+    if scale.any():
+        columns["opt_window_scale"][rows[scale]] = TCP_WINDOW_SCALE_OPTION.gather(
+            buf, here[scale])["shift"].astype(np.int8)
     columns["opt_sack_permitted"][rows[(kind == OPTION_SACK_PERMITTED) & (length == 2)]] = True
     stamp = (kind == OPTION_TIMESTAMP) & (length == 10)
-    columns["opt_has_timestamp"][rows[stamp]] = True
-    timestamps = TCP_TIMESTAMP_OPTION.gather(buf, here[stamp])
-    columns["opt_timestamp_value"][rows[stamp]] = timestamps["value"]
-    columns["opt_timestamp_echo"][rows[stamp]] = timestamps["echo"]
+    if stamp.any():
+        columns["opt_has_timestamp"][rows[stamp]] = True
+        timestamps = TCP_TIMESTAMP_OPTION.gather(buf, here[stamp])
+        columns["opt_timestamp_value"][rows[stamp]] = timestamps["value"]
+        columns["opt_timestamp_echo"][rows[stamp]] = timestamps["echo"]
 
 
 def _sack_blocks(buf, rows, here, kind, length):
@@ -123,9 +126,13 @@ def _sack_blocks(buf, rows, here, kind, length):
     found_rows, found_left, found_right = [], [], []
     for block in range(MAX_SACK_BLOCKS):
         has_block = block_count > block
+        if not has_block.any():
+            break
         block_start = here[has_block] + 2 + 8 * block
         edges = TCP_SACK_BLOCK.gather(buf, block_start)
         found_rows.append(rows[has_block])
         found_left.append(edges["left"])
         found_right.append(edges["right"])
+    if not found_rows:
+        return np.zeros(0, np.int64), np.zeros(0, np.uint32), np.zeros(0, np.uint32)
     return np.concatenate(found_rows), np.concatenate(found_left), np.concatenate(found_right)
