@@ -87,22 +87,26 @@ def client_is_source(connection: np.ndarray, flags: np.ndarray, src_is_low: np.n
     reference_from_client = np.zeros(count, dtype=bool)
     syn_only = (flags & (FLAG_SYN | FLAG_ACK)) == FLAG_SYN
     syn_ack = (flags & (FLAG_SYN | FLAG_ACK)) == (FLAG_SYN | FLAG_ACK)
-    for mask, from_client in ((syn_only, True), (syn_ack, False), (None, None)):
-        rows = np.arange(len(connection)) if mask is None else np.flatnonzero(mask)
-        conn, first = np.unique(connection[rows], return_index=True)
-        rows = rows[first]
-        fresh = reference[conn] < 0
-        conn, rows = conn[fresh], rows[fresh]
+    for mask, from_client in ((syn_only, True), (syn_ack, False)):
+        conn, rows = _first_rows(connection, np.flatnonzero(mask), reference)
         reference[conn] = rows
-        reference_from_client[conn] = (
-            _client_by_port_rule(src_port[rows], dst_port[rows]) if from_client is None
-            else from_client)
-        if mask is None:
-            guessed = np.zeros(count, dtype=bool)
-            guessed[conn] = True
+        reference_from_client[conn] = from_client
+    guessed = reference < 0
+    conn, rows = _first_rows(connection, np.arange(len(connection)), reference)
+    reference[conn] = rows
+    reference_from_client[conn] = _client_by_port_rule(src_port[rows], dst_port[rows])
     same_source = src_is_low == src_is_low[reference[connection]]
     from_client_side = reference_from_client[connection]
     return np.where(same_source, from_client_side, ~from_client_side), guessed
+
+
+def _first_rows(connection: np.ndarray, rows: np.ndarray,
+                reference: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The first of `rows` in each connection that has no reference packet yet."""
+    conn, first = np.unique(connection[rows], return_index=True)
+    rows = rows[first]
+    fresh = reference[conn] < 0
+    return conn[fresh], rows[fresh]
 
 
 def _client_by_port_rule(first_src_port: np.ndarray, first_dst_port: np.ndarray) -> np.ndarray:
