@@ -112,3 +112,15 @@ def test_committed_manifests_match_their_captures() -> None:
 def test_sample_traces_stay_small() -> None:
     total = sum(p.stat().st_size for p in Path(SAMPLE_TRACES).glob("*.pcap"))
     assert total < 8 * 1024 * 1024
+
+
+def test_readme_table_is_rebuilt_from_the_manifests(tmp_path) -> None:
+    from nagledetect.lab.samples import write_readme
+
+    for manifest in SAMPLE_TRACES.glob("seed003-*.json"):
+        (tmp_path / manifest.name).write_text(manifest.read_text())
+    write_readme(tmp_path)
+    table = (tmp_path / "README.md").read_text()
+    assert "| `seed003-nagle.pcap` | 003 | client |" in table
+    assert "39 of 40 exchanges stalled" in table  # the manifest's client-measured count
+    assert "trap-rpc" not in table

@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import json
 import statistics
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -15,10 +16,17 @@ from nagledetect.lab.scenarios import SCENARIOS
 
 README_HEAD = """# Sample traces
 
-Real captures recorded by `nagledetect lab` on a Linux TCP stack: two network namespaces joined
-by a veth pair (MTU 1500), tcpdump with snaplen 128 on the side named below. Each `NAME.pcap`
-has a `NAME.json` manifest with the ground truth the application measured: every exchange's
-start and latency, the writes on each side, the socket options (schema in `docs/lab.md`).
+Real captures recorded by `nagledetect lab`: two network namespaces joined by a veth pair (MTU
+1500), tcpdump with snaplen 128 on the side named below. The client is always Linux's own TCP
+stack; the server is Linux too, except in the `classic-*` captures, where it is the lab's
+user-space classic stack (200 ms global-tick delayed ACKs, classic Nagle). Each `NAME.pcap` has
+a `NAME.json` manifest with the ground truth the application measured: every exchange's start
+and latency, the writes on each side, the socket options (schema in `docs/lab.md`).
+
+What Linux really does, recorded as it happened: Minshall's Nagle sends the small tail of one
+large write at once, so the seed 001 blocks do not stall on Linux; a Linux receiver of a one-way
+stream ACKs at once, so seed 002's coalescing appears only against the classic receiver
+(`classic-stream.pcap`); the first exchange of a connection never stalls (quick-ACK mode).
 
 Regenerate them all (root needed, a few minutes):
 
@@ -42,11 +50,20 @@ def _happened(manifest: dict[str, Any]) -> str:
 
 def regenerate_samples(directory: Path, progress: Callable[[str], None]) -> Iterator[str]:
     """Record every scenario into `directory`; yields one summary line per capture."""
-    rows = []
     for name, scenario in SCENARIOS.items():
         progress(f"recording {name} ...")
         manifest = run_scenario(scenario, directory)
-        rows.append(f"| `{name}.pcap` | {scenario.seed} | {scenario.side} | "
-                    f"{scenario.description} | {_happened(manifest)} |")
         yield f"{name}: {_happened(manifest)}"
+    write_readme(directory)
+
+
+def write_readme(directory: Path) -> None:
+    """The README table, from the manifests beside the captures."""
+    rows = []
+    for name, scenario in SCENARIOS.items():
+        manifest_path = directory / f"{name}.json"
+        if manifest_path.exists():
+            manifest = json.loads(manifest_path.read_text())
+            rows.append(f"| `{name}.pcap` | {scenario.seed} | {scenario.side} | "
+                        f"{scenario.description} | {_happened(manifest)} |")
     (directory / "README.md").write_text(README_HEAD + "\n".join(rows) + "\n")
