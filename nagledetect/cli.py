@@ -14,6 +14,7 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import click
+import orjson
 
 from nagledetect import __version__
 from nagledetect.analysis import Analysis, run_detectors
@@ -97,7 +98,8 @@ def analyze(captures: tuple[str, ...], bpf_filter: str | None, output_format: st
     if html_path:
         _write_html(document, analyses, html_path)
     if output_format == "json":
-        click.echo(json.dumps(document, indent=2))
+        sys.stdout.buffer.write(orjson.dumps(document, option=orjson.OPT_INDENT_2
+                                             | orjson.OPT_APPEND_NEWLINE))
     else:
         colour = sys.stdout.isatty() and "NO_COLOR" not in os.environ
         click.echo(render_text(document, verbose=verbose, colour=colour), nl=False, color=colour)

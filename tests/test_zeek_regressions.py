@@ -28,5 +28,5 @@ def test_acks_covering_unseen_data_are_not_stalls(relative: str) -> None:
 def test_bdat_header_then_chunk_is_a_stall_with_its_frames() -> None:
     stalls = _stalls("zeek/smtp__rfc3030-bdat-multipart-chunked.pcap")
     assert len(stalls) == 1 and stalls[0].sender == "127.0.0.1:38718"
-    first = stalls[0].events[0]
-    assert (first.last_data_frame, first.ack_frame, first.released_frame) == (16, 17, 18)
+    first = stalls[0].events
+    assert (first.last_data_frame[0], first.ack_frame[0], first.released_frame[0]) == (16, 17, 18)

@@ -11,32 +11,89 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 
-@dataclass
-class StallEvent:
-    """One stall, proven by three frames: the last data before the hold, the delayed ACK (or
-    whatever ended the wait), and the released segment."""
+EVIDENCE_KEYS = ("last_data_frame", "delayed_ack_frame", "released_frame", "stall_s", "start_s",
+                 "ack_delay_ms", "reaction_ms")
+EVIDENCE_DECIMALS = (None, None, None, 6, 6, 3, 3)
 
-    last_data_frame: int
-    ack_frame: int
-    released_frame: int
-    stall_s: float
-    start_s: float
-    ack_delay_ms: float | None = None
-    reaction_ms: float | None = None
 
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "last_data_frame": self.last_data_frame,
-            "delayed_ack_frame": self.ack_frame,
-            "released_frame": self.released_frame,
-            "stall_s": round(self.stall_s, 6),
-            "start_s": round(self.start_s, 6),
-            "ack_delay_ms": None if self.ack_delay_ms is None else round(self.ack_delay_ms, 3),
-            "reaction_ms": None if self.reaction_ms is None else round(self.reaction_ms, 3),
-        }
+@dataclass(frozen=True)
+class StallEvents:
+    """The stalls behind one finding, as columns: each stall is proven by three frames (the last
+    data before the hold, the delayed ACK or whatever ended the wait, the released segment).
+
+    Columns rather than one object per stall because a large capture has millions of stalls;
+    `ack_delay_ms` and `reaction_ms` are NaN where a detector does not measure them.
+    """
+
+    last_data_frame: np.ndarray
+    ack_frame: np.ndarray
+    released_frame: np.ndarray
+    stall_s: np.ndarray
+    start_s: np.ndarray
+    ack_delay_ms: np.ndarray
+    reaction_ms: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.stall_s)
+
+    def columns(self) -> tuple[np.ndarray, ...]:
+        return (self.last_data_frame, self.ack_frame, self.released_frame, self.stall_s,
+                self.start_s, self.ack_delay_ms, self.reaction_ms)
+
+    def records(self, limit: int | None = None) -> list[dict[str, Any]]:
+        """JSON-ready rows (rounded; NaN as null), built column-wise for speed."""
+        lists = [_json_column(column[:limit], decimals)
+                 for column, decimals in zip(self.columns(), EVIDENCE_DECIMALS)]
+        return [dict(zip(EVIDENCE_KEYS, row)) for row in zip(*lists)]
+
+
+def _json_column(values: np.ndarray, decimals: int | None) -> list[Any]:
+    if decimals is None:
+        return values.astype(np.int64).tolist()
+    rounded = np.round(values.astype(np.float64), decimals)
+    if np.isnan(rounded).any():
+        return [None if v != v else v for v in rounded.tolist()]
+    return rounded.tolist()
+
+
+def split_events(table: pd.DataFrame, keys: list[str],
+                 columns: tuple[str, str, str, str, str, str | None, str | None],
+                 start_scale: float = 1e-6) -> dict[tuple, StallEvents]:
+    """One `StallEvents` per key group of `table`, in the table's row order within a group.
+
+    `columns` names the table's columns in `StallEvents` order (None: not measured); the start
+    column is scaled to seconds by `start_scale`.
+    """
+    if table.empty:
+        return {}
+    raw_keys = [_sortable(table[key].to_numpy()) for key in keys]
+    order = np.lexsort(raw_keys[::-1])
+    key_values = [values[order] for values in raw_keys]
+    change = np.zeros(len(order), dtype=bool)
+    change[0] = True
+    for values in key_values:
+        change[1:] |= values[1:] != values[:-1]
+    starts = np.flatnonzero(change)
+    ends = np.append(starts[1:], len(order))
+    nan = np.full(len(order), np.nan)
+    arrays = [table[name].to_numpy()[order] if name else nan for name in columns]
+    arrays[4] = arrays[4] * start_scale
+    group_keys = zip(*(values[starts].tolist() for values in key_values))
+    return {key: StallEvents(*(array[start:end] for array in arrays))
+            for key, start, end in zip(group_keys, starts, ends)}
+
+
+def _sortable(values: np.ndarray) -> np.ndarray:
+    return values.astype(str) if values.dtype == object else values
+
+
+def no_events() -> StallEvents:
+    empty = np.zeros(0)
+    return StallEvents(*(empty,) * 7)
 
 
 @dataclass
@@ -52,11 +109,17 @@ class Finding:
     share: float
     confidence: str
     confidence_reasons: list[str]
-    events: list[StallEvent] = field(default_factory=list)
+    events: StallEvents = field(default_factory=no_events)
     advice: list[str] = field(default_factory=list)
     subkind: str | None = None
     details: dict[str, Any] = field(default_factory=dict)
     summary: str = ""
+
+
+def released_frames(findings: list[Finding], kinds: tuple[str, ...]) -> np.ndarray:
+    """The released frames of every stall in findings of these kinds."""
+    frames = [f.events.released_frame for f in findings if f.kind in kinds]
+    return np.concatenate(frames).astype(np.int64) if frames else np.zeros(0, dtype=np.int64)
 
 
 @dataclass

@@ -23,7 +23,7 @@ from nagledetect.detectors.delack_timer import (
     RTT_MULTIPLE,
     receiver_side_rtt_ms,
 )
-from nagledetect.detectors.model import DetectorInput, Finding, StallEvent
+from nagledetect.detectors.model import DetectorInput, Finding, StallEvents, split_events
 from nagledetect.events.endpoints import direction_endpoints
 from nagledetect.events.segments import PURE_ACK_ROLES
 
@@ -149,14 +149,11 @@ def _advice(subkind: str) -> list[str]:
     return ["single-write-nodelay", "writev", "cork", "quickack"]
 
 
-def _events(stalls: pd.DataFrame) -> dict[tuple[int, int], list[StallEvent]]:
-    """Every stall's evidence, grouped by (connection, direction), in one pass."""
-    grouped: dict[tuple[int, int], list[StallEvent]] = {}
-    for r in stalls.itertuples():
-        grouped.setdefault((int(r.connection), int(r.direction)), []).append(StallEvent(
-            int(r.prev_frame), int(r.peer_frame), int(r.frame), float(r.stall_s),
-            float(r.prev_time_us) / 1e6, float(r.hold_ms), float(r.reaction_ms)))
-    return grouped
+def _events(stalls: pd.DataFrame) -> dict[tuple, StallEvents]:
+    """Every stall's evidence, grouped by (connection, direction)."""
+    return split_events(stalls, ["connection", "direction"],
+                        ("prev_frame", "peer_frame", "frame", "stall_s", "prev_time_us", "hold_ms",
+                         "reaction_ms"))
 
 
 def detect(columns: DetectorInput) -> list[Finding]:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from nagledetect.detectors.model import DetectorInput, Finding, StallEvent
+from nagledetect.detectors.model import DetectorInput, Finding, released_frames, split_events
 from nagledetect.detectors.nagle_stall import KIND as STALL_KIND
 from nagledetect.detectors.stream_coalescing import KIND as STREAM_KIND
 
@@ -64,8 +64,7 @@ def _packets_within(packets: pd.DataFrame, gaps: pd.DataFrame, mask: np.ndarray)
 
 def classify_gaps(columns: DetectorInput) -> pd.DataFrame:
     gaps = _gaps(columns)
-    released = {event.released_frame for f in columns.earlier_findings
-                if f.kind in (STALL_KIND, STREAM_KIND) for event in f.events}
+    released = released_frames(columns.earlier_findings, (STALL_KIND, STREAM_KIND))
     packets = columns.packets
     role = packets["role"].astype(str).to_numpy()
     retransmitted = _packets_within(packets, gaps, np.isin(role, ("retransmission", "out_of_order")))
@@ -82,11 +81,9 @@ def classify_gaps(columns: DetectorInput) -> pd.DataFrame:
 def detect(columns: DetectorInput) -> list[Finding]:
     gaps = classify_gaps(columns)
     gaps = gaps[gaps["cause"].isin(CAUSES)]
-    events: dict[tuple[int, str], list[StallEvent]] = {}
-    for r in gaps.itertuples():
-        events.setdefault((int(r.connection), str(r.cause)), []).append(StallEvent(
-            int(r.before_frame), int(r.after_frame), int(r.after_frame), float(r.gap_s),
-            float(r.before_time_us) / 1e6))
+    events = split_events(gaps, ["connection", "cause"],
+                          ("before_frame", "after_frame", "after_frame", "gap_s", "before_time_us",
+                           None, None))
     stats = gaps.groupby(["connection", "cause"], sort=True).agg(
         count=("gap_s", "size"), lost_s=("gap_s", "sum"), median_gap_s=("gap_s", "median"))
     findings = []

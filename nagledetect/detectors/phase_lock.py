@@ -94,12 +94,12 @@ def detect_hosts(hosts: dict[str, HostProfile], hold_ms_by_host: dict[str, np.nd
         lock = host.phase_lock
         host.delack_timer_ms = lock["period_ms"]
         host.stack_family = f"BSD-like ({lock['period_ms']:.0f} ms global tick)"
-        stalls = [event.stall_s for finding in stall_findings
-                  if finding.receiver and finding.receiver.rsplit(":", 1)[0].strip("[]") == address
-                  for event in finding.events]
-        tolerance_ms = TICK_MATCH_SHARE * lock["period_ms"]
-        at_tick = [s for s in stalls if abs(s * 1000 - lock["period_ms"]) <= tolerance_ms]
-        lock["stalls_at_tick_share"] = round(len(at_tick) / len(stalls), 3) if stalls else None
+        stalls_ms = 1000 * np.concatenate([np.zeros(0)] + [
+            finding.events.stall_s for finding in stall_findings
+            if finding.receiver and finding.receiver.rsplit(":", 1)[0].strip("[]") == address])
+        at_tick = np.abs(stalls_ms - lock["period_ms"]) <= TICK_MATCH_SHARE * lock["period_ms"]
+        lock["stalls_at_tick_share"] = (round(float(at_tick.mean()), 3) if len(stalls_ms)
+                                        else None)
         connection = lock["connections"][0] if lock["connections"] else int(host.ack_connections[0])
         findings.append(Finding(
             kind=KIND, connection=connection, sender=None, receiver=address, count=lock["n"],

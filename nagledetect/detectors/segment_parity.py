@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from nagledetect.detectors.model import DetectorInput, Finding
+from nagledetect.detectors.model import DetectorInput, Finding, released_frames
 from nagledetect.detectors.nagle_stall import KIND as STALL_KIND
 from nagledetect.events.endpoints import direction_endpoints
 
@@ -25,8 +25,7 @@ FIXED_SIZE_SHARE = 0.8
 
 def stalled_messages(columns: DetectorInput) -> set[int]:
     """Messages that contain the released segment of a stall found earlier."""
-    released = {event.released_frame for finding in columns.earlier_findings
-                if finding.kind == STALL_KIND for event in finding.events}
+    released = released_frames(columns.earlier_findings, (STALL_KIND,))
     segments = columns.segments
     return set(segments.loc[segments["frame"].isin(released), "message"].tolist())
 

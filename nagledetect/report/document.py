@@ -106,7 +106,7 @@ def _finding_entry(finding: Finding, capture_index: int, first_id: int) -> dict[
         "share": round(finding.share, 6),
         "confidence": {"level": finding.confidence, "reasons": finding.confidence_reasons},
         "summary": finding.summary,
-        "events": [event.as_dict() for event in finding.events],
+        "events": finding.events.records(),
         "advice": finding.advice,
         "details": finding.details,
     }
