@@ -1,26 +1,45 @@
-"""From a loaded capture to findings: events, host fingerprints, detectors, phase locking, advice.
+"""From a capture to findings: events, host fingerprints, detectors, phase locking, advice.
 
 This is the one place that orders the pipeline; every step below it is a pure function of the
 tables handed to it.
+
+A capture larger than `part_bytes` is analysed in parts that each hold whole connections (see
+`flows.partition`): connection-level work runs part by part and lets each part go; the host
+level (delayed-ACK timers, phase locking) runs once over every part's delayed-ACK samples. The
+result equals a one-part run, except that the packet, segment and message tables are not kept.
 """
 
 from __future__ import annotations
 
+import math
+import os
 from dataclasses import dataclass
 
+import numpy as np
 import pandas as pd
 
-from nagledetect.api import Capture
+from nagledetect.api import Capture, load_capture
 from nagledetect.detectors import CONNECTION_DETECTORS, nagle_stall, phase_lock, segment_parity
 from nagledetect.detectors.delack_timer import delack_samples, fingerprint_hosts
 from nagledetect.detectors.model import DetectorInput, Finding, HostProfile
 from nagledetect.events.messages import messages, number_messages
 from nagledetect.events.segments import data_segments
+from nagledetect.flows.build import build_flows
+from nagledetect.flows.partition import PartitionedPackets
+from nagledetect.read.capture import ProgressCallback, decoded_batches
+
+PARITY_KEYS = ["connection", "direction", "segments", "last_segment"]
+PART_BYTES = 64 * 1024 * 1024
+"""Capture bytes per part: about 600,000 packets at a snaplen of 128, a few hundred MB of work."""
 
 
 @dataclass
 class Analysis:
-    """A capture with everything found in it."""
+    """A capture with everything found in it.
+
+    `tables_kept` is False when the capture was analysed in parts: then `capture.packets`,
+    `segments` and `messages` are empty (the connections, findings and hosts are complete).
+    """
 
     capture: Capture
     segments: pd.DataFrame
@@ -29,25 +48,144 @@ class Analysis:
     hosts: dict[str, HostProfile]
     findings: list[Finding]
     parity: pd.DataFrame
+    tables_kept: bool = True
+
+
+@dataclass
+class _ConnectionLevel:
+    """What one part (or a whole capture) yields before the capture-wide host step."""
+
+    capture: Capture
+    segments: pd.DataFrame
+    messages: pd.DataFrame
+    samples: pd.DataFrame
+    findings: list[Finding]
+    parity: pd.DataFrame
+
+
+def analyze_capture(path: str, bpf_filter: str | None = None,
+                    progress: ProgressCallback | None = None, keep_tables: bool = False,
+                    part_bytes: int = PART_BYTES) -> Analysis:
+    """Read and analyse one capture, in parts when it is larger than `part_bytes` and the packet
+    tables are not wanted (`keep_tables`, for the HTML report and --tables)."""
+    parts = 1 if keep_tables else max(1, math.ceil(_size(path) / part_bytes))
+    if parts == 1:
+        return run_detectors(load_capture(path, bpf_filter, progress))
+    accounting, batches = decoded_batches(path, bpf_filter, progress)
+    partitioned = PartitionedPackets(parts)
+    try:
+        partitioned.add(batches)
+        results = []
+        for columns in partitioned.parts():
+            flows = build_flows([columns])
+            part = Capture(path, flows.packets, flows.connections, flows.sack_blocks, accounting)
+            results.append(_slim(_connection_level(part)))
+    finally:
+        partitioned.close()
+    if not results:
+        empty = build_flows([])
+        return run_detectors(Capture(path, empty.packets, empty.connections, empty.sack_blocks,
+                                     accounting))
+    return _merge(path, accounting, results)
+
+
+def _size(path: str) -> int:
+    try:
+        return os.path.getsize(path)
+    except OSError:
+        return 0
 
 
 def run_detectors(capture: Capture) -> Analysis:
-    """Run every detector over one capture."""
+    """Run every detector over one capture held whole in memory."""
+    level = _connection_level(capture)
+    hosts, phase_findings = _host_level(level.samples, level.findings)
+    return Analysis(capture, level.segments, level.messages, level.samples, hosts,
+                    _ranked(level.findings + phase_findings), level.parity)
+
+
+def _ranked(findings: list[Finding]) -> list[Finding]:
+    """Most time lost first; ties by connection, then kind and sender, so the order never
+    depends on how the work was split."""
+    return sorted(findings, key=lambda f: (-f.time_lost_s, f.connection, f.kind, str(f.sender)))
+
+
+
+
+def _connection_level(capture: Capture) -> _ConnectionLevel:
     if capture.packets.empty:
-        return Analysis(capture, pd.DataFrame(), pd.DataFrame(), pd.DataFrame(), {}, [],
-                        pd.DataFrame())
+        return _ConnectionLevel(capture, pd.DataFrame(), pd.DataFrame(), _no_samples(), [],
+                                pd.DataFrame())
     segments = data_segments(capture.packets, capture.connections)
     segments["message"] = number_messages(segments)
     message_table = messages(segments)
     samples = delack_samples(segments, capture.connections)
-    hosts = fingerprint_hosts(samples)
-    columns = DetectorInput(capture.packets, capture.connections, segments, message_table, hosts)
+    columns = DetectorInput(capture.packets, capture.connections, segments, message_table,
+                            fingerprint_hosts(samples))
     for detector in CONNECTION_DETECTORS:
         columns.earlier_findings.extend(detector.detect(columns))
-    delayed = samples[samples["delayed"]]
-    hold_ms_by_host = {str(host): rows["hold_ms"].to_numpy() for host, rows in delayed.groupby("host")}
-    stalls = [f for f in columns.earlier_findings if f.kind == nagle_stall.KIND]
-    columns.earlier_findings.extend(phase_lock.detect_hosts(hosts, hold_ms_by_host, stalls))
-    findings = sorted(columns.earlier_findings, key=lambda f: -f.time_lost_s)
     parity = segment_parity.parity_table(columns)
-    return Analysis(capture, segments, message_table, samples, hosts, findings, parity)
+    return _ConnectionLevel(capture, segments, message_table, samples, columns.earlier_findings,
+                            parity)
+
+
+def _host_level(samples: pd.DataFrame, findings: list[Finding], rescore: bool = False
+                ) -> tuple[dict[str, HostProfile], list[Finding]]:
+    """Host fingerprints and phase locking, from every connection's delayed-ACK samples.
+
+    Findings made part by part are scored again (`rescore`) against the capture-wide
+    fingerprints, before phase locking refines the timers, as in a one-part run.
+    """
+    hosts = fingerprint_hosts(samples)
+    if rescore:
+        nagle_stall.rescore(findings, hosts)
+    delayed = samples[samples["delayed"]]
+    hold_ms_by_host = {str(host): rows["hold_ms"].to_numpy()
+                       for host, rows in delayed.groupby("host")}
+    stalls = [f for f in findings if f.kind == nagle_stall.KIND]
+    return hosts, phase_lock.detect_hosts(hosts, hold_ms_by_host, stalls)
+
+
+def _no_samples() -> pd.DataFrame:
+    return pd.DataFrame({"host": np.zeros(0, dtype=object), "connection": np.zeros(0, np.int64),
+                         "hold_ms": np.zeros(0), "delayed": np.zeros(0, dtype=bool),
+                         "ack_time_s": np.zeros(0)})
+
+
+def _slim(level: _ConnectionLevel) -> _ConnectionLevel:
+    """Let a finished part's packet-level tables go; keep what the capture-wide step needs."""
+    capture = level.capture
+    kept = Capture(capture.path, capture.packets.iloc[:0], capture.connections,
+                   capture.sack_blocks.iloc[:0], capture.accounting)
+    return _ConnectionLevel(kept, pd.DataFrame(), pd.DataFrame(), level.samples, level.findings,
+                            level.parity)
+
+
+def _merge(path: str, accounting, parts: list[_ConnectionLevel]) -> Analysis:  # noqa: ANN001
+    """One analysis from the parts, with connection ids numbered by first packet as a one-part
+    run numbers them."""
+    tables = [part.capture.connections for part in parts]
+    first_frames = np.concatenate([table["first_frame"].to_numpy() for table in tables])
+    global_id = np.empty(len(first_frames), dtype=np.int64)
+    global_id[np.argsort(first_frames, kind="stable")] = np.arange(len(first_frames))
+    offsets = np.cumsum([0] + [len(table) for table in tables])
+    findings: list[Finding] = []
+    samples, parity, connections = [], [], []
+    for index, part in enumerate(parts):
+        mapping = global_id[offsets[index]:offsets[index + 1]]
+        connections.append(part.capture.connections.assign(id=mapping[part.capture.connections["id"]]))
+        samples.append(part.samples.assign(connection=mapping[part.samples["connection"].to_numpy()]))
+        if not part.parity.empty:
+            parity.append(part.parity.assign(connection=mapping[part.parity["connection"].to_numpy()]))
+        for finding in part.findings:
+            finding.connection = int(mapping[finding.connection])
+            findings.append(finding)
+    connection_table = pd.concat(connections).sort_values("id", kind="stable").reset_index(drop=True)
+    sample_table = pd.concat(samples).sort_values("connection", kind="stable", ignore_index=True)
+    hosts, phase_findings = _host_level(sample_table, findings, rescore=True)
+    parity_table = (pd.concat(parity).sort_values(PARITY_KEYS, ignore_index=True)
+                    if parity else pd.DataFrame())
+    first = parts[0].capture
+    capture = Capture(path, first.packets, connection_table, first.sack_blocks, accounting)
+    return Analysis(capture, pd.DataFrame(), pd.DataFrame(), sample_table, hosts,
+                    _ranked(findings + phase_findings), parity_table, tables_kept=False)

@@ -1,4 +1,4 @@
-"""The command line: a thin layer over `load_capture` and the reporters.
+"""The command line: a thin layer over `analyze_capture` and the reporters.
 
 `nagledetect CAPTURE...` is the same as `nagledetect analyze CAPTURE...`. Results go to stdout,
 progress and errors to stderr; bad input is one line on stderr and exit status 2.
@@ -14,17 +14,15 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import click
-import orjson
 
 from nagledetect import __version__
-from nagledetect.analysis import Analysis, run_detectors
-from nagledetect.api import load_capture
+from nagledetect.analysis import Analysis, analyze_capture
 from nagledetect.errors import InputError
 from nagledetect.gate import budgets_from, evaluate, load_config
 from nagledetect.lab.cli import lab
 from nagledetect.progress import ReadProgress
 from nagledetect.report.ci import github_annotations, junit_xml, summary_lines
-from nagledetect.report.document import SCHEMA, build_document
+from nagledetect.report.document import SCHEMA, build_document, write_json
 from nagledetect.report.html import render_html
 from nagledetect.report.tables import write_tables
 from nagledetect.report.text import render_text
@@ -91,33 +89,34 @@ def analyze(captures: tuple[str, ...], bpf_filter: str | None, output_format: st
       nagledetect analyze sample_traces/seed003-nagle.pcap
       nagledetect analyze --format json capture.pcapng > result.json
     """
-    analyses = _analyze_all(captures, bpf_filter, jobs, dask_address)
-    document = build_document(analyses)
+    analyses = _analyze_all(captures, bpf_filter, jobs, dask_address,
+                            keep_tables=bool(tables_dir or html_path))
     if tables_dir:
         _write_tables(analyses, tables_dir, tables_format)
     if html_path:
-        _write_html(document, analyses, html_path)
+        _write_html(build_document(analyses), analyses, html_path)
     if output_format == "json":
-        sys.stdout.buffer.write(orjson.dumps(document, option=orjson.OPT_INDENT_2
-                                             | orjson.OPT_APPEND_NEWLINE))
+        write_json(build_document(analyses, evidence_records=False), sys.stdout.buffer)
     else:
+        document = build_document(analyses)
         colour = sys.stdout.isatty() and "NO_COLOR" not in os.environ
         click.echo(render_text(document, verbose=verbose, colour=colour), nl=False, color=colour)
 
 
-def _analyze_all(captures: tuple[str, ...], bpf_filter: str | None,
-                 jobs: int | None = None, dask_address: str | None = None) -> list[Analysis]:
+def _analyze_all(captures: tuple[str, ...], bpf_filter: str | None, jobs: int | None = None,
+                 dask_address: str | None = None, keep_tables: bool = False) -> list[Analysis]:
     """Analyse every capture, in parallel processes when there are several (one per core by
     default) or on a Dask cluster; results come back in the order given, each identical to a
     single-file run."""
     workers = min(jobs or os.cpu_count() or 1, len(captures))
     if dask_address:
-        analyses = _analyze_on_dask(captures, bpf_filter, dask_address)
+        analyses = _analyze_on_dask(captures, bpf_filter, dask_address, keep_tables)
     elif workers <= 1:
-        analyses = [_analyze_or_exit(path, bpf_filter) for path in captures]
+        analyses = [_analyze_or_exit(path, bpf_filter, keep_tables) for path in captures]
     else:
         with ProcessPoolExecutor(max_workers=workers) as pool:
-            analyses = list(pool.map(_analyze_or_exit, captures, [bpf_filter] * len(captures)))
+            analyses = list(pool.map(_analyze_or_exit, captures, [bpf_filter] * len(captures),
+                                     [keep_tables] * len(captures)))
     for path, analysis in zip(captures, analyses):
         for warning in analysis.capture.accounting.warnings:
             click.echo(f"nagledetect: warning: {path}: {warning}", err=True)
@@ -140,7 +139,7 @@ def report(captures: tuple[str, ...], html_path: Path, bpf_filter: str | None,
       nagledetect report capture.pcap -o report.html
       nagledetect report traces/*.pcap -o nagle.html
     """
-    analyses = _analyze_all(captures, bpf_filter, jobs, dask_address)
+    analyses = _analyze_all(captures, bpf_filter, jobs, dask_address, keep_tables=True)
     _write_html(build_document(analyses), analyses, html_path)
 
 
@@ -158,8 +157,8 @@ def _write_html(document: dict, analyses: list[Analysis], path: Path) -> None:
     click.echo(f"nagledetect: wrote {path}", err=True)
 
 
-def _analyze_on_dask(captures: tuple[str, ...], bpf_filter: str | None,
-                     address: str) -> list[Analysis]:
+def _analyze_on_dask(captures: tuple[str, ...], bpf_filter: str | None, address: str,
+                     keep_tables: bool) -> list[Analysis]:
     """Send each file to an existing Dask cluster (the files must be readable by its workers at
     the same paths); gather the results here, in order."""
     try:
@@ -169,7 +168,7 @@ def _analyze_on_dask(captures: tuple[str, ...], bpf_filter: str | None,
     try:
         with Client(address, timeout=DASK_CONNECT_TIMEOUT_S) as client:
             futures = client.map(_analyze_or_exit, list(captures), [bpf_filter] * len(captures),
-                                 pure=False)
+                                 [keep_tables] * len(captures), pure=False)
             return client.gather(futures)
     except OSError as error:
         _fail(f"cannot reach the Dask scheduler at {address}: {error}")
@@ -244,11 +243,11 @@ def _read_baseline(path: Path) -> dict:
     return document
 
 
-def _analyze_or_exit(path: str, bpf_filter: str | None) -> Analysis:
+def _analyze_or_exit(path: str, bpf_filter: str | None, keep_tables: bool = False) -> Analysis:
     """Load and analyse one capture; any failure is one line on stderr and exit status 2."""
     progress = ReadProgress(path)
     try:
-        return run_detectors(load_capture(path, bpf_filter, progress))
+        return analyze_capture(path, bpf_filter, progress, keep_tables)
     except InputError as error:
         _fail(str(error))
     except MemoryError:

@@ -109,7 +109,7 @@ def fingerprint_hosts(samples: pd.DataFrame) -> dict[str, HostProfile]:
         profiles[address] = HostProfile(
             address=address, delack_timer_ms=timer_ms, delack_spread_ms=spread_ms,
             delack_samples=int(mask.sum()), stack_family=stack_family(timer_ms),
-            delays_ms=np.round(holds, 3).tolist(),
-            ack_times_s=ack_time_s[begin:end][mask].tolist(),
-            ack_connections=connection[begin:end][mask].astype(int).tolist())
+            delays_ms=np.round(holds, 3),
+            ack_times_s=ack_time_s[begin:end][mask],
+            ack_connections=connection[begin:end][mask].astype(np.int64))
     return profiles

@@ -14,7 +14,6 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-
 EVIDENCE_KEYS = ("last_data_frame", "delayed_ack_frame", "released_frame", "stall_s", "start_s",
                  "ack_delay_ms", "reaction_ms")
 EVIDENCE_DECIMALS = (None, None, None, 6, 6, 3, 3)
@@ -114,6 +113,8 @@ class Finding:
     subkind: str | None = None
     details: dict[str, Any] = field(default_factory=dict)
     summary: str = ""
+    confidence_basis: tuple = ()
+    """What the confidence was computed from, for detectors that score again capture-wide."""
 
 
 def released_frames(findings: list[Finding], kinds: tuple[str, ...]) -> np.ndarray:
@@ -131,9 +132,9 @@ class HostProfile:
     delack_spread_ms: float | None
     delack_samples: int
     stack_family: str
-    delays_ms: list[float] = field(default_factory=list)
-    ack_times_s: list[float] = field(default_factory=list)
-    ack_connections: list[int] = field(default_factory=list)
+    delays_ms: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    ack_times_s: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    ack_connections: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     phase_lock: dict[str, Any] | None = None
 
 

@@ -23,7 +23,13 @@ from nagledetect.detectors.delack_timer import (
     RTT_MULTIPLE,
     receiver_side_rtt_ms,
 )
-from nagledetect.detectors.model import DetectorInput, Finding, StallEvents, split_events
+from nagledetect.detectors.model import (
+    DetectorInput,
+    Finding,
+    HostProfile,
+    StallEvents,
+    split_events,
+)
 from nagledetect.events.endpoints import direction_endpoints
 from nagledetect.events.segments import PURE_ACK_ROLES
 
@@ -107,25 +113,38 @@ def _subkind(stats) -> str:
     return "2n-segment-tail" if stats.previous_full >= 0.5 else "small-tail"
 
 
-def _confidence(stats, timer_ms: float | None, mss_estimated: bool) -> tuple[str, list[str]]:
+def _confidence(reaction_ms: float, limit_ms: float, hold_ms: float, count: int,
+                timer_ms: float | None, mss_estimated: bool) -> tuple[str, list[str]]:
     reasons = []
     score = 0
-    if stats.median_reaction_ms <= 0.5 * stats.median_limit_ms:
+    if reaction_ms <= 0.5 * limit_ms:
         score += 1
-        reasons.append(f"held data left {stats.median_reaction_ms * 1000:.0f} us (median) after "
-                       "the ACK")
-    if timer_ms and abs(stats.median_hold_ms - timer_ms) <= TIMER_MATCH_SHARE * timer_ms:
+        reasons.append(f"held data left {reaction_ms * 1000:.0f} us (median) after the ACK")
+    if timer_ms and abs(hold_ms - timer_ms) <= TIMER_MATCH_SHARE * timer_ms:
         score += 1
-        reasons.append(f"ACK delay {stats.median_hold_ms:.1f} ms matches the receiver's "
+        reasons.append(f"ACK delay {hold_ms:.1f} ms matches the receiver's "
                        f"delayed-ACK timer ({timer_ms:.1f} ms)")
-    if stats.count >= REPEATED:
+    if count >= REPEATED:
         score += 1
-        reasons.append(f"repeated {stats.count} times")
+        reasons.append(f"repeated {count} times")
     if mss_estimated:
         score -= 1
         reasons.append("MSS estimated (no handshake in the capture)")
     level = "high" if score >= 3 else "medium" if score == 2 else "low"
     return level, reasons
+
+
+def rescore(findings: list[Finding], hosts: dict[str, HostProfile]) -> None:
+    """Confidence again against capture-wide host timers, for findings made on part of a
+    capture (a part fingerprints its receivers from its own connections only)."""
+    for finding in findings:
+        if finding.kind != KIND:
+            continue
+        host = hosts.get(str(finding.receiver).rsplit(":", 1)[0].strip("[]"))
+        reaction_ms, limit_ms, hold_ms, mss_estimated = finding.confidence_basis
+        finding.confidence, finding.confidence_reasons = _confidence(
+            reaction_ms, limit_ms, hold_ms, finding.count,
+            host.delack_timer_ms if host else None, mss_estimated)
 
 
 def _flood_warning(stats) -> list[str]:
@@ -170,14 +189,16 @@ def detect(columns: DetectorInput) -> list[Finding]:
         if (connection, sender) in streams:
             continue
         host = columns.hosts.get(str(row.server_address if direction == 0 else row.client_address))
-        confidence, reasons = _confidence(stats, host.delack_timer_ms if host else None,
-                                          bool(row.mss_estimated))
+        basis = (float(stats.median_reaction_ms), float(stats.median_limit_ms),
+                 float(stats.median_hold_ms), bool(row.mss_estimated))
+        confidence, reasons = _confidence(basis[0], basis[1], basis[2], int(stats.count),
+                                          host.delack_timer_ms if host else None, basis[3])
         subkind = _subkind(stats)
         findings.append(Finding(
             kind=KIND, connection=connection, sender=sender, receiver=receiver,
             count=int(stats.count), time_lost_s=float(stats.lost_s),
             share=float(stats.lost_s) / row.duration_s if row.duration_s > 0 else 0.0,
-            confidence=confidence, confidence_reasons=reasons,
+            confidence=confidence, confidence_reasons=reasons, confidence_basis=basis,
             events=events[(connection, direction)], advice=_advice(subkind), subkind=subkind,
             details={"median_ack_delay_ms": round(float(stats.median_hold_ms), 3),
                      "median_reaction_ms": round(float(stats.median_reaction_ms), 4),

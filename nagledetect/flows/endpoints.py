@@ -42,6 +42,21 @@ def _hash_rows(rows: np.ndarray) -> np.ndarray:
         return value * np.uint64(0xBF58476D1CE4E5B9)
 
 
+def _canonical_pairs(columns: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """(n, 10) rows: lower endpoint then higher endpoint; and whether the source is the lower."""
+    src = endpoint_rows(columns, "src")
+    dst = endpoint_rows(columns, "dst")
+    src_is_low = _lexically_less(src, dst) | np.all(src == dst, axis=1)
+    both = np.where(src_is_low[:, None], np.concatenate([src, dst], axis=1),
+                    np.concatenate([dst, src], axis=1))
+    return both, src_is_low
+
+
+def pair_hashes(columns: dict[str, np.ndarray]) -> np.ndarray:
+    """64-bit hash of each packet's endpoint pair, the same in both directions."""
+    return _hash_rows(_canonical_pairs(columns)[0])
+
+
 class EndpointPairs:
     """Capture-wide numbering of endpoint pairs; `rows` holds (low endpoint, high endpoint)."""
 
@@ -51,11 +66,7 @@ class EndpointPairs:
 
     def assign(self, columns: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
         """Pair number and "source is the lower endpoint" for every packet of a batch."""
-        src = endpoint_rows(columns, "src")
-        dst = endpoint_rows(columns, "dst")
-        src_is_low = _lexically_less(src, dst) | np.all(src == dst, axis=1)
-        both = np.where(src_is_low[:, None], np.concatenate([src, dst], axis=1),
-                        np.concatenate([dst, src], axis=1))
+        both, src_is_low = _canonical_pairs(columns)
         hashes = _hash_rows(both)
         unique_hashes, first, inverse = np.unique(hashes, return_index=True, return_inverse=True)
         if not np.array_equal(both, both[first[inverse]]):

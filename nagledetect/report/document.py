@@ -7,12 +7,14 @@ and no reporter recomputes analysis. Keys are stable: later versions only add.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, BinaryIO
+
+import orjson
 
 from nagledetect.advice import ADVICE
 from nagledetect.analysis import Analysis
 from nagledetect.api import Capture
-from nagledetect.detectors.model import Finding, HostProfile
+from nagledetect.detectors.model import Finding, HostProfile, StallEvents
 from nagledetect.events.endpoints import endpoint
 from nagledetect.read.decode import LINKTYPE_NAMES
 
@@ -93,7 +95,8 @@ def _connection_entry(row: Any, capture_index: int, first_id: int) -> dict[str, 
     }
 
 
-def _finding_entry(finding: Finding, capture_index: int, first_id: int) -> dict[str, Any]:
+def _finding_entry(finding: Finding, capture_index: int, first_id: int,
+                   evidence_records: bool) -> dict[str, Any]:
     return {
         "kind": finding.kind,
         "subkind": finding.subkind,
@@ -106,7 +109,7 @@ def _finding_entry(finding: Finding, capture_index: int, first_id: int) -> dict[
         "share": round(finding.share, 6),
         "confidence": {"level": finding.confidence, "reasons": finding.confidence_reasons},
         "summary": finding.summary,
-        "events": finding.events.records(),
+        "events": finding.events.records() if evidence_records else finding.events,
         "advice": finding.advice,
         "details": finding.details,
     }
@@ -146,8 +149,13 @@ def _parity_entries(analysis: Analysis, capture_index: int, first_id: int) -> li
             for row in analysis.parity.itertuples(index=False)]
 
 
-def build_document(analyses: list[Analysis]) -> dict[str, Any]:
-    """The whole result for one run over one or more captures."""
+def build_document(analyses: list[Analysis], evidence_records: bool = True) -> dict[str, Any]:
+    """The whole result for one run over one or more captures.
+
+    With `evidence_records` False each finding's "events" stays a `StallEvents` (columns), for
+    `write_json`, which turns it into rows one finding at a time: millions of stalls never sit in
+    memory as dictionaries.
+    """
     from nagledetect import __version__
 
     connections: list[dict[str, Any]] = []
@@ -158,7 +166,8 @@ def build_document(analyses: list[Analysis]) -> dict[str, Any]:
         first_id = len(connections)
         connections.extend(_connection_entry(row, index, first_id)
                            for row in analysis.capture.connections.itertuples(index=False))
-        findings.extend(_finding_entry(f, index, first_id) for f in analysis.findings)
+        findings.extend(_finding_entry(f, index, first_id, evidence_records)
+                        for f in analysis.findings)
         hosts.extend(_host_entry(h, index, first_id) for h in analysis.hosts.values())
         parity.extend(_parity_entries(analysis, index, first_id))
     findings.sort(key=lambda finding: -finding["time_lost_s"])
@@ -172,3 +181,27 @@ def build_document(analyses: list[Analysis]) -> dict[str, Any]:
         "segment_parity": parity,
         "advice": _advice_entries(findings),
     }
+
+
+def write_json(document: dict[str, Any], stream: BinaryIO) -> None:
+    """The document as indented JSON, written key by key and finding by finding, so the output
+    of a capture with millions of stalls is never one string in memory."""
+    stream.write(b"{")
+    for position, (key, value) in enumerate(document.items()):
+        stream.write(b"," if position else b"")
+        stream.write(b"\n  " + orjson.dumps(key) + b": ")
+        if key == "findings" and value:
+            stream.write(b"[")
+            for number, finding in enumerate(value):
+                if isinstance(finding["events"], StallEvents):
+                    finding = dict(finding, events=finding["events"].records())
+                stream.write((b",\n    " if number else b"\n    ")
+                             + _indented(finding, b"\n    "))
+            stream.write(b"\n  ]")
+        else:
+            stream.write(_indented(value, b"\n  "))
+    stream.write(b"\n}\n")
+
+
+def _indented(value: Any, newline: bytes) -> bytes:
+    return orjson.dumps(value, option=orjson.OPT_INDENT_2).replace(b"\n", newline)

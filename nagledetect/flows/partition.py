@@ -1,0 +1,84 @@
+"""Split a capture's decoded packets into parts that each hold whole connections, on disk.
+
+Why: a capture larger than memory can then be analysed part by part, with a peak set by the
+part, not the capture. Packets go to a part by the hash of their endpoint pair (both directions
+and every reuse of a 4-tuple land in the same part), so each part is a complete capture of its
+own connections; frame numbers stay those of the file. Rows are appended to one file per part
+as packed records, in file order, and read back one part at a time.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+import numpy as np
+
+from nagledetect.flows.endpoints import pair_hashes
+from nagledetect.read.capture import DecodedColumns
+
+SACK_DTYPE = np.dtype([("frame", "<u4"), ("left_raw", "<u4"), ("right_raw", "<u4")])
+
+
+class PartitionedPackets:
+    """Decoded batches routed into `count` part files under a private temporary folder."""
+
+    def __init__(self, count: int, folder: str | None = None) -> None:
+        self.count = count
+        self._folder = tempfile.TemporaryDirectory(prefix="nagledetect-parts-", dir=folder)
+        self._dtype: np.dtype | None = None
+        self._packets = [self._open(f"packets-{part}") for part in range(count)]
+        self._sacks = [self._open(f"sack-{part}") for part in range(count)]
+
+    def _open(self, name: str):  # noqa: ANN202 - a binary file handle
+        return open(Path(self._folder.name) / name, "wb")  # noqa: SIM115 - closed in finish()
+
+    def add(self, batches: Iterable[DecodedColumns]) -> None:
+        """Route every batch's rows (and their SACK blocks) to the parts of their pairs."""
+        for columns, sack in batches:
+            records = self._records(columns)
+            part = (pair_hashes(columns) % np.uint64(self.count)).astype(np.int64)
+            order = np.argsort(part, kind="stable")
+            bounds = np.searchsorted(part[order], np.arange(self.count + 1))
+            sack_records = np.empty(len(sack["row"]), dtype=SACK_DTYPE)
+            sack_records["frame"] = columns["frame"][sack["row"]]
+            sack_records["left_raw"] = sack["left_raw"]
+            sack_records["right_raw"] = sack["right_raw"]
+            sack_part = part[sack["row"]]
+            for index in np.flatnonzero(np.diff(bounds)):
+                records[order[bounds[index]:bounds[index + 1]]].tofile(self._packets[index])
+                sack_records[sack_part == index].tofile(self._sacks[index])
+
+    def _records(self, columns: dict[str, np.ndarray]) -> np.ndarray:
+        dtype = np.dtype([(name, values.dtype) for name, values in columns.items()])
+        if self._dtype is None:
+            self._dtype = dtype
+        elif dtype != self._dtype:
+            raise RuntimeError("decoded batches changed their columns")
+        records = np.empty(len(columns["frame"]), dtype=dtype)
+        for name, values in columns.items():
+            records[name] = values
+        return records
+
+    def parts(self) -> Iterator[DecodedColumns]:
+        """Each non-empty part as one batch of columns (file order), read when it is reached."""
+        for handle in self._packets + self._sacks:
+            handle.close()
+        for part in range(self.count):
+            if self._dtype is None:
+                return
+            records = np.fromfile(self._packets[part].name, dtype=self._dtype)
+            if len(records) == 0:
+                continue
+            columns = {name: np.ascontiguousarray(records[name]) for name in self._dtype.names}
+            del records
+            sack = np.fromfile(self._sacks[part].name, dtype=SACK_DTYPE)
+            rows = np.searchsorted(columns["frame"], sack["frame"])
+            yield columns, {"row": rows, "left_raw": sack["left_raw"].copy(),
+                            "right_raw": sack["right_raw"].copy()}
+
+    def close(self) -> None:
+        for handle in self._packets + self._sacks:
+            handle.close()
+        self._folder.cleanup()
