@@ -1,4 +1,4 @@
-"""Throughput and memory of reading, decoding and connection building, beside tcpdump and tcptrace.
+"""Throughput and memory of nagledetect's stages and whole analysis, beside tcpdump and tcptrace.
 
 Builds (or reuses) a large capture by replicating a real trace with new addresses, then runs,
 each in its own process so peak memory is its own, `--repeats` times:
@@ -6,7 +6,10 @@ each in its own process so peak memory is its own, `--repeats` times:
   - tcptrace -n -l FILE                 (a C TCP analyser, full connection analysis)
   - nagledetect read + decode           (nagledetect.read.capture.decoded_batches)
   - nagledetect read + decode + flows   (nagledetect.load_capture: connections, roles, RTT)
-and prints medians in packets/s, ratios against tcpdump, and peak RSS (bytes per packet).
+  - nagledetect analyze --format json   (the whole analysis, every detector, JSON to /dev/null)
+and prints medians in packets/s, ratios against tcpdump, and peak memory (bytes per packet):
+the peak of the sum of RSS over the process and its children, sampled every 20 ms, since the
+whole analysis takes the parts of a large capture in worker processes.
 
     python3 benchmarks/bench_read.py --source sample_traces/seed003-nagle.pcap --packets 10000000
 """
@@ -15,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import statistics
 import subprocess
@@ -36,15 +38,38 @@ STAGES = {
 }
 
 
+SAMPLE_INTERVAL_S = 0.02
+
+
+def _tree_rss_kib(pid: int) -> int:
+    """RSS of a process and all its descendants, from /proc (0 once it is gone)."""
+    total = 0
+    pending = [pid]
+    while pending:
+        current = pending.pop()
+        try:
+            status = Path(f"/proc/{current}/status").read_text()
+            children = Path(f"/proc/{current}/task/{current}/children").read_text().split()
+        except OSError:
+            continue
+        total += next((int(line.split()[1]) for line in status.splitlines()
+                       if line.startswith("VmRSS:")), 0)
+        pending.extend(int(child) for child in children)
+    return total
+
+
 def _timed(command: list[str]) -> tuple[float, int]:
-    """Wall seconds and peak RSS (KiB) of a child process, measured by wait4."""
+    """Wall seconds and peak memory (KiB, summed over the process tree) of a command."""
     start = time.perf_counter()
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    _, status, usage = os.wait4(process.pid, 0)
+    peak_tree = 0
+    while process.poll() is None:
+        peak_tree = max(peak_tree, _tree_rss_kib(process.pid))
+        time.sleep(SAMPLE_INTERVAL_S)
     elapsed = time.perf_counter() - start
-    if status != 0:
+    if process.returncode != 0:
         raise SystemExit(f"failed: {' '.join(command)}")
-    return elapsed, usage.ru_maxrss
+    return elapsed, peak_tree
 
 
 def _python_stage(stage: str, path: Path) -> list[str]:
@@ -58,17 +83,19 @@ def _count_packets(path: Path) -> int:
                               check=True).stdout)
 
 
-def run(path: Path, repeats: int) -> dict:
+def run(path: Path, repeats: int, only: list[str] | None = None) -> dict:
     packets = _count_packets(path)
     commands = {
         "tcpdump -r FILE -w /dev/null": ["tcpdump", "-r", str(path), "-w", "/dev/null"],
         "tcptrace -n -l FILE": ["tcptrace", "-n", "-l", str(path)],
         "nagledetect read+decode": _python_stage("decode", path),
         "nagledetect read+decode+connections": _python_stage("flows", path),
+        "nagledetect analyze --format json": [sys.executable, "-m", "nagledetect", "analyze",
+                                              "--format", "json", str(path)],
     }
     results = {}
     for name, command in commands.items():
-        if shutil.which(command[0]) is None:
+        if shutil.which(command[0]) is None or only and not any(word in name for word in only):
             continue
         runs = [_timed(command) for _ in range(repeats)]
         seconds = statistics.median(r[0] for r in runs)
@@ -89,6 +116,10 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--capture", type=Path, help="use this large capture instead of building one")
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
+    parser.add_argument("--only", action="append", metavar="WORD",
+                        help="run only the commands whose name contains WORD (repeatable), e.g. "
+                             "--only tcpdump --only tcptrace --only analyze on 100 M packets, "
+                             "where the in-memory stages would need tens of GB")
     arguments = parser.parse_args()
     sys.path.insert(0, str(HERE))
     from make_large_capture import build
@@ -98,7 +129,7 @@ def main() -> None:
         if path is None:
             path = Path(folder) / "large.pcap"
             build(arguments.source, path, arguments.packets, 128)
-        report = run(path, arguments.repeats)
+        report = run(path, arguments.repeats, arguments.only)
     if arguments.json:
         print(json.dumps(report, indent=2))
         return

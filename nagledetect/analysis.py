@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import os
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
@@ -25,12 +26,12 @@ from nagledetect.detectors.model import DetectorInput, Finding, HostProfile
 from nagledetect.events.messages import messages, number_messages
 from nagledetect.events.segments import data_segments
 from nagledetect.flows.build import build_flows
-from nagledetect.flows.partition import PartitionedPackets
-from nagledetect.read.capture import ProgressCallback, decoded_batches
+from nagledetect.flows.partition import PartitionedPackets, load_part
+from nagledetect.read.capture import Accounting, ProgressCallback, decoded_batches
 
 PARITY_KEYS = ["connection", "direction", "segments", "last_segment"]
-PART_BYTES = 64 * 1024 * 1024
-"""Capture bytes per part: about 600,000 packets at a snaplen of 128, a few hundred MB of work."""
+PART_BYTES = 32 * 1024 * 1024
+"""Capture bytes per part: about 300,000 packets at a snaplen of 128, about 250 MB of work."""
 
 
 @dataclass
@@ -65,9 +66,10 @@ class _ConnectionLevel:
 
 def analyze_capture(path: str, bpf_filter: str | None = None,
                     progress: ProgressCallback | None = None, keep_tables: bool = False,
-                    part_bytes: int = PART_BYTES) -> Analysis:
+                    part_bytes: int = PART_BYTES, workers: int = 1) -> Analysis:
     """Read and analyse one capture, in parts when it is larger than `part_bytes` and the packet
-    tables are not wanted (`keep_tables`, for the HTML report and --tables)."""
+    tables are not wanted (`keep_tables`, for the HTML report and --tables); `workers`
+    processes take the parts in parallel."""
     parts = 1 if keep_tables else max(1, math.ceil(_size(path) / part_bytes))
     if parts == 1:
         return run_detectors(load_capture(path, bpf_filter, progress))
@@ -75,11 +77,12 @@ def analyze_capture(path: str, bpf_filter: str | None = None,
     partitioned = PartitionedPackets(parts)
     try:
         partitioned.add(batches)
-        results = []
-        for columns in partitioned.parts():
-            flows = build_flows([columns])
-            part = Capture(path, flows.packets, flows.connections, flows.sack_blocks, accounting)
-            results.append(_slim(_connection_level(part)))
+        files = partitioned.part_files()
+        if workers > 1 and len(files) > 1:
+            with ProcessPoolExecutor(max_workers=min(workers, len(files))) as pool:
+                results = list(pool.map(_part_level, [path] * len(files), files))
+        else:
+            results = [_part_level(path, part) for part in files]
     finally:
         partitioned.close()
     if not results:
@@ -87,6 +90,13 @@ def analyze_capture(path: str, bpf_filter: str | None = None,
         return run_detectors(Capture(path, empty.packets, empty.connections, empty.sack_blocks,
                                      accounting))
     return _merge(path, accounting, results)
+
+
+def _part_level(path: str, files: tuple[str, str, np.dtype]) -> _ConnectionLevel:
+    """Connection-level results of one part, its packet tables let go."""
+    flows = build_flows([load_part(files)])
+    part = Capture(path, flows.packets, flows.connections, flows.sack_blocks, None)
+    return _slim(_connection_level(part))
 
 
 def _size(path: str) -> int:
@@ -155,13 +165,13 @@ def _no_samples() -> pd.DataFrame:
 def _slim(level: _ConnectionLevel) -> _ConnectionLevel:
     """Let a finished part's packet-level tables go; keep what the capture-wide step needs."""
     capture = level.capture
-    kept = Capture(capture.path, capture.packets.iloc[:0], capture.connections,
-                   capture.sack_blocks.iloc[:0], capture.accounting)
+    kept = Capture(capture.path, capture.packets.iloc[:0].copy(), capture.connections,
+                   capture.sack_blocks.iloc[:0].copy(), capture.accounting)
     return _ConnectionLevel(kept, pd.DataFrame(), pd.DataFrame(), level.samples, level.findings,
                             level.parity)
 
 
-def _merge(path: str, accounting, parts: list[_ConnectionLevel]) -> Analysis:  # noqa: ANN001
+def _merge(path: str, accounting: Accounting, parts: list[_ConnectionLevel]) -> Analysis:
     """One analysis from the parts, with connection ids numbered by first packet as a one-part
     run numbers them."""
     tables = [part.capture.connections for part in parts]

@@ -28,7 +28,8 @@ from nagledetect.report.tables import write_tables
 from nagledetect.report.text import render_text
 
 JOBS_OPTION = click.option("-j", "--jobs", type=click.IntRange(1),
-                           help="Parallel processes for several captures (default: all cores).")
+                           help="Parallel processes: one per capture, or per part of one large "
+                                "capture (default: all cores).")
 DASK_OPTION = click.option("--dask", "dask_address", metavar="SCHEDULER_ADDRESS",
                            help="Run the per-file analysis on this Dask cluster (tcp://host:8786).")
 DASK_CONNECT_TIMEOUT_S = 30
@@ -112,7 +113,9 @@ def _analyze_all(captures: tuple[str, ...], bpf_filter: str | None, jobs: int | 
     if dask_address:
         analyses = _analyze_on_dask(captures, bpf_filter, dask_address, keep_tables)
     elif workers <= 1:
-        analyses = [_analyze_or_exit(path, bpf_filter, keep_tables) for path in captures]
+        part_workers = jobs or os.cpu_count() or 1
+        analyses = [_analyze_or_exit(path, bpf_filter, keep_tables, part_workers)
+                    for path in captures]
     else:
         with ProcessPoolExecutor(max_workers=workers) as pool:
             analyses = list(pool.map(_analyze_or_exit, captures, [bpf_filter] * len(captures),
@@ -243,11 +246,12 @@ def _read_baseline(path: Path) -> dict:
     return document
 
 
-def _analyze_or_exit(path: str, bpf_filter: str | None, keep_tables: bool = False) -> Analysis:
+def _analyze_or_exit(path: str, bpf_filter: str | None, keep_tables: bool = False,
+                     workers: int = 1) -> Analysis:
     """Load and analyse one capture; any failure is one line on stderr and exit status 2."""
     progress = ReadProgress(path)
     try:
-        return analyze_capture(path, bpf_filter, progress, keep_tables)
+        return analyze_capture(path, bpf_filter, progress, keep_tables, workers=workers)
     except InputError as error:
         _fail(str(error))
     except MemoryError:

@@ -61,24 +61,35 @@ class PartitionedPackets:
             records[name] = values
         return records
 
-    def parts(self) -> Iterator[DecodedColumns]:
-        """Each non-empty part as one batch of columns (file order), read when it is reached."""
+    def part_files(self) -> list[tuple[str, str, np.dtype]]:
+        """Finish writing; then each non-empty part as (packets file, SACK file, record dtype),
+        for `load_part` here or in another process."""
         for handle in self._packets + self._sacks:
             handle.close()
-        for part in range(self.count):
-            if self._dtype is None:
-                return
-            records = np.fromfile(self._packets[part].name, dtype=self._dtype)
-            if len(records) == 0:
-                continue
-            columns = {name: np.ascontiguousarray(records[name]) for name in self._dtype.names}
-            del records
-            sack = np.fromfile(self._sacks[part].name, dtype=SACK_DTYPE)
-            rows = np.searchsorted(columns["frame"], sack["frame"])
-            yield columns, {"row": rows, "left_raw": sack["left_raw"].copy(),
-                            "right_raw": sack["right_raw"].copy()}
+        if self._dtype is None:
+            return []
+        return [(packets.name, sacks.name, self._dtype)
+                for packets, sacks in zip(self._packets, self._sacks)
+                if Path(packets.name).stat().st_size > 0]
+
+    def parts(self) -> Iterator[DecodedColumns]:
+        """Each non-empty part as one batch of columns (file order), read when it is reached."""
+        for files in self.part_files():
+            yield load_part(files)
 
     def close(self) -> None:
         for handle in self._packets + self._sacks:
             handle.close()
         self._folder.cleanup()
+
+
+def load_part(files: tuple[str, str, np.dtype]) -> DecodedColumns:
+    """One part's packets as a batch of columns, SACK rows pointing into it."""
+    packets_path, sack_path, dtype = files
+    records = np.fromfile(packets_path, dtype=dtype)
+    columns = {name: np.ascontiguousarray(records[name]) for name in dtype.names}
+    del records
+    sack = np.fromfile(sack_path, dtype=SACK_DTYPE)
+    rows = np.searchsorted(columns["frame"], sack["frame"])
+    return columns, {"row": rows, "left_raw": sack["left_raw"].copy(),
+                     "right_raw": sack["right_raw"].copy()}
