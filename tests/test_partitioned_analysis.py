@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from nagledetect.analysis import analyze_capture
-from nagledetect.flows.partition import PartitionedPackets
+from nagledetect.flows.partition import PartitionedPackets, load_part
 from nagledetect.read.capture import decoded_batches
 from nagledetect.report.document import build_document
 from tests.conftest import SAMPLE_TRACES, corpus_file
@@ -67,7 +67,7 @@ def test_parts_hold_whole_connections_in_file_order() -> None:
     partitioned = PartitionedPackets(4)
     try:
         partitioned.add(batches)
-        parts = [columns for columns, _ in partitioned.parts()]
+        parts = [load_part(files)[0] for files in partitioned.part_files()]
     finally:
         partitioned.close()
     frames = [part["frame"] for part in parts]

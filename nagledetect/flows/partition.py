@@ -10,8 +10,9 @@ as packed records, in file order, and read back one part at a time.
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 
@@ -31,8 +32,8 @@ class PartitionedPackets:
         self._packets = [self._open(f"packets-{part}") for part in range(count)]
         self._sacks = [self._open(f"sack-{part}") for part in range(count)]
 
-    def _open(self, name: str):  # noqa: ANN202 - a binary file handle
-        return open(Path(self._folder.name) / name, "wb")  # noqa: SIM115 - closed in finish()
+    def _open(self, name: str) -> BinaryIO:
+        return open(Path(self._folder.name) / name, "wb")  # noqa: SIM115 - closed in part_files()
 
     def add(self, batches: Iterable[DecodedColumns]) -> None:
         """Route every batch's rows (and their SACK blocks) to the parts of their pairs."""
@@ -71,11 +72,6 @@ class PartitionedPackets:
         return [(packets.name, sacks.name, self._dtype)
                 for packets, sacks in zip(self._packets, self._sacks)
                 if Path(packets.name).stat().st_size > 0]
-
-    def parts(self) -> Iterator[DecodedColumns]:
-        """Each non-empty part as one batch of columns (file order), read when it is reached."""
-        for files in self.part_files():
-            yield load_part(files)
 
     def close(self) -> None:
         for handle in self._packets + self._sacks:
