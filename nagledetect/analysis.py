@@ -56,7 +56,7 @@ class Analysis:
 class _ConnectionLevel:
     """What one part (or a whole capture) yields before the capture-wide host step."""
 
-    capture: Capture
+    connections: pd.DataFrame
     segments: pd.DataFrame
     messages: pd.DataFrame
     samples: pd.DataFrame
@@ -86,17 +86,25 @@ def analyze_capture(path: str, bpf_filter: str | None = None,
     finally:
         partitioned.close()
     if not results:
-        empty = build_flows([])
-        return run_detectors(Capture(path, empty.packets, empty.connections, empty.sack_blocks,
-                                     accounting))
+        return run_detectors(_without_packets(path, accounting, None))
     return _merge(path, accounting, results)
 
 
 def _part_level(path: str, files: tuple[str, str, np.dtype]) -> _ConnectionLevel:
-    """Connection-level results of one part, its packet tables let go."""
+    """Connection-level results of one part; its packet, segment and message tables are let go
+    here, so only connections, findings, samples and parity rows travel back."""
     flows = build_flows([load_part(files)])
-    part = Capture(path, flows.packets, flows.connections, flows.sack_blocks, None)
-    return _slim(_connection_level(part))
+    level = _connection_level(flows.packets, flows.connections)
+    level.segments = level.messages = pd.DataFrame()
+    return level
+
+
+def _without_packets(path: str, accounting: Accounting,
+                     connections: pd.DataFrame | None) -> Capture:
+    """A capture's record with empty packet tables (the shape a capture without TCP has)."""
+    empty = build_flows([])
+    return Capture(path, empty.packets, empty.connections if connections is None else connections,
+                   empty.sack_blocks, accounting)
 
 
 def _size(path: str) -> int:
@@ -108,7 +116,7 @@ def _size(path: str) -> int:
 
 def run_detectors(capture: Capture) -> Analysis:
     """Run every detector over one capture held whole in memory."""
-    level = _connection_level(capture)
+    level = _connection_level(capture.packets, capture.connections)
     hosts, phase_findings = _host_level(level.samples, level.findings)
     return Analysis(capture, level.segments, level.messages, level.samples, hosts,
                     _ranked(level.findings + phase_findings), level.parity)
@@ -120,23 +128,21 @@ def _ranked(findings: list[Finding]) -> list[Finding]:
     return sorted(findings, key=lambda f: (-f.time_lost_s, f.connection, f.kind, str(f.sender)))
 
 
-
-
-def _connection_level(capture: Capture) -> _ConnectionLevel:
-    if capture.packets.empty:
-        return _ConnectionLevel(capture, pd.DataFrame(), pd.DataFrame(), _no_samples(), [],
+def _connection_level(packets: pd.DataFrame, connections: pd.DataFrame) -> _ConnectionLevel:
+    if packets.empty:
+        return _ConnectionLevel(connections, pd.DataFrame(), pd.DataFrame(), _no_samples(), [],
                                 pd.DataFrame())
-    segments = data_segments(capture.packets, capture.connections)
+    segments = data_segments(packets, connections)
     segments["message"] = number_messages(segments)
     message_table = messages(segments)
-    samples = delack_samples(segments, capture.connections)
-    columns = DetectorInput(capture.packets, capture.connections, segments, message_table,
+    samples = delack_samples(segments, connections)
+    columns = DetectorInput(packets, connections, segments, message_table,
                             fingerprint_hosts(samples))
     for detector in CONNECTION_DETECTORS:
         columns.earlier_findings.extend(detector.detect(columns))
     parity = segment_parity.parity_table(columns)
-    return _ConnectionLevel(capture, segments, message_table, samples, columns.earlier_findings,
-                            parity)
+    return _ConnectionLevel(connections, segments, message_table, samples,
+                            columns.earlier_findings, parity)
 
 
 def _host_level(samples: pd.DataFrame, findings: list[Finding], rescore: bool = False
@@ -162,19 +168,10 @@ def _no_samples() -> pd.DataFrame:
                          "ack_time_s": np.zeros(0)})
 
 
-def _slim(level: _ConnectionLevel) -> _ConnectionLevel:
-    """Let a finished part's packet-level tables go; keep what the capture-wide step needs."""
-    capture = level.capture
-    kept = Capture(capture.path, capture.packets.iloc[:0].copy(), capture.connections,
-                   capture.sack_blocks.iloc[:0].copy(), capture.accounting)
-    return _ConnectionLevel(kept, pd.DataFrame(), pd.DataFrame(), level.samples, level.findings,
-                            level.parity)
-
-
 def _merge(path: str, accounting: Accounting, parts: list[_ConnectionLevel]) -> Analysis:
     """One analysis from the parts, with connection ids numbered by first packet as a one-part
     run numbers them."""
-    tables = [part.capture.connections for part in parts]
+    tables = [part.connections for part in parts]
     first_frames = np.concatenate([table["first_frame"].to_numpy() for table in tables])
     global_id = np.empty(len(first_frames), dtype=np.int64)
     global_id[np.argsort(first_frames, kind="stable")] = np.arange(len(first_frames))
@@ -183,7 +180,7 @@ def _merge(path: str, accounting: Accounting, parts: list[_ConnectionLevel]) -> 
     samples, parity, connections = [], [], []
     for index, part in enumerate(parts):
         mapping = global_id[offsets[index]:offsets[index + 1]]
-        connections.append(part.capture.connections.assign(id=mapping[part.capture.connections["id"]]))
+        connections.append(part.connections.assign(id=mapping[part.connections["id"]]))
         samples.append(part.samples.assign(connection=mapping[part.samples["connection"].to_numpy()]))
         if not part.parity.empty:
             parity.append(part.parity.assign(connection=mapping[part.parity["connection"].to_numpy()]))
@@ -195,7 +192,6 @@ def _merge(path: str, accounting: Accounting, parts: list[_ConnectionLevel]) -> 
     hosts, phase_findings = _host_level(sample_table, findings, rescore=True)
     parity_table = (pd.concat(parity).sort_values(PARITY_KEYS, ignore_index=True)
                     if parity else pd.DataFrame())
-    first = parts[0].capture
-    capture = Capture(path, first.packets, connection_table, first.sack_blocks, accounting)
-    return Analysis(capture, pd.DataFrame(), pd.DataFrame(), sample_table, hosts,
-                    _ranked(findings + phase_findings), parity_table, tables_kept=False)
+    return Analysis(_without_packets(path, accounting, connection_table), pd.DataFrame(),
+                    pd.DataFrame(), sample_table, hosts, _ranked(findings + phase_findings),
+                    parity_table, tables_kept=False)

@@ -23,8 +23,7 @@ class Capture:
     packets: pd.DataFrame
     connections: pd.DataFrame
     sack_blocks: pd.DataFrame
-    accounting: Accounting | None
-    """None only for one part of a capture analysed in parts (see `analysis`)."""
+    accounting: Accounting
 
 
 def load_capture(path: str, bpf_filter: str | None = None,

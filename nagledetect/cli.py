@@ -92,14 +92,14 @@ def analyze(captures: tuple[str, ...], bpf_filter: str | None, output_format: st
     """
     analyses = _analyze_all(captures, bpf_filter, jobs, dask_address,
                             keep_tables=bool(tables_dir or html_path))
+    document = build_document(analyses)
     if tables_dir:
         _write_tables(analyses, tables_dir, tables_format)
     if html_path:
-        _write_html(build_document(analyses), analyses, html_path)
+        _write_html(document, analyses, html_path)
     if output_format == "json":
-        write_json(build_document(analyses, evidence_records=False), sys.stdout.buffer)
+        write_json(document, sys.stdout.buffer)
     else:
-        document = build_document(analyses)
         colour = sys.stdout.isatty() and "NO_COLOR" not in os.environ
         click.echo(render_text(document, verbose=verbose, colour=colour), nl=False, color=colour)
 

@@ -8,6 +8,7 @@ findings of detectors that ran earlier in the registry (the stall-cause detector
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,13 +20,14 @@ EVIDENCE_KEYS = ("last_data_frame", "delayed_ack_frame", "released_frame", "stal
 EVIDENCE_DECIMALS = (None, None, None, 6, 6, 3, 3)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class StallEvents:
     """The stalls behind one finding, as columns: each stall is proven by three frames (the last
     data before the hold, the delayed ACK or whatever ended the wait, the released segment).
 
     Columns rather than one object per stall because a large capture has millions of stalls;
-    `ack_delay_ms` and `reaction_ms` are NaN where a detector does not measure them.
+    `ack_delay_ms` and `reaction_ms` are NaN where a detector does not measure them. Read as a
+    sequence it gives the document's evidence rows (dicts), made only for the rows asked for.
     """
 
     last_data_frame: np.ndarray
@@ -39,13 +41,26 @@ class StallEvents:
     def __len__(self) -> int:
         return len(self.stall_s)
 
+    def __getitem__(self, rows: slice) -> list[dict[str, Any]]:
+        if not isinstance(rows, slice):
+            raise TypeError("StallEvents takes slices; use records() for every row")
+        return self.records(rows)
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        return iter(self.records())
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, StallEvents):
+            other = other.records()
+        return self.records() == other
+
     def columns(self) -> tuple[np.ndarray, ...]:
         return (self.last_data_frame, self.ack_frame, self.released_frame, self.stall_s,
                 self.start_s, self.ack_delay_ms, self.reaction_ms)
 
-    def records(self, limit: int | None = None) -> list[dict[str, Any]]:
+    def records(self, rows: slice = slice(None)) -> list[dict[str, Any]]:
         """JSON-ready rows (rounded; NaN as null), built column-wise for speed."""
-        lists = [_json_column(column[:limit], decimals)
+        lists = [_json_column(column[rows], decimals)
                  for column, decimals in zip(self.columns(), EVIDENCE_DECIMALS)]
         return [dict(zip(EVIDENCE_KEYS, row)) for row in zip(*lists)]
 

@@ -14,7 +14,7 @@ import orjson
 from nagledetect.advice import ADVICE
 from nagledetect.analysis import Analysis
 from nagledetect.api import Capture
-from nagledetect.detectors.model import Finding, HostProfile, StallEvents
+from nagledetect.detectors.model import Finding, HostProfile
 from nagledetect.events.endpoints import endpoint
 from nagledetect.read.decode import LINKTYPE_NAMES
 
@@ -95,8 +95,7 @@ def _connection_entry(row: Any, capture_index: int, first_id: int) -> dict[str, 
     }
 
 
-def _finding_entry(finding: Finding, capture_index: int, first_id: int,
-                   evidence_records: bool) -> dict[str, Any]:
+def _finding_entry(finding: Finding, capture_index: int, first_id: int) -> dict[str, Any]:
     return {
         "kind": finding.kind,
         "subkind": finding.subkind,
@@ -109,7 +108,7 @@ def _finding_entry(finding: Finding, capture_index: int, first_id: int,
         "share": round(finding.share, 6),
         "confidence": {"level": finding.confidence, "reasons": finding.confidence_reasons},
         "summary": finding.summary,
-        "events": finding.events.records() if evidence_records else finding.events,
+        "events": finding.events,
         "advice": finding.advice,
         "details": finding.details,
     }
@@ -149,11 +148,11 @@ def _parity_entries(analysis: Analysis, capture_index: int, first_id: int) -> li
             for row in analysis.parity.itertuples(index=False)]
 
 
-def build_document(analyses: list[Analysis], evidence_records: bool = True) -> dict[str, Any]:
+def build_document(analyses: list[Analysis]) -> dict[str, Any]:
     """The whole result for one run over one or more captures.
 
-    With `evidence_records` False each finding's "events" stays a `StallEvents` (columns), for
-    `write_json`, which turns it into rows one finding at a time: millions of stalls never sit in
+    Each finding's "events" is a `StallEvents`: it reads as a list of evidence rows, and
+    `write_json` turns it into rows one finding at a time, so millions of stalls never sit in
     memory as dictionaries.
     """
     from nagledetect import __version__
@@ -166,8 +165,7 @@ def build_document(analyses: list[Analysis], evidence_records: bool = True) -> d
         first_id = len(connections)
         connections.extend(_connection_entry(row, index, first_id)
                            for row in analysis.capture.connections.itertuples(index=False))
-        findings.extend(_finding_entry(f, index, first_id, evidence_records)
-                        for f in analysis.findings)
+        findings.extend(_finding_entry(f, index, first_id) for f in analysis.findings)
         hosts.extend(_host_entry(h, index, first_id) for h in analysis.hosts.values())
         parity.extend(_parity_entries(analysis, index, first_id))
     findings.sort(key=lambda finding: -finding["time_lost_s"])
@@ -193,8 +191,7 @@ def write_json(document: dict[str, Any], stream: BinaryIO) -> None:
         if key == "findings" and value:
             stream.write(b"[")
             for number, finding in enumerate(value):
-                if isinstance(finding["events"], StallEvents):
-                    finding = dict(finding, events=finding["events"].records())
+                finding = dict(finding, events=finding["events"].records())
                 stream.write((b",\n    " if number else b"\n    ")
                              + _indented(finding, b"\n    "))
             stream.write(b"\n  ]")

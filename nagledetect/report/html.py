@@ -75,8 +75,8 @@ def _cdf(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 def _response_cdf(document: dict[str, Any], analyses: list[Analysis], notes: list[str]) -> str:
     figure = go.Figure()
-    stalls = np.array([e["stall_s"] * 1000 for f in document["findings"]
-                       if f["kind"] == "nagle-delack-stall" for e in f["events"]])
+    stalls = 1000 * np.concatenate([np.zeros(0)] + [
+        f["events"].stall_s for f in document["findings"] if f["kind"] == "nagle-delack-stall"])
     waits = []
     for analysis in analyses:
         messages = analysis.messages
