@@ -68,7 +68,9 @@ def main() -> None:
               help="BPF expression, as in tcpdump (e.g. 'host 10.0.0.1 and tcp port 80').")
 @click.option("--format", "output_format", type=click.Choice(["text", "json"]), default="text",
               show_default=True, help="Report format on stdout.")
-@click.option("-v", "--verbose", is_flag=True, help="List every stall event, not the first three.")
+@click.option("-v", "--verbose", is_flag=True,
+              help="List every finding, stall event, host and connection (by default the top 20 "
+                   "findings with 3 events each, 20 hosts and 50 connections).")
 @click.option("--tables", "tables_dir", type=click.Path(file_okay=False, path_type=Path),
               help="Also write packets, connections, messages and findings tables into this folder.")
 @click.option("--tables-format", type=click.Choice(["csv", "parquet"]), default="csv",

@@ -24,6 +24,9 @@ KIND_TITLES = {
 }
 EVIDENCE_SHOWN = 3
 PARITY_ROWS_SHOWN = 20
+FINDINGS_SHOWN = 20
+HOSTS_SHOWN = 20
+CONNECTIONS_SHOWN = 50
 DEFAULT_LANGUAGES = ("C", "Python", "Go", "Java", "Node.js", ".NET", "Rust")
 CONNECTION_COLUMNS = (
     ("id", ">4"), ("client", "<24"), ("server", "<24"), ("pkts c>s", ">8"), ("pkts s>c", ">8"),
@@ -46,6 +49,15 @@ class _Style:
 
     def quiet(self, text: str) -> str:
         return click.style(text, dim=True) if self.colour else text
+
+
+def _capped(rows: list, limit: int, verbose: bool, noun: str) -> tuple[list, list[str]]:
+    """The first `limit` rows (all with --verbose) and a line saying how many were left out:
+    a capture of a million connections must still give a report a person can read."""
+    if verbose or len(rows) <= limit:
+        return rows, []
+    return rows[:limit], [f"  ... and {len(rows) - limit} more {noun} (--verbose lists them all; "
+                          "--format json has every one)"]
 
 
 def _ms(value: float | None, digits: int = 3) -> str:
@@ -132,25 +144,30 @@ def _how_to_fix(document: dict[str, Any], style: _Style) -> list[str]:
     return lines + [""]
 
 
-def _hosts(document: dict[str, Any], style: _Style) -> list[str]:
+def _hosts(document: dict[str, Any], style: _Style, verbose: bool) -> list[str]:
     lines = [style.heading("DELAYED-ACK TIMERS (per receiving host, fingerprinted from lone-segment ACKs)")]
-    hosts = [h for h in document["hosts"] if h["delack_samples"] > 0]
+    hosts = sorted((h for h in document["hosts"] if h["delack_samples"] > 0),
+                   key=lambda h: -h["delack_samples"])
     if not hosts:
         return lines + ["  no delayed ACKs seen", ""]
+    hosts, hosts_left_out = _capped(hosts, HOSTS_SHOWN, verbose, "hosts")
     lines.append(f"  {'host':<40} {'timer ms':>9} {'spread ms':>10} {'samples':>8}  stack")
     lines += [f"  {h['address']:<40} {_ms(h['delack_timer_ms'], 1):>9} "
               f"{_ms(h['delack_spread_ms'], 2):>10} {h['delack_samples']:>8}  {h['stack_family']}"
               for h in hosts]
-    lines.append("")
+    lines += hosts_left_out + [""]
     lines.append(style.heading("PHASE LOCKING (delayed ACKs on a global clock tick)"))
     locked = [h for h in document["hosts"] if h["phase_lock"] and h["phase_lock"].get("locked")]
-    tested = [h for h in document["hosts"] if h["phase_lock"]]
-    for host in tested:
+    tested = sorted((h for h in document["hosts"] if h["phase_lock"]),
+                    key=lambda h: (not h["phase_lock"].get("locked"), h["phase_lock"]["p_value"]))
+    shown, tested_left_out = _capped(tested, HOSTS_SHOWN, verbose, "tested hosts")
+    for host in shown:
         lock = host["phase_lock"]
         verdict = "LOCKED" if lock.get("locked") else "not locked"
         lines.append(f"  {host['address']:<40} {verdict}: tick {lock['period_ms']:.0f} ms, "
                      f"Rayleigh R={lock['rayleigh_r']:.3f}, p={lock['p_value']:.2g}, n={lock['n']}, "
                      f"phase {lock['phase_ms']:.1f} ms, connections {len(lock['connections'])}")
+    lines += tested_left_out
     if not tested:
         lines.append("  not tested (too few delayed ACKs)")
     elif not locked:
@@ -186,7 +203,7 @@ def _connection_row(connection: dict[str, Any], stalls: dict[int, tuple[int, flo
             _ms(connection["rtt_ms"]), sides, str(count), f"{lost:.3f}"]
 
 
-def _connections(document: dict[str, Any], style: _Style) -> list[str]:
+def _connections(document: dict[str, Any], style: _Style, verbose: bool) -> list[str]:
     stalls: dict[int, tuple[int, float]] = {}
     for finding in document["findings"]:
         if finding["kind"] == "nagle-delack-stall":
@@ -194,9 +211,13 @@ def _connections(document: dict[str, Any], style: _Style) -> list[str]:
             stalls[finding["connection"]] = (count + finding["count"], lost + finding["time_lost_s"])
     header = " ".join(f"{name:{spec}}" for name, spec in CONNECTION_COLUMNS)
     lines = [style.heading(f"CONNECTIONS ({len(document['connections'])})"), header, "-" * len(header)]
-    for connection in document["connections"]:
+    worst_first = sorted(document["connections"], key=lambda c: -stalls.get(c["id"], (0, 0.0))[1])
+    shown, left_out = _capped(worst_first, CONNECTIONS_SHOWN, verbose,
+                              "connections, each with less stall time")
+    for connection in sorted(shown, key=lambda c: c["id"]):
         cells = _connection_row(connection, stalls)
         lines.append(" ".join(f"{cell:{spec}}" for cell, (_, spec) in zip(cells, CONNECTION_COLUMNS)))
+    lines += left_out
     lines.append(style.quiet("  MSS~ estimated (no handshake); client? guessed by the port rule; "
                              "RTT sides: tap to client / tap to server."))
     return lines + [""]
@@ -220,11 +241,14 @@ def render_text(document: dict[str, Any], verbose: bool = False, colour: bool = 
     lines = [style.heading(_headline(document)), ""]
     if document["findings"]:
         lines.append(style.heading("DIAGNOSIS (ranked by time lost)"))
-        for rank, finding in enumerate(document["findings"], start=1):
+        shown, left_out = _capped(document["findings"], FINDINGS_SHOWN, verbose,
+                                  "findings, each costing less time")
+        for rank, finding in enumerate(shown, start=1):
             lines += _finding_lines(rank, finding, document, verbose, style) + [""]
+        lines += left_out + ([""] if left_out else [])
     lines += _how_to_fix(document, style)
-    lines += _hosts(document, style)
+    lines += _hosts(document, style, verbose)
     lines += _parity(document, style)
-    lines += _connections(document, style)
+    lines += _connections(document, style, verbose)
     lines += _accounting(document, style)
     return "\n".join(lines) + "\n"
