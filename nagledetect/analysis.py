@@ -155,11 +155,8 @@ def _host_level(samples: pd.DataFrame, findings: list[Finding], rescore: bool = 
     hosts = fingerprint_hosts(samples)
     if rescore:
         nagle_stall.rescore(findings, hosts)
-    delayed = samples[samples["delayed"]]
-    hold_ms_by_host = {str(host): rows["hold_ms"].to_numpy()
-                       for host, rows in delayed.groupby("host")}
     stalls = [f for f in findings if f.kind == nagle_stall.KIND]
-    return hosts, phase_lock.detect_hosts(hosts, hold_ms_by_host, stalls)
+    return hosts, phase_lock.detect_hosts(hosts, samples, stalls)
 
 
 def _no_samples() -> pd.DataFrame:

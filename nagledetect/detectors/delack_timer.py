@@ -66,15 +66,47 @@ def delack_samples(segments: pd.DataFrame, connections: pd.DataFrame) -> pd.Data
     return samples
 
 
-def _modal_timer(hold_ms: np.ndarray) -> tuple[float, float]:
-    """The timer (median of the samples around the histogram mode) and its interquartile spread."""
-    bins = np.arange(0.0, max(float(hold_ms.max()), HISTOGRAM_BIN_MS) + HISTOGRAM_BIN_MS,
-                     HISTOGRAM_BIN_MS)
-    counts, edges = np.histogram(hold_ms, bins=bins)
-    centre = (edges[np.argmax(counts)] + edges[np.argmax(counts) + 1]) / 2
-    near = hold_ms[np.abs(hold_ms - centre) <= MODE_WINDOW * centre + HISTOGRAM_BIN_MS]
-    quartiles = np.percentile(near, [25, 75])
-    return float(np.median(near)), float(quartiles[1] - quartiles[0])
+def _modal_timers(host: np.ndarray, hold_ms: np.ndarray, count: int
+                  ) -> tuple[np.ndarray, np.ndarray]:
+    """Per host (codes 0..count-1; NaN without delayed samples): the timer, the median of the
+    samples near the histogram mode (2 ms bins from 0, the lowest bin on a tie), and their
+    interquartile spread. One pass over all hosts: big captures have hundreds of thousands."""
+    timer = np.full(count, np.nan)
+    spread = np.full(count, np.nan)
+    if len(hold_ms) == 0:
+        return timer, spread
+    highest = np.full(count, HISTOGRAM_BIN_MS)
+    np.maximum.at(highest, host, hold_ms)
+    last_bin = np.ceil((highest + HISTOGRAM_BIN_MS) / HISTOGRAM_BIN_MS).astype(np.int64) - 2
+    bins = np.minimum(np.floor(hold_ms / HISTOGRAM_BIN_MS).astype(np.int64), last_bin[host])
+    width = int(bins.max()) + 1
+    keys, counts = np.unique(host.astype(np.int64) * width + bins, return_counts=True)
+    key_host, key_bin = np.divmod(keys, width)
+    best = np.lexsort((key_bin, -counts, key_host))
+    first = best[np.r_[True, key_host[best][1:] != key_host[best][:-1]]]
+    centre = np.full(count, np.nan)
+    centre[key_host[first]] = (key_bin[first] * 2 + 1) * HISTOGRAM_BIN_MS / 2
+    near = np.abs(hold_ms - centre[host]) <= MODE_WINDOW * centre[host] + HISTOGRAM_BIN_MS
+    order = np.lexsort((hold_ms[near], host[near]))
+    near_host, near_hold = host[near][order], hold_ms[near][order]
+    starts = np.searchsorted(near_host, np.arange(count))
+    sizes = np.bincount(near_host, minlength=count)
+    seen = sizes > 0
+    quartiles = [_sorted_quantile(near_hold, starts[seen], sizes[seen], q) for q in (0.25, 0.75)]
+    timer[seen] = _sorted_quantile(near_hold, starts[seen], sizes[seen], 0.5)
+    spread[seen] = quartiles[1] - quartiles[0]
+    return timer, spread
+
+
+def _sorted_quantile(values: np.ndarray, starts: np.ndarray, sizes: np.ndarray,
+                     quantile: float) -> np.ndarray:
+    """Linear-interpolation quantile (numpy's default) of sorted runs values[start:start+size]."""
+    position = (sizes - 1) * quantile
+    below = np.floor(position).astype(np.int64)
+    weight = position - below
+    low = values[starts + below]
+    high = values[starts + np.minimum(below + 1, sizes - 1)]
+    return np.where(weight >= 0.5, high - (high - low) * (1 - weight), low + (high - low) * weight)
 
 
 def stack_family(timer_ms: float | None) -> str:
@@ -88,28 +120,29 @@ def stack_family(timer_ms: float | None) -> str:
 
 def fingerprint_hosts(samples: pd.DataFrame) -> dict[str, HostProfile]:
     """One profile per host that acknowledged a lone segment at least once."""
-    ordered = samples.sort_values("host", kind="stable")
-    hosts = ordered["host"].to_numpy()
-    if len(hosts) == 0:
+    if samples.empty:
         return {}
-    starts = np.flatnonzero(np.r_[True, hosts[1:] != hosts[:-1]])
-    bounds = zip(starts, np.r_[starts[1:], len(hosts)])
+    codes, addresses = pd.factorize(samples["host"], sort=True)
+    order = np.argsort(codes, kind="stable")
+    ordered = samples.take(order)
+    code = codes[order]
+    starts = np.searchsorted(code, np.arange(len(addresses)))
     hold_ms = ordered["hold_ms"].to_numpy()
     delayed = ordered["delayed"].to_numpy()
+    timer_ms, spread_ms = _modal_timers(code[delayed], hold_ms[delayed], len(starts))
+    delayed_count = np.bincount(code[delayed], minlength=len(starts))
     ack_time_s = ordered["ack_time_s"].to_numpy()
-    connection = ordered["connection"].to_numpy()
+    connection = ordered["connection"].to_numpy().astype(np.int64)
+    rounded_ms = np.round(hold_ms, 3)
     profiles: dict[str, HostProfile] = {}
-    for begin, end in bounds:
+    for index, (begin, end) in enumerate(zip(starts.tolist(), np.r_[starts[1:], len(code)].tolist())):
         mask = delayed[begin:end]
-        holds = hold_ms[begin:end]
-        timer_ms = spread_ms = None
-        if mask.any():
-            timer_ms, spread_ms = _modal_timer(holds[mask])
-        address = str(hosts[begin])
+        timer = None if np.isnan(timer_ms[index]) else float(timer_ms[index])
+        address = str(addresses[index])
         profiles[address] = HostProfile(
-            address=address, delack_timer_ms=timer_ms, delack_spread_ms=spread_ms,
-            delack_samples=int(mask.sum()), stack_family=stack_family(timer_ms),
-            delays_ms=np.round(holds, 3),
-            ack_times_s=ack_time_s[begin:end][mask],
-            ack_connections=connection[begin:end][mask].astype(np.int64))
+            address=address, delack_timer_ms=timer,
+            delack_spread_ms=None if timer is None else float(spread_ms[index]),
+            delack_samples=int(delayed_count[index]), stack_family=stack_family(timer),
+            delays_ms=rounded_ms[begin:end], ack_times_s=ack_time_s[begin:end][mask],
+            ack_connections=connection[begin:end][mask])
     return profiles

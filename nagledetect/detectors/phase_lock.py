@@ -12,9 +12,8 @@ A locked host's delayed-ACK timer is its tick: the holding times it shows spread
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
+import pandas as pd
 
 from nagledetect.detectors.model import Finding, HostProfile
 
@@ -27,76 +26,122 @@ SHARED_PHASE_SHARE = 0.1
 TICK_MATCH_SHARE = 0.1
 
 
-def rayleigh(times_s: np.ndarray, period_s: float) -> tuple[float, float, float]:
-    """Mean resultant length R, p-value (Zar's approximation) and mean phase (s) of times mod period."""
-    angles = 2 * np.pi * np.mod(times_s, period_s) / period_s
-    count = len(angles)
-    cos_mean, sin_mean = float(np.cos(angles).mean()), float(np.sin(angles).mean())
-    length = math.hypot(cos_mean, sin_mean)
-    resultant = count * length
-    p_value = math.exp(math.sqrt(1 + 4 * count + 4 * (count ** 2 - resultant ** 2)) - (1 + 2 * count))
-    phase_s = (math.atan2(sin_mean, cos_mean) % (2 * math.pi)) / (2 * math.pi) * period_s
-    return length, min(p_value, 1.0), phase_s
+def rayleigh(times_s: np.ndarray, group: np.ndarray, period_s: np.ndarray
+             ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Per group (codes 0..k-1, each with its own period): sample count, mean resultant length
+    R, p-value (Zar's approximation) and mean phase (s) of the times modulo the period. Sums
+    by `bincount`, so a capture with a million hosts is one pass."""
+    count = np.bincount(group, minlength=len(period_s)).astype(np.float64)
+    period = period_s[group]
+    angles = 2 * np.pi * np.mod(times_s, period) / period
+    with np.errstate(invalid="ignore", divide="ignore"):
+        cos_mean = np.bincount(group, np.cos(angles), len(period_s)) / count
+        sin_mean = np.bincount(group, np.sin(angles), len(period_s)) / count
+        length = np.hypot(cos_mean, sin_mean)
+        resultant = count * length
+        p_value = np.exp(np.sqrt(1 + 4 * count + 4 * (count ** 2 - resultant ** 2))
+                         - (1 + 2 * count))
+    phase_s = np.mod(np.arctan2(sin_mean, cos_mean), 2 * np.pi) / (2 * np.pi) * period_s
+    return count, length, np.minimum(p_value, 1.0), phase_s
 
 
-def _candidate_ticks_ms(host: HostProfile) -> list[float]:
-    ticks = list(GLOBAL_TICKS_MS)
-    timer = host.delack_timer_ms
-    if timer and not host.stack_family.startswith("Linux") and all(
-            abs(timer - tick) > TICK_MATCH_SHARE * tick for tick in ticks):
-        ticks.append(round(timer, 1))
+def _candidate_ticks_ms(profiles: list[HostProfile]) -> np.ndarray:
+    """(hosts, 3): the global ticks, and the host's own timer when it is neither Linux-like nor
+    one of them (NaN otherwise)."""
+    ticks = np.full((len(profiles), len(GLOBAL_TICKS_MS) + 1), np.nan)
+    ticks[:, :len(GLOBAL_TICKS_MS)] = GLOBAL_TICKS_MS
+    for row, host in enumerate(profiles):
+        timer = host.delack_timer_ms
+        if timer and not host.stack_family.startswith("Linux") and all(
+                abs(timer - tick) > TICK_MATCH_SHARE * tick for tick in GLOBAL_TICKS_MS):
+            ticks[row, -1] = round(timer, 1)
     return ticks
 
 
-def _sharing_connections(times_s: np.ndarray, connections: np.ndarray, period_s: float,
-                         phase_s: float) -> list[int]:
-    sharing = []
-    for connection in np.unique(connections):
-        own = times_s[connections == connection]
-        if len(own) < 3:
-            continue
-        _, _, own_phase_s = rayleigh(own, period_s)
-        distance = abs((own_phase_s - phase_s + period_s / 2) % period_s - period_s / 2)
-        if distance <= SHARED_PHASE_SHARE * period_s:
-            sharing.append(int(connection))
+def _hold_variation(hold_ms: np.ndarray, group: np.ndarray, count: np.ndarray) -> np.ndarray:
+    """Coefficient of variation of each group's holding times (0 when the mean is 0)."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mean = np.bincount(group, hold_ms, len(count)) / count
+        std = np.sqrt(np.bincount(group, (hold_ms - mean[group]) ** 2, len(count)) / count)
+        return np.where(mean != 0, std / mean, 0.0)
+
+
+def _sharing_connections(times_s: np.ndarray, host: np.ndarray, connection: np.ndarray,
+                         period_s: np.ndarray, phase_s: np.ndarray) -> dict[int, list[int]]:
+    """Per host: its connections (3+ delayed ACKs) whose own mean phase is within a tenth of the
+    tick of the host's."""
+    width = int(connection.max()) + 1
+    keys, pair = np.unique(host * width + connection, return_inverse=True)
+    pair_host, pair_connection = np.divmod(keys, width)
+    count, _, _, own_phase_s = rayleigh(times_s, pair, period_s[pair_host])
+    period = period_s[pair_host]
+    distance = np.abs(np.mod(own_phase_s - phase_s[pair_host] + period / 2, period) - period / 2)
+    shares = (count >= 3) & (distance <= SHARED_PHASE_SHARE * period)
+    sharing: dict[int, list[int]] = {}
+    for owner, member in zip(pair_host[shares].tolist(), pair_connection[shares].tolist()):
+        sharing.setdefault(owner, []).append(int(member))
     return sharing
 
 
-def lock_test(host: HostProfile, hold_ms: np.ndarray) -> dict | None:
-    """The best tick for this host and whether its delayed ACKs are locked to it."""
-    times_s = np.asarray(host.ack_times_s)
-    if len(times_s) < MIN_SAMPLES:
-        return None
-    connections = np.asarray(host.ack_connections)
-    best = min(((tick,) + rayleigh(times_s, tick / 1000) for tick in _candidate_ticks_ms(host)),
-               key=lambda result: result[2])
-    tick_ms, length, p_value, phase_s = best
-    variation = float(np.std(hold_ms) / np.mean(hold_ms)) if len(hold_ms) and np.mean(hold_ms) else 0.0
-    sharing = _sharing_connections(times_s, connections, tick_ms / 1000, phase_s)
-    return {
-        "period_ms": tick_ms, "rayleigh_r": round(length, 4), "p_value": p_value,
-        "n": int(len(times_s)), "phase_ms": round(phase_s * 1000, 3),
-        "connections": sharing, "connections_tested": int(len(np.unique(connections))),
-        "hold_variation": round(variation, 3),
-        "locked": bool(p_value < LOCKED_P_VALUE and variation > MIN_HOLD_VARIATION),
-    }
+def lock_tests(hosts: dict[str, HostProfile], samples: pd.DataFrame) -> dict[str, dict]:
+    """For every host with enough delayed ACKs: its best tick and whether it is locked to it."""
+    delayed = samples[samples["delayed"].to_numpy()] if len(samples) else samples
+    codes, addresses = pd.factorize(delayed["host"], sort=True)
+    enough = np.bincount(codes, minlength=len(addresses)) >= MIN_SAMPLES
+    rows = np.flatnonzero(enough[codes]) if len(codes) else np.zeros(0, dtype=np.int64)
+    if len(rows) == 0:
+        return {}
+    kept = np.flatnonzero(enough)
+    host = np.searchsorted(kept, codes[rows])
+    times_s = delayed["ack_time_s"].to_numpy()[rows]
+    ticks_ms = _candidate_ticks_ms([hosts[str(addresses[code])] for code in kept])
+    results = [rayleigh(times_s, host, ticks_ms[:, column] / 1000)
+               for column in range(ticks_ms.shape[1])]
+    p_values = np.stack([np.where(np.isnan(r[2]), np.inf, r[2]) for r in results], axis=1)
+    best = np.argmin(p_values, axis=1)
+    pick = np.arange(len(kept))
+    count = results[0][0]
+    length = np.stack([r[1] for r in results], axis=1)[pick, best]
+    phase_s = np.stack([r[3] for r in results], axis=1)[pick, best]
+    period_s = ticks_ms[pick, best] / 1000
+    variation = _hold_variation(delayed["hold_ms"].to_numpy()[rows], host, count)
+    connection = delayed["connection"].to_numpy()[rows].astype(np.int64)
+    sharing = _sharing_connections(times_s, host, connection, period_s, phase_s)
+    width = int(connection.max()) + 1
+    tested = np.bincount(np.unique(host * width + connection) // width, minlength=len(kept))
+    tests = {}
+    for index, code in enumerate(kept.tolist()):
+        p_value = float(p_values[index, best[index]])
+        tests[str(addresses[code])] = {
+            "period_ms": float(ticks_ms[index, best[index]]),
+            "rayleigh_r": round(float(length[index]), 4), "p_value": p_value,
+            "n": int(count[index]), "phase_ms": round(float(phase_s[index]) * 1000, 3),
+            "connections": sharing.get(index, []), "connections_tested": int(tested[index]),
+            "hold_variation": round(float(variation[index]), 3),
+            "locked": bool(p_value < LOCKED_P_VALUE and variation[index] > MIN_HOLD_VARIATION),
+        }
+    return tests
 
 
-def detect_hosts(hosts: dict[str, HostProfile], hold_ms_by_host: dict[str, np.ndarray],
+def detect_hosts(hosts: dict[str, HostProfile], samples: pd.DataFrame,
                  stall_findings: list[Finding]) -> list[Finding]:
-    """Test every host; a phase-lock finding for each locked one (its time is already counted in
-    the stall findings, so it adds none to the ranking)."""
+    """Test every host on its delayed-ACK samples; a phase-lock finding for each locked one (its
+    time is already counted in the stall findings, so it adds none to the ranking)."""
+    tests = lock_tests(hosts, samples)
+    stalls_by_receiver: dict[str, list[np.ndarray]] = {}
+    for finding in stall_findings:
+        if finding.receiver:
+            receiver = finding.receiver.rsplit(":", 1)[0].strip("[]")
+            stalls_by_receiver.setdefault(receiver, []).append(finding.events.stall_s)
     findings = []
     for address, host in hosts.items():
-        host.phase_lock = lock_test(host, hold_ms_by_host.get(address, np.zeros(0)))
+        host.phase_lock = tests.get(address)
         if not host.phase_lock or not host.phase_lock["locked"]:
             continue
         lock = host.phase_lock
         host.delack_timer_ms = lock["period_ms"]
         host.stack_family = f"BSD-like ({lock['period_ms']:.0f} ms global tick)"
-        stalls_ms = 1000 * np.concatenate([np.zeros(0)] + [
-            finding.events.stall_s for finding in stall_findings
-            if finding.receiver and finding.receiver.rsplit(":", 1)[0].strip("[]") == address])
+        stalls_ms = 1000 * np.concatenate([np.zeros(0)] + stalls_by_receiver.get(address, []))
         at_tick = np.abs(stalls_ms - lock["period_ms"]) <= TICK_MATCH_SHARE * lock["period_ms"]
         lock["stalls_at_tick_share"] = (round(float(at_tick.mean()), 3) if len(stalls_ms)
                                         else None)
