@@ -30,6 +30,8 @@ from nagledetect.flows.partition import PartitionedPackets, load_part
 from nagledetect.read.capture import Accounting, ProgressCallback, decoded_batches
 
 PARITY_KEYS = ["connection", "direction", "segments", "last_segment"]
+HOST_STEP_COLUMNS = ("host", "connection", "ack_time_s", "hold_ms", "delayed")
+"""The delayed-ACK sample columns the capture-wide host step reads."""
 PART_BYTES = 32 * 1024 * 1024
 """Capture bytes per part: about 300,000 packets at a snaplen of 128, about 250 MB of work."""
 
@@ -94,8 +96,9 @@ def _part_level(path: str, files: tuple[str, str, np.dtype]) -> _ConnectionLevel
     """Connection-level results of one part; its packet, segment and message tables are let go
     here, so only connections, findings, samples and parity rows travel back."""
     flows = build_flows([load_part(files)])
-    level = _connection_level(flows.packets, flows.connections)
+    level = _connection_level(flows.packets, flows.connections, fingerprint=False)
     level.segments = level.messages = pd.DataFrame()
+    level.samples = level.samples[list(HOST_STEP_COLUMNS)]
     return level
 
 
@@ -128,7 +131,10 @@ def _ranked(findings: list[Finding]) -> list[Finding]:
     return sorted(findings, key=lambda f: (-f.time_lost_s, f.connection, f.kind, str(f.sender)))
 
 
-def _connection_level(packets: pd.DataFrame, connections: pd.DataFrame) -> _ConnectionLevel:
+def _connection_level(packets: pd.DataFrame, connections: pd.DataFrame,
+                      fingerprint: bool = True) -> _ConnectionLevel:
+    """Events and connection detectors. Without `fingerprint` (a part of a capture) stalls are
+    scored without host timers: the capture-wide step scores them again with all samples."""
     if packets.empty:
         return _ConnectionLevel(connections, pd.DataFrame(), pd.DataFrame(), _no_samples(), [],
                                 pd.DataFrame())
@@ -137,7 +143,7 @@ def _connection_level(packets: pd.DataFrame, connections: pd.DataFrame) -> _Conn
     message_table = messages(segments)
     samples = delack_samples(segments, connections)
     columns = DetectorInput(packets, connections, segments, message_table,
-                            fingerprint_hosts(samples))
+                            fingerprint_hosts(samples) if fingerprint else {})
     for detector in CONNECTION_DETECTORS:
         columns.earlier_findings.extend(detector.detect(columns))
     parity = segment_parity.parity_table(columns)
@@ -161,11 +167,11 @@ def _host_level(samples: pd.DataFrame, findings: list[Finding], rescore: bool = 
 
 def _no_samples() -> pd.DataFrame:
     return pd.DataFrame({"host": np.zeros(0, dtype=object), "connection": np.zeros(0, np.int64),
-                         "hold_ms": np.zeros(0), "delayed": np.zeros(0, dtype=bool),
-                         "ack_time_s": np.zeros(0)})
+                         "ack_time_s": np.zeros(0), "hold_ms": np.zeros(0),
+                         "delayed": np.zeros(0, dtype=bool)})
 
 
-def _merge(path: str, accounting: Accounting, parts: list[_ConnectionLevel]) -> Analysis:
+def _merge(path: str, accounting: Accounting, parts: list[_ConnectionLevel | None]) -> Analysis:
     """One analysis from the parts, with connection ids numbered by first packet as a one-part
     run numbers them."""
     tables = [part.connections for part in parts]
@@ -175,7 +181,8 @@ def _merge(path: str, accounting: Accounting, parts: list[_ConnectionLevel]) -> 
     offsets = np.cumsum([0] + [len(table) for table in tables])
     findings: list[Finding] = []
     samples, parity, connections = [], [], []
-    for index, part in enumerate(parts):
+    for index in range(len(parts)):
+        part, parts[index] = parts[index], None  # let each part go once copied
         mapping = global_id[offsets[index]:offsets[index + 1]]
         connections.append(part.connections.assign(id=mapping[part.connections["id"]]))
         samples.append(part.samples.assign(connection=mapping[part.samples["connection"].to_numpy()]))
@@ -185,7 +192,9 @@ def _merge(path: str, accounting: Accounting, parts: list[_ConnectionLevel]) -> 
             finding.connection = int(mapping[finding.connection])
             findings.append(finding)
     connection_table = pd.concat(connections).sort_values("id", kind="stable").reset_index(drop=True)
+    del connections
     sample_table = pd.concat(samples).sort_values("connection", kind="stable", ignore_index=True)
+    del samples
     hosts, phase_findings = _host_level(sample_table, findings, rescore=True)
     parity_table = (pd.concat(parity).sort_values(PARITY_KEYS, ignore_index=True)
                     if parity else pd.DataFrame())
