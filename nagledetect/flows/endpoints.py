@@ -53,8 +53,11 @@ def _canonical_pairs(columns: dict[str, np.ndarray]) -> tuple[np.ndarray, np.nda
 
 
 def pair_hashes(columns: dict[str, np.ndarray]) -> np.ndarray:
-    """64-bit hash of each packet's endpoint pair, the same in both directions."""
-    return _hash_rows(_canonical_pairs(columns)[0])
+    """64-bit hash of each packet's endpoint pair, the same in both directions: the sum of the
+    two endpoints' hashes, which needs no canonical ordering."""
+    with np.errstate(over="ignore"):
+        return (_hash_rows(endpoint_rows(columns, "src"))
+                + _hash_rows(endpoint_rows(columns, "dst")))
 
 
 class EndpointPairs:

@@ -38,28 +38,30 @@ class PartitionedPackets:
     def add(self, batches: Iterable[DecodedColumns]) -> None:
         """Route every batch's rows (and their SACK blocks) to the parts of their pairs."""
         for columns, sack in batches:
-            records = self._records(columns)
             part = (pair_hashes(columns) % np.uint64(self.count)).astype(np.int64)
             order = np.argsort(part, kind="stable")
             bounds = np.searchsorted(part[order], np.arange(self.count + 1))
+            records = self._records(columns, order)
             sack_records = np.empty(len(sack["row"]), dtype=SACK_DTYPE)
             sack_records["frame"] = columns["frame"][sack["row"]]
             sack_records["left_raw"] = sack["left_raw"]
             sack_records["right_raw"] = sack["right_raw"]
             sack_part = part[sack["row"]]
             for index in np.flatnonzero(np.diff(bounds)):
-                records[order[bounds[index]:bounds[index + 1]]].tofile(self._packets[index])
+                records[bounds[index]:bounds[index + 1]].tofile(self._packets[index])
                 sack_records[sack_part == index].tofile(self._sacks[index])
 
-    def _records(self, columns: dict[str, np.ndarray]) -> np.ndarray:
+    def _records(self, columns: dict[str, np.ndarray], order: np.ndarray) -> np.ndarray:
+        """The batch as packed records, in part order (gathered column by column: cheaper than
+        reordering the records)."""
         dtype = np.dtype([(name, values.dtype) for name, values in columns.items()])
         if self._dtype is None:
             self._dtype = dtype
         elif dtype != self._dtype:
             raise RuntimeError("decoded batches changed their columns")
-        records = np.empty(len(columns["frame"]), dtype=dtype)
+        records = np.empty(len(order), dtype=dtype)
         for name, values in columns.items():
-            records[name] = values
+            records[name] = values[order]
         return records
 
     def part_files(self) -> list[tuple[str, str, np.dtype]]:
