@@ -59,10 +59,19 @@ class StallEvents:
                 self.start_s, self.ack_delay_ms, self.reaction_ms)
 
     def records(self, rows: slice = slice(None)) -> list[dict[str, Any]]:
-        """JSON-ready rows (rounded; NaN as null), built column-wise for speed."""
-        lists = [_json_column(column[rows], decimals)
-                 for column, decimals in zip(self.columns(), EVIDENCE_DECIMALS)]
-        return [dict(zip(EVIDENCE_KEYS, row)) for row in zip(*lists)]
+        """JSON-ready rows (rounded; NaN as null)."""
+        selected = StallEvents(*(column[rows] for column in self.columns()))
+        return evidence_rows([selected])[0]
+
+
+def evidence_rows(evidence: list[StallEvents]) -> list[list[dict[str, Any]]]:
+    """The JSON rows of several findings' stalls, rounded and converted column by column for
+    all of them at once (per finding, the numpy calls would cost more than the rows)."""
+    lists = [_json_column(np.concatenate([events.columns()[index] for events in evidence]),
+                          decimals) for index, decimals in enumerate(EVIDENCE_DECIMALS)]
+    rows = [dict(zip(EVIDENCE_KEYS, row)) for row in zip(*lists)]
+    bounds = np.cumsum([0] + [len(events) for events in evidence]).tolist()
+    return [rows[start:end] for start, end in zip(bounds[:-1], bounds[1:])]
 
 
 def _json_column(values: np.ndarray, decimals: int | None) -> list[Any]:

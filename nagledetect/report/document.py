@@ -14,11 +14,12 @@ import orjson
 from nagledetect.advice import ADVICE
 from nagledetect.analysis import Analysis
 from nagledetect.api import Capture
-from nagledetect.detectors.model import Finding, HostProfile
+from nagledetect.detectors.model import Finding, HostProfile, evidence_rows
 from nagledetect.events.endpoints import endpoint
 from nagledetect.read.decode import LINKTYPE_NAMES
 
 SCHEMA = "nagledetect/1"
+FINDINGS_PER_CHUNK = 2048
 
 
 def _number(value: Any) -> Any:
@@ -182,23 +183,26 @@ def build_document(analyses: list[Analysis]) -> dict[str, Any]:
 
 
 def write_json(document: dict[str, Any], stream: BinaryIO) -> None:
-    """The document as indented JSON, written key by key and finding by finding, so the output
-    of a capture with millions of stalls is never one string in memory."""
-    stream.write(b"{")
+    """The document as indented JSON, written key by key and findings a chunk at a time, so the
+    output of a capture with millions of stalls is never one string in memory. Each piece is
+    dumped inside a one-key object, so orjson indents it at its final depth."""
+    stream.write(b"{\n")
     for position, (key, value) in enumerate(document.items()):
-        stream.write(b"," if position else b"")
-        stream.write(b"\n  " + orjson.dumps(key) + b": ")
-        if key == "findings" and value:
-            stream.write(b"[")
-            for number, finding in enumerate(value):
-                finding = dict(finding, events=finding["events"].records())
-                stream.write((b",\n    " if number else b"\n    ")
-                             + _indented(finding, b"\n    "))
-            stream.write(b"\n  ]")
-        else:
-            stream.write(_indented(value, b"\n  "))
+        stream.write(b",\n" if position else b"")
+        if key != "findings" or not value:
+            stream.write(orjson.dumps({key: value}, option=orjson.OPT_INDENT_2)[2:-2])
+            continue
+        stream.write(b'  "findings": [')
+        for start in range(0, len(value), FINDINGS_PER_CHUNK):
+            chunk = value[start:start + FINDINGS_PER_CHUNK]
+            rows = evidence_rows([finding["events"] for finding in chunk])
+            wrapped = orjson.dumps({"findings": [dict(finding, events=events)
+                                                 for finding, events in zip(chunk, rows)]},
+                                   option=orjson.OPT_INDENT_2)
+            stream.write((b"," if start else b"") + wrapped[len(_CHUNK_HEAD):-len(_CHUNK_TAIL)])
+        stream.write(b"\n  ]")
     stream.write(b"\n}\n")
 
 
-def _indented(value: Any, newline: bytes) -> bytes:
-    return orjson.dumps(value, option=orjson.OPT_INDENT_2).replace(b"\n", newline)
+_CHUNK_HEAD = b'{\n  "findings": ['
+_CHUNK_TAIL = b"\n  ]\n}"
