@@ -7,9 +7,12 @@ and no reporter recomputes analysis. Keys are stable: later versions only add.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator, Sequence
 from typing import Any, BinaryIO
 
+import numpy as np
 import orjson
+import pandas as pd
 
 from nagledetect.advice import ADVICE
 from nagledetect.analysis import Analysis
@@ -19,7 +22,7 @@ from nagledetect.events.endpoints import endpoint
 from nagledetect.read.decode import LINKTYPE_NAMES
 
 SCHEMA = "nagledetect/1"
-FINDINGS_PER_CHUNK = 2048
+ENTRIES_PER_CHUNK = 2048
 
 
 def _number(value: Any) -> Any:
@@ -96,6 +99,45 @@ def _connection_entry(row: Any, capture_index: int, first_id: int) -> dict[str, 
     }
 
 
+class ConnectionEntries(Sequence):
+    """The document's connections, each entry made when it is read (iteration goes a chunk at a
+    time): a capture with a million connections would otherwise hold a million dictionaries
+    before anything is written. Ids run across captures, in order."""
+
+    def __init__(self, tables: list[pd.DataFrame]) -> None:
+        self._tables = tables
+        self.first_ids: list[int] = np.cumsum([0] + [len(table) for table in tables]).tolist()
+        """The id of each capture's first connection, then the total."""
+
+    def __len__(self) -> int:
+        return self.first_ids[-1]
+
+    def __getitem__(self, index: Any) -> Any:
+        if isinstance(index, slice):
+            start, stop, step = index.indices(len(self))
+            rows = list(self._entries(start, stop))
+            return rows if step == 1 else rows[::step]
+        position = index + len(self) if index < 0 else index
+        if not 0 <= position < len(self):
+            raise IndexError(index)
+        return next(self._entries(position, position + 1))
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        for start in range(0, len(self), ENTRIES_PER_CHUNK):
+            yield from self._entries(start, min(start + ENTRIES_PER_CHUNK, len(self)))
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Sequence) and list(self) == list(other)
+
+    def _entries(self, start: int, stop: int) -> Iterator[dict[str, Any]]:
+        for capture, table in enumerate(self._tables):
+            low, high = self.first_ids[capture], self.first_ids[capture + 1]
+            if max(start, low) < min(stop, high):
+                rows = table.iloc[max(start, low) - low:min(stop, high) - low]
+                for row in rows.itertuples(index=False):
+                    yield _connection_entry(row, capture, low)
+
+
 def _finding_entry(finding: Finding, capture_index: int, first_id: int) -> dict[str, Any]:
     return {
         "kind": finding.kind,
@@ -158,14 +200,12 @@ def build_document(analyses: list[Analysis]) -> dict[str, Any]:
     """
     from nagledetect import __version__
 
-    connections: list[dict[str, Any]] = []
+    connections = ConnectionEntries([analysis.capture.connections for analysis in analyses])
     findings: list[dict[str, Any]] = []
     hosts: list[dict[str, Any]] = []
     parity: list[dict[str, Any]] = []
     for index, analysis in enumerate(analyses):
-        first_id = len(connections)
-        connections.extend(_connection_entry(row, index, first_id)
-                           for row in analysis.capture.connections.itertuples(index=False))
+        first_id = connections.first_ids[index]
         findings.extend(_finding_entry(f, index, first_id) for f in analysis.findings)
         hosts.extend(_host_entry(h, index, first_id) for h in analysis.hosts.values())
         parity.extend(_parity_entries(analysis, index, first_id))
@@ -183,26 +223,29 @@ def build_document(analyses: list[Analysis]) -> dict[str, Any]:
 
 
 def write_json(document: dict[str, Any], stream: BinaryIO) -> None:
-    """The document as indented JSON, written key by key and findings a chunk at a time, so the
-    output of a capture with millions of stalls is never one string in memory. Each piece is
-    dumped inside a one-key object, so orjson indents it at its final depth."""
+    """The document as indented JSON, written key by key and lists a chunk at a time (with the
+    findings' evidence rows made per chunk), so the output of a capture with a million
+    connections or millions of stalls is never one string in memory. Each piece is dumped
+    inside a one-key object, so orjson indents it at its final depth."""
     stream.write(b"{\n")
     for position, (key, value) in enumerate(document.items()):
         stream.write(b",\n" if position else b"")
-        if key != "findings" or not value:
-            stream.write(orjson.dumps({key: value}, option=orjson.OPT_INDENT_2)[2:-2])
+        listed = isinstance(value, Sequence) and not isinstance(value, str)
+        if not listed or not len(value):
+            stream.write(orjson.dumps({key: list(value) if listed else value},
+                                      option=orjson.OPT_INDENT_2)[2:-2])
             continue
-        stream.write(b'  "findings": [')
-        for start in range(0, len(value), FINDINGS_PER_CHUNK):
-            chunk = value[start:start + FINDINGS_PER_CHUNK]
-            rows = evidence_rows([finding["events"] for finding in chunk])
-            wrapped = orjson.dumps({"findings": [dict(finding, events=events)
-                                                 for finding, events in zip(chunk, rows)]},
-                                   option=orjson.OPT_INDENT_2)
-            stream.write((b"," if start else b"") + wrapped[len(_CHUNK_HEAD):-len(_CHUNK_TAIL)])
+        head = b'{\n  ' + orjson.dumps(key) + b": ["
+        stream.write(head[2:])
+        for start in range(0, len(value), ENTRIES_PER_CHUNK):
+            chunk = value[start:start + ENTRIES_PER_CHUNK]
+            if key == "findings":
+                rows = evidence_rows([finding["events"] for finding in chunk])
+                chunk = [dict(finding, events=events) for finding, events in zip(chunk, rows)]
+            wrapped = orjson.dumps({key: chunk}, option=orjson.OPT_INDENT_2)
+            stream.write((b"," if start else b"") + wrapped[len(head):-len(_LIST_TAIL)])
         stream.write(b"\n  ]")
     stream.write(b"\n}\n")
 
 
-_CHUNK_HEAD = b'{\n  "findings": ['
-_CHUNK_TAIL = b"\n  ]\n}"
+_LIST_TAIL = b"\n  ]\n}"

@@ -6,6 +6,7 @@ It renders the result document only; every number here is also in the JSON.
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import click
@@ -56,8 +57,11 @@ def _capped(rows: list, limit: int, verbose: bool, noun: str) -> tuple[list, lis
     a capture of a million connections must still give a report a person can read."""
     if verbose or len(rows) <= limit:
         return rows, []
-    return rows[:limit], [f"  ... and {len(rows) - limit} more {noun} (--verbose lists them all; "
-                          "--format json has every one)"]
+    return rows[:limit], [_left_out_line(len(rows) - limit, noun)]
+
+
+def _left_out_line(count: int, noun: str) -> str:
+    return f"  ... and {count} more {noun} (--verbose lists them all; --format json has every one)"
 
 
 def _ms(value: float | None, digits: int = 3) -> str:
@@ -203,6 +207,22 @@ def _connection_row(connection: dict[str, Any], stalls: dict[int, tuple[int, flo
             _ms(connection["rtt_ms"]), sides, str(count), f"{lost:.3f}"]
 
 
+def _worst_connections(connections: Any, stalls: dict[int, tuple[int, float]],
+                       verbose: bool) -> tuple[list[dict[str, Any]], list[str]]:
+    """In id order: every connection, or (over the cap) those that lost the most stall time,
+    then the lowest ids; entries are made only for the connections shown."""
+    if verbose or len(connections) <= CONNECTIONS_SHOWN:
+        return list(connections), []
+    ranked = sorted((i for i, (_, lost) in stalls.items() if lost > 0),
+                    key=lambda i: (-stalls[i][1], i))[:CONNECTIONS_SHOWN]
+    chosen = set(ranked)
+    fill = (i for i in range(len(connections)) if i not in chosen)
+    chosen.update(itertools.islice(fill, CONNECTIONS_SHOWN - len(ranked)))
+    return ([connections[i] for i in sorted(chosen)],
+            [_left_out_line(len(connections) - CONNECTIONS_SHOWN,
+                            "connections, each with less stall time")])
+
+
 def _connections(document: dict[str, Any], style: _Style, verbose: bool) -> list[str]:
     stalls: dict[int, tuple[int, float]] = {}
     for finding in document["findings"]:
@@ -211,10 +231,8 @@ def _connections(document: dict[str, Any], style: _Style, verbose: bool) -> list
             stalls[finding["connection"]] = (count + finding["count"], lost + finding["time_lost_s"])
     header = " ".join(f"{name:{spec}}" for name, spec in CONNECTION_COLUMNS)
     lines = [style.heading(f"CONNECTIONS ({len(document['connections'])})"), header, "-" * len(header)]
-    worst_first = sorted(document["connections"], key=lambda c: -stalls.get(c["id"], (0, 0.0))[1])
-    shown, left_out = _capped(worst_first, CONNECTIONS_SHOWN, verbose,
-                              "connections, each with less stall time")
-    for connection in sorted(shown, key=lambda c: c["id"]):
+    shown, left_out = _worst_connections(document["connections"], stalls, verbose)
+    for connection in shown:
         cells = _connection_row(connection, stalls)
         lines.append(" ".join(f"{cell:{spec}}" for cell, (_, spec) in zip(cells, CONNECTION_COLUMNS)))
     lines += left_out
