@@ -34,6 +34,8 @@ HOST_STEP_COLUMNS = ("host", "connection", "ack_time_s", "hold_ms", "delayed")
 """The delayed-ACK sample columns the capture-wide host step reads."""
 PART_BYTES = 32 * 1024 * 1024
 """Capture bytes per part: about 300,000 packets at a snaplen of 128, about 250 MB of work."""
+MAX_PARTS = 400
+"""Two open files per part: stay well inside the usual limit of 1,024 (parts grow instead)."""
 
 
 @dataclass
@@ -72,7 +74,7 @@ def analyze_capture(path: str, bpf_filter: str | None = None,
     """Read and analyse one capture, in parts when it is larger than `part_bytes` and the packet
     tables are not wanted (`keep_tables`, for the HTML report and --tables); `workers`
     processes take the parts in parallel."""
-    parts = 1 if keep_tables else max(1, math.ceil(_size(path) / part_bytes))
+    parts = 1 if keep_tables else min(MAX_PARTS, max(1, math.ceil(_size(path) / part_bytes)))
     if parts == 1:
         return run_detectors(load_capture(path, bpf_filter, progress))
     accounting, batches = decoded_batches(path, bpf_filter, progress)

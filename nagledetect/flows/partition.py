@@ -47,9 +47,12 @@ class PartitionedPackets:
             sack_records["left_raw"] = sack["left_raw"]
             sack_records["right_raw"] = sack["right_raw"]
             sack_part = part[sack["row"]]
+            sack_order = np.argsort(sack_part, kind="stable")
+            sack_bounds = np.searchsorted(sack_part[sack_order], np.arange(self.count + 1))
+            sack_records = sack_records[sack_order]
             for index in np.flatnonzero(np.diff(bounds)):
                 records[bounds[index]:bounds[index + 1]].tofile(self._packets[index])
-                sack_records[sack_part == index].tofile(self._sacks[index])
+                sack_records[sack_bounds[index]:sack_bounds[index + 1]].tofile(self._sacks[index])
 
     def _records(self, columns: dict[str, np.ndarray], order: np.ndarray) -> np.ndarray:
         """The batch as packed records, in part order (gathered column by column: cheaper than
