@@ -66,19 +66,22 @@ def _batches(reader: CaptureReader, accounting: Accounting,
             bytes_read += int(batch.caplens.sum()) + RECORD_HEADER_BYTES * len(batch)
             progress(accounting.packets_read, bytes_read)
         accepted = reader.filter_mask(batch)
-        if not accepted.all():
+        if accepted is None:
+            selected, offsets, caplens = None, batch.offsets, batch.caplens
+        else:
             accounting.add_skipped({skips.reason_text(skips.EXCLUDED_BY_FILTER): int((~accepted).sum())})
-        selected = np.flatnonzero(accepted)
-        decoded = decode_batch(batch.buf, batch.offsets[selected], batch.caplens[selected],
-                               reader.linktype)
+            selected = np.flatnonzero(accepted)
+            offsets, caplens = batch.offsets[selected], batch.caplens[selected]
+        decoded = decode_batch(batch.buf, offsets, caplens, reader.linktype)
         accounting.add_skipped(decoded.skipped)
         if not decoded.columns or len(decoded.columns["batch_index"]) == 0:
             continue
         columns = decoded.columns
-        in_batch = selected[columns.pop("batch_index")]
+        decoded_index = columns.pop("batch_index")
+        in_batch = decoded_index if selected is None else selected[decoded_index]
         columns["frame"] = (batch.first_frame + in_batch).astype(np.uint32)
         columns["time_us"] = batch.time_us[in_batch]
-        columns["captured_bytes"] = batch.caplens[in_batch].astype(np.uint32)
+        columns["captured_bytes"] = caplens[decoded_index].astype(np.uint32)
         accounting.tcp_packets += len(in_batch)
         yield columns, decoded.sack_blocks
     if reader.truncation:

@@ -128,7 +128,10 @@ def decode_batch(
     options, sack = decode_tcp_options(
         buf, columns.pop("options_start")[keep], columns.pop("options_end")[keep]
     )
-    result = {name: values[keep] for name, values in columns.items()}
+    if keep.all():
+        result = columns
+    else:
+        result = {name: values[keep] for name, values in columns.items()}
     result["batch_index"] = np.flatnonzero(keep)
     result.update(options)
     return DecodedBatch(result, skips.count_reasons(cursor.skip), sack)
@@ -191,7 +194,8 @@ def _network_layer(buf: np.ndarray, cursor: _Cursor, is_ipv6: np.ndarray) -> dic
     """Decode IPv4 and IPv6 headers; leave the cursor at the transport header.
 
     Each family is decoded on its own packets only (a sub-cursor), so a batch of IPv4 traffic
-    with a few IPv6 packets pays for the IPv6 walk on those few, not on the whole batch.
+    with a few IPv6 packets pays for the IPv6 walk on those few, not on the whole batch; a batch
+    of one family is decoded in place.
     """
     count = len(cursor.position)
     network = {
@@ -204,9 +208,12 @@ def _network_layer(buf: np.ndarray, cursor: _Cursor, is_ipv6: np.ndarray) -> dic
     cursor.require(20, skips.TRUNCATED_IP_HEADER, ~is_ipv6)
     cursor.require(40, skips.TRUNCATED_IP_HEADER, is_ipv6)
     kept = cursor.skip == skips.KEPT
-    for rows, decode in ((np.flatnonzero(~is_ipv6 & kept), _ipv4),
-                         (np.flatnonzero(is_ipv6 & kept), _ipv6)):
+    for family, decode in ((~is_ipv6, _ipv4), (is_ipv6, _ipv6)):
+        rows = np.flatnonzero(family & kept)
         if len(rows) == 0:
+            continue
+        if len(rows) == kept.sum():
+            network.update(decode(buf, cursor))  # one family: dropped rows stay dropped
             continue
         sub = cursor.subset(rows)
         for name, values in decode(buf, sub).items():

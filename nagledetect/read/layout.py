@@ -2,9 +2,9 @@
 
 Each header is a table of fields (name, byte offset, width, bit mask, shift), as in dpkt's
 header tables. The table becomes a numpy structured dtype with big-endian fields; `gather`
-copies the header bytes of every packet in one fancy-indexing step (through a sliding-window
-view of the batch buffer) and views them through that dtype, so no per-packet Python object is
-ever built and each field costs one vectorised conversion.
+copies the header bytes of every packet in one fancy-indexing step (through a view of the batch
+buffer as header-sized items starting at every byte) and views them through that dtype, so no
+per-packet Python object is ever built and each field costs one vectorised conversion.
 """
 
 from __future__ import annotations
@@ -12,7 +12,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from numpy.lib.stride_tricks import sliding_window_view
 
 _BIG_ENDIAN_FORMATS = {1: "u1", 2: ">u2", 4: ">u4"}
 
@@ -41,11 +40,13 @@ class Header:
             "offsets": [f.offset for f in self.fields.values()],
             "itemsize": self.itemsize,
         })
+        self._item = np.dtype((np.void, self.itemsize))
 
     def gather(self, buf: np.ndarray, positions: np.ndarray) -> HeaderValues:
         """This header at `positions` of every packet; `buf` must be padded past its end."""
-        rows = sliding_window_view(buf, self.itemsize)[positions]
-        return HeaderValues(self, rows.view(self.dtype).ravel())
+        items = np.ndarray((len(buf) - self.itemsize + 1,), dtype=self._item, buffer=buf,
+                           strides=(1,))
+        return HeaderValues(self, items[positions].view(self.dtype))
 
 
 class HeaderValues:
@@ -58,7 +59,7 @@ class HeaderValues:
     def __getitem__(self, name: str) -> np.ndarray:
         field = self._header.fields[name]
         value = self._records[name]
-        native = value.astype(value.dtype.newbyteorder("="))
+        native = value.astype(value.dtype.newbyteorder("=")) if field.width > 1 else value.copy()
         if field.mask:
             native &= field.mask
         if field.shift:

@@ -1,14 +1,16 @@
 """Batches of raw packets from a pcap or pcapng file, read by libpcap through pcapy-ng.
 
-`next_batch` crosses the C/Python boundary once per batch, not once per packet. libpcap gives
-timestamps in microseconds (it converts nanosecond files), so times are kept as integer
-microseconds: exact for what libpcap hands over.
+`next_batch` crosses the C/Python boundary once per batch, not once per packet, and releases the
+GIL while libpcap reads: so the next batch is read on a second thread while the caller decodes
+the current one. libpcap gives timestamps in microseconds (it converts nanosecond files), so
+times are kept as integer microseconds: exact for what libpcap hands over.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
@@ -71,6 +73,7 @@ class CaptureReader:
         self._reader = _open(path)
         self.linktype = int(self._reader.datalink())
         self.truncation: str | None = None
+        self._salvaged: list[RawBatch] | None = None
         self._filter = self._compile(bpf_filter) if bpf_filter else None
 
     def _compile(self, expression: str) -> pcapy.BPFProgram:
@@ -80,19 +83,29 @@ class CaptureReader:
             raise InputError(f"invalid filter {expression!r}: {error}") from None
 
     def batches(self) -> Iterator[RawBatch]:
-        """Every packet of the file, in file order, in batches."""
-        frames_read = 0
-        while True:
-            try:
-                packet_bytes, packed_meta = self._reader.next_batch(self.batch_packets)
-            except pcapy.PcapError as error:
-                yield from self._salvage_after_error(frames_read, str(error))
-                return
-            if not packed_meta:
-                return
-            batch = _unpack(packet_bytes, packed_meta, frames_read + 1)
-            frames_read += len(batch)
-            yield batch
+        """Every packet of the file, in file order, in batches; one batch is read ahead."""
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="libpcap") as reader:
+            ahead = reader.submit(self._next_batch, 0)
+            while True:
+                batch = ahead.result()
+                if batch is None:
+                    break
+                ahead = reader.submit(self._next_batch, batch.first_frame - 1 + len(batch))
+                yield batch
+        if self._salvaged is not None:
+            yield from self._salvaged
+
+    def _next_batch(self, frames_read: int) -> RawBatch | None:
+        """The batch after `frames_read` packets; None at the end of the file (or of what a
+        read error left readable, which `_salvaged` then holds)."""
+        try:
+            packet_bytes, packed_meta = self._reader.next_batch(self.batch_packets)
+        except pcapy.PcapError as error:
+            self._salvaged = list(self._salvage_after_error(frames_read, str(error)))
+            return None
+        if not packed_meta:
+            return None
+        return _unpack(packet_bytes, packed_meta, frames_read + 1)
 
     def _salvage_after_error(self, frames_read: int, message: str) -> Iterator[RawBatch]:
         """A failed batch loses the packets it held: reopen, skip what was read, go one by one."""
@@ -120,10 +133,10 @@ class CaptureReader:
             yield _unpack(b"".join(packets), np.array(meta, dtype=np.uint32).tobytes(),
                           frames_read + 1)
 
-    def filter_mask(self, batch: RawBatch) -> np.ndarray:
-        """Which packets of the batch the BPF filter accepts (all of them without a filter)."""
+    def filter_mask(self, batch: RawBatch) -> np.ndarray | None:
+        """Which packets of the batch the BPF filter accepts (None without a filter: all)."""
         if self._filter is None:
-            return np.ones(len(batch), dtype=bool)
+            return None
         raw = batch.buf
         accept = self._filter.filter
         return np.fromiter(
