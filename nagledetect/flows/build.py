@@ -122,7 +122,7 @@ def _number_and_classify(columns: dict[str, np.ndarray], order: np.ndarray,
     view["rel_ack"] = relative_ack(view["ack_raw"], has_ack, group, base[group ^ 1])
     inverse = np.empty_like(order)
     inverse[order] = np.arange(len(order))
-    peer_row = _peer_latest_row(columns, order)
+    peer_row = _peer_latest_row(columns, inverse)
     peer = {name: np.where(peer_row >= 0, view[name][np.maximum(peer_row, 0)], -1).astype(np.int64)
             for name in ("window_raw", "rel_seq", "payload_bytes", "flags")}
     view["role"] = assign_roles(view, starts, peer)
@@ -149,21 +149,22 @@ def _sequence_bases(view: dict[str, np.ndarray], group: np.ndarray, starts: np.n
     return base
 
 
-def _peer_latest_row(columns: dict[str, np.ndarray], order: np.ndarray) -> np.ndarray:
+def _peer_latest_row(columns: dict[str, np.ndarray], inverse: np.ndarray) -> np.ndarray:
     """For each packet (direction order): the row, in direction order, of the latest packet the
-    peer sent before it in the same connection; -1 where the peer has sent nothing yet."""
+    peer sent before it in the same connection; -1 where the peer has sent nothing yet.
+
+    `inverse` maps a file row to its direction-order row. The latest packet each way is found in
+    connection order (time order kept within a connection), then moved to direction order.
+    """
     by_connection = np.argsort(columns["connection"], kind="stable")
     starts = group_starts(columns["connection"][by_connection])
     direction = columns["direction"][by_connection]
-    last = {d: last_index_where(direction == d, starts) for d in (0, 1)}
-    peer_last = np.where(direction == 0, last[1], last[0])
-    in_file_order = np.empty_like(by_connection)
-    in_file_order[by_connection] = np.arange(len(by_connection))
-    peer_file_row = np.where(peer_last >= 0, by_connection[np.maximum(peer_last, 0)], -1)
-    in_direction_order = np.empty_like(order)
-    in_direction_order[order] = np.arange(len(order))
-    peer_row = peer_file_row[in_file_order]
-    return np.where(peer_row >= 0, in_direction_order[np.maximum(peer_row, 0)], -1)[order]
+    latest_from = [last_index_where(direction == d, starts) for d in (0, 1)]
+    peer_latest = np.where(direction == 0, latest_from[1], latest_from[0])
+    row_in_order = inverse[by_connection]
+    peer_row = np.empty_like(inverse)
+    peer_row[row_in_order] = np.where(peer_latest >= 0, row_in_order[np.maximum(peer_latest, 0)], -1)
+    return peer_row
 
 
 def _scaled_window(columns: dict[str, np.ndarray], handshake: pd.DataFrame) -> np.ndarray:

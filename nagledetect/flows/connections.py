@@ -45,10 +45,7 @@ def split_port_reuse(pair: np.ndarray, flags: np.ndarray, seq_raw: np.ndarray,
         new_isn = (before < 0) | (seq_raw[order][syn_positions] != seq_raw[order][np.maximum(before, 0)])
         silence = (time_us[order][syn_positions] - time_us[order][syn_positions - 1]) > PORT_REUSE_SILENCE_US
         new_lifetime[syn_positions] = new_isn & (closed_between | silence)
-    sorted_connection = np.cumsum(starts | new_lifetime) - 1
-    connection = np.empty(len(pair), dtype=np.int64)
-    connection[order] = sorted_connection
-    return _renumber_by_first_packet(connection)
+    return _numbered_by_first_packet(order, starts | new_lifetime)
 
 
 def _previous_syn_position(is_syn_only: np.ndarray, starts: np.ndarray) -> np.ndarray:
@@ -66,12 +63,16 @@ def _group_base(running: np.ndarray, starts: np.ndarray) -> np.ndarray:
     return np.where(first > 0, running[first - 1], 0)
 
 
-def _renumber_by_first_packet(connection: np.ndarray) -> np.ndarray:
-    """Connection ids in order of each connection's first packet in the file (as Wireshark)."""
-    _, first_position = np.unique(connection, return_index=True)
+def _numbered_by_first_packet(order: np.ndarray, first_of_connection: np.ndarray) -> np.ndarray:
+    """Connection number per packet (file order), numbered in order of each connection's first
+    packet in the file (as Wireshark). `order` sorts the packets by 4-tuple, file order kept
+    within each, so a connection's first entry there is its first packet."""
+    first_position = order[first_of_connection]
     rank = np.empty(len(first_position), dtype=np.int64)
-    rank[np.argsort(first_position, kind="stable")] = np.arange(len(first_position))
-    return rank[connection]
+    rank[np.argsort(first_position)] = np.arange(len(first_position))
+    connection = np.empty(len(order), dtype=np.int64)
+    connection[order] = rank[np.cumsum(first_of_connection) - 1]
+    return connection
 
 
 def client_is_source(connection: np.ndarray, flags: np.ndarray, src_is_low: np.ndarray,

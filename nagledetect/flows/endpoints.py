@@ -1,14 +1,17 @@
 """Endpoint pairs (4-tuples) numbered batch by batch, so addresses never become packet columns.
 
-Each packet's two endpoints (address words and port) are put in a canonical order (lower
-endpoint first) and hashed to 64 bits; one `np.unique` per batch finds the batch's distinct
-pairs, and a dictionary gives each pair a capture-wide number. The full rows are kept once per
-pair. Hash collisions are checked, not assumed away: rows that share a hash must be equal.
+Each endpoint (address words and port) is hashed to 64 bits; a pair's hash is the sum of its
+two endpoints' hashes, the same in both directions, and the endpoint with the smaller hash is
+the pair's "low" side. A hash table (pandas' factorize, one pass) finds a batch's distinct pairs
+and a dictionary gives each a capture-wide number; the full rows are kept once per pair.
+Collisions are checked, not assumed away: packets that share a pair hash must have the same two
+endpoint hashes.
 """
 
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 
 ENDPOINT_WORDS = 5  # four 32-bit address words (IPv4 mapped as ::ffff:a.b.c.d) and the port
 _HASH_MULTIPLIERS = np.array(
@@ -17,47 +20,29 @@ _HASH_MULTIPLIERS = np.array(
      0x2545F4914F6CDD1D, 0x9FB21C651E98DF25], dtype=np.uint64)
 
 
-def endpoint_rows(columns: dict[str, np.ndarray], side: str) -> np.ndarray:
-    """(n, 5) uint32: the address words and port of one side of every packet."""
-    words = [columns[f"{side}_{i}"] for i in range(4)]
-    words.append(columns[f"{side}_port"].astype(np.uint32))
-    return np.stack(words, axis=1)
+def endpoint_rows(columns: dict[str, np.ndarray], side: str, row: int) -> np.ndarray:
+    """(5,) uint32: the address words and port of one side of one packet."""
+    names = [f"{side}_{i}" for i in range(4)] + [f"{side}_port"]
+    return np.array([columns[name][row] for name in names], dtype=np.uint32)
 
 
-def _lexically_less(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Row-wise a < b comparing columns left to right."""
-    less = np.zeros(len(a), dtype=bool)
-    decided = np.zeros(len(a), dtype=bool)
-    for column in range(a.shape[1]):
-        less |= ~decided & (a[:, column] < b[:, column])
-        decided |= a[:, column] != b[:, column]
-    return less
-
-
-def _hash_rows(rows: np.ndarray) -> np.ndarray:
+def endpoint_hash(columns: dict[str, np.ndarray], side: str) -> np.ndarray:
+    """64-bit hash of one side's endpoint of every packet, computed word by word (no stacking)."""
+    names = [f"{side}_{i}" for i in range(4)] + [f"{side}_port"]
     with np.errstate(over="ignore"):
-        mixed = rows.astype(np.uint64) * _HASH_MULTIPLIERS[: rows.shape[1]]
-        value = np.bitwise_xor.reduce(mixed, axis=1)
+        value = np.zeros(len(columns[names[0]]), dtype=np.uint64)
+        for name, multiplier in zip(names, _HASH_MULTIPLIERS):
+            value ^= columns[name].astype(np.uint64) * multiplier
         value ^= value >> np.uint64(31)
-        return value * np.uint64(0xBF58476D1CE4E5B9)
-
-
-def _canonical_pairs(columns: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-    """(n, 10) rows: lower endpoint then higher endpoint; and whether the source is the lower."""
-    src = endpoint_rows(columns, "src")
-    dst = endpoint_rows(columns, "dst")
-    src_is_low = _lexically_less(src, dst) | np.all(src == dst, axis=1)
-    both = np.where(src_is_low[:, None], np.concatenate([src, dst], axis=1),
-                    np.concatenate([dst, src], axis=1))
-    return both, src_is_low
+        value *= np.uint64(0xBF58476D1CE4E5B9)
+    return value
 
 
 def pair_hashes(columns: dict[str, np.ndarray]) -> np.ndarray:
     """64-bit hash of each packet's endpoint pair, the same in both directions: the sum of the
     two endpoints' hashes, which needs no canonical ordering."""
     with np.errstate(over="ignore"):
-        return (_hash_rows(endpoint_rows(columns, "src"))
-                + _hash_rows(endpoint_rows(columns, "dst")))
+        return endpoint_hash(columns, "src") + endpoint_hash(columns, "dst")
 
 
 class EndpointPairs:
@@ -65,24 +50,39 @@ class EndpointPairs:
 
     def __init__(self) -> None:
         self._number_of: dict[int, int] = {}
+        self._low_hashes: list[int] = []
         self._rows: list[np.ndarray] = []
 
     def assign(self, columns: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
         """Pair number and "source is the lower endpoint" for every packet of a batch."""
-        both, src_is_low = _canonical_pairs(columns)
-        hashes = _hash_rows(both)
-        unique_hashes, first, inverse = np.unique(hashes, return_index=True, return_inverse=True)
-        if not np.array_equal(both, both[first[inverse]]):
+        src_hash = endpoint_hash(columns, "src")
+        dst_hash = endpoint_hash(columns, "dst")
+        src_is_low = src_hash <= dst_hash
+        low_hash = np.minimum(src_hash, dst_hash)
+        with np.errstate(over="ignore"):
+            codes, unique_hashes = pd.factorize(src_hash + dst_hash)
+        first = _first_occurrences(codes)
+        if not np.array_equal(low_hash, low_hash[first][codes]):
             raise RuntimeError("64-bit endpoint hash collision")
         numbers = np.empty(len(unique_hashes), dtype=np.int64)
         for index, value in enumerate(unique_hashes.tolist()):
-            number = self._number_of.get(value)
-            if number is None:
-                number = len(self._number_of)
-                self._number_of[value] = number
-                self._rows.append(both[first[index]])
-            numbers[index] = number
-        return numbers[inverse.ravel()], src_is_low
+            numbers[index] = self._number(value, int(first[index]), columns, src_is_low, low_hash)
+        return numbers[codes], src_is_low
+
+    def _number(self, pair_hash: int, row: int, columns: dict[str, np.ndarray],
+                src_is_low: np.ndarray, low_hash: np.ndarray) -> int:
+        """The number of a pair (seen first at `row` of this batch), given on first sight."""
+        number = self._number_of.get(pair_hash)
+        if number is not None:
+            if self._low_hashes[number] != int(low_hash[row]):
+                raise RuntimeError("64-bit endpoint hash collision")
+            return number
+        number = len(self._number_of)
+        self._number_of[pair_hash] = number
+        self._low_hashes.append(int(low_hash[row]))
+        sides = ("src", "dst") if src_is_low[row] else ("dst", "src")
+        self._rows.append(np.concatenate([endpoint_rows(columns, side, row) for side in sides]))
+        return number
 
     @property
     def rows(self) -> np.ndarray:
@@ -90,3 +90,14 @@ class EndpointPairs:
         if not self._rows:
             return np.zeros((0, 2 * ENDPOINT_WORDS), dtype=np.uint32)
         return np.stack(self._rows)
+
+
+def _first_occurrences(codes: np.ndarray) -> np.ndarray:
+    """Row of each code's first occurrence; factorize numbers codes in order of first sight, so
+    the running maximum of the codes steps up exactly there."""
+    if len(codes) == 0:
+        return np.zeros(0, dtype=np.int64)
+    running = np.maximum.accumulate(codes)
+    steps = np.ones(len(codes), dtype=bool)
+    steps[1:] = running[1:] != running[:-1]
+    return np.flatnonzero(steps)
