@@ -16,12 +16,15 @@ import pandas as pd
 from nagledetect.flows import connections as conn_rules
 from nagledetect.flows.connections import FLAG_ACK, FLAG_SYN
 from nagledetect.flows.endpoints import EndpointPairs
-from nagledetect.flows.grouped import group_starts, last_index_where
+from nagledetect.flows.grouped import first_occurrences, group_starts
 from nagledetect.flows.handshake import handshake_table
 from nagledetect.flows.roles import ROLES, assign_roles
 from nagledetect.flows.sequence import relative_ack, relative_sequence
 from nagledetect.flows.vantage import ack_lags_us, vantage_table
 from nagledetect.read.capture import DecodedColumns
+
+CHUNK_PACKETS = 1 << 20
+"""Packets numbered and classified at a time (whole connections): bounds the temporaries."""
 
 PACKET_COLUMNS = (
     "frame", "time_us", "connection", "direction", "flags", "payload_bytes", "rel_seq",
@@ -44,29 +47,53 @@ class FlowTables:
 
 def _collect(batches: Iterable[DecodedColumns]) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray],
                                                         np.ndarray]:
-    """Concatenate the batches, replacing per-packet addresses by an endpoint-pair number."""
+    """Join the batches, replacing per-packet addresses by an endpoint-pair number."""
     pairs = EndpointPairs()
-    parts: list[dict[str, np.ndarray]] = []
-    sack_parts: list[dict[str, np.ndarray]] = []
+    packets = GrowingColumns()
+    sack_blocks = GrowingColumns()
     for columns, sack in batches:
         pair, src_is_low = pairs.assign(columns)
         compact = {name: values for name, values in columns.items() if name not in ADDRESS_COLUMNS}
         compact["pair"] = pair.astype(np.int32)
         compact["src_is_low"] = src_is_low
-        parts.append(compact)
-        sack_parts.append({"frame": columns["frame"][sack["row"]], "left_raw": sack["left_raw"],
-                           "right_raw": sack["right_raw"]})
-    return _concatenate(parts), _concatenate(sack_parts), pairs.rows
+        packets.append(compact)
+        sack_blocks.append({"frame": columns["frame"][sack["row"]], "left_raw": sack["left_raw"],
+                            "right_raw": sack["right_raw"]})
+    return packets.columns(), sack_blocks.columns(), pairs.rows
 
 
-def _concatenate(parts: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
-    """Join the batches column by column, releasing each batch's column as soon as it is copied,
-    so the peak is the whole capture plus one column, not twice the capture."""
-    if not parts:
-        return {}
-    if len(parts) == 1:
-        return parts[0]
-    return {name: np.concatenate([part.pop(name) for part in parts]) for name in list(parts[0])}
+class GrowingColumns:
+    """Columns appended a batch at a time into arrays whose capacity doubles.
+
+    Why: joining a list of batches at the end needs the batches and the joined copy at once
+    (twice the capture). Here each batch is copied in and let go; the capacity not yet written
+    is never touched, so it takes no memory.
+    """
+
+    def __init__(self) -> None:
+        self._arrays: dict[str, np.ndarray] = {}
+        self.length = 0
+
+    def append(self, batch: dict[str, np.ndarray]) -> None:
+        rows = len(next(iter(batch.values()), ()))
+        for name, values in batch.items():
+            array = self._arrays.get(name)
+            if array is None or len(array) < self.length + rows:
+                array = self._grown(name, values.dtype, self.length + rows)
+            array[self.length:self.length + rows] = values
+        self.length += rows
+
+    def _grown(self, name: str, dtype: np.dtype, needed: int) -> np.ndarray:
+        old = self._arrays.get(name)
+        grown = np.empty(max(needed, 2 * (0 if old is None else len(old))), dtype=dtype)
+        if old is not None:
+            grown[:self.length] = old[:self.length]
+        self._arrays[name] = grown
+        return grown
+
+    def columns(self) -> dict[str, np.ndarray]:
+        """The joined columns (empty when nothing was appended)."""
+        return {name: array[:self.length] for name, array in self._arrays.items()}
 
 
 def build_flows(batches: Iterable[DecodedColumns]) -> FlowTables:
@@ -82,15 +109,16 @@ def build_flows(batches: Iterable[DecodedColumns]) -> FlowTables:
                                              columns["time_us"])
     from_client, guessed = conn_rules.client_is_source(
         connection, columns["flags"], src_is_low, src_port, dst_port)
-    del src_port, dst_port
-    columns["connection"] = connection.astype(np.int32)
-    columns["direction"] = np.where(from_client, 0, 1).astype(np.uint8)
+    del src_port, dst_port, pair, src_is_low
     count = int(connection.max()) + 1
+    columns["connection"] = connection.astype(np.int32)
+    del connection
+    columns["direction"] = np.where(from_client, 0, 1).astype(np.uint8)
+    del from_client
+    endpoints = _connection_endpoints(columns, pair_rows)
     handshake = handshake_table(columns, count)
-    order = _direction_order(columns)
-    view = _number_and_classify(columns, order, handshake)
-    table = _connection_table(columns, count, handshake, guessed, pair_rows)
-    lags = ack_lags_us(view, view["group"], count * 2)
+    lags = _number_and_classify(columns, handshake, count)
+    table = _connection_table(columns, count, endpoints, handshake, guessed)
     table = pd.concat([table, vantage_table(_handshake_times(columns, count), lags)], axis=1)
     packet_frame = pd.DataFrame({name: columns.pop(name) for name in PACKET_COLUMNS}, copy=False)
     packet_frame["role"] = pd.Categorical.from_codes(packet_frame["role"], categories=ROLES)
@@ -100,41 +128,76 @@ def build_flows(batches: Iterable[DecodedColumns]) -> FlowTables:
 def _direction_order(columns: dict[str, np.ndarray]) -> np.ndarray:
     """Permutation sorting packets by (connection, direction), time order kept within each."""
     group = columns["connection"].astype(np.int64) * 2 + columns["direction"]
+    if len(group) and group[-1] < np.iinfo(np.int32).max and group.max() < np.iinfo(np.int32).max:
+        group = group.astype(np.int32)  # a narrower key sorts faster
     return np.argsort(group, kind="stable")
 
 
-def _number_and_classify(columns: dict[str, np.ndarray], order: np.ndarray,
-                         handshake: pd.DataFrame) -> dict[str, np.ndarray]:
-    """Relative seq/ack, scaled windows, roles and wire segments, written into `columns`.
+def _number_and_classify(columns: dict[str, np.ndarray], handshake: pd.DataFrame,
+                         count: int) -> np.ndarray:
+    """Relative seq/ack, roles, scaled windows and wire segments, written into `columns`; returns
+    each direction's smallest data -> ACK lag (index connection * 2 + direction).
 
-    Returns the direction-order view (columns sorted by connection, direction, time) with its
-    `group` (connection * 2 + direction), which the ACK-lag RTT estimate reads.
+    The per-direction work runs in direction order (connection, direction, time), a chunk of
+    whole connections at a time, so its temporaries are bounded by the chunk, not the capture.
     """
-    count = int(columns["connection"].max()) + 1
-    group = (columns["connection"].astype(np.int64) * 2 + columns["direction"])[order]
-    starts = group_starts(group)
-    view = {name: columns[name][order] for name in
-            ("flags", "seq_raw", "ack_raw", "payload_bytes", "window_raw", "time_us")}
-    base = _sequence_bases(view, group, starts, count)
-    sequential = np.cumsum(starts) - 1
-    view["rel_seq"] = relative_sequence(view["seq_raw"], starts, sequential, base[group[starts]])
-    has_ack = (view["flags"] & FLAG_ACK) != 0
-    view["rel_ack"] = relative_ack(view["ack_raw"], has_ack, group, base[group ^ 1])
-    inverse = np.empty_like(order)
-    inverse[order] = np.arange(len(order))
-    peer_row = _peer_latest_row(columns, inverse)
-    peer = {name: np.where(peer_row >= 0, view[name][np.maximum(peer_row, 0)], -1).astype(np.int64)
-            for name in ("window_raw", "rel_seq", "payload_bytes", "flags")}
-    view["role"] = assign_roles(view, starts, peer)
-    for name in ("rel_seq", "rel_ack", "role"):
-        columns[name] = view[name][inverse]
+    order = _direction_order(columns)
+    packets = len(order)
+    columns["rel_seq"] = np.empty(packets, dtype=np.int64)
+    columns["rel_ack"] = np.empty(packets, dtype=np.int64)
+    columns["role"] = np.empty(packets, dtype=np.uint8)
+    lags = np.full(count * 2, -1, dtype=np.int64)
+    for start, stop in _connection_chunks(columns["connection"], count):
+        first_group, chunk_lags = _classify_chunk(columns, order[start:stop])
+        lags[first_group:first_group + len(chunk_lags)] = chunk_lags
+    del order
     columns["window_bytes"] = _scaled_window(columns, handshake)
     mss = handshake["effective_mss"].to_numpy()[columns["connection"]]
     payload = columns["payload_bytes"].astype(np.int64)
     columns["wire_segments"] = np.where(mss > 0, -(-payload // np.maximum(mss, 1)), 1).astype(np.uint32)
     columns["super_segment"] = payload > np.maximum(mss, 1)
-    view["group"] = group
-    return view
+    return lags
+
+
+def _connection_chunks(connection: np.ndarray, count: int) -> list[tuple[int, int]]:
+    """[start, stop) ranges of the direction order, about CHUNK_PACKETS each, cut only where a
+    connection starts (the direction order holds connection 0's packets, then connection 1's...)."""
+    connection_starts = np.concatenate(([0], np.cumsum(np.bincount(connection, minlength=count))))
+    packets = int(connection_starts[-1])
+    targets = np.arange(CHUNK_PACKETS, packets, CHUNK_PACKETS)
+    cuts = connection_starts[np.searchsorted(connection_starts, targets, side="right") - 1]
+    cuts = np.unique(np.concatenate(([0], cuts, [packets])))
+    return list(zip(cuts[:-1].tolist(), cuts[1:].tolist()))
+
+
+def _classify_chunk(columns: dict[str, np.ndarray], rows: np.ndarray) -> tuple[int, np.ndarray]:
+    """Number and classify the packets `rows` (direction order, whole connections): writes
+    rel_seq, rel_ack and role at those rows; returns the chunk's first direction group and its
+    groups' smallest ACK lags."""
+    connection = columns["connection"][rows].astype(np.int64)
+    first_connection = int(connection[0])
+    group = (connection - first_connection) * 2 + columns["direction"][rows]
+    del connection
+    groups = int(group[-1]) // 2 * 2 + 2
+    starts = group_starts(group)
+    view = {name: columns[name][rows] for name in
+            ("flags", "seq_raw", "ack_raw", "payload_bytes", "window_raw", "time_us")}
+    base = _sequence_bases(view, group, starts, groups // 2)
+    sequential = np.cumsum(starts) - 1
+    view["rel_seq"] = relative_sequence(view["seq_raw"], starts, sequential, base[group[starts]])
+    del sequential
+    has_ack = (view["flags"] & FLAG_ACK) != 0
+    view["rel_ack"] = relative_ack(view["ack_raw"], has_ack, group, base[group ^ 1])
+    del has_ack, base
+    peer_row = _peer_latest_row(rows, group)
+    peer = {name: np.where(peer_row >= 0, view[name][np.maximum(peer_row, 0)], -1).astype(np.int64)
+            for name in ("window_raw", "rel_seq", "payload_bytes", "flags")}
+    del peer_row
+    for name in ("rel_seq", "rel_ack"):
+        columns[name][rows] = view[name]
+    columns["role"][rows] = assign_roles(view, starts, peer)
+    del peer
+    return first_connection * 2, ack_lags_us(view, group, groups)
 
 
 def _sequence_bases(view: dict[str, np.ndarray], group: np.ndarray, starts: np.ndarray,
@@ -149,22 +212,19 @@ def _sequence_bases(view: dict[str, np.ndarray], group: np.ndarray, starts: np.n
     return base
 
 
-def _peer_latest_row(columns: dict[str, np.ndarray], inverse: np.ndarray) -> np.ndarray:
+def _peer_latest_row(rows: np.ndarray, group: np.ndarray) -> np.ndarray:
     """For each packet (direction order): the row, in direction order, of the latest packet the
     peer sent before it in the same connection; -1 where the peer has sent nothing yet.
 
-    `inverse` maps a file row to its direction-order row. The latest packet each way is found in
-    connection order (time order kept within a connection), then moved to direction order.
+    `rows` are the packets' file positions (time order), `group` their direction groups
+    (connection * 2 + direction, ascending). Keyed by (group, file position), the packets are
+    in ascending order, so one binary search finds the last peer packet before each one.
     """
-    by_connection = np.argsort(columns["connection"], kind="stable")
-    starts = group_starts(columns["connection"][by_connection])
-    direction = columns["direction"][by_connection]
-    latest_from = [last_index_where(direction == d, starts) for d in (0, 1)]
-    peer_latest = np.where(direction == 0, latest_from[1], latest_from[0])
-    row_in_order = inverse[by_connection]
-    peer_row = np.empty_like(inverse)
-    peer_row[row_in_order] = np.where(peer_latest >= 0, row_in_order[np.maximum(peer_latest, 0)], -1)
-    return peer_row
+    span = np.int64(rows.max()) + 1
+    key = group * span + rows
+    found = np.searchsorted(key, (group ^ 1) * span + rows, side="left") - 1
+    safe = np.maximum(found, 0)
+    return np.where((found >= 0) & (group[safe] == (group ^ 1)), found, -1)
 
 
 def _scaled_window(columns: dict[str, np.ndarray], handshake: pd.DataFrame) -> np.ndarray:
@@ -202,25 +262,34 @@ def _handshake_times(columns: dict[str, np.ndarray], count: int) -> pd.DataFrame
     return pd.DataFrame(times)
 
 
-def _connection_table(columns: dict[str, np.ndarray], count: int, handshake: pd.DataFrame,
-                      guessed: np.ndarray, pair_rows: np.ndarray) -> pd.DataFrame:
-    """One row per connection: endpoints, counts each way, handshake options, RTT, vantage."""
-    connection = columns["connection"]
-    first_rows = np.unique(connection, return_index=True)[1]
-    endpoints = pair_rows[columns["pair"][first_rows]]
-    client_is_low = columns["src_is_low"][first_rows] == (columns["direction"][first_rows] == 0)
-    table = pd.DataFrame({"id": np.arange(count)})
+def _connection_endpoints(columns: dict[str, np.ndarray], pair_rows: np.ndarray) -> pd.DataFrame:
+    """Client and server address and port of each connection, from its first packet; the
+    endpoint-pair columns are let go here, their last use."""
+    first_rows = first_occurrences(columns["connection"])
+    endpoints = pair_rows[columns.pop("pair")[first_rows]]
+    client_is_low = columns.pop("src_is_low")[first_rows] == (columns["direction"][first_rows] == 0)
+    table = pd.DataFrame(index=pd.RangeIndex(len(first_rows)))
     for side, is_low in (("client", client_is_low), ("server", ~client_is_low)):
         words = np.where(is_low[:, None], endpoints[:, :5], endpoints[:, 5:])
         table[f"{side}_address"] = [_format_address(row) for row in words[:, :4]]
         table[f"{side}_port"] = words[:, 4].astype(np.int64)
     table["ip_version"] = np.where(table["client_address"].str.contains(":"), 6, 4)
     table["first_frame"] = columns["frame"][first_rows].astype(np.int64)
+    return table
+
+
+def _connection_table(columns: dict[str, np.ndarray], count: int, endpoints: pd.DataFrame,
+                      handshake: pd.DataFrame, guessed: np.ndarray) -> pd.DataFrame:
+    """One row per connection: endpoints, counts each way, handshake options, RTT, vantage."""
+    connection = columns["connection"]
+    table = pd.concat([pd.DataFrame({"id": np.arange(count)}), endpoints], axis=1)
     time_us = columns["time_us"]
-    table["start_us"] = np.minimum.reduceat(time_us[np.argsort(connection, kind="stable")],
-                                            _group_offsets(connection))
-    table["end_us"] = np.maximum.reduceat(time_us[np.argsort(connection, kind="stable")],
-                                          _group_offsets(connection))
+    start_us = np.full(count, np.iinfo(np.int64).max)
+    np.minimum.at(start_us, connection, time_us)
+    end_us = np.full(count, np.iinfo(np.int64).min)
+    np.maximum.at(end_us, connection, time_us)
+    table["start_us"] = start_us
+    table["end_us"] = end_us
     table["duration_s"] = (table["end_us"] - table["start_us"]) / 1e6
     for direction, name in ((0, "client_to_server"), (1, "server_to_client")):
         mine = columns["direction"] == direction
@@ -230,10 +299,6 @@ def _connection_table(columns: dict[str, np.ndarray], count: int, handshake: pd.
                                              minlength=count).astype(np.int64)
     table["client_guessed"] = guessed
     return pd.concat([table, handshake], axis=1)
-
-
-def _group_offsets(connection: np.ndarray) -> np.ndarray:
-    return np.flatnonzero(group_starts(np.sort(connection, kind="stable")))
 
 
 def _format_address(words: np.ndarray) -> str:

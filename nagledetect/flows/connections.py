@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from nagledetect.flows.grouped import group_starts
+from nagledetect.flows.grouped import first_occurrences, group_starts
 
 FLAG_FIN = 0x01
 FLAG_SYN = 0x02
@@ -81,7 +81,8 @@ def client_is_source(connection: np.ndarray, flags: np.ndarray, src_is_low: np.n
 
     Each connection gets a reference packet whose direction is known (its first SYN, else its
     first SYN/ACK, else its first packet with the port rule); every other packet's direction
-    follows from whether it has the same source endpoint as the reference.
+    follows from whether it has the same source endpoint as the reference. Connections are
+    numbered in order of their first packet, as `split_port_reuse` numbers them.
     """
     count = int(connection.max()) + 1 if len(connection) else 0
     reference = np.full(count, -1, dtype=np.int64)
@@ -93,7 +94,8 @@ def client_is_source(connection: np.ndarray, flags: np.ndarray, src_is_low: np.n
         reference[conn] = rows
         reference_from_client[conn] = from_client
     guessed = reference < 0
-    conn, rows = _first_rows(connection, np.arange(len(connection)), reference)
+    rows = first_occurrences(connection)[guessed]
+    conn = connection[rows]
     reference[conn] = rows
     reference_from_client[conn] = _client_by_port_rule(src_port[rows], dst_port[rows])
     same_source = src_is_low == src_is_low[reference[connection]]

@@ -13,6 +13,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from nagledetect.flows.grouped import first_occurrences
+
 ENDPOINT_WORDS = 5  # four 32-bit address words (IPv4 mapped as ::ffff:a.b.c.d) and the port
 _HASH_MULTIPLIERS = np.array(
     [0x9E3779B97F4A7C15, 0xC2B2AE3D27D4EB4F, 0x165667B19E3779F9, 0xD6E8FEB86659FD93,
@@ -61,7 +63,7 @@ class EndpointPairs:
         low_hash = np.minimum(src_hash, dst_hash)
         with np.errstate(over="ignore"):
             codes, unique_hashes = pd.factorize(src_hash + dst_hash)
-        first = _first_occurrences(codes)
+        first = first_occurrences(codes)
         if not np.array_equal(low_hash, low_hash[first][codes]):
             raise RuntimeError("64-bit endpoint hash collision")
         numbers = np.empty(len(unique_hashes), dtype=np.int64)
@@ -90,14 +92,3 @@ class EndpointPairs:
         if not self._rows:
             return np.zeros((0, 2 * ENDPOINT_WORDS), dtype=np.uint32)
         return np.stack(self._rows)
-
-
-def _first_occurrences(codes: np.ndarray) -> np.ndarray:
-    """Row of each code's first occurrence; factorize numbers codes in order of first sight, so
-    the running maximum of the codes steps up exactly there."""
-    if len(codes) == 0:
-        return np.zeros(0, dtype=np.int64)
-    running = np.maximum.accumulate(codes)
-    steps = np.ones(len(codes), dtype=bool)
-    steps[1:] = running[1:] != running[:-1]
-    return np.flatnonzero(steps)

@@ -68,3 +68,15 @@ def last_index_where(mask: np.ndarray, starts: np.ndarray) -> np.ndarray:
     latest = np.maximum.accumulate(np.where(mask, positions, -1))
     group_first = np.maximum.accumulate(np.where(starts, positions, 0))
     return np.where(latest >= group_first, latest, -1)
+
+
+def first_occurrences(codes: np.ndarray) -> np.ndarray:
+    """Index of each code's first occurrence, for codes numbered in order of first sight (as
+    pandas' factorize numbers them, and connections are numbered): the running maximum of the
+    codes steps up exactly there."""
+    if len(codes) == 0:
+        return np.zeros(0, dtype=np.int64)
+    running = np.maximum.accumulate(codes)
+    steps = np.ones(len(codes), dtype=bool)
+    steps[1:] = running[1:] != running[:-1]
+    return np.flatnonzero(steps)
