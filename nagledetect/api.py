@@ -12,7 +12,12 @@ from dataclasses import dataclass
 import pandas as pd
 
 from nagledetect.flows.build import build_flows
-from nagledetect.read.capture import Accounting, ProgressCallback, decoded_batches
+from nagledetect.read.capture import (
+    Accounting,
+    ProgressCallback,
+    decoded_batches,
+    expected_tcp_packets,
+)
 
 
 @dataclass
@@ -33,5 +38,5 @@ def load_capture(path: str, bpf_filter: str | None = None,
     `progress(packets_read, bytes_read)` is called after every batch of packets.
     """
     accounting, batches = decoded_batches(path, bpf_filter, progress)
-    flows = build_flows(batches)
+    flows = build_flows(batches, expected_tcp_packets(path))
     return Capture(path, flows.packets, flows.connections, flows.sack_blocks, accounting)

@@ -45,11 +45,11 @@ class FlowTables:
     sack_blocks: pd.DataFrame
 
 
-def _collect(batches: Iterable[DecodedColumns]) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray],
-                                                        np.ndarray]:
+def _collect(batches: Iterable[DecodedColumns], expected_packets: int
+             ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], np.ndarray]:
     """Join the batches, replacing per-packet addresses by an endpoint-pair number."""
     pairs = EndpointPairs()
-    packets = GrowingColumns()
+    packets = GrowingColumns(expected_packets)
     sack_blocks = GrowingColumns()
     for columns, sack in batches:
         pair, src_is_low = pairs.assign(columns)
@@ -63,42 +63,52 @@ def _collect(batches: Iterable[DecodedColumns]) -> tuple[dict[str, np.ndarray], 
 
 
 class GrowingColumns:
-    """Columns appended a batch at a time into arrays whose capacity doubles.
+    """Columns appended a batch at a time into arrays with room to grow.
 
     Why: joining a list of batches at the end needs the batches and the joined copy at once
-    (twice the capture). Here each batch is copied in and let go; the capacity not yet written
-    is never touched, so it takes no memory.
+    (twice the capture). Here each batch is copied in and let go. Room is made for
+    `expected_rows` at the first copy (and doubled when outgrown); room not yet written is never
+    touched, so it takes no memory. A single batch is kept as it is, with no copy.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, expected_rows: int = 0) -> None:
         self._arrays: dict[str, np.ndarray] = {}
+        self._expected_rows = expected_rows
+        self._room = 0
+        self._owned = False
         self.length = 0
 
     def append(self, batch: dict[str, np.ndarray]) -> None:
         rows = len(next(iter(batch.values()), ()))
-        for name, values in batch.items():
-            array = self._arrays.get(name)
-            if array is None or len(array) < self.length + rows:
-                array = self._grown(name, values.dtype, self.length + rows)
-            array[self.length:self.length + rows] = values
+        if not self._arrays:
+            self._arrays = dict(batch)
+            self._room = rows
+        else:
+            if not self._owned or self.length + rows > self._room:
+                self._make_room(self.length + rows)
+            for name, values in batch.items():
+                self._arrays[name][self.length:self.length + rows] = values
         self.length += rows
 
-    def _grown(self, name: str, dtype: np.dtype, needed: int) -> np.ndarray:
-        old = self._arrays.get(name)
-        grown = np.empty(max(needed, 2 * (0 if old is None else len(old))), dtype=dtype)
-        if old is not None:
+    def _make_room(self, needed: int) -> None:
+        """Move the columns into new arrays with room for `needed` rows or more."""
+        room = max(needed, self._expected_rows, 2 * self._room)
+        for name, old in self._arrays.items():
+            grown = np.empty(room, dtype=old.dtype)
             grown[:self.length] = old[:self.length]
-        self._arrays[name] = grown
-        return grown
+            self._arrays[name] = grown
+        self._room = room
+        self._owned = True
 
     def columns(self) -> dict[str, np.ndarray]:
         """The joined columns (empty when nothing was appended)."""
         return {name: array[:self.length] for name, array in self._arrays.items()}
 
 
-def build_flows(batches: Iterable[DecodedColumns]) -> FlowTables:
-    """Connections, directions, relative numbers and roles for every decoded TCP packet."""
-    columns, sack, pair_rows = _collect(batches)
+def build_flows(batches: Iterable[DecodedColumns], expected_packets: int = 0) -> FlowTables:
+    """Connections, directions, relative numbers and roles for every decoded TCP packet
+    (`expected_packets`, an estimate, saves moving the columns as they grow)."""
+    columns, sack, pair_rows = _collect(batches, expected_packets)
     if not columns:
         return _empty_tables()
     pair = columns["pair"]

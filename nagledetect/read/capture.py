@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
@@ -12,6 +13,9 @@ from nagledetect.read.decode import decode_batch
 from nagledetect.read.libpcap import CaptureReader
 
 RECORD_HEADER_BYTES = 16
+SMALLEST_TCP_RECORD_BYTES = RECORD_HEADER_BYTES + 40
+"""A record header and the smallest IPv4 + TCP headers: a TCP packet's record is rarely smaller."""
+MOST_EXPECTED_PACKETS = 1 << 28
 
 
 @dataclass
@@ -38,6 +42,15 @@ DecodedColumns = tuple[dict[str, np.ndarray], dict[str, np.ndarray]]
 
 
 ProgressCallback = Callable[[int, int], None]
+
+
+def expected_tcp_packets(path: str) -> int:
+    """A generous estimate of a capture's TCP packets from its size, for reserving room (too
+    high costs nothing: room never written takes no memory; too low only costs a move)."""
+    try:
+        return min(os.path.getsize(path) // SMALLEST_TCP_RECORD_BYTES, MOST_EXPECTED_PACKETS)
+    except OSError:
+        return 0
 
 
 def decoded_batches(path: str, bpf_filter: str | None = None,
