@@ -2,7 +2,9 @@
 
 Headers of a real Linux capture are corrupted at random (IP total length, header lengths, TCP
 data offset, option lengths, extension-header chains...), and captured lengths are cut: the
-decoder must never raise, never read outside the batch, and account for every packet.
+decoder must never raise, never read outside the batch, and account for every packet. The
+one-gather path for plain Ethernet/IPv4/TCP packets must decide and decode every corrupted packet
+exactly as the layer-by-layer walk does.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nagledetect.read.decode import decode_batch, pad_batch
+from nagledetect.read.decode import _fixed_headers, _plain_first, decode_batch, pad_batch
 from nagledetect.read.libpcap import CaptureReader
 from tests.conftest import SAMPLE_TRACES
 
@@ -47,6 +49,27 @@ def test_corrupted_headers_are_decoded_or_skipped_never_fatal(name, edits, cuts)
     if kept:
         payload = decoded.columns["payload_bytes"].astype(np.int64)
         assert (payload >= 0).all() and (payload < 1 << 32).all()
+
+
+def assert_plain_path_agrees(buf, offsets, caplens) -> None:
+    """Skip codes equal everywhere, and every column equal on the packets kept."""
+    plain_columns, plain_skip = _plain_first(buf, offsets, caplens, 1)
+    walked_columns, walked_skip = _fixed_headers(buf, offsets, caplens, 1)
+    np.testing.assert_array_equal(plain_skip, walked_skip)
+    kept = walked_skip == 0
+    assert plain_columns.keys() == walked_columns.keys()
+    for name, values in walked_columns.items():
+        assert plain_columns[name].dtype == values.dtype, name
+        np.testing.assert_array_equal(plain_columns[name][kept], values[kept], err_msg=name)
+
+
+@settings(max_examples=1000, derandomize=True, deadline=None)
+@given(name=st.sampled_from(sorted(SOURCES)),
+       edits=st.lists(st.tuples(st.integers(0, 10_000), st.integers(0, 60), st.integers(0, 255)),
+                      max_size=40),
+       cuts=st.lists(st.tuples(st.integers(0, 10_000), st.integers(0, 80)), max_size=10))
+def test_plain_packet_path_agrees_with_the_layer_walk(name, edits, cuts) -> None:
+    assert_plain_path_agrees(*_mutated(name, edits, cuts))
 
 
 @settings(max_examples=1000, derandomize=True, deadline=None)

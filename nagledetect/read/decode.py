@@ -16,6 +16,7 @@ from nagledetect.read import skips
 from nagledetect.read.layout import (
     BSD_NULL,
     ETHERNET,
+    ETHERNET_IPV4_TCP,
     IP_VERSION,
     IPV4,
     IPV6,
@@ -32,6 +33,7 @@ from nagledetect.read.tcp_options import decode_tcp_options
 PAD_BYTES = 512
 MAX_VLAN_TAGS = 8
 MAX_IPV6_EXTENSIONS = 8
+ETHERNET_IPV4_TCP_BYTES = 14 + 20 + 20
 
 ETHERTYPE_IPV4 = 0x0800
 ETHERTYPE_IPV6 = 0x86DD
@@ -112,19 +114,11 @@ def decode_batch(
     count = len(offsets)
     if linktype not in SUPPORTED_LINKTYPES:
         return DecodedBatch({}, {skips.reason_text(skips.LINK_TYPE_BASE + linktype): count})
-    cursor = _Cursor(
-        position=offsets.astype(np.int64),
-        captured_end=offsets.astype(np.int64) + caplens.astype(np.int64),
-        skip=np.zeros(count, dtype=np.int64),
-    )
-    ethertype = _link_layer(buf, cursor, linktype)
-    is_ipv6 = ethertype == ETHERTYPE_IPV6
-    cursor.reject(~np.isin(ethertype, (ETHERTYPE_IPV4, ETHERTYPE_IPV6)),
-                  skips.ETHERTYPE_BASE + ethertype.astype(np.int64))
-    network = _network_layer(buf, cursor, is_ipv6)
-    kept = cursor.skip == skips.KEPT
-    columns = _transport_layer(buf, cursor, network, kept)
-    keep = cursor.skip == skips.KEPT
+    if linktype == LINKTYPE_ETHERNET:
+        columns, skip = _plain_first(buf, offsets, caplens, linktype)
+    else:
+        columns, skip = _fixed_headers(buf, offsets, caplens, linktype)
+    keep = skip == skips.KEPT
     options, sack = decode_tcp_options(
         buf, columns.pop("options_start")[keep], columns.pop("options_end")[keep]
     )
@@ -134,7 +128,68 @@ def decode_batch(
         result = {name: values[keep] for name, values in columns.items()}
     result["batch_index"] = np.flatnonzero(keep)
     result.update(options)
-    return DecodedBatch(result, skips.count_reasons(cursor.skip), sack)
+    return DecodedBatch(result, skips.count_reasons(skip), sack)
+
+
+def _fixed_headers(buf: np.ndarray, offsets: np.ndarray, caplens: np.ndarray,
+                   linktype: int) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    """Link, IP and TCP fixed headers of every packet, layer by layer: columns (one element per
+    packet, meaningful where the skip code is KEPT) and each packet's skip code."""
+    cursor = _Cursor(
+        position=offsets.astype(np.int64),
+        captured_end=offsets.astype(np.int64) + caplens.astype(np.int64),
+        skip=np.zeros(len(offsets), dtype=np.int64),
+    )
+    ethertype = _link_layer(buf, cursor, linktype)
+    is_ipv6 = ethertype == ETHERTYPE_IPV6
+    cursor.reject(~np.isin(ethertype, (ETHERTYPE_IPV4, ETHERTYPE_IPV6)),
+                  skips.ETHERTYPE_BASE + ethertype.astype(np.int64))
+    network = _network_layer(buf, cursor, is_ipv6)
+    kept = cursor.skip == skips.KEPT
+    return _transport_layer(buf, cursor, network, kept), cursor.skip
+
+
+def _plain_first(buf: np.ndarray, offsets: np.ndarray, caplens: np.ndarray,
+                 linktype: int) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    """`_fixed_headers` for an Ethernet batch, with the plain packets (no VLAN tag, IPv4
+    without options, not a fragment, TCP, lengths consistent and captured) read in one gather
+    of the stacked layout; the rest go through the layer-by-layer walk, which decides their
+    fate exactly as for any packet."""
+    header = ETHERNET_IPV4_TCP.gather(buf, offsets)
+    tcp_header_bytes = header["tcp_header_words"].astype(np.int64) * 4
+    payload = header["ipv4_total_length"].astype(np.int64) - 20 - tcp_header_bytes
+    plain = ((caplens >= ETHERNET_IPV4_TCP_BYTES) & (header["ethernet_ethertype"] == ETHERTYPE_IPV4)
+             & (header["ipv4_version"] == 4) & (header["ipv4_header_words"] == 5)
+             & (header["ipv4_fragment_offset"] == 0) & (header["ipv4_protocol"] == IPPROTO_TCP)
+             & (tcp_header_bytes >= 20) & (payload >= 0))
+    count = len(offsets)
+    mapped = np.full(count, 0xFFFF, dtype=np.uint32)
+    zeros = np.zeros(count, dtype=np.uint32)
+    start = offsets.astype(np.int64) + 14 + 20
+    columns = {
+        "ip_version": np.full(count, 4, dtype=np.uint8),
+        "src_0": zeros, "src_1": zeros.copy(), "src_2": mapped, "src_3": header["ipv4_src"],
+        "dst_0": zeros.copy(), "dst_1": zeros.copy(), "dst_2": mapped.copy(),
+        "dst_3": header["ipv4_dst"],
+        "src_port": header["tcp_src_port"],
+        "dst_port": header["tcp_dst_port"],
+        "seq_raw": header["tcp_seq"],
+        "ack_raw": header["tcp_ack"],
+        "flags": header["tcp_flags"],
+        "window_raw": header["tcp_window"],
+        "tcp_header_bytes": tcp_header_bytes.astype(np.uint8),
+        "payload_bytes": np.maximum(payload, 0).astype(np.uint32),
+        "payload_from_capture": np.zeros(count, dtype=bool),
+        "options_start": start + 20,
+        "options_end": np.minimum(start + tcp_header_bytes, offsets + caplens.astype(np.int64)),
+    }
+    skip = np.zeros(count, dtype=np.int64)
+    rest = np.flatnonzero(~plain)
+    if len(rest):
+        walked, skip[rest] = _fixed_headers(buf, offsets[rest], caplens[rest], linktype)
+        for name, values in walked.items():
+            columns[name][rest] = values
+    return columns, skip
 
 
 def _link_layer(buf: np.ndarray, cursor: _Cursor, linktype: int) -> np.ndarray:

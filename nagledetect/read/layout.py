@@ -42,6 +42,13 @@ class Header:
         })
         self._item = np.dtype((np.void, self.itemsize))
 
+    @classmethod
+    def stacked(cls, name: str, *layers: tuple[str, Header, int]) -> Header:
+        """Headers that follow each other at fixed offsets, as one layout: (prefix, header,
+        offset) each, fields named `prefix_field`. One gather then reads them all."""
+        return cls(name, *((f"{prefix}_{f.name}", offset + f.offset, f.width, f.mask, f.shift)
+                           for prefix, header, offset in layers for f in header.fields.values()))
+
     def gather(self, buf: np.ndarray, positions: np.ndarray) -> HeaderValues:
         """This header at `positions` of every packet; `buf` must be padded past its end."""
         items = np.ndarray((len(buf) - self.itemsize + 1,), dtype=self._item, buffer=buf,
@@ -115,3 +122,11 @@ TCP_MSS_OPTION = Header("mss", ("mss", 2, 2))
 TCP_WINDOW_SCALE_OPTION = Header("window scale", ("shift", 2, 1))
 TCP_TIMESTAMP_OPTION = Header("timestamp", ("value", 2, 4), ("echo", 6, 4))
 TCP_SACK_BLOCK = Header("sack block", ("left", 0, 4), ("right", 4, 4))
+
+ETHERNET_IPV4_TCP = Header.stacked(
+    "ethernet + ipv4 without options + tcp",
+    ("ethernet", ETHERNET, 0),
+    ("ipv4", IPV4, 14),
+    ("tcp", TCP, 34),
+)
+"""The layout of nearly every packet of an Ethernet capture, read in one gather."""
