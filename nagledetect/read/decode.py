@@ -1,9 +1,9 @@
 """Vectorised decoding of a batch of raw packets: link layer -> IPv4/IPv6 -> TCP.
 
 Every step works on whole arrays (one element per packet in the batch). A packet that cannot be
-used gets a skip code at the first step that rejects it; later steps leave it alone. The batch
-buffer is padded so that reading a header field past a packet's end never leaves the buffer;
-such reads are masked out by the caplen checks.
+used gets a skip code at the first step that rejects it; later steps leave it alone. Header
+gathers clip their positions to the batch buffer, so reading a header field past a packet's end
+never leaves the buffer; such reads are masked out by the caplen checks.
 """
 
 from __future__ import annotations
@@ -101,8 +101,11 @@ class _Cursor:
 
 
 def pad_batch(packet_bytes: bytes) -> np.ndarray:
-    """The batch as uint8 with zero padding after it, so fixed-offset gathers never overrun."""
-    buf = np.zeros(len(packet_bytes) + PAD_BYTES, dtype=np.uint8)
+    """The batch as uint8 without a copy; a batch shorter than PAD_BYTES is copied and padded
+    with zeros, so that every header layout fits in the buffer at least once."""
+    if len(packet_bytes) >= PAD_BYTES:
+        return np.frombuffer(packet_bytes, dtype=np.uint8)
+    buf = np.zeros(PAD_BYTES, dtype=np.uint8)
     buf[: len(packet_bytes)] = np.frombuffer(packet_bytes, dtype=np.uint8)
     return buf
 

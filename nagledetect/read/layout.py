@@ -50,10 +50,12 @@ class Header:
                            for prefix, header, offset in layers for f in header.fields.values()))
 
     def gather(self, buf: np.ndarray, positions: np.ndarray) -> HeaderValues:
-        """This header at `positions` of every packet; `buf` must be padded past its end."""
-        items = np.ndarray((len(buf) - self.itemsize + 1,), dtype=self._item, buffer=buf,
-                           strides=(1,))
-        return HeaderValues(self, items[positions].view(self.dtype))
+        """This header at `positions` of every packet. A position too near the end of `buf` is
+        moved back to fit (what it then reads lies past its packet's capture, which the
+        decoder's length checks never use); `buf` must hold the layout at least once."""
+        last = len(buf) - self.itemsize
+        items = np.ndarray((last + 1,), dtype=self._item, buffer=buf, strides=(1,))
+        return HeaderValues(self, items[np.minimum(positions, last)].view(self.dtype))
 
 
 class HeaderValues:
