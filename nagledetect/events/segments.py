@@ -19,7 +19,10 @@ from nagledetect.flows.grouped import (
     last_index_where,
     previous_in_group,
 )
+from nagledetect.flows.roles import ROLE, ROLES
 
+_ROLE_NAMES = np.array([*ROLES, "none"], dtype=object)
+"""Role names by code, and "none" after them for a packet that does not exist."""
 PURE_ACK_ROLES = ("pure_ack", "dup_ack", "window_update")
 NEW_DATA_ROLES = ("data",)
 RETRANSMISSION_ROLES = ("retransmission", "out_of_order")
@@ -50,74 +53,82 @@ def data_segments(packets: pd.DataFrame, connections: pd.DataFrame) -> pd.DataFr
     wire_segments; prev_* for the previous new-data segment of the same direction;
     peer_* for the peer's latest packet before it (frame, time, role, ack, window); and
     sent_max_before (highest sequence end sent before it in its direction).
+
+    The context is computed in connection order (time kept within a connection) for each
+    direction, picked per packet by its direction, and the segments are then put in frame order.
     """
-    by_connection = packets.sort_values(["connection", "frame"], kind="stable")
-    connection = by_connection["connection"].to_numpy()
+    order = _connection_order(packets)
+    connection = packets["connection"].to_numpy()[order]
     starts = group_starts(connection)
-    direction = by_connection["direction"].to_numpy()
-    role = by_connection["role"].astype(str).to_numpy()
-    payload = by_connection["payload_bytes"].to_numpy().astype(np.int64)
-    is_new_data = np.isin(role, NEW_DATA_ROLES) & (payload > 0)
-    end = by_connection["rel_seq"].to_numpy() + payload
-    columns = {name: by_connection[name].to_numpy().astype(np.int64) for name in
+    direction = packets["direction"].to_numpy()[order]
+    role = packets["role"].cat.codes.to_numpy()[order]
+    payload = packets["payload_bytes"].to_numpy()[order].astype(np.int64)
+    is_new_data = (role == ROLE["data"]) & (payload > 0)
+    end = packets["rel_seq"].to_numpy()[order] + payload
+    columns = {name: packets[name].to_numpy()[order].astype(np.int64) for name in
                ("frame", "time_us", "rel_seq", "rel_ack", "window_bytes", "wire_segments")}
-    rows = {}
-    for side in (0, 1):
-        mine = direction == side
-        previous_data = _latest_before(mine & is_new_data, starts)
-        peer_latest = _latest_before(~mine, starts)
-        peer_next = _earliest_after(~mine, starts)
-        own_next_data = _earliest_after(mine & (payload > 0), starts)
-        peer_data_seen = grouped_cumsum(~mine & (payload > 0), starts)
-        own_retransmissions = grouped_cumsum(mine & np.isin(role, RETRANSMISSION_ROLES), starts)
-        sent_max = previous_in_group(grouped_cummax(np.where(mine, end, NONE), starts), starts, NONE)
-        selected = np.flatnonzero(mine & is_new_data)
-        rows[side] = _segment_rows(selected, previous_data, peer_latest, peer_data_seen, sent_max,
-                                   columns, connection, direction, role, payload, end)
-        rows[side] = rows[side].assign(**_next_columns(selected, peer_next, own_next_data,
-                                                       columns, role, payload))
-        previous = np.maximum(previous_data[selected], 0)
-        rows[side]["own_retransmissions_between"] = np.where(
-            previous_data[selected] >= 0,
-            own_retransmissions[selected] - own_retransmissions[previous], 0)
-    table = pd.concat([rows[0], rows[1]], ignore_index=True).sort_values("frame", kind="stable")
+    context = _context_by_direction(direction, starts, role, payload, end, is_new_data)
+    selected = np.flatnonzero(is_new_data)
+    selected = selected[np.argsort(columns["frame"][selected], kind="stable")]
+    table = _segment_rows(selected, context, columns, connection, direction, role, payload, end)
     mss = connections.set_index("id")["effective_mss"]
     table["mss"] = mss.reindex(table["connection"]).to_numpy()
     full = np.maximum(table["mss"].to_numpy(), 1)
     table["tail_bytes"] = np.where(table["payload_bytes"] % full == 0, np.where(
         table["payload_bytes"] < full, table["payload_bytes"], 0), table["payload_bytes"] % full)
     table["is_small"] = table["tail_bytes"] > 0
-    return table.reset_index(drop=True)
+    return table
 
 
-def _next_columns(selected, peer_next, own_next_data, columns, role, payload) -> dict:
-    """What follows a segment: the peer's next packet, and this side's next data segment."""
-    peer = peer_next[selected]
-    has_peer = peer >= 0
-    own = own_next_data[selected]
-    safe_peer = np.maximum(peer, 0)
-    return {
-        "next_peer_frame": np.where(has_peer, columns["frame"][safe_peer], NONE),
-        "next_peer_time_us": np.where(has_peer, columns["time_us"][safe_peer], NONE),
-        "next_peer_role": np.where(has_peer, role[safe_peer], "none"),
-        "next_peer_payload_bytes": np.where(has_peer, payload[safe_peer], NONE),
-        "next_peer_ack": np.where(has_peer, columns["rel_ack"][safe_peer], NONE),
-        "next_own_data_time_us": np.where(own >= 0, columns["time_us"][np.maximum(own, 0)], NONE),
-    }
+def _connection_order(packets: pd.DataFrame) -> np.ndarray:
+    """Rows sorted by connection, then frame (packet tables are in frame order already)."""
+    frame = packets["frame"].to_numpy()
+    if len(frame) > 1 and not (frame[1:] > frame[:-1]).all():
+        return np.lexsort((frame, packets["connection"].to_numpy()))
+    return np.argsort(packets["connection"].to_numpy(), kind="stable")
 
 
-def _segment_rows(selected, previous_data, peer_latest, peer_data_seen, sent_max, columns,
-                  connection, direction, role, payload, end) -> pd.DataFrame:
-    previous = previous_data[selected]
-    peer = peer_latest[selected]
+def _context_by_direction(direction, starts, role, payload, end, is_new_data) -> dict:
+    """Per packet, for its own direction: the previous new-data segment, the peer's latest and
+    next packets, its own next data segment, running counts of peer data and own
+    retransmissions, and the highest sequence end sent before it."""
+    retransmitted = np.isin(role, [ROLE[name] for name in RETRANSMISSION_ROLES])
+    context: dict[str, np.ndarray] = {}
+    for side in (0, 1):
+        mine = direction == side
+        values = {
+            "previous_data": _latest_before(mine & is_new_data, starts),
+            "peer_latest": _latest_before(~mine, starts),
+            "peer_next": _earliest_after(~mine, starts),
+            "own_next_data": _earliest_after(mine & (payload > 0), starts),
+            "peer_data_seen": grouped_cumsum(~mine & (payload > 0), starts),
+            "own_retransmissions": grouped_cumsum(mine & retransmitted, starts),
+            "sent_max": previous_in_group(grouped_cummax(np.where(mine, end, NONE), starts),
+                                          starts, NONE),
+        }
+        for name, value in values.items():
+            context[name] = value if side == 0 else np.where(mine, value, context[name])
+    return context
+
+
+def _segment_rows(selected, context, columns, connection, direction, role, payload,
+                  end) -> pd.DataFrame:
+    previous = context["previous_data"][selected]
+    peer = context["peer_latest"][selected]
+    peer_next = context["peer_next"][selected]
+    own_next = context["own_next_data"][selected]
     has_previous = previous >= 0
-    has_peer = peer >= 0
     safe_previous = np.maximum(previous, 0)
-    safe_peer = np.maximum(peer, 0)
 
-    def at(values: np.ndarray, index: np.ndarray, present: np.ndarray, missing) -> np.ndarray:
-        return np.where(present, values[index], missing)
+    def at(values: np.ndarray, index: np.ndarray, missing) -> np.ndarray:
+        return np.where(index >= 0, values[np.maximum(index, 0)], missing)
 
+    def role_at(index: np.ndarray) -> np.ndarray:
+        return _ROLE_NAMES[np.where(index >= 0, role[np.maximum(index, 0)], len(ROLES))]
+
+    since_previous = {name: context[name][selected] - np.where(
+        has_previous, context[name][safe_previous], 0) for name in
+        ("peer_data_seen", "own_retransmissions")}
     return pd.DataFrame({
         "frame": columns["frame"][selected],
         "time_us": columns["time_us"][selected],
@@ -127,17 +138,24 @@ def _segment_rows(selected, previous_data, peer_latest, peer_data_seen, sent_max
         "rel_seq": columns["rel_seq"][selected],
         "end_seq": end[selected],
         "wire_segments": columns["wire_segments"][selected],
-        "sent_max_before": sent_max[selected],
-        "prev_frame": at(columns["frame"], safe_previous, has_previous, NONE),
-        "prev_time_us": at(columns["time_us"], safe_previous, has_previous, NONE),
-        "prev_payload_bytes": at(payload, safe_previous, has_previous, NONE),
-        "prev_end_seq": at(end, safe_previous, has_previous, NONE),
-        "peer_frame": at(columns["frame"], safe_peer, has_peer, NONE),
-        "peer_time_us": at(columns["time_us"], safe_peer, has_peer, NONE),
-        "peer_role": at(role, safe_peer, has_peer, "none"),
-        "peer_payload_bytes": at(payload, safe_peer, has_peer, NONE),
-        "peer_ack": at(columns["rel_ack"], safe_peer, has_peer, NONE),
-        "peer_window_bytes": at(columns["window_bytes"], safe_peer, has_peer, NONE),
-        "peer_data_between": peer_data_seen[selected] - at(peer_data_seen, safe_previous,
-                                                            has_previous, 0),
+        "sent_max_before": context["sent_max"][selected],
+        "prev_frame": at(columns["frame"], previous, NONE),
+        "prev_time_us": at(columns["time_us"], previous, NONE),
+        "prev_payload_bytes": at(payload, previous, NONE),
+        "prev_end_seq": at(end, previous, NONE),
+        "peer_frame": at(columns["frame"], peer, NONE),
+        "peer_time_us": at(columns["time_us"], peer, NONE),
+        "peer_role": role_at(peer),
+        "peer_payload_bytes": at(payload, peer, NONE),
+        "peer_ack": at(columns["rel_ack"], peer, NONE),
+        "peer_window_bytes": at(columns["window_bytes"], peer, NONE),
+        "peer_data_between": since_previous["peer_data_seen"],
+        "next_peer_frame": at(columns["frame"], peer_next, NONE),
+        "next_peer_time_us": at(columns["time_us"], peer_next, NONE),
+        "next_peer_role": role_at(peer_next),
+        "next_peer_payload_bytes": at(payload, peer_next, NONE),
+        "next_peer_ack": at(columns["rel_ack"], peer_next, NONE),
+        "next_own_data_time_us": at(columns["time_us"], own_next, NONE),
+        "own_retransmissions_between": np.where(
+            has_previous, since_previous["own_retransmissions"], 0),
     })
