@@ -69,7 +69,9 @@ def evidence_rows(evidence: list[StallEvents]) -> list[list[dict[str, Any]]]:
     all of them at once (per finding, the numpy calls would cost more than the rows)."""
     lists = [_json_column(np.concatenate([events.columns()[index] for events in evidence]),
                           decimals) for index, decimals in enumerate(EVIDENCE_DECIMALS)]
-    rows = [dict(zip(EVIDENCE_KEYS, row)) for row in zip(*lists)]
+    frames, ack, released, stall, start, delay, reaction = EVIDENCE_KEYS
+    rows = [{frames: a, ack: b, released: c, stall: d, start: e, delay: f, reaction: g}
+            for a, b, c, d, e, f, g in zip(*lists)]
     bounds = np.cumsum([0] + [len(events) for events in evidence]).tolist()
     return [rows[start:end] for start, end in zip(bounds[:-1], bounds[1:])]
 
