@@ -10,6 +10,8 @@ minimum, BSD/macOS about 100 ms, Windows 200 ms.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pandas as pd
 
@@ -135,14 +137,17 @@ def fingerprint_hosts(samples: pd.DataFrame) -> dict[str, HostProfile]:
     connection = ordered["connection"].to_numpy().astype(np.int64)
     rounded_ms = np.round(hold_ms, 3)
     profiles: dict[str, HostProfile] = {}
-    for index, (begin, end) in enumerate(zip(starts.tolist(), np.r_[starts[1:], len(code)].tolist())):
+    bounds = zip(starts.tolist(), np.r_[starts[1:], len(code)].tolist())
+    per_host = zip(addresses.tolist(), bounds, timer_ms.tolist(), spread_ms.tolist(),
+                   delayed_count.tolist())
+    for address, (begin, end), timer, spread, samples_delayed in per_host:
         mask = delayed[begin:end]
-        timer = None if np.isnan(timer_ms[index]) else float(timer_ms[index])
-        address = str(addresses[index])
+        timer = None if math.isnan(timer) else timer
+        address = str(address)
         profiles[address] = HostProfile(
             address=address, delack_timer_ms=timer,
-            delack_spread_ms=None if timer is None else float(spread_ms[index]),
-            delack_samples=int(delayed_count[index]), stack_family=stack_family(timer),
+            delack_spread_ms=None if timer is None else spread,
+            delack_samples=samples_delayed, stack_family=stack_family(timer),
             delays_ms=rounded_ms[begin:end], ack_times_s=ack_time_s[begin:end][mask],
             ack_connections=connection[begin:end][mask])
     return profiles

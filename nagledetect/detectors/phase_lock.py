@@ -94,7 +94,8 @@ def lock_tests(hosts: dict[str, HostProfile], samples: pd.DataFrame) -> dict[str
     kept = np.flatnonzero(enough)
     host = np.searchsorted(kept, codes[rows])
     times_s = delayed["ack_time_s"].to_numpy()[rows]
-    ticks_ms = _candidate_ticks_ms([hosts[str(addresses[code])] for code in kept])
+    names = [str(address) for address in addresses.tolist()]
+    ticks_ms = _candidate_ticks_ms([hosts[names[code]] for code in kept.tolist()])
     results = [rayleigh(times_s, host, ticks_ms[:, column] / 1000)
                for column in range(ticks_ms.shape[1])]
     p_values = np.stack([np.where(np.isnan(r[2]), np.inf, r[2]) for r in results], axis=1)
@@ -112,7 +113,7 @@ def lock_tests(hosts: dict[str, HostProfile], samples: pd.DataFrame) -> dict[str
     tests = {}
     for index, code in enumerate(kept.tolist()):
         p_value = float(p_values[index, best[index]])
-        tests[str(addresses[code])] = {
+        tests[names[code]] = {
             "period_ms": float(ticks_ms[index, best[index]]),
             "rayleigh_r": round(float(length[index]), 4), "p_value": p_value,
             "n": int(count[index]), "phase_ms": round(float(phase_s[index]) * 1000, 3),
