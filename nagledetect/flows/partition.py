@@ -5,12 +5,14 @@ part, not the capture. Packets go to a part by the high 32 bits of the hash of t
 pair, so both directions and every reuse of a 4-tuple land in the same part and each part is a
 complete capture of its own connections; frame numbers stay those of the file. (The low bits of
 that hash, a sum of two endpoint hashes, spread pairs unevenly: 377 to 2,417 pairs a part on a
-41,000-connection capture, where the high bits give 1,297 to 1,431.) Rows are appended to one file per part
-as packed records, in file order, and read back one part at a time.
+41,000-connection capture, where the high bits give 1,297 to 1,431.) Each batch appends one
+block to each part's file (its row count, then each column's values, in one `writev`), in file
+order; a part is read back by joining its blocks column by column.
 """
 
 from __future__ import annotations
 
+import os
 import tempfile
 from collections.abc import Iterable
 from pathlib import Path
@@ -43,7 +45,7 @@ class PartitionedPackets:
             part = ((pair_hashes(columns) >> np.uint64(32)) % np.uint64(self.count)).astype(np.int64)
             order = np.argsort(part, kind="stable")
             bounds = np.searchsorted(part[order], np.arange(self.count + 1))
-            records = self._records(columns, order)
+            ordered = self._in_part_order(columns, order)
             sack_records = np.empty(len(sack["row"]), dtype=SACK_DTYPE)
             sack_records["frame"] = columns["frame"][sack["row"]]
             sack_records["left_raw"] = sack["left_raw"]
@@ -53,21 +55,18 @@ class PartitionedPackets:
             sack_bounds = np.searchsorted(sack_part[sack_order], np.arange(self.count + 1))
             sack_records = sack_records[sack_order]
             for index in np.flatnonzero(np.diff(bounds)):
-                records[bounds[index]:bounds[index + 1]].tofile(self._packets[index])
+                start, stop = bounds[index], bounds[index + 1]
+                _write_block(self._packets[index], [values[start:stop] for values in ordered])
                 sack_records[sack_bounds[index]:sack_bounds[index + 1]].tofile(self._sacks[index])
 
-    def _records(self, columns: dict[str, np.ndarray], order: np.ndarray) -> np.ndarray:
-        """The batch as packed records, in part order (gathered column by column: cheaper than
-        reordering the records)."""
+    def _in_part_order(self, columns: dict[str, np.ndarray], order: np.ndarray) -> list[np.ndarray]:
+        """The batch's columns, each gathered into part order (a contiguous copy per column)."""
         dtype = np.dtype([(name, values.dtype) for name, values in columns.items()])
         if self._dtype is None:
             self._dtype = dtype
         elif dtype != self._dtype:
             raise RuntimeError("decoded batches changed their columns")
-        records = np.empty(len(order), dtype=dtype)
-        for name, values in columns.items():
-            records[name] = values[order]
-        return records
+        return [values[order] for values in columns.values()]
 
     def part_files(self) -> list[tuple[str, str, np.dtype]]:
         """Finish writing; then each non-empty part as (packets file, SACK file, record dtype),
@@ -86,12 +85,33 @@ class PartitionedPackets:
         self._folder.cleanup()
 
 
+def _write_block(handle: BinaryIO, columns: list[np.ndarray]) -> None:
+    """One block of a part file: its row count, then each column's values, in one system call."""
+    buffers = [np.int64(len(columns[0])).tobytes(), *columns]
+    handle.flush()
+    if os.writev(handle.fileno(), buffers) != sum(memoryview(b).nbytes for b in buffers):
+        raise OSError(f"{handle.name}: short write of a part file (is the disk full?)")
+
+
+def _read_blocks(path: str, dtype: np.dtype) -> dict[str, np.ndarray]:
+    """A part file's blocks joined column by column."""
+    raw = np.fromfile(path, dtype=np.uint8)
+    pieces: dict[str, list[np.ndarray]] = {name: [] for name in dtype.names}
+    position = 0
+    while position < len(raw):
+        rows = int(raw[position:position + 8].view(np.int64)[0])
+        position += 8
+        for name in dtype.names:
+            size = rows * dtype[name].itemsize
+            pieces[name].append(raw[position:position + size].view(dtype[name]))
+            position += size
+    return {name: np.concatenate(values) for name, values in pieces.items()}
+
+
 def load_part(files: tuple[str, str, np.dtype]) -> DecodedColumns:
     """One part's packets as a batch of columns, SACK rows pointing into it."""
     packets_path, sack_path, dtype = files
-    records = np.fromfile(packets_path, dtype=dtype)
-    columns = {name: np.ascontiguousarray(records[name]) for name in dtype.names}
-    del records
+    columns = _read_blocks(packets_path, dtype)
     sack = np.fromfile(sack_path, dtype=SACK_DTYPE)
     rows = np.searchsorted(columns["frame"], sack["frame"])
     return columns, {"row": rows, "left_raw": sack["left_raw"].copy(),
