@@ -67,9 +67,9 @@ def data_segments(packets: pd.DataFrame, connections: pd.DataFrame) -> pd.DataFr
     end = packets["rel_seq"].to_numpy()[order] + payload
     columns = {name: packets[name].to_numpy()[order].astype(np.int64) for name in
                ("frame", "time_us", "rel_seq", "rel_ack", "window_bytes", "wire_segments")}
-    context = _context_by_direction(direction, starts, role, payload, end, is_new_data)
     selected = np.flatnonzero(is_new_data)
     selected = selected[np.argsort(columns["frame"][selected], kind="stable")]
+    context = _context_by_direction(selected, direction, starts, role, payload, end, is_new_data)
     table = _segment_rows(selected, context, columns, connection, direction, role, payload, end)
     mss = connections.set_index("id")["effective_mss"]
     table["mss"] = mss.reindex(table["connection"]).to_numpy()
@@ -88,37 +88,50 @@ def _connection_order(packets: pd.DataFrame) -> np.ndarray:
     return np.argsort(packets["connection"].to_numpy(), kind="stable")
 
 
-def _context_by_direction(direction, starts, role, payload, end, is_new_data) -> dict:
-    """Per packet, for its own direction: the previous new-data segment, the peer's latest and
-    next packets, its own next data segment, running counts of peer data and own
-    retransmissions, and the highest sequence end sent before it."""
+def _context_by_direction(selected, direction, starts, role, payload, end, is_new_data) -> dict:
+    """For each selected segment, from its own direction's view of the connection: the previous
+    new-data segment, the peer's latest and next packets, its own next data segment, the peer
+    data segments and own retransmissions since the previous one, and the highest sequence end
+    sent before it. Each quantity is computed for one direction at a time and only the selected
+    rows are kept, so the temporaries stay one column of the packets at a time."""
     retransmitted = np.isin(role, [ROLE[name] for name in RETRANSMISSION_ROLES])
-    context: dict[str, np.ndarray] = {}
-    for side in (0, 1):
-        mine = direction == side
-        values = {
-            "previous_data": _latest_before(mine & is_new_data, starts),
-            "peer_latest": _latest_before(~mine, starts),
-            "peer_next": _earliest_after(~mine, starts),
-            "own_next_data": _earliest_after(mine & (payload > 0), starts),
-            "peer_data_seen": grouped_cumsum(~mine & (payload > 0), starts),
-            "own_retransmissions": grouped_cumsum(mine & retransmitted, starts),
-            "sent_max": previous_in_group(grouped_cummax(np.where(mine, end, NONE), starts),
-                                          starts, NONE),
-        }
-        for name, value in values.items():
-            context[name] = value if side == 0 else np.where(mine, value, context[name])
+    sides = [np.flatnonzero(direction[selected] == side) for side in (0, 1)]
+
+    def pick(compute, *at_rows: np.ndarray) -> list[np.ndarray]:
+        """compute(mine) per direction, read at the selected rows of that direction (and at
+        each index array of `at_rows`, given per selected row)."""
+        picked = [np.empty(len(selected), dtype=np.int64) for _ in range(1 + len(at_rows))]
+        for side, rows in zip((0, 1), sides):
+            values = compute(direction == side)
+            for result, where in zip(picked, (selected, *at_rows)):
+                result[rows] = values[np.maximum(where[rows], 0)]
+        return picked
+
+    (previous,) = pick(lambda mine: _latest_before(mine & is_new_data, starts))
+    context = {"previous_data": previous}
+    for name, compute in (
+            ("peer_latest", lambda mine: _latest_before(~mine, starts)),
+            ("peer_next", lambda mine: _earliest_after(~mine, starts)),
+            ("own_next_data", lambda mine: _earliest_after(mine & (payload > 0), starts)),
+            ("sent_max", lambda mine: previous_in_group(
+                grouped_cummax(np.where(mine, end, NONE), starts), starts, NONE))):
+        (context[name],) = pick(compute)
+    has_previous = previous >= 0
+    for name, compute in (
+            ("peer_data_between", lambda mine: grouped_cumsum(~mine & (payload > 0), starts)),
+            ("own_retransmissions_between",
+             lambda mine: grouped_cumsum(mine & retransmitted, starts))):
+        at_segment, at_previous = pick(compute, previous)
+        context[name] = at_segment - np.where(has_previous, at_previous, 0)
     return context
 
 
 def _segment_rows(selected, context, columns, connection, direction, role, payload,
                   end) -> pd.DataFrame:
-    previous = context["previous_data"][selected]
-    peer = context["peer_latest"][selected]
-    peer_next = context["peer_next"][selected]
-    own_next = context["own_next_data"][selected]
-    has_previous = previous >= 0
-    safe_previous = np.maximum(previous, 0)
+    previous = context["previous_data"]
+    peer = context["peer_latest"]
+    peer_next = context["peer_next"]
+    own_next = context["own_next_data"]
 
     def at(values: np.ndarray, index: np.ndarray, missing) -> np.ndarray:
         return np.where(index >= 0, values[np.maximum(index, 0)], missing)
@@ -126,9 +139,6 @@ def _segment_rows(selected, context, columns, connection, direction, role, paylo
     def role_at(index: np.ndarray) -> np.ndarray:
         return _ROLE_NAMES[np.where(index >= 0, role[np.maximum(index, 0)], len(ROLES))]
 
-    since_previous = {name: context[name][selected] - np.where(
-        has_previous, context[name][safe_previous], 0) for name in
-        ("peer_data_seen", "own_retransmissions")}
     return pd.DataFrame({
         "frame": columns["frame"][selected],
         "time_us": columns["time_us"][selected],
@@ -138,7 +148,7 @@ def _segment_rows(selected, context, columns, connection, direction, role, paylo
         "rel_seq": columns["rel_seq"][selected],
         "end_seq": end[selected],
         "wire_segments": columns["wire_segments"][selected],
-        "sent_max_before": context["sent_max"][selected],
+        "sent_max_before": context["sent_max"],
         "prev_frame": at(columns["frame"], previous, NONE),
         "prev_time_us": at(columns["time_us"], previous, NONE),
         "prev_payload_bytes": at(payload, previous, NONE),
@@ -149,7 +159,7 @@ def _segment_rows(selected, context, columns, connection, direction, role, paylo
         "peer_payload_bytes": at(payload, peer, NONE),
         "peer_ack": at(columns["rel_ack"], peer, NONE),
         "peer_window_bytes": at(columns["window_bytes"], peer, NONE),
-        "peer_data_between": since_previous["peer_data_seen"],
+        "peer_data_between": context["peer_data_between"],
         "next_peer_frame": at(columns["frame"], peer_next, NONE),
         "next_peer_time_us": at(columns["time_us"], peer_next, NONE),
         "next_peer_role": role_at(peer_next),
@@ -157,5 +167,5 @@ def _segment_rows(selected, context, columns, connection, direction, role, paylo
         "next_peer_ack": at(columns["rel_ack"], peer_next, NONE),
         "next_own_data_time_us": at(columns["time_us"], own_next, NONE),
         "own_retransmissions_between": np.where(
-            has_previous, since_previous["own_retransmissions"], 0),
+            previous >= 0, context["own_retransmissions_between"], 0),
     })
