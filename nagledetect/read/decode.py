@@ -27,6 +27,7 @@ from nagledetect.read.layout import (
     TCP,
     VLAN_TAG,
     Header,
+    HeaderValues,
 )
 from nagledetect.read.tcp_options import decode_tcp_options
 
@@ -119,19 +120,17 @@ def decode_batch(
         return DecodedBatch({}, {skips.reason_text(skips.LINK_TYPE_BASE + linktype): count})
     if linktype == LINKTYPE_ETHERNET:
         columns, skip = _plain_first(buf, offsets, caplens, linktype)
+        keep = skip == skips.KEPT
     else:
         columns, skip = _fixed_headers(buf, offsets, caplens, linktype)
-    keep = skip == skips.KEPT
-    options, sack = decode_tcp_options(
-        buf, columns.pop("options_start")[keep], columns.pop("options_end")[keep]
-    )
-    if keep.all():
-        result = columns
-    else:
-        result = {name: values[keep] for name, values in columns.items()}
-    result["batch_index"] = np.flatnonzero(keep)
-    result.update(options)
-    return DecodedBatch(result, skips.count_reasons(skip), sack)
+        keep = skip == skips.KEPT
+        if not keep.all():
+            columns = {name: values[keep] for name, values in columns.items()}
+    options, sack = decode_tcp_options(buf, columns.pop("options_start"),
+                                       columns.pop("options_end"))
+    columns["batch_index"] = np.flatnonzero(keep)
+    columns.update(options)
+    return DecodedBatch(columns, skips.count_reasons(skip), sack)
 
 
 def _fixed_headers(buf: np.ndarray, offsets: np.ndarray, caplens: np.ndarray,
@@ -154,22 +153,45 @@ def _fixed_headers(buf: np.ndarray, offsets: np.ndarray, caplens: np.ndarray,
 
 def _plain_first(buf: np.ndarray, offsets: np.ndarray, caplens: np.ndarray,
                  linktype: int) -> tuple[dict[str, np.ndarray], np.ndarray]:
-    """`_fixed_headers` for an Ethernet batch, with the plain packets (no VLAN tag, IPv4
-    without options, not a fragment, TCP, lengths consistent and captured) read in one gather
-    of the stacked layout; the rest go through the layer-by-layer walk, which decides their
-    fate exactly as for any packet."""
+    """The kept packets' fixed-header columns (batch order) and every packet's skip code, for
+    an Ethernet batch: the plain packets (no VLAN tag, IPv4 without options, not a fragment,
+    TCP, lengths consistent and captured) are read in one gather of the stacked layout; the
+    rest go through the layer-by-layer walk, which decides their fate as for any packet."""
     header = ETHERNET_IPV4_TCP.gather(buf, offsets)
     tcp_header_bytes = header["tcp_header_words"].astype(np.int64) * 4
-    payload = header["ipv4_total_length"].astype(np.int64) - 20 - tcp_header_bytes
     plain = ((caplens >= ETHERNET_IPV4_TCP_BYTES) & (header["ethernet_ethertype"] == ETHERTYPE_IPV4)
              & (header["ipv4_version"] == 4) & (header["ipv4_header_words"] == 5)
              & (header["ipv4_fragment_offset"] == 0) & (header["ipv4_protocol"] == IPPROTO_TCP)
-             & (tcp_header_bytes >= 20) & (payload >= 0))
+             & (tcp_header_bytes >= 20)
+             & (header["ipv4_total_length"].astype(np.int64) >= 20 + tcp_header_bytes))
+    skip = np.zeros(len(offsets), dtype=np.int64)
+    rest = np.flatnonzero(~plain)
+    if len(rest) == 0:
+        return _plain_columns(header, offsets, caplens), skip
+    plain_rows = np.flatnonzero(plain)
+    columns = _plain_columns(header.rows(plain_rows), offsets[plain_rows], caplens[plain_rows])
+    walked, skip[rest] = _fixed_headers(buf, offsets[rest], caplens[rest], linktype)
+    walked_kept = skip[rest] == skips.KEPT
+    if not walked_kept.any():
+        return columns, skip
+    slot = np.cumsum(skip == skips.KEPT) - 1
+    merged = {}
+    for name, values in columns.items():
+        merged[name] = np.empty(len(plain_rows) + int(walked_kept.sum()), dtype=values.dtype)
+        merged[name][slot[plain_rows]] = values
+        merged[name][slot[rest[walked_kept]]] = walked[name][walked_kept]
+    return merged, skip
+
+
+def _plain_columns(header: HeaderValues, offsets: np.ndarray,
+                   caplens: np.ndarray) -> dict[str, np.ndarray]:
+    """The fixed-header columns of plain Ethernet/IPv4/TCP packets, from their stacked header."""
     count = len(offsets)
-    mapped = np.full(count, 0xFFFF, dtype=np.uint32)
-    zeros = np.zeros(count, dtype=np.uint32)
+    tcp_header_bytes = header["tcp_header_words"].astype(np.int64) * 4
     start = offsets.astype(np.int64) + 14 + 20
-    columns = {
+    zeros = np.zeros(count, dtype=np.uint32)
+    mapped = np.full(count, 0xFFFF, dtype=np.uint32)
+    return {
         "ip_version": np.full(count, 4, dtype=np.uint8),
         "src_0": zeros, "src_1": zeros.copy(), "src_2": mapped, "src_3": header["ipv4_src"],
         "dst_0": zeros.copy(), "dst_1": zeros.copy(), "dst_2": mapped.copy(),
@@ -181,18 +203,12 @@ def _plain_first(buf: np.ndarray, offsets: np.ndarray, caplens: np.ndarray,
         "flags": header["tcp_flags"],
         "window_raw": header["tcp_window"],
         "tcp_header_bytes": tcp_header_bytes.astype(np.uint8),
-        "payload_bytes": np.maximum(payload, 0).astype(np.uint32),
+        "payload_bytes": (header["ipv4_total_length"].astype(np.int64) - 20
+                          - tcp_header_bytes).astype(np.uint32),
         "payload_from_capture": np.zeros(count, dtype=bool),
         "options_start": start + 20,
         "options_end": np.minimum(start + tcp_header_bytes, offsets + caplens.astype(np.int64)),
     }
-    skip = np.zeros(count, dtype=np.int64)
-    rest = np.flatnonzero(~plain)
-    if len(rest):
-        walked, skip[rest] = _fixed_headers(buf, offsets[rest], caplens[rest], linktype)
-        for name, values in walked.items():
-            columns[name][rest] = values
-    return columns, skip
 
 
 def _link_layer(buf: np.ndarray, cursor: _Cursor, linktype: int) -> np.ndarray:

@@ -65,6 +65,11 @@ class HeaderValues:
         self._header = header
         self._records = records
 
+    def rows(self, index: np.ndarray) -> HeaderValues:
+        """The headers of some packets only (by position in the batch)."""
+        item = np.dtype((np.void, self._header.itemsize))
+        return HeaderValues(self._header, self._records.view(item)[index].view(self._header.dtype))
+
     def __getitem__(self, name: str) -> np.ndarray:
         field = self._header.fields[name]
         value = self._records[name]
