@@ -36,11 +36,19 @@ def _mutated(name: str, edits: list[tuple[int, int, int]], cuts: list[tuple[int,
     return pad_batch(raw.tobytes()), batch.offsets, caplens
 
 
+def _edits(last_offset: int) -> st.SearchStrategy:
+    """Up to 40 (packet, byte offset, new value) edits of the header bytes."""
+    return st.lists(st.tuples(st.integers(0, 10_000), st.integers(0, last_offset),
+                              st.integers(0, 255)), max_size=40)
+
+
+def _cuts(longest: int) -> st.SearchStrategy:
+    """Up to 10 (packet, captured length) cuts."""
+    return st.lists(st.tuples(st.integers(0, 10_000), st.integers(0, longest)), max_size=10)
+
+
 @settings(max_examples=2000, derandomize=True, deadline=None)
-@given(name=st.sampled_from(sorted(SOURCES)),
-       edits=st.lists(st.tuples(st.integers(0, 10_000), st.integers(0, 255), st.integers(0, 255)),
-                      max_size=40),
-       cuts=st.lists(st.tuples(st.integers(0, 10_000), st.integers(0, 120)), max_size=10))
+@given(name=st.sampled_from(sorted(SOURCES)), edits=_edits(255), cuts=_cuts(120))
 def test_corrupted_headers_are_decoded_or_skipped_never_fatal(name, edits, cuts) -> None:
     buf, offsets, caplens = _mutated(name, edits, cuts)
     decoded = decode_batch(buf, offsets, caplens, linktype=1)
@@ -64,10 +72,7 @@ def assert_plain_path_agrees(buf, offsets, caplens) -> None:
 
 
 @settings(max_examples=1000, derandomize=True, deadline=None)
-@given(name=st.sampled_from(sorted(SOURCES)),
-       edits=st.lists(st.tuples(st.integers(0, 10_000), st.integers(0, 60), st.integers(0, 255)),
-                      max_size=40),
-       cuts=st.lists(st.tuples(st.integers(0, 10_000), st.integers(0, 80)), max_size=10))
+@given(name=st.sampled_from(sorted(SOURCES)), edits=_edits(60), cuts=_cuts(80))
 def test_plain_packet_path_agrees_with_the_layer_walk(name, edits, cuts) -> None:
     assert_plain_path_agrees(*_mutated(name, edits, cuts))
 

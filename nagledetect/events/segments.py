@@ -136,8 +136,14 @@ def _segment_rows(selected, context, columns, connection, direction, role, paylo
     def at(values: np.ndarray, index: np.ndarray, missing) -> np.ndarray:
         return np.where(index >= 0, values[np.maximum(index, 0)], missing)
 
-    def role_at(index: np.ndarray) -> np.ndarray:
-        return _ROLE_NAMES[np.where(index >= 0, role[np.maximum(index, 0)], len(ROLES))]
+    def packet_at(prefix: str, index: np.ndarray) -> dict[str, np.ndarray]:
+        """Frame, time, role, payload and ACK of the packets at `index` (none where -1)."""
+        return {f"{prefix}_frame": at(columns["frame"], index, NONE),
+                f"{prefix}_time_us": at(columns["time_us"], index, NONE),
+                f"{prefix}_role": _ROLE_NAMES[np.where(index >= 0, role[np.maximum(index, 0)],
+                                                       len(ROLES))],
+                f"{prefix}_payload_bytes": at(payload, index, NONE),
+                f"{prefix}_ack": at(columns["rel_ack"], index, NONE)}
 
     return pd.DataFrame({
         "frame": columns["frame"][selected],
@@ -153,18 +159,10 @@ def _segment_rows(selected, context, columns, connection, direction, role, paylo
         "prev_time_us": at(columns["time_us"], previous, NONE),
         "prev_payload_bytes": at(payload, previous, NONE),
         "prev_end_seq": at(end, previous, NONE),
-        "peer_frame": at(columns["frame"], peer, NONE),
-        "peer_time_us": at(columns["time_us"], peer, NONE),
-        "peer_role": role_at(peer),
-        "peer_payload_bytes": at(payload, peer, NONE),
-        "peer_ack": at(columns["rel_ack"], peer, NONE),
+        **packet_at("peer", peer),
         "peer_window_bytes": at(columns["window_bytes"], peer, NONE),
         "peer_data_between": context["peer_data_between"],
-        "next_peer_frame": at(columns["frame"], peer_next, NONE),
-        "next_peer_time_us": at(columns["time_us"], peer_next, NONE),
-        "next_peer_role": role_at(peer_next),
-        "next_peer_payload_bytes": at(payload, peer_next, NONE),
-        "next_peer_ack": at(columns["rel_ack"], peer_next, NONE),
+        **packet_at("next_peer", peer_next),
         "next_own_data_time_us": at(columns["time_us"], own_next, NONE),
         "own_retransmissions_between": np.where(
             previous >= 0, context["own_retransmissions_between"], 0),

@@ -1,11 +1,12 @@
 """Endpoint pairs (4-tuples) numbered batch by batch, so addresses never become packet columns.
 
-Each endpoint (address words and port) is hashed to 64 bits; a pair's hash is the sum of its
-two endpoints' hashes, the same in both directions, and the endpoint with the smaller hash is
-the pair's "low" side. A hash table (pandas' factorize, one pass) finds a batch's distinct pairs
-and a dictionary gives each a capture-wide number; the full rows are kept once per pair.
-Collisions are checked, not assumed away: packets that share a pair hash must have the same two
-endpoint hashes.
+Each endpoint gets a 64-bit key: for IPv4 the address and port themselves (exact), for IPv6 a
+hash of its words with the top bit set (so it never equals an IPv4 key). The endpoint with the
+smaller key is the pair's "low" side. The pair's two keys are mixed into one 64-bit value, the
+same in both directions; a hash table (pandas' factorize, one pass) finds a batch's distinct
+values, and a dictionary keyed by the exact (low, high) keys gives each pair a capture-wide
+number. Collisions of the mixed value are checked, not assumed away: every packet of a value
+must have the same two keys, else the batch is grouped by the two keys themselves.
 """
 
 from __future__ import annotations
@@ -28,62 +29,81 @@ def endpoint_rows(columns: dict[str, np.ndarray], side: str, row: int) -> np.nda
     return np.array([columns[name][row] for name in names], dtype=np.uint32)
 
 
-def endpoint_hash(columns: dict[str, np.ndarray], side: str) -> np.ndarray:
-    """64-bit hash of one side's endpoint of every packet, computed word by word (no stacking)."""
-    names = [f"{side}_{i}" for i in range(4)] + [f"{side}_port"]
+def _mixed(value: np.ndarray) -> np.ndarray:
+    """splitmix64's finaliser: every input bit reaches every output bit."""
     with np.errstate(over="ignore"):
-        value = np.zeros(len(columns[names[0]]), dtype=np.uint64)
-        for name, multiplier in zip(names, _HASH_MULTIPLIERS):
-            value ^= columns[name].astype(np.uint64) * multiplier
-        value ^= value >> np.uint64(31)
-        value *= np.uint64(0xBF58476D1CE4E5B9)
-    return value
+        value = (value ^ (value >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        value = (value ^ (value >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        return value ^ (value >> np.uint64(31))
+
+
+_IPV6_KEY_BIT = np.uint64(1 << 63)
+
+
+def endpoint_key(columns: dict[str, np.ndarray], side: str) -> np.ndarray:
+    """64-bit key of one side's endpoint of every packet: address << 16 | port for IPv4
+    (IPv4-mapped words), else a hash of the four words and the port with the top bit set."""
+    port = columns[f"{side}_port"].astype(np.uint64)
+    key = (columns[f"{side}_3"].astype(np.uint64) << np.uint64(16)) | port
+    ipv4 = ((columns[f"{side}_0"] == 0) & (columns[f"{side}_1"] == 0)
+            & (columns[f"{side}_2"] == 0xFFFF))
+    if ipv4.all():
+        return key
+    with np.errstate(over="ignore"):
+        hashed = port * _HASH_MULTIPLIERS[4]
+        for index, multiplier in enumerate(_HASH_MULTIPLIERS[:4]):
+            hashed = _mixed(hashed ^ columns[f"{side}_{index}"].astype(np.uint64) * multiplier)
+    return np.where(ipv4, key, hashed | _IPV6_KEY_BIT)
+
+
+def _ordered_keys(columns: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Each packet's low and high endpoint keys, and whether its source is the low one."""
+    src = endpoint_key(columns, "src")
+    dst = endpoint_key(columns, "dst")
+    src_is_low = src <= dst
+    return np.minimum(src, dst), np.maximum(src, dst), src_is_low
+
+
+def _pair_value(low: np.ndarray, high: np.ndarray) -> np.ndarray:
+    with np.errstate(over="ignore"):
+        return _mixed(_mixed(low) + high)
 
 
 def pair_hashes(columns: dict[str, np.ndarray]) -> np.ndarray:
-    """64-bit hash of each packet's endpoint pair, the same in both directions: the sum of the
-    two endpoints' hashes, which needs no canonical ordering."""
-    with np.errstate(over="ignore"):
-        return endpoint_hash(columns, "src") + endpoint_hash(columns, "dst")
+    """64-bit hash of each packet's endpoint pair, the same in both directions."""
+    low, high, _ = _ordered_keys(columns)
+    return _pair_value(low, high)
 
 
 class EndpointPairs:
     """Capture-wide numbering of endpoint pairs; `rows` holds (low endpoint, high endpoint)."""
 
     def __init__(self) -> None:
-        self._number_of: dict[int, int] = {}
-        self._low_hashes: list[int] = []
+        self._number_of: dict[tuple[int, int], int] = {}
         self._rows: list[np.ndarray] = []
 
     def assign(self, columns: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
         """Pair number and "source is the lower endpoint" for every packet of a batch."""
-        src_hash = endpoint_hash(columns, "src")
-        dst_hash = endpoint_hash(columns, "dst")
-        src_is_low = src_hash <= dst_hash
-        low_hash = np.minimum(src_hash, dst_hash)
-        with np.errstate(over="ignore"):
-            codes, unique_hashes = pd.factorize(src_hash + dst_hash)
+        low, high, src_is_low = _ordered_keys(columns)
+        codes, _ = pd.factorize(_pair_value(low, high))
         first = first_occurrences(codes)
-        if not np.array_equal(low_hash, low_hash[first][codes]):
-            raise RuntimeError("64-bit endpoint hash collision")
-        numbers = np.empty(len(unique_hashes), dtype=np.int64)
-        for index, value in enumerate(unique_hashes.tolist()):
-            numbers[index] = self._number(value, int(first[index]), columns, src_is_low, low_hash)
+        if not (np.array_equal(low, low[first][codes]) and np.array_equal(high, high[first][codes])):
+            codes, first = _grouped_exactly(low, high)
+        pairs = zip(low[first].tolist(), high[first].tolist(), first.tolist())
+        numbers = np.array([self._number(key_pair, row, columns, src_is_low)
+                            for *key_pair, row in pairs], dtype=np.int64)
         return numbers[codes], src_is_low
 
-    def _number(self, pair_hash: int, row: int, columns: dict[str, np.ndarray],
-                src_is_low: np.ndarray, low_hash: np.ndarray) -> int:
+    def _number(self, keys: list[int], row: int, columns: dict[str, np.ndarray],
+                src_is_low: np.ndarray) -> int:
         """The number of a pair (seen first at `row` of this batch), given on first sight."""
-        number = self._number_of.get(pair_hash)
-        if number is not None:
-            if self._low_hashes[number] != int(low_hash[row]):
-                raise RuntimeError("64-bit endpoint hash collision")
-            return number
-        number = len(self._number_of)
-        self._number_of[pair_hash] = number
-        self._low_hashes.append(int(low_hash[row]))
-        sides = ("src", "dst") if src_is_low[row] else ("dst", "src")
-        self._rows.append(np.concatenate([endpoint_rows(columns, side, row) for side in sides]))
+        key = (keys[0], keys[1])
+        number = self._number_of.get(key)
+        if number is None:
+            number = self._number_of[key] = len(self._number_of)
+            sides = ("src", "dst") if src_is_low[row] else ("dst", "src")
+            self._rows.append(np.concatenate([endpoint_rows(columns, side, row)
+                                              for side in sides]))
         return number
 
     @property
@@ -92,3 +112,13 @@ class EndpointPairs:
         if not self._rows:
             return np.zeros((0, 2 * ENDPOINT_WORDS), dtype=np.uint32)
         return np.stack(self._rows)
+
+
+def _grouped_exactly(low: np.ndarray, high: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Codes by the exact (low, high) keys, numbered in order of first sight, and each code's
+    first row: the slow path taken when two pairs' mixed values collide."""
+    _, first, inverse = np.unique(np.stack([low, high], axis=1), axis=0, return_index=True,
+                                  return_inverse=True)
+    rank = np.empty(len(first), dtype=np.int64)
+    rank[np.argsort(first)] = np.arange(len(first))
+    return rank[inverse.ravel()], np.sort(first)

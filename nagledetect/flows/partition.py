@@ -1,13 +1,12 @@
 """Split a capture's decoded packets into parts that each hold whole connections, on disk.
 
 Why: a capture larger than memory can then be analysed part by part, with a peak set by the
-part, not the capture. Packets go to a part by the high 32 bits of the hash of their endpoint
-pair, so both directions and every reuse of a 4-tuple land in the same part and each part is a
-complete capture of its own connections; frame numbers stay those of the file. (The low bits of
-that hash, a sum of two endpoint hashes, spread pairs unevenly: 377 to 2,417 pairs a part on a
-41,000-connection capture, where the high bits give 1,297 to 1,431.) Each batch appends one
-block to each part's file (its row count, then each column's values, in one `writev`), in file
-order; a part is read back by joining its blocks column by column.
+part, not the capture. Packets go to a part by the hash of their endpoint pair (well mixed, so
+parts come out even), so both directions and every reuse of a 4-tuple land in the same part
+and each part is a complete capture of its own connections; frame numbers stay those of the
+file. Each batch appends one block to each part's file (its row count, then each column's
+values, in one `writev`), in file order; a part is read back by joining its blocks column by
+column.
 """
 
 from __future__ import annotations
@@ -42,7 +41,7 @@ class PartitionedPackets:
     def add(self, batches: Iterable[DecodedColumns]) -> None:
         """Route every batch's rows (and their SACK blocks) to the parts of their pairs."""
         for columns, sack in batches:
-            part = ((pair_hashes(columns) >> np.uint64(32)) % np.uint64(self.count)).astype(np.int64)
+            part = (pair_hashes(columns) % np.uint64(self.count)).astype(np.int64)
             order = np.argsort(part, kind="stable")
             bounds = np.searchsorted(part[order], np.arange(self.count + 1))
             ordered = self._in_part_order(columns, order)
