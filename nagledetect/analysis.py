@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import math
 import os
-from concurrent.futures import ProcessPoolExecutor
+from collections.abc import Iterable
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from dataclasses import dataclass
 
 import numpy as np
@@ -34,6 +35,8 @@ HOST_STEP_COLUMNS = ("host", "connection", "ack_time_s", "hold_ms", "delayed")
 """The delayed-ACK sample columns the capture-wide host step reads."""
 PART_BYTES = 32 * 1024 * 1024
 """Capture bytes per part: about 300,000 packets at a snaplen of 128, about 250 MB of work."""
+PART_FILE_BYTES_IN_FLIGHT = 4 * PART_BYTES
+"""Part files analysed at once (a part's work takes about 7 times its file's size in memory)."""
 MAX_PARTS = 400
 """Two open files per part: stay well inside the usual limit of 1,024 (parts grow instead)."""
 
@@ -83,8 +86,7 @@ def analyze_capture(path: str, bpf_filter: str | None = None,
         partitioned.add(batches)
         files = partitioned.part_files()
         if workers > 1 and len(files) > 1:
-            with ProcessPoolExecutor(max_workers=min(workers, len(files))) as pool:
-                results = list(pool.map(_part_level, [path] * len(files), files))
+            results = _parts_in_parallel(path, files, workers)
         else:
             results = [_part_level(path, part) for part in files]
     finally:
@@ -92,6 +94,43 @@ def analyze_capture(path: str, bpf_filter: str | None = None,
     if not results:
         return run_detectors(_without_packets(path, accounting, None))
     return _merge(path, accounting, results)
+
+
+def _parts_in_parallel(path: str, files: list[tuple[str, str, np.dtype]],
+                       workers: int) -> list[_ConnectionLevel]:
+    """Each part in a worker process, largest first, with at most `workers` parts and
+    PART_FILE_BYTES_IN_FLIGHT of part files in flight, so that the parts of a capture of a few
+    huge connections do not all run at once (a part larger than that runs alone). Results come
+    back in the order of `files`."""
+    sizes = [os.path.getsize(packets_file) for packets_file, _, _ in files]
+    waiting = sorted(range(len(files)), key=lambda index: -sizes[index])
+    results: list[_ConnectionLevel | None] = [None] * len(files)
+    running: dict[Future, int] = {}
+    with ProcessPoolExecutor(max_workers=min(workers, len(files))) as pool:
+        while waiting or running:
+            for index in _fitting(waiting, sizes, running.values(), workers):
+                waiting.remove(index)
+                running[pool.submit(_part_level, path, files[index])] = index
+            done, _ = wait(running, return_when=FIRST_COMPLETED)
+            for future in done:
+                results[running.pop(future)] = future.result()
+    return results
+
+
+def _fitting(waiting: list[int], sizes: list[int], running: Iterable[int],
+             workers: int) -> list[int]:
+    """The waiting parts (largest first) that can start now within the limits."""
+    started = list(running)
+    in_flight = sum(sizes[index] for index in started)
+    chosen = []
+    for index in waiting:
+        if len(started) + len(chosen) >= workers:
+            break
+        alone = not started and not chosen
+        if alone or in_flight + sizes[index] <= PART_FILE_BYTES_IN_FLIGHT:
+            chosen.append(index)
+            in_flight += sizes[index]
+    return chosen
 
 
 def _part_level(path: str, files: tuple[str, str, np.dtype]) -> _ConnectionLevel:
