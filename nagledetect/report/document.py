@@ -25,6 +25,7 @@ from nagledetect.read.decode import LINKTYPE_NAMES
 
 SCHEMA = "nagledetect/1"
 ENTRIES_PER_CHUNK = 2048
+EVIDENCE_ROWS_PER_CHUNK = 65_536
 
 
 def _number(value: Any) -> Any:
@@ -261,15 +262,65 @@ def _write_json(document: dict[str, Any], stream: BinaryIO) -> None:
             continue
         head = b'{\n  ' + orjson.dumps(key) + b": ["
         stream.write(head[2:])
-        for start in range(0, len(value), ENTRIES_PER_CHUNK):
-            chunk = value[start:start + ENTRIES_PER_CHUNK]
-            if key == "findings":
-                rows = evidence_rows([finding["events"] for finding in chunk])
-                chunk = [dict(finding, events=events) for finding, events in zip(chunk, rows)]
-            wrapped = orjson.dumps({key: chunk}, option=orjson.OPT_INDENT_2)
-            stream.write((b"," if start else b"") + wrapped[len(head):-len(_LIST_TAIL)])
+        pieces = _finding_pieces(value) if key == "findings" else (
+            value[start:start + ENTRIES_PER_CHUNK] for start in range(0, len(value),
+                                                                      ENTRIES_PER_CHUNK))
+        for index, piece in enumerate(pieces):
+            stream.write(b"," if index else b"")
+            if isinstance(piece, dict):
+                _write_large_finding(piece, stream)
+                continue
+            wrapped = orjson.dumps({key: piece}, option=orjson.OPT_INDENT_2)
+            stream.write(wrapped[len(head):-len(_LIST_TAIL)])
         stream.write(b"\n  ]")
     stream.write(b"\n}\n")
 
 
+def _finding_pieces(findings: list[dict[str, Any]]) -> Iterator[list[dict[str, Any]] | dict]:
+    """The findings in chunks of at most ENTRIES_PER_CHUNK findings and EVIDENCE_ROWS_PER_CHUNK
+    evidence rows, with their rows made; a finding with more rows than that comes alone, as
+    itself, to be written a slice of rows at a time."""
+    chunk: list[dict[str, Any]] = []
+    rows = 0
+    for finding in findings:
+        size = len(finding["events"])
+        full = len(chunk) == ENTRIES_PER_CHUNK or rows + size > EVIDENCE_ROWS_PER_CHUNK
+        if chunk and (full or size > EVIDENCE_ROWS_PER_CHUNK):
+            yield _with_rows(chunk)
+            chunk, rows = [], 0
+        if size > EVIDENCE_ROWS_PER_CHUNK:
+            yield finding
+            continue
+        chunk.append(finding)
+        rows += size
+    if chunk:
+        yield _with_rows(chunk)
+
+
+def _with_rows(chunk: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    rows = evidence_rows([finding["events"] for finding in chunk])
+    return [dict(finding, events=events) for finding, events in zip(chunk, rows)]
+
+
+def _write_large_finding(finding: dict[str, Any], stream: BinaryIO) -> None:
+    """One finding whose evidence rows are made and written a slice at a time, as the same
+    bytes as when it is dumped whole (a stall per packet pair of a huge connection would
+    otherwise be one JSON string of a gigabyte)."""
+    marker = orjson.dumps("nagledetect: evidence rows go here")
+    wrapped = orjson.dumps({"findings": [dict(finding, events=orjson.loads(marker))]},
+                           option=orjson.OPT_INDENT_2)
+    before, after = wrapped[len(_FINDINGS_HEAD):-len(_LIST_TAIL)].split(b": " + marker, 1)
+    stream.write(before + b": [")
+    events = finding["events"]
+    for start in range(0, len(events), EVIDENCE_ROWS_PER_CHUNK):
+        rows_slice = events[start:start + EVIDENCE_ROWS_PER_CHUNK]
+        rows = orjson.dumps({"findings": [{"events": rows_slice}]}, option=orjson.OPT_INDENT_2)
+        stream.write((b"," if start else b"") + rows[len(_EVENTS_HEAD):-len(_EVENTS_TAIL)])
+    stream.write(_EVENTS_CLOSE + after)
+
+
+_FINDINGS_HEAD = b'{\n  "findings": ['
+_EVENTS_HEAD = _FINDINGS_HEAD + b'\n    {\n      "events": ['
+_EVENTS_CLOSE = b"\n      ]"
+_EVENTS_TAIL = _EVENTS_CLOSE + b"\n    }\n  ]\n}"
 _LIST_TAIL = b"\n  ]\n}"
