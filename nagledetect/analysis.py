@@ -11,6 +11,7 @@ result equals a one-part run, except that the packet, segment and message tables
 
 from __future__ import annotations
 
+import gc
 import math
 import os
 from collections.abc import Iterable
@@ -21,6 +22,7 @@ import numpy as np
 import pandas as pd
 
 from nagledetect.api import Capture, load_capture
+from nagledetect.collector import collector_paused
 from nagledetect.detectors import CONNECTION_DETECTORS, nagle_stall, phase_lock, segment_parity
 from nagledetect.detectors.delack_timer import delack_samples, fingerprint_hosts
 from nagledetect.detectors.model import DetectorInput, Finding, HostProfile
@@ -85,15 +87,17 @@ def analyze_capture(path: str, bpf_filter: str | None = None,
     try:
         partitioned.add(batches)
         files = partitioned.part_files()
-        if workers > 1 and len(files) > 1:
-            results = _parts_in_parallel(path, files, workers)
-        else:
-            results = [_part_level(path, part) for part in files]
+        with collector_paused():
+            if workers > 1 and len(files) > 1:
+                results = _parts_in_parallel(path, files, workers)
+            else:
+                results = [_part_level(path, part) for part in files]
     finally:
         partitioned.close()
     if not results:
         return run_detectors(_without_packets(path, accounting, None))
-    return _merge(path, accounting, results)
+    with collector_paused():
+        return _merge(path, accounting, results)
 
 
 def _parts_in_parallel(path: str, files: list[tuple[str, str, np.dtype]],
@@ -101,12 +105,13 @@ def _parts_in_parallel(path: str, files: list[tuple[str, str, np.dtype]],
     """Each part in a worker process, largest first, with at most `workers` parts and
     PART_FILE_BYTES_IN_FLIGHT of part files in flight, so that the parts of a capture of a few
     huge connections do not all run at once (a part larger than that runs alone). Results come
-    back in the order of `files`."""
+    back in the order of `files`. The workers start with the cyclic collector on (they are
+    forked while the caller has it paused); each pauses it for a part."""
     sizes = [os.path.getsize(packets_file) for packets_file, _, _ in files]
     waiting = sorted(range(len(files)), key=lambda index: -sizes[index])
     results: list[_ConnectionLevel | None] = [None] * len(files)
     running: dict[Future, int] = {}
-    with ProcessPoolExecutor(max_workers=min(workers, len(files))) as pool:
+    with ProcessPoolExecutor(max_workers=min(workers, len(files)), initializer=gc.enable) as pool:
         while waiting or running:
             for index in _fitting(waiting, sizes, running.values(), workers):
                 waiting.remove(index)
@@ -135,12 +140,14 @@ def _fitting(waiting: list[int], sizes: list[int], running: Iterable[int],
 
 def _part_level(path: str, files: tuple[str, str, np.dtype]) -> _ConnectionLevel:
     """Connection-level results of one part; its packet, segment and message tables are let go
-    here, so only connections, findings, samples and parity rows travel back."""
-    flows = build_flows([load_part(files)])
-    level = _connection_level(flows.packets, flows.connections, fingerprint=False)
-    level.segments = level.messages = pd.DataFrame()
-    level.samples = level.samples[list(HOST_STEP_COLUMNS)]
-    return level
+    here, so only connections, findings, samples and parity rows travel back. The cyclic
+    collector is paused for the part and runs between parts."""
+    with collector_paused():
+        flows = build_flows([load_part(files)])
+        level = _connection_level(flows.packets, flows.connections, fingerprint=False)
+        level.segments = level.messages = pd.DataFrame()
+        level.samples = level.samples[list(HOST_STEP_COLUMNS)]
+        return level
 
 
 def _without_packets(path: str, accounting: Accounting,

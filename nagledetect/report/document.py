@@ -6,10 +6,8 @@ and no reporter recomputes analysis. Keys are stable: later versions only add.
 
 from __future__ import annotations
 
-import gc
 import math
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
 from typing import Any, BinaryIO
 
 import numpy as np
@@ -19,6 +17,7 @@ import pandas as pd
 from nagledetect.advice import ADVICE
 from nagledetect.analysis import Analysis
 from nagledetect.api import Capture
+from nagledetect.collector import collector_paused
 from nagledetect.detectors.model import Finding, HostProfile, evidence_rows
 from nagledetect.events.endpoints import endpoint
 from nagledetect.read.decode import LINKTYPE_NAMES
@@ -208,7 +207,7 @@ def build_document(analyses: list[Analysis]) -> dict[str, Any]:
     findings: list[dict[str, Any]] = []
     hosts: list[dict[str, Any]] = []
     parity: list[dict[str, Any]] = []
-    with _collector_paused():
+    with collector_paused():
         for index, analysis in enumerate(analyses):
             first_id = connections.first_ids[index]
             findings.extend(_finding_entry(f, index, first_id) for f in analysis.findings)
@@ -233,22 +232,9 @@ def write_json(document: dict[str, Any], stream: BinaryIO) -> None:
     connections or millions of stalls is never one string in memory. Each piece is dumped
     inside a one-key object, so orjson indents it at its final depth.
 
-    The cyclic garbage collector is paused meanwhile: the rows made here hold no cycles (plain
-    dicts and lists, freed by reference counting), and its passes over millions of them cost
-    about a fifth of the writing time."""
-    with _collector_paused():
+    The cyclic garbage collector is paused meanwhile (see `nagledetect.collector`)."""
+    with collector_paused():
         _write_json(document, stream)
-
-
-@contextmanager
-def _collector_paused() -> Iterator[None]:
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 def _write_json(document: dict[str, Any], stream: BinaryIO) -> None:
