@@ -138,7 +138,7 @@ def build_flows(batches: Iterable[DecodedColumns], expected_packets: int = 0) ->
 def _direction_order(columns: dict[str, np.ndarray]) -> np.ndarray:
     """Permutation sorting packets by (connection, direction), time order kept within each."""
     group = columns["connection"].astype(np.int64) * 2 + columns["direction"]
-    if len(group) and group[-1] < np.iinfo(np.int32).max and group.max() < np.iinfo(np.int32).max:
+    if len(group) and group.max() < np.iinfo(np.int32).max:
         group = group.astype(np.int32)  # a narrower key sorts faster
     return np.argsort(group, kind="stable")
 

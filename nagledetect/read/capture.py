@@ -16,6 +16,7 @@ RECORD_HEADER_BYTES = 16
 SMALLEST_TCP_RECORD_BYTES = RECORD_HEADER_BYTES + 40
 """A record header and the smallest IPv4 + TCP headers: a TCP packet's record is rarely smaller."""
 MOST_EXPECTED_PACKETS = 1 << 28
+"""A cap on the estimate, so room reserved for a huge file stays within what Linux lends."""
 
 
 @dataclass
