@@ -87,11 +87,10 @@ def analyze_capture(path: str, bpf_filter: str | None = None,
     try:
         partitioned.add(batches)
         files = partitioned.part_files()
-        with collector_paused():
-            if workers > 1 and len(files) > 1:
-                results = _parts_in_parallel(path, files, workers)
-            else:
-                results = [_part_level(path, part) for part in files]
+        if workers > 1 and len(files) > 1:
+            results = _parts_in_parallel(path, files, workers)
+        else:
+            results = [_part_level(path, part) for part in files]
     finally:
         partitioned.close()
     if not results:
@@ -105,13 +104,14 @@ def _parts_in_parallel(path: str, files: list[tuple[str, str, np.dtype]],
     """Each part in a worker process, largest first, with at most `workers` parts and
     PART_FILE_BYTES_IN_FLIGHT of part files in flight, so that the parts of a capture of a few
     huge connections do not all run at once (a part larger than that runs alone). Results come
-    back in the order of `files`. The workers start with the cyclic collector on (they are
-    forked while the caller has it paused); each pauses it for a part."""
+    back in the order of `files`. The cyclic collector is paused here while results are
+    unpickled; the workers, forked meanwhile, start with it on and pause it for each part."""
     sizes = [os.path.getsize(packets_file) for packets_file, _, _ in files]
     waiting = sorted(range(len(files)), key=lambda index: -sizes[index])
     results: list[_ConnectionLevel | None] = [None] * len(files)
     running: dict[Future, int] = {}
-    with ProcessPoolExecutor(max_workers=min(workers, len(files)), initializer=gc.enable) as pool:
+    with collector_paused(), ProcessPoolExecutor(max_workers=min(workers, len(files)),
+                                                 initializer=gc.enable) as pool:
         while waiting or running:
             for index in _fitting(waiting, sizes, running.values(), workers):
                 waiting.remove(index)

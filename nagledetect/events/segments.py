@@ -24,7 +24,6 @@ from nagledetect.flows.roles import ROLE, ROLES
 _ROLE_NAMES = np.array([*ROLES, "none"], dtype=object)
 """Role names by code, and "none" after them for a packet that does not exist."""
 PURE_ACK_ROLES = ("pure_ack", "dup_ack", "window_update")
-NEW_DATA_ROLES = ("data",)
 RETRANSMISSION_ROLES = ("retransmission", "out_of_order")
 NONE = -1
 

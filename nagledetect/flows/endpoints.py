@@ -17,10 +17,10 @@ import pandas as pd
 from nagledetect.flows.grouped import first_occurrences
 
 ENDPOINT_WORDS = 5  # four 32-bit address words (IPv4 mapped as ::ffff:a.b.c.d) and the port
-_HASH_MULTIPLIERS = np.array(
-    [0x9E3779B97F4A7C15, 0xC2B2AE3D27D4EB4F, 0x165667B19E3779F9, 0xD6E8FEB86659FD93,
-     0xFF51AFD7ED558CCD, 0xC4CEB9FE1A85EC53, 0x94D049BB133111EB, 0xBF58476D1CE4E5B9,
-     0x2545F4914F6CDD1D, 0x9FB21C651E98DF25], dtype=np.uint64)
+_WORD_MULTIPLIERS = np.array(
+    [0x9E3779B97F4A7C15, 0xC2B2AE3D27D4EB4F, 0x165667B19E3779F9, 0xD6E8FEB86659FD93],
+    dtype=np.uint64)
+_PORT_MULTIPLIER = np.uint64(0xFF51AFD7ED558CCD)
 
 
 def endpoint_rows(columns: dict[str, np.ndarray], side: str, row: int) -> np.ndarray:
@@ -50,8 +50,8 @@ def endpoint_key(columns: dict[str, np.ndarray], side: str) -> np.ndarray:
     if ipv4.all():
         return key
     with np.errstate(over="ignore"):
-        hashed = port * _HASH_MULTIPLIERS[4]
-        for index, multiplier in enumerate(_HASH_MULTIPLIERS[:4]):
+        hashed = port * _PORT_MULTIPLIER
+        for index, multiplier in enumerate(_WORD_MULTIPLIERS):
             hashed = _mixed(hashed ^ columns[f"{side}_{index}"].astype(np.uint64) * multiplier)
     return np.where(ipv4, key, hashed | _IPV6_KEY_BIT)
 

@@ -248,9 +248,7 @@ def _write_json(document: dict[str, Any], stream: BinaryIO) -> None:
             continue
         head = b'{\n  ' + orjson.dumps(key) + b": ["
         stream.write(head[2:])
-        pieces = _finding_pieces(value) if key == "findings" else (
-            value[start:start + ENTRIES_PER_CHUNK] for start in range(0, len(value),
-                                                                      ENTRIES_PER_CHUNK))
+        pieces = _finding_pieces(value) if key == "findings" else _chunks(value)
         for index, piece in enumerate(pieces):
             stream.write(b"," if index else b"")
             if isinstance(piece, dict):
@@ -260,6 +258,11 @@ def _write_json(document: dict[str, Any], stream: BinaryIO) -> None:
             stream.write(wrapped[len(head):-len(_LIST_TAIL)])
         stream.write(b"\n  ]")
     stream.write(b"\n}\n")
+
+
+def _chunks(entries: Sequence[Any]) -> Iterator[Sequence[Any]]:
+    for start in range(0, len(entries), ENTRIES_PER_CHUNK):
+        yield entries[start:start + ENTRIES_PER_CHUNK]
 
 
 def _finding_pieces(findings: list[dict[str, Any]]) -> Iterator[list[dict[str, Any]] | dict]:
@@ -292,10 +295,10 @@ def _write_large_finding(finding: dict[str, Any], stream: BinaryIO) -> None:
     """One finding whose evidence rows are made and written a slice at a time, as the same
     bytes as when it is dumped whole (a stall per packet pair of a huge connection would
     otherwise be one JSON string of a gigabyte)."""
-    marker = orjson.dumps("nagledetect: evidence rows go here")
-    wrapped = orjson.dumps({"findings": [dict(finding, events=orjson.loads(marker))]},
+    wrapped = orjson.dumps({"findings": [dict(finding, events=_EVENTS_MARKER)]},
                            option=orjson.OPT_INDENT_2)
-    before, after = wrapped[len(_FINDINGS_HEAD):-len(_LIST_TAIL)].split(b": " + marker, 1)
+    before, after = wrapped[len(_FINDINGS_HEAD):-len(_LIST_TAIL)].split(
+        b": " + orjson.dumps(_EVENTS_MARKER), 1)
     stream.write(before + b": [")
     events = finding["events"]
     for start in range(0, len(events), EVIDENCE_ROWS_PER_CHUNK):
@@ -305,6 +308,7 @@ def _write_large_finding(finding: dict[str, Any], stream: BinaryIO) -> None:
     stream.write(_EVENTS_CLOSE + after)
 
 
+_EVENTS_MARKER = "nagledetect: evidence rows go here"
 _FINDINGS_HEAD = b'{\n  "findings": ['
 _EVENTS_HEAD = _FINDINGS_HEAD + b'\n    {\n      "events": ['
 _EVENTS_CLOSE = b"\n      ]"
