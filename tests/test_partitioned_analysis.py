@@ -8,6 +8,7 @@ Part sizes are forced small so that every capture splits into several parts.
 from __future__ import annotations
 
 import os
+import pickle
 from pathlib import Path
 
 import pandas as pd
@@ -19,6 +20,7 @@ from nagledetect.flows.build import build_flows
 from nagledetect.flows.partition import PartitionedPackets, load_part
 from nagledetect.read.capture import decoded_batches
 from nagledetect.report.document import build_document
+from nagledetect.stored import StoredFindings, StoredHosts
 from tests.conftest import SAMPLE_TRACES, corpus_file
 
 CAPTURES = [
@@ -51,6 +53,28 @@ def test_sample_trace_in_parts_equals_one_part(path: Path) -> None:
 def test_corpus_capture_in_parts_equals_one_part(relative: str) -> None:
     whole, split = _documents(corpus_file(relative), parts=7)
     assert split == whole
+
+
+def test_many_host_buckets_equal_one_part() -> None:
+    """40 parts make 10 host buckets: each host's samples must still be fingerprinted and
+    tested together, in the one-part order."""
+    whole, split = _documents(SAMPLE_TRACES / "mixed.pcap", parts=40)
+    assert whole["hosts"] and split == whole
+
+
+def test_stored_results_read_back_and_travel_as_records() -> None:
+    """Findings and hosts of a capture in parts stay on disk; sent to another process (a
+    many-file run) they arrive as plain records that give the same document, also when merged
+    with a capture analysed whole."""
+    path = SAMPLE_TRACES / "classic-phase-lock.pcap"
+    split = analyze_capture(str(path), part_bytes=os.path.getsize(path) // 8 + 1)
+    assert isinstance(split.findings, StoredFindings) and isinstance(split.hosts, StoredHosts)
+    sent = pickle.loads(pickle.dumps(split))
+    assert isinstance(sent.findings, list) and isinstance(sent.hosts, dict)
+    other = analyze_capture(str(SAMPLE_TRACES / "mixed.pcap"))
+    whole = analyze_capture(str(path))
+    assert build_document([sent, other]) == build_document([split, other]) == build_document(
+        [whole, other])
 
 
 def test_phase_lock_is_found_across_parts() -> None:

@@ -59,6 +59,7 @@ def delack_samples(segments: pd.DataFrame, connections: pd.DataFrame) -> pd.Data
     samples = pd.DataFrame({
         "host": receiver,
         "connection": lone["connection"].to_numpy(),
+        "direction": lone["direction"].to_numpy(),
         "data_frame": lone["frame"].to_numpy(),
         "ack_frame": lone["next_peer_frame"].to_numpy(),
         "ack_time_s": lone["next_peer_time_us"].to_numpy() / 1e6,

@@ -142,6 +142,11 @@ class Finding:
     confidence_basis: tuple = ()
     """What the confidence was computed from, for detectors that score again capture-wide."""
 
+    @property
+    def receiver_host(self) -> str | None:
+        """The receiver's address without its port ("[v6]:port" too); None without a receiver."""
+        return None if self.receiver is None else self.receiver.rsplit(":", 1)[0].strip("[]")
+
 
 def released_frames(findings: list[Finding], kinds: tuple[str, ...]) -> np.ndarray:
     """The released frames of every stall in findings of these kinds."""

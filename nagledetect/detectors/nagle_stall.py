@@ -26,7 +26,6 @@ from nagledetect.detectors.delack_timer import (
 from nagledetect.detectors.model import (
     DetectorInput,
     Finding,
-    HostProfile,
     StallEvents,
     split_events,
 )
@@ -134,17 +133,14 @@ def _confidence(reaction_ms: float, limit_ms: float, hold_ms: float, count: int,
     return level, reasons
 
 
-def rescore(findings: list[Finding], hosts: dict[str, HostProfile]) -> None:
-    """Confidence again against capture-wide host timers, for findings made on part of a
-    capture (a part fingerprints its receivers from its own connections only)."""
-    for finding in findings:
-        if finding.kind != KIND:
-            continue
-        host = hosts.get(str(finding.receiver).rsplit(":", 1)[0].strip("[]"))
-        reaction_ms, limit_ms, hold_ms, mss_estimated = finding.confidence_basis
-        finding.confidence, finding.confidence_reasons = _confidence(
-            reaction_ms, limit_ms, hold_ms, finding.count,
-            host.delack_timer_ms if host else None, mss_estimated)
+def rescore(finding: Finding, receiver_timer_ms: float | None) -> None:
+    """Confidence again against the receiver's capture-wide timer, for a finding made on part of
+    a capture (a part fingerprints its receivers from its own connections only)."""
+    if finding.kind != KIND:
+        return
+    reaction_ms, limit_ms, hold_ms, mss_estimated = finding.confidence_basis
+    finding.confidence, finding.confidence_reasons = _confidence(
+        reaction_ms, limit_ms, hold_ms, finding.count, receiver_timer_ms, mss_estimated)
 
 
 def _flood_warning(stats) -> list[str]:

@@ -12,6 +12,8 @@ A locked host's delayed-ACK timer is its tick: the holding times it shows spread
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
+
 import numpy as np
 import pandas as pd
 
@@ -83,7 +85,7 @@ def _sharing_connections(times_s: np.ndarray, host: np.ndarray, connection: np.n
     return sharing
 
 
-def lock_tests(hosts: dict[str, HostProfile], samples: pd.DataFrame) -> dict[str, dict]:
+def lock_tests(hosts: Mapping[str, HostProfile], samples: pd.DataFrame) -> dict[str, dict]:
     """For every host with enough delayed ACKs: its best tick and whether it is locked to it."""
     delayed = samples[samples["delayed"].to_numpy()] if len(samples) else samples
     codes, addresses = pd.factorize(delayed["host"], sort=True)
@@ -124,16 +126,21 @@ def lock_tests(hosts: dict[str, HostProfile], samples: pd.DataFrame) -> dict[str
     return tests
 
 
-def detect_hosts(hosts: dict[str, HostProfile], samples: pd.DataFrame,
-                 stall_findings: list[Finding]) -> list[Finding]:
-    """Test every host on its delayed-ACK samples; a phase-lock finding for each locked one (its
-    time is already counted in the stall findings, so it adds none to the ranking)."""
-    tests = lock_tests(hosts, samples)
-    stalls_by_receiver: dict[str, list[np.ndarray]] = {}
+def stall_seconds_by_receiver(stall_findings: list[Finding]) -> Callable[[str], np.ndarray]:
+    """The durations (s) of the stalls each receiving host caused, from stall findings."""
+    by_receiver: dict[str, list[np.ndarray]] = {}
     for finding in stall_findings:
         if finding.receiver:
-            receiver = finding.receiver.rsplit(":", 1)[0].strip("[]")
-            stalls_by_receiver.setdefault(receiver, []).append(finding.events.stall_s)
+            by_receiver.setdefault(str(finding.receiver_host), []).append(finding.events.stall_s)
+    return lambda address: np.concatenate([np.zeros(0)] + by_receiver.get(address, []))
+
+
+def detect_hosts(hosts: Mapping[str, HostProfile], samples: pd.DataFrame,
+                 stall_seconds: Callable[[str], np.ndarray]) -> list[Finding]:
+    """Test every host on its delayed-ACK samples; a phase-lock finding for each locked one (its
+    time is already counted in the stall findings, so it adds none to the ranking).
+    `stall_seconds` gives the durations of the stalls a host caused as receiver."""
+    tests = lock_tests(hosts, samples)
     findings = []
     for address, host in hosts.items():
         host.phase_lock = tests.get(address)
@@ -142,7 +149,7 @@ def detect_hosts(hosts: dict[str, HostProfile], samples: pd.DataFrame,
         lock = host.phase_lock
         host.delack_timer_ms = lock["period_ms"]
         host.stack_family = f"BSD-like ({lock['period_ms']:.0f} ms global tick)"
-        stalls_ms = 1000 * np.concatenate([np.zeros(0)] + stalls_by_receiver.get(address, []))
+        stalls_ms = 1000 * stall_seconds(address)
         at_tick = np.abs(stalls_ms - lock["period_ms"]) <= TICK_MATCH_SHARE * lock["period_ms"]
         lock["stalls_at_tick_share"] = (round(float(at_tick.mean()), 3) if len(stalls_ms)
                                         else None)

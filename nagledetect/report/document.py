@@ -21,6 +21,7 @@ from nagledetect.collector import collector_paused
 from nagledetect.detectors.model import Finding, HostProfile, evidence_rows
 from nagledetect.events.endpoints import endpoint
 from nagledetect.read.decode import LINKTYPE_NAMES
+from nagledetect.stored import RecordTable, StoredFindings
 
 SCHEMA = "nagledetect/1"
 ENTRIES_PER_CHUNK = 2048
@@ -101,23 +102,21 @@ def _connection_entry(row: Any, capture_index: int, first_id: int) -> dict[str, 
     }
 
 
-class ConnectionEntries(Sequence):
-    """The document's connections, each entry made when it is read (iteration goes a chunk at a
-    time): a capture with a million connections would otherwise hold a million dictionaries
-    before anything is written. Ids run across captures, in order."""
-
-    def __init__(self, tables: list[pd.DataFrame]) -> None:
-        self._tables = tables
-        self.first_ids: list[int] = np.cumsum([0] + [len(table) for table in tables]).tolist()
-        """The id of each capture's first connection, then the total."""
+class _Entries(Sequence):
+    """Document entries made when they are read (iteration goes a chunk at a time): a capture
+    with a million connections, findings or hosts would otherwise hold a million dictionaries
+    before anything is written. Subclasses make the entries of positions [start, stop)."""
 
     def __len__(self) -> int:
-        return self.first_ids[-1]
+        raise NotImplementedError
+
+    def _entries(self, start: int, stop: int) -> Iterator[dict[str, Any]]:
+        raise NotImplementedError
 
     def __getitem__(self, index: Any) -> Any:
         if isinstance(index, slice):
             start, stop, step = index.indices(len(self))
-            rows = list(self._entries(start, stop))
+            rows = list(self._entries(start, stop)) if start < stop else []
             return rows if step == 1 else rows[::step]
         position = index + len(self) if index < 0 else index
         if not 0 <= position < len(self):
@@ -131,6 +130,18 @@ class ConnectionEntries(Sequence):
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Sequence) and list(self) == list(other)
 
+
+class ConnectionEntries(_Entries):
+    """The document's connections; ids run across captures, in order."""
+
+    def __init__(self, tables: list[pd.DataFrame]) -> None:
+        self._tables = tables
+        self.first_ids: list[int] = np.cumsum([0] + [len(table) for table in tables]).tolist()
+        """The id of each capture's first connection, then the total."""
+
+    def __len__(self) -> int:
+        return self.first_ids[-1]
+
     def _entries(self, start: int, stop: int) -> Iterator[dict[str, Any]]:
         for capture, table in enumerate(self._tables):
             low, high = self.first_ids[capture], self.first_ids[capture + 1]
@@ -138,6 +149,81 @@ class ConnectionEntries(Sequence):
                 rows = table.iloc[max(start, low) - low:min(stop, high) - low]
                 for row in rows.itertuples(index=False):
                     yield _connection_entry(row, capture, low)
+
+
+class HostEntries(_Entries):
+    """The document's hosts: each capture's, in address order."""
+
+    def __init__(self, analyses: list[Analysis], first_ids: list[int]) -> None:
+        self._profiles = [_as_sequence(analysis.hosts.values()) for analysis in analyses]
+        self._first_ids = first_ids
+        self._bounds: list[int] = np.cumsum([0] + [len(p) for p in self._profiles]).tolist()
+
+    def __len__(self) -> int:
+        return self._bounds[-1]
+
+    def _entries(self, start: int, stop: int) -> Iterator[dict[str, Any]]:
+        for capture, profiles in enumerate(self._profiles):
+            low, high = self._bounds[capture], self._bounds[capture + 1]
+            if max(start, low) < min(stop, high):
+                for host in profiles[max(start, low) - low:min(stop, high) - low]:
+                    yield _host_entry(host, capture, self._first_ids[capture])
+
+
+class FindingEntries(_Entries):
+    """The document's findings, most time lost first across captures (each capture's rank order
+    kept among equal times); stored findings are read from disk only when their chunk is."""
+
+    def __init__(self, analyses: list[Analysis], first_ids: list[int]) -> None:
+        self._findings = [analysis.findings for analysis in analyses]
+        self._first_ids = first_ids
+        times: list[float] = []
+        self._advice: list[tuple[str, ...]] = []
+        for findings in self._findings:
+            if isinstance(findings, StoredFindings):
+                times += findings.time_lost_s.tolist()
+                self._advice += findings.advice
+            else:
+                times += [finding.time_lost_s for finding in findings]
+                self._advice += [tuple(finding.advice) for finding in findings]
+        self._bounds = np.cumsum([0] + [len(findings) for findings in self._findings])
+        self._order = np.argsort(np.array([-round(t, 6) for t in times], dtype=np.float64),
+                                 kind="stable")
+
+    def __len__(self) -> int:
+        return len(self._order)
+
+    def advice_keys(self) -> list[str]:
+        """Every advice key the findings name, in order of first mention."""
+        seen: set[tuple[str, ...]] = set()
+        keys: dict[str, None] = {}
+        for position in self._order.tolist():
+            if self._advice[position] not in seen:
+                seen.add(self._advice[position])
+                keys.update(dict.fromkeys(self._advice[position]))
+        return list(keys)
+
+    def _entries(self, start: int, stop: int) -> Iterator[dict[str, Any]]:
+        positions = self._order[start:stop]
+        capture = np.searchsorted(self._bounds, positions, side="right") - 1
+        made: dict[int, dict[str, Any]] = {}
+        for index in np.unique(capture).tolist():
+            wanted = np.flatnonzero(capture == index)
+            within = positions[wanted] - self._bounds[index]
+            for slot, finding in zip(wanted.tolist(), _take(self._findings[index], within)):
+                made[slot] = _finding_entry(finding, index, self._first_ids[index])
+        for slot in range(len(positions)):
+            yield made[slot]
+
+
+def _take(findings: Sequence[Finding], positions: np.ndarray) -> list[Finding]:
+    if isinstance(findings, RecordTable):
+        return findings.take(positions)
+    return [findings[position] for position in positions.tolist()]
+
+
+def _as_sequence(profiles: Any) -> Sequence[HostProfile]:
+    return profiles if isinstance(profiles, Sequence) else list(profiles)
 
 
 def _finding_entry(finding: Finding, capture_index: int, first_id: int) -> dict[str, Any]:
@@ -175,8 +261,8 @@ def _host_entry(host: HostProfile, capture_index: int, first_id: int) -> dict[st
     }
 
 
-def _advice_entries(findings: list[dict[str, Any]]) -> dict[str, Any]:
-    used = dict.fromkeys(key for finding in findings for key in finding["advice"])
+def _advice_entries(findings: FindingEntries) -> dict[str, Any]:
+    used = findings.advice_keys()
     return {key: {"side": ADVICE[key].side, "title": ADVICE[key].title, "why": ADVICE[key].why,
                   "tradeoffs": ADVICE[key].tradeoffs, "calls": ADVICE[key].calls}
             for key in used}
@@ -196,31 +282,26 @@ def _parity_entries(analysis: Analysis, capture_index: int, first_id: int) -> li
 def build_document(analyses: list[Analysis]) -> dict[str, Any]:
     """The whole result for one run over one or more captures.
 
+    Connections, findings and hosts are sequences whose entries (plain dicts) are made when read.
     Each finding's "events" is a `StallEvents`: it reads as a list of evidence rows, and
-    `write_json` turns it into rows one finding at a time, so millions of stalls never sit in
-    memory as dictionaries. The entries are plain dicts, made with the garbage collector paused
-    (see `write_json`).
+    `write_json` turns it into rows a chunk of findings at a time, so millions of stalls never
+    sit in memory as dictionaries.
     """
     from nagledetect import __version__
 
     connections = ConnectionEntries([analysis.capture.connections for analysis in analyses])
-    findings: list[dict[str, Any]] = []
-    hosts: list[dict[str, Any]] = []
+    findings = FindingEntries(analyses, connections.first_ids)
     parity: list[dict[str, Any]] = []
     with collector_paused():
         for index, analysis in enumerate(analyses):
-            first_id = connections.first_ids[index]
-            findings.extend(_finding_entry(f, index, first_id) for f in analysis.findings)
-            hosts.extend(_host_entry(h, index, first_id) for h in analysis.hosts.values())
-            parity.extend(_parity_entries(analysis, index, first_id))
-    findings.sort(key=lambda finding: -finding["time_lost_s"])
+            parity.extend(_parity_entries(analysis, index, connections.first_ids[index]))
     return {
         "schema": SCHEMA,
         "tool": {"name": "nagledetect", "version": __version__},
         "captures": [_capture_entry(analysis.capture) for analysis in analyses],
         "connections": connections,
         "findings": findings,
-        "hosts": hosts,
+        "hosts": HostEntries(analyses, connections.first_ids),
         "segment_parity": parity,
         "advice": _advice_entries(findings),
     }

@@ -1,0 +1,398 @@
+"""A capture larger than memory, analysed in parts that each hold whole connections.
+
+Packets are routed to part files (`flows.partition`). Each part runs the connection level in a
+worker process and sends back its connections, its findings pickled, and its delayed-ACK
+samples as rows tagged with the bucket of their receiving host. As each part arrives, the main
+process writes its findings and samples to one spill file (`stored`), so it holds only the
+connection tables and the columns that rank findings: memory follows the parts in flight, not
+the capture. The host step then runs one host bucket at a time (a host's samples all fall in
+its bucket), and findings are read back in rank order by the reporters, mended on the way:
+capture-wide connection ids (numbered by first packet, as a one-part run numbers them) and
+stall confidence scored again against the capture-wide host timers. The result equals a one-part
+run's.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import gc
+import os
+import zlib
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from nagledetect.collector import collector_paused
+from nagledetect.detectors import nagle_stall, phase_lock
+from nagledetect.detectors.delack_timer import fingerprint_hosts
+from nagledetect.detectors.model import Finding, HostProfile
+from nagledetect.flows.build import build_flows
+from nagledetect.flows.partition import PartitionedPackets, load_part
+from nagledetect.pipeline import (
+    PARITY_KEYS,
+    Analysis,
+    connection_level,
+    no_samples,
+    run_detectors,
+    without_packets,
+)
+from nagledetect.read.capture import Accounting, ProgressCallback, decoded_batches
+from nagledetect.stored import (
+    PickledFindings,
+    RecordTable,
+    SpillFile,
+    StoredFindings,
+    StoredHosts,
+    pickle_findings,
+    pickled,
+)
+
+PART_BYTES = 32 * 1024 * 1024
+"""Capture bytes per part: about 300,000 packets at a snaplen of 128, about 250 MB of work."""
+PART_FILE_BYTES_IN_FLIGHT = 4 * PART_BYTES
+"""Part files analysed at once (a part's work takes about 7 times its file's size in memory)."""
+MAX_PARTS = 400
+"""Two open files per part: stay well inside the usual limit of 1,024 (parts grow instead)."""
+PARTS_PER_HOST_BUCKET = 4
+"""A host bucket holds about as many samples as this many parts yield."""
+SAMPLE_ROW = np.dtype([("part", "<i4"), ("connection", "<i8"), ("direction", "i1"),
+                       ("ack_time_s", "<f8"), ("hold_ms", "<f8"), ("delayed", "?")])
+"""A delayed-ACK sample as spilled: its receiving host is the connection's server for
+direction 0, its client for direction 1."""
+
+
+@dataclass
+class PartResult:
+    """What one part sends back to the main process."""
+
+    connections: pd.DataFrame
+    parity: pd.DataFrame
+    samples: np.ndarray
+    """SAMPLE_ROW rows, `part` still 0."""
+    sample_bucket: np.ndarray
+    findings: PickledFindings
+
+
+def analyze_in_parts(path: str, bpf_filter: str | None, progress: ProgressCallback | None,
+                     parts: int, workers: int) -> Analysis:
+    """Route the capture into `parts` part files, analyse them (`workers` processes at once),
+    then run the host step and rank the findings."""
+    accounting, batches = decoded_batches(path, bpf_filter, progress)
+    partitioned = PartitionedPackets(parts)
+    collected = _Collected(max(1, parts // PARTS_PER_HOST_BUCKET))
+    try:
+        partitioned.add(batches)
+        files = partitioned.part_files()
+        if workers > 1 and len(files) > 1:
+            results = _parts_in_parallel(files, collected.buckets, workers)
+        else:
+            results = ((index, part_result(part, collected.buckets))
+                       for index, part in enumerate(files))
+        for index, result in results:
+            collected.add(index, result)
+    finally:
+        partitioned.close()
+    if not collected.connections:
+        return run_detectors(without_packets(path, accounting, None))
+    with collector_paused():
+        return collected.analysis(path, accounting)
+
+
+def _parts_in_parallel(files: list[tuple[str, str, np.dtype]], buckets: int,
+                       workers: int) -> Iterator[tuple[int, PartResult]]:
+    """Each part in a worker process, largest first, with at most `workers` parts and
+    PART_FILE_BYTES_IN_FLIGHT of part files in flight, so that the parts of a capture of a few
+    huge connections do not all run at once (a part larger than that runs alone). Results are
+    yielded as they come, with their part's index. The cyclic collector is paused here while
+    results are unpickled; the workers, forked meanwhile, start with it on and pause it for
+    each part."""
+    sizes = [os.path.getsize(packets_file) for packets_file, _, _ in files]
+    waiting = sorted(range(len(files)), key=lambda index: -sizes[index])
+    running: dict[Future, int] = {}
+    with collector_paused(), ProcessPoolExecutor(max_workers=min(workers, len(files)),
+                                                 initializer=gc.enable) as pool:
+        while waiting or running:
+            for index in _fitting(waiting, sizes, running.values(), workers):
+                waiting.remove(index)
+                running[pool.submit(part_result, files[index], buckets)] = index
+            done, _ = wait(running, return_when=FIRST_COMPLETED)
+            for future in done:
+                yield running.pop(future), future.result()
+
+
+def _fitting(waiting: list[int], sizes: list[int], running: Iterable[int],
+             workers: int) -> list[int]:
+    """The waiting parts (largest first) that can start now within the limits."""
+    started = list(running)
+    in_flight = sum(sizes[index] for index in started)
+    chosen = []
+    for index in waiting:
+        if len(started) + len(chosen) >= workers:
+            break
+        alone = not started and not chosen
+        if alone or in_flight + sizes[index] <= PART_FILE_BYTES_IN_FLIGHT:
+            chosen.append(index)
+            in_flight += sizes[index]
+    return chosen
+
+
+def part_result(files: tuple[str, str, np.dtype], buckets: int) -> PartResult:
+    """Connection-level results of one part; its packet, segment and message tables are let go
+    here. The cyclic collector is paused for the part and runs between parts."""
+    with collector_paused():
+        flows = build_flows([load_part(files)])
+        level = connection_level(flows.packets, flows.connections, fingerprint=False)
+        samples = level.samples
+        rows = np.zeros(len(samples), dtype=SAMPLE_ROW)
+        for name in SAMPLE_ROW.names[1:]:
+            rows[name] = samples[name].to_numpy()
+        return PartResult(level.connections, level.parity, rows,
+                          host_buckets(samples["host"].to_numpy(), buckets),
+                          pickle_findings(level.findings))
+
+
+def host_buckets(hosts: np.ndarray, buckets: int) -> np.ndarray:
+    """The bucket of each host address: its CRC-32 modulo `buckets` (the same in every part)."""
+    codes, addresses = pd.factorize(hosts)
+    bucket_of = [zlib.crc32(str(address).encode()) % buckets for address in addresses.tolist()]
+    return np.array(bucket_of, dtype=np.int64)[codes] if len(codes) else np.zeros(0, np.int64)
+
+
+@dataclass
+class _FindingColumns:
+    """Where each spilled finding lies and what ranks it, in part order."""
+
+    offsets: list[np.ndarray] = dataclasses.field(default_factory=list)
+    lengths: list[np.ndarray] = dataclasses.field(default_factory=list)
+    kind: list[str] = dataclasses.field(default_factory=list)
+    connection: list[np.ndarray] = dataclasses.field(default_factory=list)
+    time_lost_s: list[np.ndarray] = dataclasses.field(default_factory=list)
+    sender: list[str] = dataclasses.field(default_factory=list)
+    receiver_host: list[str | None] = dataclasses.field(default_factory=list)
+    advice: list[tuple[str, ...]] = dataclasses.field(default_factory=list)
+
+    def extend(self, offsets: np.ndarray, found: PickledFindings, connection: np.ndarray) -> None:
+        self.offsets.append(offsets)
+        self.lengths.append(found.lengths)
+        self.kind += found.kind
+        self.connection.append(connection)
+        self.time_lost_s.append(found.time_lost_s)
+        self.sender += found.sender
+        self.receiver_host += found.receiver_host
+        self.advice += found.advice
+
+    def column(self, name: str) -> np.ndarray:
+        pieces = getattr(self, name)
+        return np.concatenate(pieces) if pieces else np.zeros(0, dtype=np.int64)
+
+
+class _Collected:
+    """The parts' results as they arrive: connection tables in memory, findings and samples
+    spilled."""
+
+    def __init__(self, buckets: int) -> None:
+        self.buckets = buckets
+        self.spill = SpillFile()
+        self.connections: dict[int, pd.DataFrame] = {}
+        self.parity: dict[int, pd.DataFrame] = {}
+        self.findings: dict[int, tuple[np.ndarray, PickledFindings]] = {}
+        self.sample_blocks: list[list[tuple[int, int]]] = [[] for _ in range(buckets)]
+
+    def add(self, index: int, result: PartResult) -> None:
+        self.connections[index] = result.connections
+        if not result.parity.empty:
+            self.parity[index] = result.parity
+        self._spill_samples(index, result.samples, result.sample_bucket)
+        found = result.findings
+        start = self.spill.append(found.records)
+        found.records = b""
+        self.findings[index] = (start + np.cumsum(found.lengths) - found.lengths, found)
+
+    def _spill_samples(self, index: int, rows: np.ndarray, bucket: np.ndarray) -> None:
+        """One block of rows per bucket, in the part's order."""
+        rows["part"] = index
+        order = np.argsort(bucket, kind="stable")
+        bounds = np.searchsorted(bucket[order], np.arange(self.buckets + 1))
+        ordered = rows[order]
+        for bucket_index in np.flatnonzero(np.diff(bounds)).tolist():
+            block = ordered[bounds[bucket_index]:bounds[bucket_index + 1]]
+            self.sample_blocks[bucket_index].append((self.spill.append(block.tobytes()),
+                                                     len(block)))
+
+    def analysis(self, path: str, accounting: Accounting) -> Analysis:
+        order = sorted(self.connections)
+        tables = [self.connections.pop(index) for index in order]
+        first_frames = np.concatenate([table["first_frame"].to_numpy() for table in tables])
+        global_id = np.empty(len(first_frames), dtype=np.int64)
+        global_id[np.argsort(first_frames, kind="stable")] = np.arange(len(first_frames))
+        part_offset = np.zeros(max(order) + 1, dtype=np.int64)
+        part_offset[order] = np.cumsum([0] + [len(table) for table in tables])[:-1]
+        connections = pd.concat([
+            table.assign(id=global_id[part_offset[index] + table["id"].to_numpy()])
+            for index, table in zip(order, tables)]).sort_values("id", kind="stable")
+        connections = connections.reset_index(drop=True)
+        del tables
+        columns = _FindingColumns()
+        for index in sorted(self.findings):
+            offsets, found = self.findings.pop(index)
+            columns.extend(offsets, found, global_id[part_offset[index] + found.connection])
+        parity = [table.assign(connection=global_id[part_offset[index]
+                                                    + table["connection"].to_numpy()])
+                  for index, table in sorted(self.parity.items())]
+        host_step = _HostStep(self, global_id, part_offset, connections,
+                              _stall_seconds_reader(self.spill, columns))
+        hosts, timers = host_step.run()
+        self._add_phase_findings(columns, host_step.phase_findings)
+        parity_table = (pd.concat(parity).sort_values(PARITY_KEYS, ignore_index=True)
+                        if parity else pd.DataFrame())
+        return Analysis(without_packets(path, accounting, connections), pd.DataFrame(),
+                        pd.DataFrame(), no_samples(), hosts,
+                        _ranked(self.spill, columns, timers), parity_table, tables_kept=False)
+
+    def _add_phase_findings(self, columns: _FindingColumns, findings: list[Finding]) -> None:
+        """Host-level findings join the spilled ones, in address order as a one-part run makes
+        them."""
+        findings = sorted(findings, key=lambda finding: str(finding.receiver))
+        found = pickle_findings(findings)
+        start = self.spill.append(found.records)
+        columns.extend(start + np.cumsum(found.lengths) - found.lengths, found, found.connection)
+
+    def bucket_samples(self, bucket: int) -> np.ndarray:
+        blocks = [self.spill.read_rows(offset, rows, SAMPLE_ROW)
+                  for offset, rows in self.sample_blocks[bucket]]
+        return np.concatenate(blocks) if blocks else np.zeros(0, dtype=SAMPLE_ROW)
+
+
+class _HostStep:
+    """Fingerprints and phase locking, one host bucket at a time, with each bucket's samples in
+    the order of a one-part run (by capture-wide connection, then as the part made them)."""
+
+    def __init__(self, collected: _Collected, global_id: np.ndarray, part_offset: np.ndarray,
+                 connections: pd.DataFrame, stall_seconds: Callable[[str], np.ndarray]) -> None:
+        self._collected = collected
+        self._global_id = global_id
+        self._part_offset = part_offset
+        self._server = connections["server_address"].to_numpy(dtype=object)
+        self._client = connections["client_address"].to_numpy(dtype=object)
+        self._stall_seconds = stall_seconds
+        self.phase_findings: list[Finding] = []
+
+    def run(self) -> tuple[StoredHosts, _HostTimers]:
+        spill = self._collected.spill
+        addresses: list[str] = []
+        timers: list[float] = []
+        offsets: list[np.ndarray] = []
+        lengths: list[np.ndarray] = []
+        for bucket in range(self._collected.buckets):
+            samples = self._bucket_samples(bucket)
+            profiles = fingerprint_hosts(samples)
+            addresses += list(profiles)
+            timers += [np.nan if p.delack_timer_ms is None else p.delack_timer_ms
+                       for p in profiles.values()]
+            self.phase_findings += phase_lock.detect_hosts(profiles, samples,
+                                                           self._stall_seconds)
+            records, record_lengths = pickled([_without_arrays(p) for p in profiles.values()])
+            start = spill.append(records)
+            offsets.append(start + np.cumsum(record_lengths) - record_lengths)
+            lengths.append(record_lengths)
+        by_address = np.array(addresses, dtype=object)
+        order = np.argsort(by_address, kind="stable")
+        table = RecordTable(spill, _joined(offsets)[order], _joined(lengths)[order])
+        return (StoredHosts(by_address[order], table),
+                _HostTimers(by_address[order], np.array(timers, dtype=np.float64)[order]))
+
+    def _bucket_samples(self, bucket: int) -> pd.DataFrame:
+        rows = self._collected.bucket_samples(bucket)
+        connection = self._global_id[self._part_offset[rows["part"]] + rows["connection"]]
+        order = np.argsort(connection, kind="stable")
+        rows, connection = rows[order], connection[order]
+        direction = rows["direction"]
+        return pd.DataFrame({
+            "host": np.where(direction == 0, self._server[connection], self._client[connection]),
+            "connection": connection, "direction": direction,
+            "ack_time_s": rows["ack_time_s"], "hold_ms": rows["hold_ms"],
+            "delayed": rows["delayed"]})
+
+
+def _joined(pieces: list[np.ndarray]) -> np.ndarray:
+    return np.concatenate(pieces) if pieces else np.zeros(0, dtype=np.int64)
+
+
+def _without_arrays(profile: HostProfile) -> HostProfile:
+    """A profile as stored: the per-sample arrays serve the HTML charts, which need the whole
+    tables and so never come from parts."""
+    empty = np.zeros(0)
+    return dataclasses.replace(profile, delays_ms=empty, ack_times_s=empty,
+                               ack_connections=np.zeros(0, dtype=np.int64))
+
+
+@dataclass
+class _HostTimers:
+    """Each host's delayed-ACK timer before phase locking refines it (NaN: none), by address."""
+
+    addresses: np.ndarray
+    timer_ms: np.ndarray
+
+    def of(self, hosts: list[str]) -> list[float | None]:
+        if not len(self.addresses):
+            return [None] * len(hosts)
+        wanted = np.array(hosts, dtype=object)
+        position = np.minimum(np.searchsorted(self.addresses, wanted), len(self.addresses) - 1)
+        found = self.addresses[position] == wanted
+        timer = np.where(found, self.timer_ms[position], np.nan)
+        return [None if value != value else value for value in timer.tolist()]
+
+
+def _stall_seconds_reader(spill: SpillFile, columns: _FindingColumns
+                          ) -> Callable[[str], np.ndarray]:
+    """The durations of the stalls a receiving host caused, read from the spilled stall
+    findings (indexed by receiver on first use: few hosts are phase-locked)."""
+    index: dict[str, np.ndarray] = {}
+
+    def stall_seconds(address: str) -> np.ndarray:
+        if not index:
+            index.update(_stalls_by_receiver(columns))
+        positions = index["positions"][np.searchsorted(index["hosts"], address, "left"):
+                                       np.searchsorted(index["hosts"], address, "right")]
+        stalls = RecordTable(spill, index["offsets"][positions], index["lengths"][positions])
+        return np.concatenate([np.zeros(0)] + [finding.events.stall_s for finding in stalls])
+
+    return stall_seconds
+
+
+def _stalls_by_receiver(columns: _FindingColumns) -> dict[str, np.ndarray]:
+    positions = np.array([position for position, (kind, host)
+                          in enumerate(zip(columns.kind, columns.receiver_host))
+                          if kind == nagle_stall.KIND and host], dtype=np.int64)
+    hosts = np.array([columns.receiver_host[position] for position in positions.tolist()],
+                     dtype=object)
+    order = np.argsort(hosts, kind="stable")
+    return {"hosts": hosts[order], "positions": positions[order],
+            "offsets": columns.column("offsets"), "lengths": columns.column("lengths")}
+
+
+def _ranked(spill: SpillFile, columns: _FindingColumns, timers: _HostTimers) -> StoredFindings:
+    """The findings in rank order (`pipeline.rank_key`; ties kept in part order), each read back
+    with its capture-wide connection id and, for stalls, its confidence against the
+    capture-wide timer of its receiver."""
+    time_lost_s = columns.column("time_lost_s").astype(np.float64)
+    connection = columns.column("connection")
+    kind_code = pd.factorize(np.array(columns.kind, dtype=object), sort=True)[0]
+    sender_code = pd.factorize(np.array(columns.sender, dtype=object), sort=True)[0]
+    order = np.lexsort((np.arange(len(connection)), sender_code, kind_code, connection,
+                        -time_lost_s))
+    ranked_connection = connection[order]
+
+    def mend(positions: np.ndarray, findings: list[Finding]) -> None:
+        stalls = [f for f in findings if f.kind == nagle_stall.KIND]
+        for finding, timer in zip(stalls, timers.of([str(f.receiver_host) for f in stalls])):
+            nagle_stall.rescore(finding, timer)
+        for finding, connection_id in zip(findings, ranked_connection[positions].tolist()):
+            finding.connection = connection_id
+
+    return StoredFindings(spill, columns.column("offsets")[order],
+                          columns.column("lengths")[order], time_lost_s[order],
+                          [columns.advice[position] for position in order.tolist()], fix=mend)

@@ -1,0 +1,112 @@
+"""The steps from a capture's tables to findings: events, connection detectors, host step.
+
+Each step is a pure function of the tables handed to it; `analysis` runs them on a capture held
+whole, `parts` runs the connection level part by part and the host step host bucket by bucket.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from nagledetect.api import Capture
+from nagledetect.detectors import CONNECTION_DETECTORS, nagle_stall, phase_lock, segment_parity
+from nagledetect.detectors.delack_timer import delack_samples, fingerprint_hosts
+from nagledetect.detectors.model import DetectorInput, Finding, HostProfile
+from nagledetect.events.messages import messages, number_messages
+from nagledetect.events.segments import data_segments
+from nagledetect.flows.build import build_flows
+from nagledetect.read.capture import Accounting
+
+PARITY_KEYS = ["connection", "direction", "segments", "last_segment"]
+
+
+@dataclass
+class Analysis:
+    """A capture with everything found in it.
+
+    `tables_kept` is False when the capture was analysed in parts: then `capture.packets`,
+    `segments`, `messages` and `delack_samples` are empty, and `findings` and `hosts` are read
+    from disk a chunk at a time (`stored`); the connections, findings and hosts are complete.
+    """
+
+    capture: Capture
+    segments: pd.DataFrame
+    messages: pd.DataFrame
+    delack_samples: pd.DataFrame
+    hosts: Mapping[str, HostProfile]
+    findings: Sequence[Finding]
+    parity: pd.DataFrame
+    tables_kept: bool = True
+
+
+@dataclass
+class ConnectionLevel:
+    """What one part (or a whole capture) yields before the capture-wide host step."""
+
+    connections: pd.DataFrame
+    segments: pd.DataFrame
+    messages: pd.DataFrame
+    samples: pd.DataFrame
+    findings: list[Finding]
+    parity: pd.DataFrame
+
+
+def connection_level(packets: pd.DataFrame, connections: pd.DataFrame,
+                     fingerprint: bool = True) -> ConnectionLevel:
+    """Events and connection detectors. Without `fingerprint` (a part of a capture) stalls are
+    scored without host timers: the capture-wide step scores them again with all samples."""
+    if packets.empty:
+        return ConnectionLevel(connections, pd.DataFrame(), pd.DataFrame(), no_samples(), [],
+                               pd.DataFrame())
+    segments = data_segments(packets, connections)
+    segments["message"] = number_messages(segments)
+    message_table = messages(segments)
+    samples = delack_samples(segments, connections)
+    columns = DetectorInput(packets, connections, segments, message_table,
+                            fingerprint_hosts(samples) if fingerprint else {})
+    for detector in CONNECTION_DETECTORS:
+        columns.earlier_findings.extend(detector.detect(columns))
+    parity = segment_parity.parity_table(columns)
+    return ConnectionLevel(connections, segments, message_table, samples,
+                           columns.earlier_findings, parity)
+
+
+def host_level(samples: pd.DataFrame, findings: list[Finding]
+               ) -> tuple[dict[str, HostProfile], list[Finding]]:
+    """Host fingerprints and phase locking, from every connection's delayed-ACK samples."""
+    hosts = fingerprint_hosts(samples)
+    stalls = [f for f in findings if f.kind == nagle_stall.KIND]
+    return hosts, phase_lock.detect_hosts(hosts, samples,
+                                          phase_lock.stall_seconds_by_receiver(stalls))
+
+
+def run_detectors(capture: Capture) -> Analysis:
+    """Run every detector over one capture held whole in memory."""
+    level = connection_level(capture.packets, capture.connections)
+    hosts, phase_findings = host_level(level.samples, level.findings)
+    return Analysis(capture, level.segments, level.messages, level.samples, hosts,
+                    sorted(level.findings + phase_findings, key=rank_key), level.parity)
+
+
+def rank_key(finding: Finding) -> tuple:
+    """Most time lost first; ties by connection, then kind and sender, so the order never
+    depends on how the work was split."""
+    return -finding.time_lost_s, finding.connection, finding.kind, str(finding.sender)
+
+
+def no_samples() -> pd.DataFrame:
+    return pd.DataFrame({"host": np.zeros(0, dtype=object), "connection": np.zeros(0, np.int64),
+                         "direction": np.zeros(0, np.int8), "ack_time_s": np.zeros(0),
+                         "hold_ms": np.zeros(0), "delayed": np.zeros(0, dtype=bool)})
+
+
+def without_packets(path: str, accounting: Accounting,
+                    connections: pd.DataFrame | None) -> Capture:
+    """A capture's record with empty packet tables (the shape a capture without TCP has)."""
+    empty = build_flows([])
+    return Capture(path, empty.packets, empty.connections if connections is None else connections,
+                   empty.sack_blocks, accounting)
