@@ -28,7 +28,7 @@ import pandas as pd
 from nagledetect.collector import collector_paused
 from nagledetect.detectors import nagle_stall, phase_lock
 from nagledetect.detectors.delack_timer import fingerprint_hosts
-from nagledetect.detectors.model import Finding, HostProfile
+from nagledetect.detectors.model import Finding
 from nagledetect.flows.build import build_flows
 from nagledetect.flows.partition import PartitionedPackets, load_part
 from nagledetect.pipeline import (
@@ -41,13 +41,13 @@ from nagledetect.pipeline import (
 )
 from nagledetect.read.capture import Accounting, ProgressCallback, decoded_batches
 from nagledetect.stored import (
+    HostColumns,
     PickledFindings,
     RecordTable,
     SpillFile,
     StoredFindings,
     StoredHosts,
     pickle_findings,
-    pickled,
 )
 
 PART_BYTES = 32 * 1024 * 1024
@@ -281,28 +281,21 @@ class _HostStep:
         self.phase_findings: list[Finding] = []
 
     def run(self) -> tuple[StoredHosts, _HostTimers]:
-        spill = self._collected.spill
+        columns = HostColumns(self._collected.spill)
         addresses: list[str] = []
-        timers: list[float] = []
-        offsets: list[np.ndarray] = []
-        lengths: list[np.ndarray] = []
+        timers: list[float | None] = []
         for bucket in range(self._collected.buckets):
             samples = self._bucket_samples(bucket)
             profiles = fingerprint_hosts(samples)
             addresses += list(profiles)
-            timers += [np.nan if p.delack_timer_ms is None else p.delack_timer_ms
-                       for p in profiles.values()]
+            timers += [profile.delack_timer_ms for profile in profiles.values()]
             self.phase_findings += phase_lock.detect_hosts(profiles, samples,
                                                            self._stall_seconds)
-            records, record_lengths = pickled([_without_arrays(p) for p in profiles.values()])
-            start = spill.append(records)
-            offsets.append(start + np.cumsum(record_lengths) - record_lengths)
-            lengths.append(record_lengths)
+            columns.add(list(profiles.values()))
         by_address = np.array(addresses, dtype=object)
         order = np.argsort(by_address, kind="stable")
-        table = RecordTable(spill, _joined(offsets)[order], _joined(lengths)[order])
-        return (StoredHosts(by_address[order], table),
-                _HostTimers(by_address[order], np.array(timers, dtype=np.float64)[order]))
+        timer_ms = np.array([np.nan if t is None else t for t in timers], dtype=np.float64)
+        return columns.by_address(), _HostTimers(by_address[order], timer_ms[order])
 
     def _bucket_samples(self, bucket: int) -> pd.DataFrame:
         rows = self._collected.bucket_samples(bucket)
@@ -315,18 +308,6 @@ class _HostStep:
             "connection": connection, "direction": direction,
             "ack_time_s": rows["ack_time_s"], "hold_ms": rows["hold_ms"],
             "delayed": rows["delayed"]})
-
-
-def _joined(pieces: list[np.ndarray]) -> np.ndarray:
-    return np.concatenate(pieces) if pieces else np.zeros(0, dtype=np.int64)
-
-
-def _without_arrays(profile: HostProfile) -> HostProfile:
-    """A profile as stored: the per-sample arrays serve the HTML charts, which need the whole
-    tables and so never come from parts."""
-    empty = np.zeros(0)
-    return dataclasses.replace(profile, delays_ms=empty, ack_times_s=empty,
-                               ack_connections=np.zeros(0, dtype=np.int64))
 
 
 @dataclass

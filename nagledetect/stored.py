@@ -149,28 +149,125 @@ class StoredFindings(RecordTable):
         self.advice = advice
 
 
-class StoredHosts(Mapping):
-    """Host profiles by address (in address order), read from disk."""
+class HostColumns:
+    """Host profiles gathered as columns (a million profiles pickled one by one would cost
+    seconds); each phase-lock test, a dict, is pickled into the spill file."""
 
-    def __init__(self, addresses: np.ndarray, profiles: RecordTable) -> None:
-        self._addresses = addresses
-        self._profiles = profiles
+    def __init__(self, spill: SpillFile) -> None:
+        self._spill = spill
+        self._columns: dict[str, list[Any]] = {name: [] for name in _HOST_COLUMNS}
+        self._lock_offsets: list[np.ndarray] = []
+        self._lock_lengths: list[np.ndarray] = []
+
+    def add(self, profiles: Sequence[HostProfile]) -> None:
+        for name in _HOST_COLUMNS:
+            self._columns[name] += [getattr(profile, name) for profile in profiles]
+        tested = [profile.phase_lock for profile in profiles if profile.phase_lock]
+        records, lengths = pickled(tested)
+        offsets = self._spill.append(records) + np.cumsum(lengths) - lengths
+        has_test = np.array([bool(profile.phase_lock) for profile in profiles], dtype=bool)
+        lock_offsets = np.full(len(profiles), -1, dtype=np.int64)
+        lock_lengths = np.zeros(len(profiles), dtype=np.int64)
+        lock_offsets[has_test], lock_lengths[has_test] = offsets, lengths
+        self._lock_offsets.append(lock_offsets)
+        self._lock_lengths.append(lock_lengths)
+
+    def by_address(self) -> StoredHosts:
+        """The profiles, in address order."""
+        address = np.array(self._columns["address"], dtype=object)
+        order = np.argsort(address, kind="stable")
+        numbers = {name: _as_float(self._columns[name])[order]
+                   for name in ("delack_timer_ms", "delack_spread_ms")}
+        return StoredHosts(
+            self._spill, address[order], numbers["delack_timer_ms"],
+            numbers["delack_spread_ms"],
+            np.array(self._columns["delack_samples"], dtype=np.int64)[order],
+            np.array(self._columns["stack_family"], dtype=object)[order],
+            _joined(self._lock_offsets)[order], _joined(self._lock_lengths)[order])
+
+
+_HOST_COLUMNS = ("address", "delack_timer_ms", "delack_spread_ms", "delack_samples",
+                 "stack_family")
+
+
+def _as_float(values: list[float | None]) -> np.ndarray:
+    return np.array([np.nan if value is None else value for value in values], dtype=np.float64)
+
+
+def _joined(pieces: list[np.ndarray]) -> np.ndarray:
+    return np.concatenate(pieces) if pieces else np.zeros(0, dtype=np.int64)
+
+
+class StoredHosts(Mapping):
+    """Host profiles by address, in address order: columns in memory, phase-lock tests read
+    from disk; profiles are made when read (without the per-sample arrays, which only the HTML
+    charts draw, from whole tables)."""
+
+    def __init__(self, spill: SpillFile, address: np.ndarray, delack_timer_ms: np.ndarray,
+                 delack_spread_ms: np.ndarray, delack_samples: np.ndarray,
+                 stack_family: np.ndarray, lock_offset: np.ndarray,
+                 lock_length: np.ndarray) -> None:
+        self._spill = spill
+        self._address = address
+        self._numbers = (delack_timer_ms, delack_spread_ms, delack_samples)
+        self._stack_family = stack_family
+        self._lock = (lock_offset, lock_length)
 
     def __getitem__(self, address: str) -> HostProfile:
-        position = int(np.searchsorted(self._addresses, address))
-        if position == len(self._addresses) or self._addresses[position] != address:
+        position = int(np.searchsorted(self._address, address))
+        if position == len(self._address) or self._address[position] != address:
             raise KeyError(address)
-        return self._profiles[position]
+        return self.profiles(position, position + 1)[0]
 
     def __iter__(self) -> Iterator[str]:
-        return iter(self._addresses.tolist())
+        return iter(self._address.tolist())
 
     def __len__(self) -> int:
-        return len(self._addresses)
+        return len(self._address)
 
-    def values(self) -> RecordTable:  # type: ignore[override]
-        """The profiles as a sequence read a chunk at a time."""
-        return self._profiles
+    def values(self) -> _Profiles:  # type: ignore[override]
+        """The profiles as a sequence made a chunk at a time."""
+        return _Profiles(self)
+
+    def profiles(self, start: int, stop: int) -> list[HostProfile]:
+        timer, spread, samples = (column[start:stop].tolist() for column in self._numbers)
+        offsets, lengths = (column[start:stop].tolist() for column in self._lock)
+        with collector_paused():
+            locks = [pickle.loads(self._spill.read(offset, length)) if offset >= 0 else None
+                     for offset, length in zip(offsets, lengths)]
+        return [HostProfile(address=address, delack_timer_ms=_optional(t),
+                            delack_spread_ms=_optional(d), delack_samples=n, stack_family=family,
+                            phase_lock=lock)
+                for address, t, d, n, family, lock in zip(
+                    self._address[start:stop].tolist(), timer, spread, samples,
+                    self._stack_family[start:stop].tolist(), locks)]
 
     def __reduce__(self) -> tuple:
-        return dict, (dict(zip(self._addresses.tolist(), self._profiles)),)
+        return dict, (dict(zip(self._address.tolist(), self.values())),)
+
+
+def _optional(value: float) -> float | None:
+    return None if value != value else value
+
+
+class _Profiles(Sequence):
+    """The profiles of `StoredHosts`, made a chunk at a time."""
+
+    def __init__(self, hosts: StoredHosts) -> None:
+        self._hosts = hosts
+
+    def __len__(self) -> int:
+        return len(self._hosts)
+
+    def __getitem__(self, index: Any) -> Any:
+        if isinstance(index, slice):
+            start, stop, step = index.indices(len(self))
+            return self._hosts.profiles(start, max(start, stop))[::step]
+        position = index + len(self) if index < 0 else index
+        if not 0 <= position < len(self):
+            raise IndexError(index)
+        return self._hosts.profiles(position, position + 1)[0]
+
+    def __iter__(self) -> Iterator[HostProfile]:
+        for start in range(0, len(self), RECORDS_PER_CHUNK):
+            yield from self._hosts.profiles(start, min(start + RECORDS_PER_CHUNK, len(self)))

@@ -70,36 +70,62 @@ def _capture_entry(capture: Capture) -> dict[str, Any]:
     }
 
 
-def _connection_entry(row: Any, capture_index: int, first_id: int) -> dict[str, Any]:
-    mss_source = "estimated" if row.mss_estimated else "handshake"
-    return {
-        "id": first_id + int(row.id),
-        "capture": capture_index,
-        "client": endpoint(row.client_address, row.client_port),
-        "server": endpoint(row.server_address, row.server_port),
-        "client_guessed": bool(row.client_guessed),
-        "first_frame": int(row.first_frame),
-        "start_s": _number(row.start_us / 1e6),
-        "duration_s": _number(row.duration_s),
-        "packets": {"client_to_server": int(row.packets_client_to_server),
-                    "server_to_client": int(row.packets_server_to_client)},
-        "bytes": {"client_to_server": int(row.bytes_client_to_server),
-                  "server_to_client": int(row.bytes_server_to_client)},
-        "mss": int(row.effective_mss),
-        "mss_source": mss_source,
-        "mss_announced": {"client": _number(row.mss_client) or None,
-                          "server": _number(row.mss_server) or None},
-        "handshake": bool(row.handshake),
-        "timestamps": bool(row.timestamps),
-        "sack_permitted": bool(row.sack_permitted_client and row.sack_permitted_server),
-        "window_scale": {"client": _number(row.window_scale_client),
-                         "server": _number(row.window_scale_server)},
-        "vantage": row.vantage,
-        "rtt_ms": _number(row.rtt_ms),
-        "rtt_client_side_ms": _number(row.rtt_client_side_ms),
-        "rtt_server_side_ms": _number(row.rtt_server_side_ms),
-        "rtt_source": row.rtt_source,
-    }
+def _connection_entries(rows: pd.DataFrame, capture_index: int, first_id: int
+                        ) -> list[dict[str, Any]]:
+    """The entries of a chunk of connections, converted column by column (row by row, a
+    million connections took 25 s)."""
+    values = [_json_values(rows[name].to_numpy()) for name in _CONNECTION_COLUMNS]
+    start_s = _json_values(rows["start_us"].to_numpy() / 1e6)
+    sack_permitted = (rows["sack_permitted_client"].to_numpy()
+                      & rows["sack_permitted_server"].to_numpy()).tolist()
+    entries = []
+    for (id_, client_address, client_port, server_address, server_port, client_guessed,
+         first_frame, duration_s, packets_client, packets_server, bytes_client, bytes_server,
+         mss, mss_estimated, mss_client, mss_server, handshake, timestamps, scale_client,
+         scale_server, vantage, rtt_ms, rtt_client_ms, rtt_server_ms, rtt_source,
+         start, sack) in zip(*values, start_s, sack_permitted):
+        entries.append({
+            "id": first_id + id_,
+            "capture": capture_index,
+            "client": endpoint(client_address, client_port),
+            "server": endpoint(server_address, server_port),
+            "client_guessed": client_guessed,
+            "first_frame": first_frame,
+            "start_s": start,
+            "duration_s": duration_s,
+            "packets": {"client_to_server": packets_client, "server_to_client": packets_server},
+            "bytes": {"client_to_server": bytes_client, "server_to_client": bytes_server},
+            "mss": mss,
+            "mss_source": "estimated" if mss_estimated else "handshake",
+            "mss_announced": {"client": mss_client or None, "server": mss_server or None},
+            "handshake": handshake,
+            "timestamps": timestamps,
+            "sack_permitted": sack,
+            "window_scale": {"client": scale_client, "server": scale_server},
+            "vantage": vantage,
+            "rtt_ms": rtt_ms,
+            "rtt_client_side_ms": rtt_client_ms,
+            "rtt_server_side_ms": rtt_server_ms,
+            "rtt_source": rtt_source,
+        })
+    return entries
+
+
+_CONNECTION_COLUMNS = (
+    "id", "client_address", "client_port", "server_address", "server_port", "client_guessed",
+    "first_frame", "duration_s", "packets_client_to_server", "packets_server_to_client",
+    "bytes_client_to_server", "bytes_server_to_client", "effective_mss", "mss_estimated",
+    "mss_client", "mss_server", "handshake", "timestamps", "window_scale_client",
+    "window_scale_server", "vantage", "rtt_ms", "rtt_client_side_ms", "rtt_server_side_ms",
+    "rtt_source")
+
+
+def _json_values(values: np.ndarray) -> list[Any]:
+    """A column as JSON-ready Python values: floats rounded to 6 places, NaN as None (as
+    `_number` converts one value)."""
+    if values.dtype.kind == "f":
+        return [None if value != value else round(value, 6) for value in values.tolist()]
+    return values.tolist()
 
 
 class _Entries(Sequence):
@@ -147,8 +173,7 @@ class ConnectionEntries(_Entries):
             low, high = self.first_ids[capture], self.first_ids[capture + 1]
             if max(start, low) < min(stop, high):
                 rows = table.iloc[max(start, low) - low:min(stop, high) - low]
-                for row in rows.itertuples(index=False):
-                    yield _connection_entry(row, capture, low)
+                yield from _connection_entries(rows, capture, low)
 
 
 class HostEntries(_Entries):
