@@ -4,7 +4,7 @@ Per-direction numbering and roles run a chunk of whole connections at a time, an
 batches are joined into growing columns; neither may change a value. The expected tables are
 not copied from the code: each chunked run is compared with the one-chunk run of the same real
 capture (whose values the tshark tests check), with chunks forced small enough that connections
-of every size land on a chunk edge.
+of every size land on a chunk edge, and two chunks classified at once on two threads.
 """
 
 from __future__ import annotations
@@ -29,7 +29,9 @@ CORPUS = [
 
 
 def _tables(path, chunk_packets: int, monkeypatch) -> build.FlowTables:
+    """Chunks of `chunk_packets`, classified on two threads at once (whatever the cores)."""
     monkeypatch.setattr(build, "CHUNK_PACKETS", chunk_packets)
+    monkeypatch.setattr(build, "CLASSIFY_THREADS", 2)
     return build_flows(decoded_batches(str(path))[1])
 
 

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from nagledetect.read import skips
 from nagledetect.read.decode import decode_batch
-from nagledetect.read.libpcap import CaptureReader
+from nagledetect.read.libpcap import CaptureReader, RawBatch
 
 RECORD_HEADER_BYTES = 16
 SMALLEST_TCP_RECORD_BYTES = RECORD_HEADER_BYTES + 40
@@ -73,31 +74,46 @@ def decoded_batches(path: str, bpf_filter: str | None = None,
 
 def _batches(reader: CaptureReader, accounting: Accounting,
              progress: ProgressCallback | None) -> Iterator[DecodedColumns]:
+    """Each batch is decoded on a thread of its own while the caller takes in the one before
+    (numpy lets go of the GIL in the gathers), as libpcap reads the one after."""
     bytes_read = 0
-    for batch in reader.batches():
-        accounting.packets_read += len(batch)
-        if progress:
-            bytes_read += int(batch.caplens.sum()) + RECORD_HEADER_BYTES * len(batch)
-            progress(accounting.packets_read, bytes_read)
-        accepted = reader.filter_mask(batch)
-        if accepted is None:
-            selected, offsets, caplens = None, batch.offsets, batch.caplens
-        else:
-            accounting.add_skipped({skips.reason_text(skips.EXCLUDED_BY_FILTER): int((~accepted).sum())})
-            selected = np.flatnonzero(accepted)
-            offsets, caplens = batch.offsets[selected], batch.caplens[selected]
-        decoded = decode_batch(batch.buf, offsets, caplens, reader.linktype)
-        accounting.add_skipped(decoded.skipped)
-        if not decoded.columns or len(decoded.columns["batch_index"]) == 0:
-            continue
-        columns = decoded.columns
-        decoded_index = columns.pop("batch_index")
-        in_batch = decoded_index if selected is None else selected[decoded_index]
-        columns["frame"] = (batch.first_frame + in_batch).astype(np.uint32)
-        columns["time_us"] = batch.time_us[in_batch]
-        columns["captured_bytes"] = caplens[decoded_index].astype(np.uint32)
-        accounting.tcp_packets += len(in_batch)
-        yield columns, decoded.sack_blocks
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="decode") as decoder:
+        pending: Future | None = None
+        for batch in reader.batches():
+            accounting.packets_read += len(batch)
+            if progress:
+                bytes_read += int(batch.caplens.sum()) + RECORD_HEADER_BYTES * len(batch)
+                progress(accounting.packets_read, bytes_read)
+            decoding = decoder.submit(_decoded, reader, batch, accounting)
+            if pending is not None and (columns := pending.result()) is not None:
+                yield columns
+            pending = decoding
+        if pending is not None and (columns := pending.result()) is not None:
+            yield columns
     if reader.truncation:
         accounting.warnings.append(f"capture cut short ({reader.truncation}); "
                                    f"analysed the {accounting.packets_read} packets before it")
+
+
+def _decoded(reader: CaptureReader, batch: RawBatch, accounting: Accounting
+             ) -> DecodedColumns | None:
+    """One batch's TCP packets as columns (None when it holds none), its skips counted."""
+    accepted = reader.filter_mask(batch)
+    if accepted is None:
+        selected, offsets, caplens = None, batch.offsets, batch.caplens
+    else:
+        accounting.add_skipped({skips.reason_text(skips.EXCLUDED_BY_FILTER): int((~accepted).sum())})
+        selected = np.flatnonzero(accepted)
+        offsets, caplens = batch.offsets[selected], batch.caplens[selected]
+    decoded = decode_batch(batch.buf, offsets, caplens, reader.linktype)
+    accounting.add_skipped(decoded.skipped)
+    if not decoded.columns or len(decoded.columns["batch_index"]) == 0:
+        return None
+    columns = decoded.columns
+    decoded_index = columns.pop("batch_index")
+    in_batch = decoded_index if selected is None else selected[decoded_index]
+    columns["frame"] = (batch.first_frame + in_batch).astype(np.uint32)
+    columns["time_us"] = batch.time_us[in_batch]
+    columns["captured_bytes"] = caplens[decoded_index].astype(np.uint32)
+    accounting.tcp_packets += len(in_batch)
+    return columns, decoded.sack_blocks
