@@ -208,7 +208,7 @@ class _Collected:
         self._spill_samples(index, result.samples, result.sample_bucket)
         found = result.findings
         start = self.spill.append(found.records)
-        found.records = b""
+        found.records = []
         self.findings[index] = (start + np.cumsum(found.lengths) - found.lengths, found)
 
     def _spill_samples(self, index: int, rows: np.ndarray, bucket: np.ndarray) -> None:
@@ -219,7 +219,7 @@ class _Collected:
         ordered = rows[order]
         for bucket_index in np.flatnonzero(np.diff(bounds)).tolist():
             block = ordered[bounds[bucket_index]:bounds[bucket_index + 1]]
-            self.sample_blocks[bucket_index].append((self.spill.append(block.tobytes()),
+            self.sample_blocks[bucket_index].append((self.spill.append([block.tobytes()]),
                                                      len(block)))
 
     def analysis(self, path: str, accounting: Accounting) -> Analysis:

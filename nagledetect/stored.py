@@ -22,6 +22,7 @@ from nagledetect.collector import collector_paused
 from nagledetect.detectors.model import Finding, HostProfile
 
 RECORDS_PER_CHUNK = 2048
+IOV_MAX = os.sysconf("SC_IOV_MAX") if "SC_IOV_MAX" in os.sysconf_names else 1024
 RecordFix = Callable[[np.ndarray, list[Any]], None]
 """Called with the positions and the records of each chunk read, before they are handed out."""
 
@@ -34,15 +35,26 @@ class SpillFile:
         self._file = tempfile.TemporaryFile(prefix="nagledetect-results-")
         self.size = 0
 
-    def append(self, data: bytes | memoryview) -> int:
-        """Write `data` at the end; its offset."""
+    def append(self, pieces: list[bytes]) -> int:
+        """Write the pieces one after another at the end (a system call per IOV_MAX pieces, no
+        joined copy); the offset of the first."""
         offset = self.size
-        view = memoryview(data).cast("B")
-        written = 0
-        while written < len(view):
-            written += os.pwrite(self._file.fileno(), view[written:], offset + written)
-        self.size += len(view)
+        views = [memoryview(piece).cast("B") for piece in pieces if len(piece)]
+        for start in range(0, len(views), IOV_MAX):
+            self.size += self._write_all(views[start:start + IOV_MAX], self.size)
         return offset
+
+    def _write_all(self, views: list[memoryview], position: int) -> int:
+        total = sum(len(view) for view in views)
+        while views:
+            done = os.pwritev(self._file.fileno(), views, position)
+            position += done
+            while views and done >= len(views[0]):
+                done -= len(views[0])
+                views = views[1:]
+            if views:
+                views[0] = views[0][done:]
+        return total
 
     def read(self, offset: int, length: int) -> bytes:
         pieces = []
@@ -59,13 +71,43 @@ class SpillFile:
         return np.frombuffer(self.read(offset, rows * dtype.itemsize), dtype=dtype)
 
 
-def pickled(records: Sequence[Any]) -> tuple[bytes, np.ndarray]:
-    """Records pickled one by one and joined, with each one's length."""
+def pickled(records: Sequence[Any]) -> tuple[list[bytes], np.ndarray]:
+    """Records pickled one by one, with each one's length."""
     pieces = [pickle.dumps(record, protocol=pickle.HIGHEST_PROTOCOL) for record in records]
-    return b"".join(pieces), np.array([len(piece) for piece in pieces], dtype=np.int64)
+    return pieces, np.array([len(piece) for piece in pieces], dtype=np.int64)
 
 
-class RecordTable(Sequence):
+class ChunkedSequence(Sequence):
+    """A sequence whose items are made (read, converted) a range at a time: iteration goes
+    RECORDS_PER_CHUNK items at a time, so a million items never exist at once. Subclasses give
+    the length and `items(start, stop)`."""
+
+    def __len__(self) -> int:
+        raise NotImplementedError
+
+    def items(self, start: int, stop: int) -> list[Any]:
+        raise NotImplementedError
+
+    def __getitem__(self, index: Any) -> Any:
+        if isinstance(index, slice):
+            start, stop, step = index.indices(len(self))
+            if step != 1:
+                return [self[position] for position in range(start, stop, step)]
+            return self.items(start, stop) if start < stop else []
+        position = index + len(self) if index < 0 else index
+        if not 0 <= position < len(self):
+            raise IndexError(index)
+        return self.items(position, position + 1)[0]
+
+    def __iter__(self) -> Iterator[Any]:
+        for start in range(0, len(self), RECORDS_PER_CHUNK):
+            yield from self.items(start, min(start + RECORDS_PER_CHUNK, len(self)))
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Sequence) and list(self) == list(other)
+
+
+class RecordTable(ChunkedSequence):
     """Pickled records in a spill file, read in the order of `offsets` (`fix` mends each chunk
     read, e.g. to capture-wide connection ids)."""
 
@@ -79,21 +121,8 @@ class RecordTable(Sequence):
     def __len__(self) -> int:
         return len(self._offsets)
 
-    def __getitem__(self, index: Any) -> Any:
-        if isinstance(index, slice):
-            start, stop, step = index.indices(len(self))
-            return self._read(np.arange(start, stop, step))
-        position = index + len(self) if index < 0 else index
-        if not 0 <= position < len(self):
-            raise IndexError(index)
-        return self._read(np.array([position]))[0]
-
-    def __iter__(self) -> Iterator[Any]:
-        for start in range(0, len(self), RECORDS_PER_CHUNK):
-            yield from self._read(np.arange(start, min(start + RECORDS_PER_CHUNK, len(self))))
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, Sequence) and list(self) == list(other)
+    def items(self, start: int, stop: int) -> list[Any]:
+        return self._read(np.arange(start, stop))
 
     def __reduce__(self) -> tuple:
         return list, (list(self),)
@@ -117,7 +146,7 @@ class RecordTable(Sequence):
 class PickledFindings:
     """One part's findings, pickled, with the columns that rank them capture-wide."""
 
-    records: bytes
+    records: list[bytes]
     lengths: np.ndarray
     kind: list[str]
     connection: np.ndarray
@@ -250,7 +279,7 @@ def _optional(value: float) -> float | None:
     return None if value != value else value
 
 
-class _Profiles(Sequence):
+class _Profiles(ChunkedSequence):
     """The profiles of `StoredHosts`, made a chunk at a time."""
 
     def __init__(self, hosts: StoredHosts) -> None:
@@ -259,15 +288,5 @@ class _Profiles(Sequence):
     def __len__(self) -> int:
         return len(self._hosts)
 
-    def __getitem__(self, index: Any) -> Any:
-        if isinstance(index, slice):
-            start, stop, step = index.indices(len(self))
-            return self._hosts.profiles(start, max(start, stop))[::step]
-        position = index + len(self) if index < 0 else index
-        if not 0 <= position < len(self):
-            raise IndexError(index)
-        return self._hosts.profiles(position, position + 1)[0]
-
-    def __iter__(self) -> Iterator[HostProfile]:
-        for start in range(0, len(self), RECORDS_PER_CHUNK):
-            yield from self._hosts.profiles(start, min(start + RECORDS_PER_CHUNK, len(self)))
+    def items(self, start: int, stop: int) -> list[HostProfile]:
+        return self._hosts.profiles(start, stop)

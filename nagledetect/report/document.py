@@ -21,7 +21,7 @@ from nagledetect.collector import collector_paused
 from nagledetect.detectors.model import Finding, HostProfile, evidence_rows
 from nagledetect.events.endpoints import endpoint
 from nagledetect.read.decode import LINKTYPE_NAMES
-from nagledetect.stored import RecordTable, StoredFindings
+from nagledetect.stored import ChunkedSequence, RecordTable, StoredFindings
 
 SCHEMA = "nagledetect/1"
 ENTRIES_PER_CHUNK = 2048
@@ -128,37 +128,10 @@ def _json_values(values: np.ndarray) -> list[Any]:
     return values.tolist()
 
 
-class _Entries(Sequence):
-    """Document entries made when they are read (iteration goes a chunk at a time): a capture
-    with a million connections, findings or hosts would otherwise hold a million dictionaries
-    before anything is written. Subclasses make the entries of positions [start, stop)."""
-
-    def __len__(self) -> int:
-        raise NotImplementedError
-
-    def _entries(self, start: int, stop: int) -> Iterator[dict[str, Any]]:
-        raise NotImplementedError
-
-    def __getitem__(self, index: Any) -> Any:
-        if isinstance(index, slice):
-            start, stop, step = index.indices(len(self))
-            rows = list(self._entries(start, stop)) if start < stop else []
-            return rows if step == 1 else rows[::step]
-        position = index + len(self) if index < 0 else index
-        if not 0 <= position < len(self):
-            raise IndexError(index)
-        return next(self._entries(position, position + 1))
-
-    def __iter__(self) -> Iterator[dict[str, Any]]:
-        for start in range(0, len(self), ENTRIES_PER_CHUNK):
-            yield from self._entries(start, min(start + ENTRIES_PER_CHUNK, len(self)))
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, Sequence) and list(self) == list(other)
-
-
-class ConnectionEntries(_Entries):
-    """The document's connections; ids run across captures, in order."""
+class ConnectionEntries(ChunkedSequence):
+    """The document's connections, each entry made when it is read: a capture with a million
+    connections would otherwise hold a million dictionaries before anything is written. Ids run
+    across captures, in order."""
 
     def __init__(self, tables: list[pd.DataFrame]) -> None:
         self._tables = tables
@@ -168,16 +141,14 @@ class ConnectionEntries(_Entries):
     def __len__(self) -> int:
         return self.first_ids[-1]
 
-    def _entries(self, start: int, stop: int) -> Iterator[dict[str, Any]]:
-        for capture, table in enumerate(self._tables):
-            low, high = self.first_ids[capture], self.first_ids[capture + 1]
-            if max(start, low) < min(stop, high):
-                rows = table.iloc[max(start, low) - low:min(stop, high) - low]
-                yield from _connection_entries(rows, capture, low)
+    def items(self, start: int, stop: int) -> list[dict[str, Any]]:
+        return [entry for capture, low, begin, end in _spans(self.first_ids, start, stop)
+                for entry in _connection_entries(self._tables[capture].iloc[begin:end],
+                                                 capture, low)]
 
 
-class HostEntries(_Entries):
-    """The document's hosts: each capture's, in address order."""
+class HostEntries(ChunkedSequence):
+    """The document's hosts: each capture's, in address order, made when read."""
 
     def __init__(self, analyses: list[Analysis], first_ids: list[int]) -> None:
         self._profiles = [_as_sequence(analysis.hosts.values()) for analysis in analyses]
@@ -187,15 +158,23 @@ class HostEntries(_Entries):
     def __len__(self) -> int:
         return self._bounds[-1]
 
-    def _entries(self, start: int, stop: int) -> Iterator[dict[str, Any]]:
-        for capture, profiles in enumerate(self._profiles):
-            low, high = self._bounds[capture], self._bounds[capture + 1]
-            if max(start, low) < min(stop, high):
-                for host in profiles[max(start, low) - low:min(stop, high) - low]:
-                    yield _host_entry(host, capture, self._first_ids[capture])
+    def items(self, start: int, stop: int) -> list[dict[str, Any]]:
+        return [_host_entry(host, capture, self._first_ids[capture])
+                for capture, _, begin, end in _spans(self._bounds, start, stop)
+                for host in self._profiles[capture][begin:end]]
 
 
-class FindingEntries(_Entries):
+def _spans(bounds: list[int], start: int, stop: int) -> Iterator[tuple[int, int, int, int]]:
+    """For positions [start, stop) of captures laid end to end (capture i holds positions
+    bounds[i] to bounds[i + 1]): each capture touched, its first position, and the range
+    within it."""
+    for capture in range(len(bounds) - 1):
+        low, high = bounds[capture], bounds[capture + 1]
+        if max(start, low) < min(stop, high):
+            yield capture, low, max(start, low) - low, min(stop, high) - low
+
+
+class FindingEntries(ChunkedSequence):
     """The document's findings, most time lost first across captures (each capture's rank order
     kept among equal times); stored findings are read from disk only when their chunk is."""
 
@@ -228,7 +207,7 @@ class FindingEntries(_Entries):
                 keys.update(dict.fromkeys(self._advice[position]))
         return list(keys)
 
-    def _entries(self, start: int, stop: int) -> Iterator[dict[str, Any]]:
+    def items(self, start: int, stop: int) -> list[dict[str, Any]]:
         positions = self._order[start:stop]
         capture = np.searchsorted(self._bounds, positions, side="right") - 1
         made: dict[int, dict[str, Any]] = {}
@@ -237,8 +216,7 @@ class FindingEntries(_Entries):
             within = positions[wanted] - self._bounds[index]
             for slot, finding in zip(wanted.tolist(), _take(self._findings[index], within)):
                 made[slot] = _finding_entry(finding, index, self._first_ids[index])
-        for slot in range(len(positions)):
-            yield made[slot]
+        return [made[slot] for slot in range(len(positions))]
 
 
 def _take(findings: Sequence[Finding], positions: np.ndarray) -> list[Finding]:

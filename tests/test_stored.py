@@ -1,0 +1,38 @@
+"""The spill file gives back exactly the bytes appended, wherever they lie.
+
+Findings and host profiles of a capture in parts are written there by many appends of many
+pieces (a part's findings are thousands of pickles, more than one `pwritev` takes at once).
+"""
+
+from __future__ import annotations
+
+import pickle
+
+import numpy as np
+
+from nagledetect.stored import IOV_MAX, RecordTable, SpillFile, pickled
+
+
+def test_appends_of_more_pieces_than_one_system_call_takes() -> None:
+    spill = SpillFile()
+    pieces = [bytes([index % 251]) * (index % 7) for index in range(3 * IOV_MAX + 5)]
+    first = spill.append(pieces)
+    second = spill.append([b"tail"])
+    joined = b"".join(pieces)
+    assert first == 0 and second == len(joined) == spill.size - 4
+    assert spill.read(0, len(joined)) == joined
+    assert spill.read(second, 4) == b"tail"
+
+
+def test_records_read_back_in_any_order() -> None:
+    spill = SpillFile()
+    records = [{"n": index, "values": list(range(index % 5))} for index in range(5000)]
+    pieces, lengths = pickled(records)
+    offsets = spill.append(pieces) + np.cumsum(lengths) - lengths
+    order = np.arange(len(records))[::-1]
+    table = RecordTable(spill, offsets[order], lengths[order])
+    assert list(table) == records[::-1]
+    assert table[3] == records[-4] and table[-1] == records[0]
+    assert table[10:13] == records[::-1][10:13]
+    assert table.take(np.array([7, 2])) == [records[-8], records[-3]]
+    assert pickle.loads(pickle.dumps(table)) == records[::-1]
