@@ -15,6 +15,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from nagledetect.events.endpoints import direction_endpoints
+
 EVIDENCE_KEYS = ("last_data_frame", "delayed_ack_frame", "released_frame", "stall_s", "start_s",
                  "ack_delay_ms", "reaction_ms")
 EVIDENCE_DECIMALS = (None, None, None, 6, 6, 3, 3)
@@ -67,8 +69,9 @@ class StallEvents:
 def evidence_rows(evidence: list[StallEvents]) -> list[list[dict[str, Any]]]:
     """The JSON rows of several findings' stalls, rounded and converted column by column for
     all of them at once (per finding, the numpy calls would cost more than the rows)."""
-    lists = [_json_column(np.concatenate([events.columns()[index] for events in evidence]),
-                          decimals) for index, decimals in enumerate(EVIDENCE_DECIMALS)]
+    by_column = zip(*(events.columns() for events in evidence))
+    lists = [_json_column(np.concatenate(arrays), decimals)
+             for arrays, decimals in zip(by_column, EVIDENCE_DECIMALS)]
     frames, ack, released, stall, start, delay, reaction = EVIDENCE_KEYS
     rows = [{frames: a, ack: b, released: c, stall: d, start: e, delay: f, reaction: g}
             for a, b, c, d, e, f, g in zip(*lists)]
@@ -180,6 +183,14 @@ class DetectorInput:
     hosts: dict[str, HostProfile]
     earlier_findings: list[Finding] = field(default_factory=list)
     _rows: dict[int, Any] | None = field(default=None, repr=False)
+    _names: dict[tuple[int, int], tuple[str, str]] | None = field(default=None, repr=False)
+
+    def direction_names(self) -> dict[tuple[int, int], tuple[str, str]]:
+        """(connection, direction) -> (sender, receiver) endpoint names, made once for all
+        detectors (see `events.endpoints.direction_endpoints`)."""
+        if self._names is None:
+            self._names = direction_endpoints(self.connections)
+        return self._names
 
     def connection_row(self, connection: int) -> Any:
         """The connection's row (a namedtuple), looked up in a table built once."""

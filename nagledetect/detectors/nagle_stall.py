@@ -29,7 +29,6 @@ from nagledetect.detectors.model import (
     StallEvents,
     split_events,
 )
-from nagledetect.events.endpoints import direction_endpoints
 from nagledetect.events.segments import PURE_ACK_ROLES
 
 KIND = "nagle-delack-stall"
@@ -173,7 +172,7 @@ def _events(stalls: pd.DataFrame) -> dict[tuple, StallEvents]:
 
 def detect(columns: DetectorInput) -> list[Finding]:
     stalls = stall_candidates(columns)
-    names = direction_endpoints(columns.connections)
+    names = columns.direction_names()
     streams = {(f.connection, f.sender) for f in columns.earlier_findings
                if f.kind == STREAM_COALESCING_KIND}
     events = _events(stalls)

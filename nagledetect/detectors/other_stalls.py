@@ -17,6 +17,7 @@ import pandas as pd
 from nagledetect.detectors.model import DetectorInput, Finding, released_frames, split_events
 from nagledetect.detectors.nagle_stall import KIND as STALL_KIND
 from nagledetect.detectors.stream_coalescing import KIND as STREAM_KIND
+from nagledetect.flows.roles import ROLE
 
 GAP_MIN_MS = 10.0
 RTT_MULTIPLE = 4
@@ -32,21 +33,23 @@ DESCRIPTIONS = {
 
 def _gaps(columns: DetectorInput) -> pd.DataFrame:
     """Gaps between consecutive new-data segments of each connection above the threshold."""
-    segments = columns.segments.sort_values(["connection", "frame"], kind="stable")
-    same = segments["connection"].to_numpy()[1:] == segments["connection"].to_numpy()[:-1]
-    gap_us = np.diff(segments["time_us"].to_numpy())
+    segments = columns.segments
+    order = np.lexsort((segments["frame"].to_numpy(), segments["connection"].to_numpy()))
+    connection, frame, time_us, direction = (
+        segments[name].to_numpy()[order] for name in ("connection", "frame", "time_us",
+                                                      "direction"))
+    same = connection[1:] == connection[:-1]
+    gap_us = np.diff(time_us)
     rtt_ms = columns.connections.set_index("id")["rtt_ms"].reindex(
-        segments["connection"].to_numpy()[1:]).fillna(0).to_numpy()
+        connection[1:]).fillna(0).to_numpy()
     threshold_us = np.maximum(GAP_MIN_MS, RTT_MULTIPLE * rtt_ms) * 1000
-    keep = np.flatnonzero(same & (gap_us > threshold_us))
-    before = segments.iloc[keep]
-    after = segments.iloc[keep + 1]
+    before = np.flatnonzero(same & (gap_us > threshold_us))
+    after = before + 1
     return pd.DataFrame({
-        "connection": after["connection"].to_numpy(),
-        "before_frame": before["frame"].to_numpy(), "after_frame": after["frame"].to_numpy(),
-        "before_time_us": before["time_us"].to_numpy(), "after_time_us": after["time_us"].to_numpy(),
-        "before_direction": before["direction"].to_numpy(),
-        "after_direction": after["direction"].to_numpy(),
+        "connection": connection[after],
+        "before_frame": frame[before], "after_frame": frame[after],
+        "before_time_us": time_us[before], "after_time_us": time_us[after],
+        "before_direction": direction[before], "after_direction": direction[after],
     })
 
 
@@ -66,10 +69,11 @@ def classify_gaps(columns: DetectorInput) -> pd.DataFrame:
     gaps = _gaps(columns)
     released = released_frames(columns.earlier_findings, (STALL_KIND, STREAM_KIND))
     packets = columns.packets
-    role = packets["role"].astype(str).to_numpy()
-    retransmitted = _packets_within(packets, gaps, np.isin(role, ("retransmission", "out_of_order")))
+    role = packets["role"].cat.codes.to_numpy()
+    retransmitted = _packets_within(packets, gaps, np.isin(
+        role, (ROLE["retransmission"], ROLE["out_of_order"])))
     zero_window = _packets_within(packets, gaps, (packets["window_bytes"].to_numpy() == 0)
-                                  & (role != "rst") & (role != "syn"))
+                                  & (role != ROLE["rst"]) & (role != ROLE["syn"]))
     server_answers = (gaps["before_direction"] == 0) & (gaps["after_direction"] == 1)
     cause = np.where(server_answers, "think-time", "idle")
     cause = np.where(zero_window, "zero-window", cause)

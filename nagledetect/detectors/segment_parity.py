@@ -15,7 +15,6 @@ import pandas as pd
 
 from nagledetect.detectors.model import DetectorInput, Finding, released_frames
 from nagledetect.detectors.nagle_stall import KIND as STALL_KIND
-from nagledetect.events.endpoints import direction_endpoints
 
 KIND = "segment-parity"
 MIN_MESSAGES = 3
@@ -65,7 +64,7 @@ def fixed_size_arithmetic(sizes: pd.Series, mss: int) -> dict | None:
 
 def detect(columns: DetectorInput) -> list[Finding]:
     table = parity_table(columns)
-    names = direction_endpoints(columns.connections)
+    names = columns.direction_names()
     findings = []
     for (connection, direction), rows in table.groupby(["connection", "direction"]):
         if rows["messages"].sum() < MIN_MESSAGES or rows["stalled"].sum() == 0:

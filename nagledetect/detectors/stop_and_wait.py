@@ -16,7 +16,6 @@ import pandas as pd
 
 from nagledetect.detectors.model import DetectorInput, Finding
 from nagledetect.detectors.nagle_stall import KIND as STALL_KIND
-from nagledetect.events.endpoints import direction_endpoints
 
 KIND = "stop-and-wait"
 MIN_EXCHANGES = 10
@@ -43,7 +42,7 @@ def detect(columns: DetectorInput) -> list[Finding]:
     if messages.empty:
         return []
     stalled = {f.connection for f in columns.earlier_findings if f.kind == STALL_KIND}
-    names = direction_endpoints(columns.connections)
+    names = columns.direction_names()
     findings = []
     table = exchange_table(messages)
     table = table[(table["exchanges"] >= MIN_EXCHANGES) & (table["messages"] >= 2 * MIN_EXCHANGES - 1)

@@ -14,7 +14,6 @@ import numpy as np
 
 from nagledetect.detectors.model import DetectorInput, Finding
 from nagledetect.detectors.nagle_stall import stall_candidates
-from nagledetect.events.endpoints import direction_endpoints
 
 KIND = "stream-coalescing"
 MIN_PACKETS = 20
@@ -48,7 +47,7 @@ def detect(columns: DetectorInput) -> list[Finding]:
         return []
     released = dict(tuple(stall_candidates(columns).groupby(["connection", "direction"])))
     by_direction = columns.segments.groupby(["connection", "direction"])
-    names = direction_endpoints(columns.connections)
+    names = columns.direction_names()
     findings = []
     for connection, direction in pairs:
         if (connection, direction) not in by_direction.groups:

@@ -10,7 +10,6 @@ packets they need and their median payload is a small fraction of the MSS. The c
 from __future__ import annotations
 
 from nagledetect.detectors.model import DetectorInput, Finding
-from nagledetect.events.endpoints import direction_endpoints
 
 KIND = "tinygram-flood"
 MIN_PACKETS_PER_MESSAGE = 4
@@ -24,7 +23,7 @@ def detect(columns: DetectorInput) -> list[Finding]:
     messages = columns.messages
     if messages.empty:
         return []
-    names = direction_endpoints(columns.connections)
+    names = columns.direction_names()
     flooded = ((messages["packets"] >= MIN_PACKETS_PER_MESSAGE)
                & (messages["packets"] >= EXCESS_FACTOR * messages["segments_needed"])
                & (messages["median_payload_bytes"] <= SMALL_PAYLOAD_SHARE * messages["mss"]))

@@ -165,4 +165,4 @@ def _segment_rows(selected, context, columns, connection, direction, role, paylo
         "next_own_data_time_us": at(columns["time_us"], own_next, NONE),
         "own_retransmissions_between": np.where(
             previous >= 0, context["own_retransmissions_between"], 0),
-    })
+    }, copy=False)
