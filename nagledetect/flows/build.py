@@ -289,7 +289,7 @@ def _connection_endpoints(columns: dict[str, np.ndarray], pair_rows: np.ndarray)
     table = pd.DataFrame(index=pd.RangeIndex(len(first_rows)))
     for side, is_low in (("client", client_is_low), ("server", ~client_is_low)):
         words = np.where(is_low[:, None], endpoints[:, :5], endpoints[:, 5:])
-        table[f"{side}_address"] = [_format_address(row) for row in words[:, :4]]
+        table[f"{side}_address"] = _formatted_addresses(words[:, :4])
         table[f"{side}_port"] = words[:, 4].astype(np.int64)
     table["ip_version"] = np.where(table["client_address"].str.contains(":"), 6, 4)
     table["first_frame"] = columns["frame"][first_rows].astype(np.int64)
@@ -319,12 +319,19 @@ def _connection_table(columns: dict[str, np.ndarray], count: int, endpoints: pd.
     return pd.concat([table, handshake], axis=1)
 
 
-def _format_address(words: np.ndarray) -> str:
-    """IPv4-mapped words print as dotted quad; others as compressed IPv6."""
+def _formatted_addresses(words: np.ndarray) -> list[str]:
+    """Addresses from (n, 4) words: IPv4-mapped words as a dotted quad, others as compressed
+    IPv6 (`ipaddress`, one by one: rare, and its compression rules are the standard's)."""
+    ipv4 = (words[:, 0] == 0) & (words[:, 1] == 0) & (words[:, 2] == 0xFFFF)
+    last = words[:, 3].astype(np.int64)
+    octets = [((last >> shift) & 0xFF).tolist() for shift in (24, 16, 8, 0)]
+    return [f"{a}.{b}.{c}.{d}" if is_ipv4 else _ipv6_text(row)
+            for is_ipv4, a, b, c, d, row in zip(ipv4.tolist(), *octets, words)]
+
+
+def _ipv6_text(words: np.ndarray) -> str:
     import ipaddress
 
-    if words[0] == 0 and words[1] == 0 and words[2] == 0xFFFF:
-        return str(ipaddress.IPv4Address(int(words[3])))
     value = (int(words[0]) << 96) | (int(words[1]) << 64) | (int(words[2]) << 32) | int(words[3])
     return str(ipaddress.IPv6Address(value))
 

@@ -23,10 +23,10 @@ _WORD_MULTIPLIERS = np.array(
 _PORT_MULTIPLIER = np.uint64(0xFF51AFD7ED558CCD)
 
 
-def endpoint_rows(columns: dict[str, np.ndarray], side: str, row: int) -> np.ndarray:
-    """(5,) uint32: the address words and port of one side of one packet."""
+def _endpoint_rows(columns: dict[str, np.ndarray], side: str, rows: np.ndarray) -> np.ndarray:
+    """(len(rows), 5) uint32: the address words and port of one side of these packets."""
     names = [f"{side}_{i}" for i in range(4)] + [f"{side}_port"]
-    return np.array([columns[name][row] for name in names], dtype=np.uint32)
+    return np.stack([columns[name][rows] for name in names], axis=1).astype(np.uint32)
 
 
 def _mixed(value: np.ndarray) -> np.ndarray:
@@ -81,6 +81,7 @@ class EndpointPairs:
     def __init__(self) -> None:
         self._number_of: dict[tuple[int, int], int] = {}
         self._rows: list[np.ndarray] = []
+        """Blocks of (pairs, 10) endpoint rows, in number order."""
 
     def assign(self, columns: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
         """Pair number and "source is the lower endpoint" for every packet of a batch."""
@@ -89,29 +90,30 @@ class EndpointPairs:
         first = first_occurrences(codes)
         if not (np.array_equal(low, low[first][codes]) and np.array_equal(high, high[first][codes])):
             codes, first = _grouped_exactly(low, high)
-        pairs = zip(low[first].tolist(), high[first].tolist(), first.tolist())
-        numbers = np.array([self._number(key_pair, row, columns, src_is_low)
-                            for *key_pair, row in pairs], dtype=np.int64)
+        known = len(self._number_of)
+        numbers = np.array([self._number_of.setdefault(key, len(self._number_of))
+                            for key in zip(low[first].tolist(), high[first].tolist())],
+                           dtype=np.int64)
+        self._add_rows(columns, first[numbers >= known], src_is_low)
         return numbers[codes], src_is_low
 
-    def _number(self, keys: list[int], row: int, columns: dict[str, np.ndarray],
-                src_is_low: np.ndarray) -> int:
-        """The number of a pair (seen first at `row` of this batch), given on first sight."""
-        key = (keys[0], keys[1])
-        number = self._number_of.get(key)
-        if number is None:
-            number = self._number_of[key] = len(self._number_of)
-            sides = ("src", "dst") if src_is_low[row] else ("dst", "src")
-            self._rows.append(np.concatenate([endpoint_rows(columns, side, row)
-                                              for side in sides]))
-        return number
+    def _add_rows(self, columns: dict[str, np.ndarray], rows: np.ndarray,
+                  src_is_low: np.ndarray) -> None:
+        """The endpoints of pairs numbered just now (seen first at `rows`, in number order),
+        lower endpoint first."""
+        if not len(rows):
+            return
+        source, destination = (_endpoint_rows(columns, side, rows) for side in ("src", "dst"))
+        source_low = src_is_low[rows][:, None]
+        self._rows.append(np.concatenate([np.where(source_low, source, destination),
+                                          np.where(source_low, destination, source)], axis=1))
 
     @property
     def rows(self) -> np.ndarray:
         """(pairs, 10) uint32: low endpoint words and port, then high endpoint words and port."""
         if not self._rows:
             return np.zeros((0, 2 * ENDPOINT_WORDS), dtype=np.uint32)
-        return np.stack(self._rows)
+        return np.concatenate(self._rows)
 
 
 def _grouped_exactly(low: np.ndarray, high: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
