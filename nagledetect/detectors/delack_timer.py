@@ -17,6 +17,7 @@ import pandas as pd
 
 from nagledetect.detectors.model import HostProfile
 from nagledetect.events.segments import PURE_ACK_ROLES
+from nagledetect.flows.connections import by_connection
 
 MIN_DELAYED_HOLD_MS = 10.0
 RTT_MULTIPLE = 1.5
@@ -32,9 +33,8 @@ STACK_FAMILIES = (
 def receiver_side_rtt_ms(connections: pd.DataFrame, connection: np.ndarray,
                           direction: np.ndarray) -> np.ndarray:
     """Round trip between the tap and the receiver of each (connection, direction); 0 if unknown."""
-    table = connections.set_index("id")
-    to_server = table["rtt_server_side_ms"].reindex(connection).to_numpy()
-    to_client = table["rtt_client_side_ms"].reindex(connection).to_numpy()
+    to_server = by_connection(connections, "rtt_server_side_ms", connection)
+    to_client = by_connection(connections, "rtt_client_side_ms", connection)
     return np.nan_to_num(np.where(direction == 0, to_server, to_client), nan=0.0)
 
 
@@ -50,12 +50,12 @@ def delack_samples(segments: pd.DataFrame, connections: pd.DataFrame) -> pd.Data
     lag_ms = (lone["next_peer_time_us"] - lone["time_us"]).to_numpy() / 1000
     rtt_ms = receiver_side_rtt_ms(connections, lone["connection"].to_numpy(),
                                   lone["direction"].to_numpy())
-    table = connections.set_index("id")
-    total_rtt_ms = np.nan_to_num(table["rtt_ms"].reindex(lone["connection"]).to_numpy(), nan=0.0)
+    lone_connection = lone["connection"].to_numpy()
+    total_rtt_ms = np.nan_to_num(by_connection(connections, "rtt_ms", lone_connection), nan=0.0)
     hold_ms = lag_ms - rtt_ms
     receiver = np.where(lone["direction"].to_numpy() == 0,
-                        table["server_address"].reindex(lone["connection"]).to_numpy(),
-                        table["client_address"].reindex(lone["connection"]).to_numpy())
+                        by_connection(connections, "server_address", lone_connection),
+                        by_connection(connections, "client_address", lone_connection))
     samples = pd.DataFrame({
         "host": receiver,
         "connection": lone["connection"].to_numpy(),

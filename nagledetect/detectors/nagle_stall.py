@@ -30,6 +30,7 @@ from nagledetect.detectors.model import (
     split_events,
 )
 from nagledetect.events.segments import PURE_ACK_ROLES
+from nagledetect.flows.connections import by_connection
 
 KIND = "nagle-delack-stall"
 STREAM_COALESCING_KIND = "stream-coalescing"
@@ -57,9 +58,9 @@ def stall_candidates(columns: DetectorInput) -> pd.DataFrame:
     connections = columns.connections
     connection = segments["connection"].to_numpy()
     direction = segments["direction"].to_numpy()
-    table = connections.set_index("id")
-    rtt_known = table["rtt_ms"].reindex(connection).notna().to_numpy()
-    total_rtt_ms = np.nan_to_num(table["rtt_ms"].reindex(connection).to_numpy(), nan=0.0)
+    rtt_ms = by_connection(connections, "rtt_ms", connection)
+    rtt_known = ~np.isnan(rtt_ms)
+    total_rtt_ms = np.nan_to_num(rtt_ms, nan=0.0)
     reaction_ms = (segments["time_us"] - segments["peer_time_us"]).to_numpy() / 1000
     sender_rtt_ms = sender_side_rtt_ms(connections, connection, direction)
     reaction_limit_ms = np.where(

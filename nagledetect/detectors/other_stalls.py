@@ -17,6 +17,7 @@ import pandas as pd
 from nagledetect.detectors.model import DetectorInput, Finding, released_frames, split_events
 from nagledetect.detectors.nagle_stall import KIND as STALL_KIND
 from nagledetect.detectors.stream_coalescing import KIND as STREAM_KIND
+from nagledetect.flows.connections import by_connection
 from nagledetect.flows.roles import ROLE
 
 GAP_MIN_MS = 10.0
@@ -40,8 +41,7 @@ def _gaps(columns: DetectorInput) -> pd.DataFrame:
                                                       "direction"))
     same = connection[1:] == connection[:-1]
     gap_us = np.diff(time_us)
-    rtt_ms = columns.connections.set_index("id")["rtt_ms"].reindex(
-        connection[1:]).fillna(0).to_numpy()
+    rtt_ms = np.nan_to_num(by_connection(columns.connections, "rtt_ms", connection[1:]), nan=0.0)
     threshold_us = np.maximum(GAP_MIN_MS, RTT_MULTIPLE * rtt_ms) * 1000
     before = np.flatnonzero(same & (gap_us > threshold_us))
     after = before + 1

@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from nagledetect.flows.connections import by_connection
 from nagledetect.flows.grouped import (
     group_starts,
     grouped_cummax,
@@ -70,8 +71,7 @@ def data_segments(packets: pd.DataFrame, connections: pd.DataFrame) -> pd.DataFr
     selected = selected[np.argsort(columns["frame"][selected], kind="stable")]
     context = _context_by_direction(selected, direction, starts, role, payload, end, is_new_data)
     table = _segment_rows(selected, context, columns, connection, direction, role, payload, end)
-    mss = connections.set_index("id")["effective_mss"]
-    table["mss"] = mss.reindex(table["connection"]).to_numpy()
+    table["mss"] = by_connection(connections, "effective_mss", table["connection"].to_numpy())
     full = np.maximum(table["mss"].to_numpy(), 1)
     table["tail_bytes"] = np.where(table["payload_bytes"] % full == 0, np.where(
         table["payload_bytes"] < full, table["payload_bytes"], 0), table["payload_bytes"] % full)

@@ -1,0 +1,26 @@
+"""Connection columns looked up per packet or segment give the same values whether the table's
+ids are its row numbers (read by position) or not (looked up by id).
+
+Checked on a real capture's connection table against pandas' own lookup by id.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from nagledetect.api import load_capture
+from nagledetect.flows.connections import by_connection
+from tests.conftest import SAMPLE_TRACES
+
+
+def test_by_position_and_by_id_agree() -> None:
+    capture = load_capture(str(SAMPLE_TRACES / "mixed.pcap"))
+    table = capture.connections
+    wanted = capture.packets["connection"].to_numpy()
+    shuffled = table.sample(frac=1.0, random_state=7)
+    assert not (shuffled["id"].to_numpy() == np.arange(len(table))).all()
+    for column in ("rtt_ms", "server_address", "effective_mss"):
+        expected = table.set_index("id")[column].reindex(wanted).to_numpy()
+        for lookup in (table, shuffled):
+            got = by_connection(lookup, column, wanted)
+            assert [str(v) for v in got] == [str(v) for v in expected]
