@@ -8,8 +8,9 @@ each in its own process so peak memory is its own, `--repeats` times:
   - nagledetect read + decode + flows   (nagledetect.load_capture: connections, roles, RTT)
   - nagledetect analyze --format json   (the whole analysis, every detector, JSON to /dev/null)
 and prints medians in packets/s, ratios against tcpdump, and peak memory (bytes per packet):
-the peak of the sum of RSS over the process and its children, sampled every 20 ms, since the
-whole analysis takes the parts of a large capture in worker processes.
+the peak of the sum of PSS (proportional set size) over the process and its children, sampled
+every 20 ms, since the whole analysis takes the parts of a large capture in worker processes
+(pages forked processes share count once).
 
     python3 benchmarks/bench_read.py --source sample_traces/seed003-nagle.pcap --packets 10000000
 """
@@ -38,22 +39,25 @@ STAGES = {
 }
 
 
-SAMPLE_INTERVAL_S = 0.02
+SAMPLE_INTERVAL_S = 0.1
+"""Reading PSS makes the kernel walk the page tables: sampled more often, it slows the run."""
 
 
-def _tree_rss_kib(pid: int) -> int:
-    """RSS of a process and all its descendants, from /proc (0 once it is gone)."""
+def _tree_memory_kib(pid: int) -> int:
+    """Memory of a process and all its descendants, from /proc (0 once it is gone): the sum of
+    their proportional set sizes (PSS), so a page that forked processes share counts once, as
+    it takes memory once (their RSS would count it in every process that maps it)."""
     total = 0
     pending = [pid]
     while pending:
         current = pending.pop()
         try:
-            status = Path(f"/proc/{current}/status").read_text()
+            rollup = Path(f"/proc/{current}/smaps_rollup").read_text()
             children = Path(f"/proc/{current}/task/{current}/children").read_text().split()
         except OSError:
             continue
-        total += next((int(line.split()[1]) for line in status.splitlines()
-                       if line.startswith("VmRSS:")), 0)
+        total += next((int(line.split()[1]) for line in rollup.splitlines()
+                       if line.startswith("Pss:")), 0)
         pending.extend(int(child) for child in children)
     return total
 
@@ -64,7 +68,7 @@ def _timed(command: list[str]) -> tuple[float, int]:
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     peak_tree = 0
     while process.poll() is None:
-        peak_tree = max(peak_tree, _tree_rss_kib(process.pid))
+        peak_tree = max(peak_tree, _tree_memory_kib(process.pid))
         time.sleep(SAMPLE_INTERVAL_S)
     elapsed = time.perf_counter() - start
     if process.returncode != 0:

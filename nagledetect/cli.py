@@ -100,7 +100,7 @@ def analyze(captures: tuple[str, ...], bpf_filter: str | None, output_format: st
     if html_path:
         _write_html(document, analyses, html_path)
     if output_format == "json":
-        write_json(document, sys.stdout.buffer)
+        write_json(document, sys.stdout.buffer, workers=jobs or os.cpu_count() or 1)
     else:
         colour = sys.stdout.isatty() and "NO_COLOR" not in os.environ
         click.echo(render_text(document, verbose=verbose, colour=colour), nl=False, color=colour)

@@ -173,6 +173,7 @@ class _FindingColumns:
     sender: list[str] = dataclasses.field(default_factory=list)
     receiver_host: list[str | None] = dataclasses.field(default_factory=list)
     advice: list[tuple[str, ...]] = dataclasses.field(default_factory=list)
+    evidence_rows: list[np.ndarray] = dataclasses.field(default_factory=list)
 
     def extend(self, offsets: np.ndarray, found: PickledFindings, connection: np.ndarray) -> None:
         self.offsets.append(offsets)
@@ -183,6 +184,7 @@ class _FindingColumns:
         self.sender += found.sender
         self.receiver_host += found.receiver_host
         self.advice += found.advice
+        self.evidence_rows.append(found.evidence_rows)
 
     def column(self, name: str) -> np.ndarray:
         pieces = getattr(self, name)
@@ -376,4 +378,5 @@ def _ranked(spill: SpillFile, columns: _FindingColumns, timers: _HostTimers) -> 
 
     return StoredFindings(spill, columns.column("offsets")[order],
                           columns.column("lengths")[order], time_lost_s[order],
-                          [columns.advice[position] for position in order.tolist()], fix=mend)
+                          [columns.advice[position] for position in order.tolist()],
+                          columns.column("evidence_rows")[order], fix=mend)

@@ -154,6 +154,7 @@ class PickledFindings:
     sender: list[str]
     receiver_host: list[str | None]
     advice: list[tuple[str, ...]]
+    evidence_rows: np.ndarray
 
 
 def pickle_findings(findings: list[Finding]) -> PickledFindings:
@@ -163,19 +164,22 @@ def pickle_findings(findings: list[Finding]) -> PickledFindings:
         np.array([f.connection for f in findings], dtype=np.int64),
         np.array([f.time_lost_s for f in findings], dtype=np.float64),
         [str(f.sender) for f in findings], [f.receiver_host for f in findings],
-        [tuple(f.advice) for f in findings])
+        [tuple(f.advice) for f in findings],
+        np.array([len(f.events) for f in findings], dtype=np.int64))
 
 
 class StoredFindings(RecordTable):
-    """A capture's findings in rank order, read from disk; `time_lost_s` and `advice` are the
-    columns a document needs to order findings across captures without reading them."""
+    """A capture's findings in rank order, read from disk; `time_lost_s`, `advice` and
+    `evidence_rows` are the columns a document needs to order and chunk findings across
+    captures without reading them."""
 
     def __init__(self, spill: SpillFile, offsets: np.ndarray, lengths: np.ndarray,
                  time_lost_s: np.ndarray, advice: list[tuple[str, ...]],
-                 fix: RecordFix | None = None) -> None:
+                 evidence_rows: np.ndarray, fix: RecordFix | None = None) -> None:
         super().__init__(spill, offsets, lengths, fix)
         self.time_lost_s = time_lost_s
         self.advice = advice
+        self.evidence_rows = evidence_rows
 
 
 class HostColumns:

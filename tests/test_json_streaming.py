@@ -39,3 +39,19 @@ def test_findings_cut_into_pieces_write_the_same_bytes(name, rows_per_piece, mon
     monkeypatch.setattr(document, "ENTRIES_PER_CHUNK", 2)
     assert _written(analysis) == whole
     assert orjson.loads(whole)["schema"] == "nagledetect/1"
+
+
+@pytest.mark.parametrize("name", CAPTURES)
+def test_pieces_rendered_in_forked_workers_write_the_same_bytes(name, monkeypatch):
+    """Two forked workers render the pieces (findings cut to a few rows, lists to 2 entries,
+    and a capture in parts, whose findings and hosts are read from disk in the workers)."""
+    path = SAMPLE_TRACES / name
+    analyses = [analyze_capture(str(path)),
+                analyze_capture(str(path), part_bytes=path.stat().st_size // 6 + 1)]
+    expected = _written(analyses[0])
+    monkeypatch.setattr(document, "EVIDENCE_ROWS_PER_CHUNK", 5)
+    monkeypatch.setattr(document, "ENTRIES_PER_CHUNK", 2)
+    for analysis in analyses:
+        out = io.BytesIO()
+        write_json(build_document([analysis]), out, workers=2)
+        assert out.getvalue() == expected

@@ -7,7 +7,10 @@ and no reporter recomputes analysis. Keys are stable: later versions only add.
 from __future__ import annotations
 
 import math
+import multiprocessing
+from collections import deque
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any, BinaryIO
 
 import numpy as np
@@ -183,19 +186,27 @@ class FindingEntries(ChunkedSequence):
         self._first_ids = first_ids
         times: list[float] = []
         self._advice: list[tuple[str, ...]] = []
+        evidence_rows: list[int] = []
         for findings in self._findings:
             if isinstance(findings, StoredFindings):
                 times += findings.time_lost_s.tolist()
                 self._advice += findings.advice
+                evidence_rows += findings.evidence_rows.tolist()
             else:
                 times += [finding.time_lost_s for finding in findings]
                 self._advice += [tuple(finding.advice) for finding in findings]
+                evidence_rows += [len(finding.events) for finding in findings]
         self._bounds = np.cumsum([0] + [len(findings) for findings in self._findings])
         self._order = np.argsort(np.array([-round(t, 6) for t in times], dtype=np.float64),
                                  kind="stable")
+        self._evidence_rows = np.array(evidence_rows, dtype=np.int64)[self._order]
 
     def __len__(self) -> int:
         return len(self._order)
+
+    def evidence_counts(self) -> list[int]:
+        """Each finding's number of evidence rows, in document order."""
+        return self._evidence_rows.tolist()
 
     def advice_keys(self) -> list[str]:
         """Every advice key the findings name, in order of first mention."""
@@ -310,18 +321,19 @@ def build_document(analyses: list[Analysis]) -> dict[str, Any]:
     }
 
 
-def write_json(document: dict[str, Any], stream: BinaryIO) -> None:
+def write_json(document: dict[str, Any], stream: BinaryIO, workers: int = 1) -> None:
     """The document as indented JSON, written key by key and lists a chunk at a time (with the
     findings' evidence rows made per chunk), so the output of a capture with a million
     connections or millions of stalls is never one string in memory. Each piece is dumped
-    inside a one-key object, so orjson indents it at its final depth.
+    inside a one-key object, so orjson indents it at its final depth. With `workers` > 1 the
+    chunks of a long list are rendered in that many forked processes (in order, a few ahead).
 
     The cyclic garbage collector is paused meanwhile (see `nagledetect.collector`)."""
     with collector_paused():
-        _write_json(document, stream)
+        _write_json(document, stream, workers)
 
 
-def _write_json(document: dict[str, Any], stream: BinaryIO) -> None:
+def _write_json(document: dict[str, Any], stream: BinaryIO, workers: int) -> None:
     stream.write(b"{\n")
     for position, (key, value) in enumerate(document.items()):
         stream.write(b",\n" if position else b"")
@@ -330,44 +342,97 @@ def _write_json(document: dict[str, Any], stream: BinaryIO) -> None:
             stream.write(orjson.dumps({key: list(value) if listed else value},
                                       option=orjson.OPT_INDENT_2)[2:-2])
             continue
-        head = b'{\n  ' + orjson.dumps(key) + b": ["
-        stream.write(head[2:])
-        pieces = _finding_pieces(value) if key == "findings" else _chunks(value)
-        for index, piece in enumerate(pieces):
+        stream.write(_list_head(key)[2:])
+        pieces = _pieces(key, value)
+        for index, (piece, rendered) in enumerate(zip(pieces, _rendered(key, value, pieces,
+                                                                         workers))):
             stream.write(b"," if index else b"")
-            if isinstance(piece, dict):
-                _write_large_finding(piece, stream)
-                continue
-            wrapped = orjson.dumps({key: piece}, option=orjson.OPT_INDENT_2)
-            stream.write(wrapped[len(head):-len(_LIST_TAIL)])
+            if piece.alone:
+                _write_large_finding(value[piece.start], stream)
+            else:
+                stream.write(rendered)
         stream.write(b"\n  ]")
     stream.write(b"\n}\n")
 
 
-def _chunks(entries: Sequence[Any]) -> Iterator[Sequence[Any]]:
-    for start in range(0, len(entries), ENTRIES_PER_CHUNK):
-        yield entries[start:start + ENTRIES_PER_CHUNK]
+@dataclass(frozen=True)
+class _Piece:
+    """Entries [start, stop) of a list, dumped together; `alone`: one finding too large for
+    that, written a slice of evidence rows at a time."""
+
+    start: int
+    stop: int
+    alone: bool = False
 
 
-def _finding_pieces(findings: list[dict[str, Any]]) -> Iterator[list[dict[str, Any]] | dict]:
-    """The findings in chunks of at most ENTRIES_PER_CHUNK findings and EVIDENCE_ROWS_PER_CHUNK
-    evidence rows, with their rows made; a finding with more rows than that comes alone, as
-    itself, to be written a slice of rows at a time."""
-    chunk: list[dict[str, Any]] = []
-    rows = 0
-    for finding in findings:
-        size = len(finding["events"])
-        full = len(chunk) == ENTRIES_PER_CHUNK or rows + size > EVIDENCE_ROWS_PER_CHUNK
-        if chunk and (full or size > EVIDENCE_ROWS_PER_CHUNK):
-            yield _with_rows(chunk)
-            chunk, rows = [], 0
+def _pieces(key: str, entries: Sequence[Any]) -> list[_Piece]:
+    """Chunks of ENTRIES_PER_CHUNK entries; findings also of at most EVIDENCE_ROWS_PER_CHUNK
+    evidence rows, a finding with more coming alone."""
+    if key != "findings":
+        return [_Piece(start, min(start + ENTRIES_PER_CHUNK, len(entries)))
+                for start in range(0, len(entries), ENTRIES_PER_CHUNK)]
+    sizes = (entries.evidence_counts() if isinstance(entries, FindingEntries)
+             else [len(finding["events"]) for finding in entries])
+    pieces: list[_Piece] = []
+    start = rows = 0
+    for position, size in enumerate(sizes):
+        full = position - start == ENTRIES_PER_CHUNK or rows + size > EVIDENCE_ROWS_PER_CHUNK
+        if position > start and (full or size > EVIDENCE_ROWS_PER_CHUNK):
+            pieces.append(_Piece(start, position))
+            start, rows = position, 0
         if size > EVIDENCE_ROWS_PER_CHUNK:
-            yield finding
+            pieces.append(_Piece(position, position + 1, alone=True))
+            start = position + 1
             continue
-        chunk.append(finding)
         rows += size
-    if chunk:
-        yield _with_rows(chunk)
+    if start < len(sizes):
+        pieces.append(_Piece(start, len(sizes)))
+    return pieces
+
+
+def _render(key: str, entries: Sequence[Any]) -> bytes:
+    """A chunk of a list's entries as the JSON text between the list's brackets."""
+    if key == "findings":
+        entries = _with_rows(list(entries))
+    wrapped = orjson.dumps({key: entries}, option=orjson.OPT_INDENT_2)
+    return wrapped[len(_list_head(key)):-len(_LIST_TAIL)]
+
+
+def _list_head(key: str) -> bytes:
+    return b'{\n  ' + orjson.dumps(key) + b": ["
+
+
+_FORKED: tuple[str, Sequence[Any]] | None = None
+"""The list being rendered, as forked workers inherit it (they read it, never pickle it)."""
+
+
+def _rendered_in_worker(piece: _Piece) -> bytes | None:
+    key, entries = _FORKED  # type: ignore[misc]
+    return None if piece.alone else _render(key, entries[piece.start:piece.stop])
+
+
+def _rendered(key: str, entries: Sequence[Any], pieces: list[_Piece],
+              workers: int) -> Iterator[bytes | None]:
+    """Each piece rendered (None for a finding written alone), in order: here, or in `workers`
+    forked processes with at most twice as many pieces in flight, so rendered text never
+    piles up when the output is slow."""
+    if workers <= 1 or len(pieces) < 4 * workers:
+        for piece in pieces:
+            yield None if piece.alone else _render(key, entries[piece.start:piece.stop])
+        return
+    global _FORKED
+    _FORKED = (key, entries)
+    try:
+        with multiprocessing.get_context("fork").Pool(workers) as pool:
+            in_flight: deque = deque()
+            for piece in pieces:
+                in_flight.append(pool.apply_async(_rendered_in_worker, (piece,)))
+                if len(in_flight) > 2 * workers:
+                    yield in_flight.popleft().get()
+            while in_flight:
+                yield in_flight.popleft().get()
+    finally:
+        _FORKED = None
 
 
 def _with_rows(chunk: list[dict[str, Any]]) -> list[dict[str, Any]]:
