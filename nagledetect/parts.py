@@ -209,9 +209,8 @@ class _Collected:
             self.parity[index] = result.parity
         self._spill_samples(index, result.samples, result.sample_bucket)
         found = result.findings
-        start = self.spill.append(found.records)
+        self.findings[index] = (self.spill.append_each(found.records), found)
         found.records = []
-        self.findings[index] = (start + np.cumsum(found.lengths) - found.lengths, found)
 
     def _spill_samples(self, index: int, rows: np.ndarray, bucket: np.ndarray) -> None:
         """One block of rows per bucket, in the part's order."""
@@ -225,18 +224,7 @@ class _Collected:
                                                      len(block)))
 
     def analysis(self, path: str, accounting: Accounting) -> Analysis:
-        order = sorted(self.connections)
-        tables = [self.connections.pop(index) for index in order]
-        first_frames = np.concatenate([table["first_frame"].to_numpy() for table in tables])
-        global_id = np.empty(len(first_frames), dtype=np.int64)
-        global_id[np.argsort(first_frames, kind="stable")] = np.arange(len(first_frames))
-        part_offset = np.zeros(max(order) + 1, dtype=np.int64)
-        part_offset[order] = np.cumsum([0] + [len(table) for table in tables])[:-1]
-        connections = pd.concat([
-            table.assign(id=global_id[part_offset[index] + table["id"].to_numpy()])
-            for index, table in zip(order, tables)]).sort_values("id", kind="stable")
-        connections = connections.reset_index(drop=True)
-        del tables
+        connections, global_id, part_offset = self._numbered_connections()
         columns = _FindingColumns()
         for index in sorted(self.findings):
             offsets, found = self.findings.pop(index)
@@ -254,13 +242,28 @@ class _Collected:
                         pd.DataFrame(), no_samples(), hosts,
                         _ranked(self.spill, columns, timers), parity_table, tables_kept=False)
 
+    def _numbered_connections(self) -> tuple[pd.DataFrame, np.ndarray, np.ndarray]:
+        """Every part's connections in one table, numbered by first packet as a one-part run
+        numbers them; with the capture-wide id of each part-local one (`global_id`, from
+        `part_offset[part]` on)."""
+        order = sorted(self.connections)
+        tables = [self.connections.pop(index) for index in order]
+        first_frames = np.concatenate([table["first_frame"].to_numpy() for table in tables])
+        global_id = np.empty(len(first_frames), dtype=np.int64)
+        global_id[np.argsort(first_frames, kind="stable")] = np.arange(len(first_frames))
+        part_offset = np.zeros(max(order) + 1, dtype=np.int64)
+        part_offset[order] = np.cumsum([0] + [len(table) for table in tables])[:-1]
+        connections = pd.concat([
+            table.assign(id=global_id[part_offset[index] + table["id"].to_numpy()])
+            for index, table in zip(order, tables)]).sort_values("id", kind="stable")
+        return connections.reset_index(drop=True), global_id, part_offset
+
     def _add_phase_findings(self, columns: _FindingColumns, findings: list[Finding]) -> None:
         """Host-level findings join the spilled ones, in address order as a one-part run makes
         them."""
         findings = sorted(findings, key=lambda finding: str(finding.receiver))
         found = pickle_findings(findings)
-        start = self.spill.append(found.records)
-        columns.extend(start + np.cumsum(found.lengths) - found.lengths, found, found.connection)
+        columns.extend(self.spill.append_each(found.records), found, found.connection)
 
     def bucket_samples(self, bucket: int) -> np.ndarray:
         blocks = [self.spill.read_rows(offset, rows, SAMPLE_ROW)

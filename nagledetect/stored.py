@@ -44,6 +44,11 @@ class SpillFile:
             self.size += self._write_all(views[start:start + IOV_MAX], self.size)
         return offset
 
+    def append_each(self, pieces: list[bytes]) -> np.ndarray:
+        """Write the pieces one after another at the end; the offset of each."""
+        lengths = np.array([len(piece) for piece in pieces], dtype=np.int64)
+        return self.append(pieces) + np.cumsum(lengths) - lengths
+
     def _write_all(self, views: list[memoryview], position: int) -> int:
         total = sum(len(view) for view in views)
         while views:
@@ -197,7 +202,7 @@ class HostColumns:
             self._columns[name] += [getattr(profile, name) for profile in profiles]
         tested = [profile.phase_lock for profile in profiles if profile.phase_lock]
         records, lengths = pickled(tested)
-        offsets = self._spill.append(records) + np.cumsum(lengths) - lengths
+        offsets = self._spill.append_each(records)
         has_test = np.array([bool(profile.phase_lock) for profile in profiles], dtype=bool)
         lock_offsets = np.full(len(profiles), -1, dtype=np.int64)
         lock_lengths = np.zeros(len(profiles), dtype=np.int64)
