@@ -299,3 +299,30 @@ class _Profiles(ChunkedSequence):
 
     def items(self, start: int, stop: int) -> list[HostProfile]:
         return self._hosts.profiles(start, stop)
+
+
+@dataclass
+class RankingColumns:
+    """What a document needs to order and chunk a capture's findings without reading them."""
+
+    time_lost_s: list[float]
+    advice: list[tuple[str, ...]]
+    evidence_rows: list[int]
+
+
+def ranking_columns(findings: Sequence[Finding]) -> RankingColumns:
+    """From a stored table's columns, or from the findings themselves when they are in memory."""
+    if isinstance(findings, StoredFindings):
+        return RankingColumns(findings.time_lost_s.tolist(), list(findings.advice),
+                              findings.evidence_rows.tolist())
+    return RankingColumns([finding.time_lost_s for finding in findings],
+                          [tuple(finding.advice) for finding in findings],
+                          [len(finding.events) for finding in findings])
+
+
+def take(records: Sequence[Any], positions: np.ndarray) -> list[Any]:
+    """The records at these positions, in that order: a stored table reads them a chunk at a
+    time, a list is indexed."""
+    if isinstance(records, RecordTable):
+        return records.take(positions)
+    return [records[position] for position in positions.tolist()]

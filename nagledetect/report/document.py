@@ -24,7 +24,7 @@ from nagledetect.collector import collector_paused
 from nagledetect.detectors.model import Finding, HostProfile, evidence_rows
 from nagledetect.events.endpoints import endpoint
 from nagledetect.read.decode import LINKTYPE_NAMES
-from nagledetect.stored import ChunkedSequence, RecordTable, StoredFindings
+from nagledetect.stored import ChunkedSequence, ranking_columns, take
 
 SCHEMA = "nagledetect/1"
 ENTRIES_PER_CHUNK = 2048
@@ -188,14 +188,10 @@ class FindingEntries(ChunkedSequence):
         self._advice: list[tuple[str, ...]] = []
         evidence_rows: list[int] = []
         for findings in self._findings:
-            if isinstance(findings, StoredFindings):
-                times += findings.time_lost_s.tolist()
-                self._advice += findings.advice
-                evidence_rows += findings.evidence_rows.tolist()
-            else:
-                times += [finding.time_lost_s for finding in findings]
-                self._advice += [tuple(finding.advice) for finding in findings]
-                evidence_rows += [len(finding.events) for finding in findings]
+            columns = ranking_columns(findings)
+            times += columns.time_lost_s
+            self._advice += columns.advice
+            evidence_rows += columns.evidence_rows
         self._bounds = np.cumsum([0] + [len(findings) for findings in self._findings])
         self._order = np.argsort(np.array([-round(t, 6) for t in times], dtype=np.float64),
                                  kind="stable")
@@ -225,15 +221,9 @@ class FindingEntries(ChunkedSequence):
         for index in np.unique(capture).tolist():
             wanted = np.flatnonzero(capture == index)
             within = positions[wanted] - self._bounds[index]
-            for slot, finding in zip(wanted.tolist(), _take(self._findings[index], within)):
+            for slot, finding in zip(wanted.tolist(), take(self._findings[index], within)):
                 made[slot] = _finding_entry(finding, index, self._first_ids[index])
         return [made[slot] for slot in range(len(positions))]
-
-
-def _take(findings: Sequence[Finding], positions: np.ndarray) -> list[Finding]:
-    if isinstance(findings, RecordTable):
-        return findings.take(positions)
-    return [findings[position] for position in positions.tolist()]
 
 
 def _as_sequence(profiles: Any) -> Sequence[HostProfile]:
