@@ -48,6 +48,26 @@ def test_new_syn_after_fin_on_the_same_four_tuple_is_a_new_connection(tmp_path) 
     assert capture.connections["syn_frame"].tolist() == [1, 6]
 
 
+def test_reused_four_tuples_are_numbered_by_first_packet_among_others(tmp_path) -> None:
+    """Pair A closes and comes back after pair B began, so A's second lifetime is connection 2
+    while B's later packets stay connection 1; pair C's SYN sent again with the same ISN is a
+    retransmission, not a new lifetime. Expected numbers written out by hand, packet by packet."""
+    a_first = _handshake(40010, 1000, 1.0) + [
+        segment(CLIENT, SERVER, 40010, 80, "FA", 1001, SERVER_ISN + 1, time_s=1.1),
+        segment(SERVER, CLIENT, 80, 40010, "FA", SERVER_ISN + 1, 1002, time_s=1.2),
+    ]
+    b_start = _handshake(40011, 7000, 1.5)
+    a_second = _handshake(40010, 50000, 3.0)
+    b_later = [segment(CLIENT, SERVER, 40011, 80, "PA", 7001, SERVER_ISN + 1, 10, time_s=3.5)]
+    c_syns = [segment(CLIENT, SERVER, 40012, 80, "S", 300, time_s=4.0),
+              segment(CLIENT, SERVER, 40012, 80, "S", 300, time_s=5.0)]
+    capture = load_capture(str(write(tmp_path / "interleaved.pcap",
+                                     a_first + b_start + a_second + b_later + c_syns)))
+    assert capture.packets["connection"].tolist() == [0] * 5 + [1] * 3 + [2] * 3 + [1] + [3] * 2
+    assert capture.connections["client_port"].tolist() == [40010, 40011, 40010, 40012]
+    assert capture.connections["first_frame"].tolist() == [1, 6, 9, 13]
+
+
 def test_without_handshake_the_client_is_the_ephemeral_port_and_mss_is_estimated(tmp_path) -> None:
     timestamps = [("Timestamp", (1, 1))]
     packets = []

@@ -18,8 +18,8 @@ import pandas as pd
 
 from nagledetect.flows import connections as conn_rules
 from nagledetect.flows.connections import FLAG_ACK, FLAG_SYN
-from nagledetect.flows.endpoints import EndpointPairs
-from nagledetect.flows.grouped import first_occurrences, group_starts
+from nagledetect.flows.endpoints import EndpointPairs, packet_ports
+from nagledetect.flows.grouped import group_starts
 from nagledetect.flows.handshake import handshake_table
 from nagledetect.flows.roles import ROLES, assign_roles
 from nagledetect.flows.sequence import relative_ack, relative_sequence
@@ -52,7 +52,7 @@ class FlowTables:
 
 
 def _collect(batches: Iterable[DecodedColumns], expected_packets: int
-             ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], np.ndarray]:
+             ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], EndpointPairs]:
     """Join the batches, replacing per-packet addresses by an endpoint-pair number."""
     pairs = EndpointPairs()
     packets = GrowingColumns(expected_packets)
@@ -65,7 +65,7 @@ def _collect(batches: Iterable[DecodedColumns], expected_packets: int
         packets.append(compact)
         sack_blocks.append({"frame": columns["frame"][sack["row"]], "left_raw": sack["left_raw"],
                             "right_raw": sack["right_raw"]})
-    return packets.columns(), sack_blocks.columns(), pairs.rows
+    return packets.columns(), sack_blocks.columns(), pairs
 
 
 class GrowingColumns:
@@ -114,73 +114,80 @@ class GrowingColumns:
 def build_flows(batches: Iterable[DecodedColumns], expected_packets: int = 0) -> FlowTables:
     """Connections, directions, relative numbers and roles for every decoded TCP packet
     (`expected_packets`, an estimate, saves moving the columns as they grow)."""
-    columns, sack, pair_rows = _collect(batches, expected_packets)
+    columns, sack, pairs = _collect(batches, expected_packets)
     if not columns:
         return _empty_tables()
     pair = columns["pair"]
+    pair_rows = pairs.rows
     src_is_low = columns["src_is_low"]
-    src_port = np.where(src_is_low, pair_rows[pair, 4], pair_rows[pair, 9])
-    dst_port = np.where(src_is_low, pair_rows[pair, 9], pair_rows[pair, 4])
-    connection = conn_rules.split_port_reuse(pair, columns["flags"], columns["seq_raw"],
-                                             columns["time_us"])
+    connection, first_rows = conn_rules.split_port_reuse(
+        pair, pairs.first_packets, columns["flags"], columns["seq_raw"], columns["time_us"])
     from_client, guessed = conn_rules.client_is_source(
-        connection, columns["flags"], src_is_low, src_port, dst_port)
-    del src_port, dst_port, pair, src_is_low
-    count = int(connection.max()) + 1
-    columns["connection"] = connection.astype(np.int32)
+        connection, first_rows, columns["flags"], src_is_low,
+        partial(packet_ports, pair_rows, pair, src_is_low))
+    del pair, src_is_low
+    count = len(first_rows)
+    columns["connection"] = connection.astype(np.int32, copy=False)
     del connection
-    columns["direction"] = np.where(from_client, 0, 1).astype(np.uint8)
+    columns["direction"] = (~from_client).view(np.uint8)
     del from_client
-    endpoints = _connection_endpoints(columns, pair_rows)
+    endpoints = _connection_endpoints(columns, pair_rows, first_rows)
     handshake = handshake_table(columns, count)
-    lags = _number_and_classify(columns, handshake, count)
-    table = _connection_table(columns, count, endpoints, handshake, guessed)
-    table = pd.concat([table, vantage_table(_handshake_times(columns, count), lags)], axis=1)
+    group = _direction_groups(columns)
+    totals = _number_and_classify(columns, group, handshake, count)
+    del group
+    table = _connection_table(totals, count, endpoints, handshake, guessed)
+    table = pd.concat([table, vantage_table(_handshake_times(columns, count),
+                                            totals["ack_lag_us"])], axis=1)
     packet_frame = pd.DataFrame({name: columns.pop(name) for name in PACKET_COLUMNS}, copy=False)
     packet_frame["role"] = pd.Categorical.from_codes(packet_frame["role"], categories=ROLES)
     return FlowTables(packet_frame, table, _sack_table(sack))
 
 
-def _direction_order(columns: dict[str, np.ndarray]) -> np.ndarray:
-    """Permutation sorting packets by (connection, direction), time order kept within each."""
-    group = columns["connection"].astype(np.int64) * 2 + columns["direction"]
-    if len(group) and group.max() < np.iinfo(np.int32).max:
-        group = group.astype(np.int32)  # a narrower key sorts faster
-    return np.argsort(group, kind="stable")
+def _direction_groups(columns: dict[str, np.ndarray]) -> np.ndarray:
+    """Each packet's direction group, connection * 2 + direction (32-bit where it fits: a
+    narrower key sorts and gathers faster)."""
+    connection = columns["connection"]
+    if len(connection) and int(connection.max()) >= np.iinfo(np.int32).max // 2:
+        connection = connection.astype(np.int64)
+    return connection * 2 + columns["direction"]
 
 
-def _number_and_classify(columns: dict[str, np.ndarray], handshake: pd.DataFrame,
-                         count: int) -> np.ndarray:
+def _number_and_classify(columns: dict[str, np.ndarray], group: np.ndarray,
+                         handshake: pd.DataFrame, count: int) -> dict[str, np.ndarray]:
     """Relative seq/ack, roles, scaled windows and wire segments, written into `columns`; returns
-    each direction's smallest data -> ACK lag (index connection * 2 + direction).
+    the totals of each direction group (index connection * 2 + direction): its packets, payload
+    bytes, first and last times, and smallest data -> ACK lag.
 
     The per-direction work runs in direction order (connection, direction, time), a chunk of
     whole connections at a time, so its temporaries are bounded by the chunk, not the capture.
     """
-    order = _direction_order(columns)
+    totals = {"packets": np.bincount(group, minlength=2 * count),
+              "payload_bytes": np.zeros(2 * count, dtype=np.int64),
+              "first_us": np.full(2 * count, np.iinfo(np.int64).max),
+              "last_us": np.full(2 * count, np.iinfo(np.int64).min),
+              "ack_lag_us": np.full(2 * count, -1, dtype=np.int64)}
+    order = np.argsort(group, kind="stable")
     packets = len(order)
     columns["rel_seq"] = np.empty(packets, dtype=np.int64)
     columns["rel_ack"] = np.empty(packets, dtype=np.int64)
     columns["role"] = np.empty(packets, dtype=np.uint8)
-    lags = np.full(count * 2, -1, dtype=np.int64)
-    chunks = [order[start:stop] for start, stop in _connection_chunks(columns["connection"], count)]
+    chunks = [order[start:stop] for start, stop in _connection_chunks(totals["packets"])]
     del order
     with ThreadPoolExecutor(max_workers=min(CLASSIFY_THREADS, len(chunks))) as pool:
-        for first_group, chunk_lags in pool.map(partial(_classify_chunk, columns), chunks):
-            lags[first_group:first_group + len(chunk_lags)] = chunk_lags
+        for first_group, chunk_totals in pool.map(partial(_classify_chunk, columns), chunks):
+            for name, values in chunk_totals.items():
+                totals[name][first_group:first_group + len(values)] = values
     del chunks
-    columns["window_bytes"] = _scaled_window(columns, handshake)
-    mss = handshake["effective_mss"].to_numpy()[columns["connection"]]
-    payload = columns["payload_bytes"].astype(np.int64)
-    columns["wire_segments"] = np.where(mss > 0, -(-payload // np.maximum(mss, 1)), 1).astype(np.uint32)
-    columns["super_segment"] = payload > np.maximum(mss, 1)
-    return lags
+    columns["window_bytes"] = _scaled_window(columns, group, handshake)
+    columns["wire_segments"], columns["super_segment"] = _wire_segments(columns, handshake)
+    return totals
 
 
-def _connection_chunks(connection: np.ndarray, count: int) -> list[tuple[int, int]]:
+def _connection_chunks(group_packets: np.ndarray) -> list[tuple[int, int]]:
     """[start, stop) ranges of the direction order, about CHUNK_PACKETS each, cut only where a
     connection starts (the direction order holds connection 0's packets, then connection 1's...)."""
-    connection_starts = np.concatenate(([0], np.cumsum(np.bincount(connection, minlength=count))))
+    connection_starts = np.concatenate(([0], np.cumsum(group_packets.reshape(-1, 2).sum(axis=1))))
     packets = int(connection_starts[-1])
     targets = np.arange(CHUNK_PACKETS, packets, CHUNK_PACKETS)
     cuts = connection_starts[np.searchsorted(connection_starts, targets, side="right") - 1]
@@ -188,10 +195,11 @@ def _connection_chunks(connection: np.ndarray, count: int) -> list[tuple[int, in
     return list(zip(cuts[:-1].tolist(), cuts[1:].tolist()))
 
 
-def _classify_chunk(columns: dict[str, np.ndarray], rows: np.ndarray) -> tuple[int, np.ndarray]:
+def _classify_chunk(columns: dict[str, np.ndarray], rows: np.ndarray
+                    ) -> tuple[int, dict[str, np.ndarray]]:
     """Number and classify the packets `rows` (direction order, whole connections): writes
     rel_seq, rel_ack and role at those rows; returns the chunk's first direction group and its
-    groups' smallest ACK lags."""
+    groups' totals."""
     connection = columns["connection"][rows].astype(np.int64)
     first_connection = int(connection[0])
     group = (connection - first_connection) * 2 + columns["direction"][rows]
@@ -201,9 +209,7 @@ def _classify_chunk(columns: dict[str, np.ndarray], rows: np.ndarray) -> tuple[i
     view = {name: columns[name][rows] for name in
             ("flags", "seq_raw", "ack_raw", "payload_bytes", "window_raw", "time_us")}
     base = _sequence_bases(view, group, starts, groups // 2)
-    sequential = np.cumsum(starts) - 1
-    view["rel_seq"] = relative_sequence(view["seq_raw"], starts, sequential, base[group[starts]])
-    del sequential
+    view["rel_seq"] = relative_sequence(view["seq_raw"], starts, base[group[starts]])
     has_ack = (view["flags"] & FLAG_ACK) != 0
     view["rel_ack"] = relative_ack(view["ack_raw"], has_ack, group, base[group ^ 1])
     del has_ack, base
@@ -215,7 +221,25 @@ def _classify_chunk(columns: dict[str, np.ndarray], rows: np.ndarray) -> tuple[i
         columns[name][rows] = view[name]
     columns["role"][rows] = assign_roles(view, starts, peer)
     del peer
-    return first_connection * 2, ack_lags_us(view, group, groups)
+    totals = _chunk_totals(view, group, starts)
+    totals["ack_lag_us"] = ack_lags_us(view, group, groups)
+    return first_connection * 2, totals
+
+
+def _chunk_totals(view: dict[str, np.ndarray], group: np.ndarray,
+                  starts: np.ndarray) -> dict[str, np.ndarray]:
+    """Payload bytes and first and last times of a chunk's direction groups (`group`: each
+    packet's group within the chunk, ascending; whole connections)."""
+    first = np.flatnonzero(starts)
+    present = group[first]
+    count = int(group[-1]) // 2 * 2 + 2
+    totals = {"payload_bytes": np.zeros(count, dtype=np.int64),
+              "first_us": np.full(count, np.iinfo(np.int64).max),
+              "last_us": np.full(count, np.iinfo(np.int64).min)}
+    totals["payload_bytes"][present] = np.add.reduceat(view["payload_bytes"], first, dtype=np.int64)
+    totals["first_us"][present] = np.minimum.reduceat(view["time_us"], first)
+    totals["last_us"][present] = np.maximum.reduceat(view["time_us"], first)
+    return totals
 
 
 def _sequence_bases(view: dict[str, np.ndarray], group: np.ndarray, starts: np.ndarray,
@@ -245,16 +269,32 @@ def _peer_latest_row(rows: np.ndarray, group: np.ndarray) -> np.ndarray:
     return np.where((found >= 0) & (group[safe] == (group ^ 1)), found, -1)
 
 
-def _scaled_window(columns: dict[str, np.ndarray], handshake: pd.DataFrame) -> np.ndarray:
+def _scaled_window(columns: dict[str, np.ndarray], group: np.ndarray,
+                   handshake: pd.DataFrame) -> np.ndarray:
     """Window in bytes: raw << sender's scale when both sides agreed to scaling (not on SYNs)."""
-    connection = columns["connection"]
-    scaling = handshake["window_scaling"].to_numpy()[connection]
-    scale = np.where(columns["direction"] == 0,
-                     handshake["window_scale_client"].to_numpy()[connection],
-                     handshake["window_scale_server"].to_numpy()[connection]).astype(np.int64)
-    apply = scaling & ((columns["flags"] & FLAG_SYN) == 0)
-    shift = np.where(apply, np.clip(scale, 0, 14), 0)
+    scale = np.stack([handshake["window_scale_client"].to_numpy(),
+                      handshake["window_scale_server"].to_numpy()], axis=1)
+    scaling = handshake["window_scaling"].to_numpy(dtype=bool)[:, None]
+    shift = np.where(scaling, np.clip(scale, 0, 14), 0).astype(np.uint8).ravel()[group]
+    shift[np.flatnonzero(columns["flags"] & FLAG_SYN)] = 0
     return columns["window_raw"].astype(np.int64) << shift
+
+
+def _wire_segments(columns: dict[str, np.ndarray], handshake: pd.DataFrame
+                   ) -> tuple[np.ndarray, np.ndarray]:
+    """Wire segments each packet stands for (its payload over the connection's effective MSS,
+    rounded up; 1 where the MSS is unknown) and whether it is a super-segment (longer than
+    the MSS). Only super-segments need the division."""
+    effective_mss = handshake["effective_mss"].to_numpy()
+    mss = effective_mss.astype(np.int32)[columns["connection"]]
+    payload = columns["payload_bytes"]
+    super_segment = payload > np.maximum(mss, 1)
+    wire_segments = ((payload > 0) | (mss <= 0)).astype(np.uint32)
+    rows = np.flatnonzero(super_segment)
+    rows_mss = mss[rows].astype(np.int64)
+    wire_segments[rows] = np.where(rows_mss > 0,
+                                   -(-payload[rows].astype(np.int64) // np.maximum(rows_mss, 1)), 1)
+    return wire_segments, super_segment
 
 
 def _handshake_times(columns: dict[str, np.ndarray], count: int) -> pd.DataFrame:
@@ -280,10 +320,10 @@ def _handshake_times(columns: dict[str, np.ndarray], count: int) -> pd.DataFrame
     return pd.DataFrame(times)
 
 
-def _connection_endpoints(columns: dict[str, np.ndarray], pair_rows: np.ndarray) -> pd.DataFrame:
-    """Client and server address and port of each connection, from its first packet; the
-    endpoint-pair columns are let go here, their last use."""
-    first_rows = first_occurrences(columns["connection"])
+def _connection_endpoints(columns: dict[str, np.ndarray], pair_rows: np.ndarray,
+                          first_rows: np.ndarray) -> pd.DataFrame:
+    """Client and server address and port of each connection, from its first packet
+    (`first_rows`); the endpoint-pair columns are let go here, their last use."""
     endpoints = pair_rows[columns.pop("pair")[first_rows]]
     client_is_low = columns.pop("src_is_low")[first_rows] == (columns["direction"][first_rows] == 0)
     table = pd.DataFrame(index=pd.RangeIndex(len(first_rows)))
@@ -296,25 +336,17 @@ def _connection_endpoints(columns: dict[str, np.ndarray], pair_rows: np.ndarray)
     return table
 
 
-def _connection_table(columns: dict[str, np.ndarray], count: int, endpoints: pd.DataFrame,
+def _connection_table(totals: dict[str, np.ndarray], count: int, endpoints: pd.DataFrame,
                       handshake: pd.DataFrame, guessed: np.ndarray) -> pd.DataFrame:
-    """One row per connection: endpoints, counts each way, handshake options, RTT, vantage."""
-    connection = columns["connection"]
+    """One row per connection: endpoints, counts each way, handshake options, RTT, vantage
+    (`totals` per direction group, as `_number_and_classify` returns them)."""
     table = pd.concat([pd.DataFrame({"id": np.arange(count)}), endpoints], axis=1)
-    time_us = columns["time_us"]
-    start_us = np.full(count, np.iinfo(np.int64).max)
-    np.minimum.at(start_us, connection, time_us)
-    end_us = np.full(count, np.iinfo(np.int64).min)
-    np.maximum.at(end_us, connection, time_us)
-    table["start_us"] = start_us
-    table["end_us"] = end_us
+    table["start_us"] = totals["first_us"].reshape(count, 2).min(axis=1)
+    table["end_us"] = totals["last_us"].reshape(count, 2).max(axis=1)
     table["duration_s"] = (table["end_us"] - table["start_us"]) / 1e6
     for direction, name in ((0, "client_to_server"), (1, "server_to_client")):
-        mine = columns["direction"] == direction
-        table[f"packets_{name}"] = np.bincount(connection[mine], minlength=count)
-        table[f"bytes_{name}"] = np.bincount(connection[mine],
-                                             weights=columns["payload_bytes"][mine],
-                                             minlength=count).astype(np.int64)
+        table[f"packets_{name}"] = totals["packets"][direction::2]
+        table[f"bytes_{name}"] = totals["payload_bytes"][direction::2]
     table["client_guessed"] = guessed
     return pd.concat([table, handshake], axis=1)
 

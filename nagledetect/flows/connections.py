@@ -12,10 +12,12 @@ ports, the sender of the first packet is the client. Such connections are flagge
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import pandas as pd
 
-from nagledetect.flows.grouped import first_occurrences, group_starts
+from nagledetect.flows.grouped import group_starts
 
 FLAG_FIN = 0x01
 FLAG_SYN = 0x02
@@ -24,29 +26,50 @@ FLAG_ACK = 0x10
 PORT_REUSE_SILENCE_US = 300 * 1_000_000
 EPHEMERAL_PORT_START = 49152
 
+PortsAt = Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]
 
-def split_port_reuse(pair: np.ndarray, flags: np.ndarray, seq_raw: np.ndarray,
-                     time_us: np.ndarray) -> np.ndarray:
-    """Connection number per packet (file order): 4-tuples split where a new lifetime starts."""
+
+def split_port_reuse(pair: np.ndarray, pair_first: np.ndarray, flags: np.ndarray,
+                     seq_raw: np.ndarray, time_us: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Connection number per packet (file order): 4-tuples split where a new lifetime starts,
+    connections numbered in order of their first packet in the file (as Wireshark); and each
+    connection's first packet.
+
+    `pair` numbers the 4-tuples in order of their first packet, at `pair_first` (as
+    `EndpointPairs` does), so without port reuse the connection is the pair. Only a pair with
+    a SYN after its first packet can be reused: the lifetime test runs on its packets alone.
+    """
+    syn_rows = np.flatnonzero((flags & (FLAG_SYN | FLAG_ACK)) == FLAG_SYN)
+    later_syns = syn_rows[syn_rows != pair_first[pair[syn_rows]]]
+    if not len(later_syns):
+        return pair, pair_first
+    reusable = np.zeros(len(pair_first), dtype=bool)
+    reusable[pair[later_syns]] = True
+    rows = np.flatnonzero(reusable[pair])
+    lifetime_starts = rows[_new_lifetimes(pair[rows], flags[rows], seq_raw[rows], time_us[rows])]
+    if not len(lifetime_starts):
+        return pair, pair_first
+    return _numbered_by_first_packet(pair, pair_first, lifetime_starts, rows)
+
+
+def _new_lifetimes(pair: np.ndarray, flags: np.ndarray, seq_raw: np.ndarray,
+                   time_us: np.ndarray) -> np.ndarray:
+    """Positions (ascending) of the SYNs that start a new lifetime of their 4-tuple: a new ISN
+    after a FIN or RST since the 4-tuple's previous SYN, or after a long silence."""
     order = np.argsort(pair, kind="stable")
-    sorted_pair = pair[order]
     sorted_flags = flags[order]
-    starts = group_starts(sorted_pair)
+    starts = group_starts(pair[order])
     is_syn_only = (sorted_flags & (FLAG_SYN | FLAG_ACK)) == FLAG_SYN
-    closing = (sorted_flags & (FLAG_FIN | FLAG_RST)) != 0
-    closings_so_far = np.cumsum(closing)
+    closings_so_far = np.cumsum((sorted_flags & (FLAG_FIN | FLAG_RST)) != 0)
     syn_positions = np.flatnonzero(is_syn_only & ~starts)
-    new_lifetime = np.zeros(len(pair), dtype=bool)
-    if len(syn_positions):
-        previous_syn = _previous_syn_position(is_syn_only, starts)
-        before = previous_syn[syn_positions]
-        closed_between = closings_so_far[syn_positions - 1] > np.where(
-            before >= 0, closings_so_far[np.maximum(before, 0)], _group_base(closings_so_far,
-                                                                            starts)[syn_positions])
-        new_isn = (before < 0) | (seq_raw[order][syn_positions] != seq_raw[order][np.maximum(before, 0)])
-        silence = (time_us[order][syn_positions] - time_us[order][syn_positions - 1]) > PORT_REUSE_SILENCE_US
-        new_lifetime[syn_positions] = new_isn & (closed_between | silence)
-    return _numbered_by_first_packet(order, starts | new_lifetime)
+    previous_syn = _previous_syn_position(is_syn_only, starts)
+    before = previous_syn[syn_positions]
+    closed_between = closings_so_far[syn_positions - 1] > np.where(
+        before >= 0, closings_so_far[np.maximum(before, 0)], _group_base(closings_so_far,
+                                                                        starts)[syn_positions])
+    new_isn = (before < 0) | (seq_raw[order][syn_positions] != seq_raw[order][np.maximum(before, 0)])
+    silence = (time_us[order][syn_positions] - time_us[order][syn_positions - 1]) > PORT_REUSE_SILENCE_US
+    return np.sort(order[syn_positions[new_isn & (closed_between | silence)]])
 
 
 def _previous_syn_position(is_syn_only: np.ndarray, starts: np.ndarray) -> np.ndarray:
@@ -64,28 +87,37 @@ def _group_base(running: np.ndarray, starts: np.ndarray) -> np.ndarray:
     return np.where(first > 0, running[first - 1], 0)
 
 
-def _numbered_by_first_packet(order: np.ndarray, first_of_connection: np.ndarray) -> np.ndarray:
-    """Connection number per packet (file order), numbered in order of each connection's first
-    packet in the file (as Wireshark). `order` sorts the packets by 4-tuple, file order kept
-    within each, so a connection's first entry there is its first packet."""
-    first_position = order[first_of_connection]
-    rank = np.empty(len(first_position), dtype=np.int64)
-    rank[np.argsort(first_position)] = np.arange(len(first_position))
-    connection = np.empty(len(order), dtype=np.int64)
-    connection[order] = rank[np.cumsum(first_of_connection) - 1]
-    return connection
+def _numbered_by_first_packet(pair: np.ndarray, pair_first: np.ndarray,
+                              lifetime_starts: np.ndarray, rows: np.ndarray
+                              ) -> tuple[np.ndarray, np.ndarray]:
+    """Connection number per packet: each pair's first lifetime starts at its first packet
+    (`pair_first`), the others at `lifetime_starts` (ascending file positions, all among
+    `rows`); connections are numbered in order of their first packet, which is returned too."""
+    first_packets = np.concatenate((pair_first, lifetime_starts))
+    by_position = np.argsort(first_packets, kind="stable")
+    number = np.empty(len(first_packets), dtype=np.int64)
+    number[by_position] = np.arange(len(first_packets))
+    connection = number[pair]
+    lifetime_pair = pair[lifetime_starts].astype(np.int64)
+    by_pair = np.lexsort((lifetime_starts, lifetime_pair))
+    span = np.int64(len(pair))
+    found = np.searchsorted(lifetime_pair[by_pair] * span + lifetime_starts[by_pair],
+                            pair[rows].astype(np.int64) * span + rows, side="right") - 1
+    in_pair = (found >= 0) & (lifetime_pair[by_pair][np.maximum(found, 0)] == pair[rows])
+    connection[rows[in_pair]] = number[len(pair_first) + by_pair[found[in_pair]]]
+    return connection, first_packets[by_position]
 
 
-def client_is_source(connection: np.ndarray, flags: np.ndarray, src_is_low: np.ndarray,
-                     src_port: np.ndarray, dst_port: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def client_is_source(connection: np.ndarray, first_rows: np.ndarray, flags: np.ndarray,
+                     src_is_low: np.ndarray, ports_at: PortsAt) -> tuple[np.ndarray, np.ndarray]:
     """Per packet: does it go client -> server; per connection: was the client guessed.
 
     Each connection gets a reference packet whose direction is known (its first SYN, else its
-    first SYN/ACK, else its first packet with the port rule); every other packet's direction
-    follows from whether it has the same source endpoint as the reference. Connections are
-    numbered in order of their first packet, as `split_port_reuse` numbers them.
+    first SYN/ACK, else its first packet (`first_rows`) with the port rule, from
+    `ports_at(rows)`: the source and destination ports of those packets); every other packet's
+    direction follows from whether it has the same source endpoint as the reference.
     """
-    count = int(connection.max()) + 1 if len(connection) else 0
+    count = len(first_rows)
     reference = np.full(count, -1, dtype=np.int64)
     reference_from_client = np.zeros(count, dtype=bool)
     syn_only = (flags & (FLAG_SYN | FLAG_ACK)) == FLAG_SYN
@@ -95,13 +127,12 @@ def client_is_source(connection: np.ndarray, flags: np.ndarray, src_is_low: np.n
         reference[conn] = rows
         reference_from_client[conn] = from_client
     guessed = reference < 0
-    rows = first_occurrences(connection)[guessed]
+    rows = first_rows[guessed]
     conn = connection[rows]
     reference[conn] = rows
-    reference_from_client[conn] = _client_by_port_rule(src_port[rows], dst_port[rows])
-    same_source = src_is_low == src_is_low[reference[connection]]
-    from_client_side = reference_from_client[connection]
-    return np.where(same_source, from_client_side, ~from_client_side), guessed
+    reference_from_client[conn] = _client_by_port_rule(*ports_at(rows))
+    client_is_low = src_is_low[reference] == reference_from_client
+    return src_is_low == client_is_low[connection], guessed
 
 
 def _first_rows(connection: np.ndarray, rows: np.ndarray,

@@ -76,12 +76,15 @@ def pair_hashes(columns: dict[str, np.ndarray]) -> np.ndarray:
 
 
 class EndpointPairs:
-    """Capture-wide numbering of endpoint pairs; `rows` holds (low endpoint, high endpoint)."""
+    """Capture-wide numbering of endpoint pairs, in order of their first packet; `rows` holds
+    (low endpoint, high endpoint), `first_packets` where each was first seen."""
 
     def __init__(self) -> None:
         self._number_of: dict[tuple[int, int], int] = {}
         self._rows: list[np.ndarray] = []
         """Blocks of (pairs, 10) endpoint rows, in number order."""
+        self._first_packets: list[np.ndarray] = []
+        self._packets_seen = 0
 
     def assign(self, columns: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
         """Pair number and "source is the lower endpoint" for every packet of a batch."""
@@ -94,7 +97,10 @@ class EndpointPairs:
         numbers = np.array([self._number_of.setdefault(key, len(self._number_of))
                             for key in zip(low[first].tolist(), high[first].tolist())],
                            dtype=np.int64)
-        self._add_rows(columns, first[numbers >= known], src_is_low)
+        new_pairs_first = first[numbers >= known]
+        self._add_rows(columns, new_pairs_first, src_is_low)
+        self._first_packets.append(new_pairs_first + self._packets_seen)
+        self._packets_seen += len(codes)
         return numbers[codes], src_is_low
 
     def _add_rows(self, columns: dict[str, np.ndarray], rows: np.ndarray,
@@ -109,11 +115,26 @@ class EndpointPairs:
                                           np.where(source_low, destination, source)], axis=1))
 
     @property
+    def first_packets(self) -> np.ndarray:
+        """Position of each pair's first packet among all the packets assigned, by number."""
+        return np.concatenate([np.zeros(0, dtype=np.int64), *self._first_packets])
+
+    @property
     def rows(self) -> np.ndarray:
         """(pairs, 10) uint32: low endpoint words and port, then high endpoint words and port."""
         if not self._rows:
             return np.zeros((0, 2 * ENDPOINT_WORDS), dtype=np.uint32)
         return np.concatenate(self._rows)
+
+
+def packet_ports(pair_rows: np.ndarray, pair: np.ndarray, src_is_low: np.ndarray,
+                 rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Source and destination ports of the packets at `rows`, from their pairs' endpoint rows
+    (`EndpointPairs.rows`): ports are not packet columns."""
+    low_port = pair_rows[pair[rows], ENDPOINT_WORDS - 1]
+    high_port = pair_rows[pair[rows], 2 * ENDPOINT_WORDS - 1]
+    source_low = src_is_low[rows]
+    return np.where(source_low, low_port, high_port), np.where(source_low, high_port, low_port)
 
 
 def _grouped_exactly(low: np.ndarray, high: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

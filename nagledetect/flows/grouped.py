@@ -17,9 +17,10 @@ def group_starts(keys: np.ndarray) -> np.ndarray:
     return starts
 
 
-def group_ids(starts: np.ndarray) -> np.ndarray:
-    """0-based index of the group each element belongs to."""
-    return np.cumsum(starts) - 1
+def _per_element(per_group: np.ndarray, first: np.ndarray, count: int) -> np.ndarray:
+    """Each group's value repeated over its elements (`first`: the groups' first indices);
+    a sequential repeat costs less than a gather by group index."""
+    return np.repeat(per_group, np.diff(np.append(first, count)))
 
 
 def grouped_cumsum(values: np.ndarray, starts: np.ndarray) -> np.ndarray:
@@ -28,25 +29,29 @@ def grouped_cumsum(values: np.ndarray, starts: np.ndarray) -> np.ndarray:
     if len(total) == 0:
         return total
     first = np.flatnonzero(starts)
-    before_group = np.concatenate(([0], total[first[1:] - 1]))
-    return total - np.repeat(before_group, np.diff(np.append(first, len(values))))
+    total -= _per_element(np.concatenate(([0], total[first[1:] - 1])), first, len(total))
+    return total
 
 
 def grouped_cummax(values: np.ndarray, starts: np.ndarray) -> np.ndarray:
     """Running maximum that restarts at every group start (inclusive).
 
     Each group's values are shifted into a band above the previous group's band, so one global
-    `maximum.accumulate` never carries a maximum across a group boundary.
+    `maximum.accumulate` never carries a maximum across a group boundary (the groups' spans,
+    added up, must stay within 64 bits).
     """
     if len(values) == 0:
         return values.astype(np.int64)
-    ids = group_ids(starts)
     values = values.astype(np.int64)
-    low = np.minimum.reduceat(values, np.flatnonzero(starts))
-    high = np.maximum.reduceat(values, np.flatnonzero(starts))
+    first = np.flatnonzero(starts)
+    low = np.minimum.reduceat(values, first)
+    high = np.maximum.reduceat(values, first)
     band = np.concatenate(([0], np.cumsum(high - low + 1)[:-1]))
-    shifted = values - low[ids] + band[ids]
-    return np.maximum.accumulate(shifted) - band[ids] + low[ids]
+    offset = _per_element(band - low, first, len(values))
+    shifted = values + offset
+    np.maximum.accumulate(shifted, out=shifted)
+    shifted -= offset
+    return shifted
 
 
 def previous_in_group(values: np.ndarray, starts: np.ndarray, missing) -> np.ndarray:
@@ -65,9 +70,10 @@ def last_index_where(mask: np.ndarray, starts: np.ndarray) -> np.ndarray:
     maximum suffices; a maximum from an earlier group is recognised by lying before the start.
     """
     positions = np.arange(len(mask))
-    latest = np.maximum.accumulate(np.where(mask, positions, -1))
-    group_first = np.maximum.accumulate(np.where(starts, positions, 0))
-    return np.where(latest >= group_first, latest, -1)
+    latest = np.where(mask, positions, -1)
+    np.maximum.accumulate(latest, out=latest)
+    first = np.flatnonzero(starts)
+    return np.where(latest >= _per_element(first, first, len(mask)), latest, -1)
 
 
 def first_occurrences(codes: np.ndarray) -> np.ndarray:

@@ -10,16 +10,17 @@ from __future__ import annotations
 
 import numpy as np
 
-from nagledetect.flows.grouped import grouped_cumsum, previous_in_group
+from nagledetect.flows.grouped import grouped_cumsum
 
 NO_ACK = np.iinfo(np.int64).min
 
 
 def signed_step(values: np.ndarray, starts: np.ndarray) -> np.ndarray:
-    """Signed 32-bit difference from the previous element of the group (0 at group starts)."""
-    previous = previous_in_group(values, starts, 0)
-    step = (values.astype(np.int64) - previous.astype(np.int64)) & 0xFFFFFFFF
-    step = np.where(step >= 1 << 31, step - (1 << 32), step)
+    """Signed 32-bit difference from the previous element of the group (0 at group starts):
+    the unsigned 32-bit difference wraps modulo 2**32, and read as signed it is the step."""
+    values = values.astype(np.uint32, copy=False)
+    step = np.zeros(len(values), dtype=np.int64)
+    step[1:] = np.subtract(values[1:], values[:-1]).view(np.int32)
     step[starts] = 0
     return step
 
@@ -35,13 +36,13 @@ def wrapped_distance(value: np.ndarray, base: np.ndarray) -> np.ndarray:
     return np.where(distance >= 1 << 31, distance - (1 << 32), distance)
 
 
-def relative_sequence(seq_raw: np.ndarray, starts: np.ndarray, group: np.ndarray,
-                      base_raw: np.ndarray) -> np.ndarray:
-    """Sequence numbers relative to `base_raw[group]` (the direction's ISN)."""
+def relative_sequence(seq_raw: np.ndarray, starts: np.ndarray, base_raw: np.ndarray) -> np.ndarray:
+    """Sequence numbers relative to their group's ISN (`base_raw`, one per group, in order)."""
     unwrapped = unwrap_in_groups(seq_raw, starts)
     first = np.flatnonzero(starts)
-    offset = wrapped_distance(seq_raw[first], base_raw)
-    return unwrapped + offset[group]
+    unwrapped += np.repeat(wrapped_distance(seq_raw[first], base_raw),
+                           np.diff(np.append(first, len(seq_raw))))
+    return unwrapped
 
 
 def relative_ack(ack_raw: np.ndarray, has_ack: np.ndarray, group: np.ndarray,
@@ -63,5 +64,6 @@ def relative_ack(ack_raw: np.ndarray, has_ack: np.ndarray, group: np.ndarray,
     first_ack = ack_raw[first].astype(np.int64)
     peer_base = np.where(peer_base_raw[first] >= 0, peer_base_raw[first], (first_ack - 1) & 0xFFFFFFFF)
     offset = wrapped_distance(first_ack, peer_base)
-    result[rows] = unwrapped + offset[np.cumsum(sub_starts) - 1]
+    unwrapped += np.repeat(offset, np.diff(np.append(np.flatnonzero(sub_starts), len(rows))))
+    result[rows] = unwrapped
     return result

@@ -13,6 +13,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from nagledetect.flows.grouped import group_starts
+
 NEAR_SIDE_SHARE = 1 / 3
 VALUE_SPAN = 1 << 40
 
@@ -43,8 +45,9 @@ def ack_lags_us(view: dict[str, np.ndarray], group: np.ndarray, group_count: int
     valid &= lag >= 0
     smallest = np.full(group_count, -1, dtype=np.int64)
     if valid.any():
-        lags = pd.Series(lag[valid]).groupby(group[data_rows][valid]).min()
-        smallest[lags.index.to_numpy()] = lags.to_numpy()
+        lag_group = group[data_rows][valid]  # ascending: the view is in direction order
+        first = np.flatnonzero(group_starts(lag_group))
+        smallest[lag_group[first]] = np.minimum.reduceat(lag[valid], first)
     return smallest
 
 
