@@ -303,17 +303,15 @@ def _handshake_times(columns: dict[str, np.ndarray], count: int) -> pd.DataFrame
     connection = columns["connection"]
     time_us = columns["time_us"]
     times = {}
-    syn_ack_time = np.full(count, -1, dtype=np.int64)
-    for name, mask in (("syn", (flags & (FLAG_SYN | FLAG_ACK)) == FLAG_SYN),
-                       ("syn_ack", (flags & (FLAG_SYN | FLAG_ACK)) == (FLAG_SYN | FLAG_ACK))):
-        rows = np.flatnonzero(mask)
+    handshake_flags = flags & (FLAG_SYN | FLAG_ACK)
+    for name, wanted in (("syn", FLAG_SYN), ("syn_ack", FLAG_SYN | FLAG_ACK)):
+        rows = np.flatnonzero(handshake_flags == wanted)
         conn, first = np.unique(connection[rows], return_index=True)
         times[name] = np.full(count, -1, dtype=np.int64)
         times[name][conn] = time_us[rows[first]]
-    syn_ack_time[:] = times["syn_ack"]
-    after = ((flags & (FLAG_SYN | FLAG_ACK)) == FLAG_ACK) & (columns["direction"] == 0) & (
-        syn_ack_time[connection] >= 0) & (time_us >= syn_ack_time[connection])
-    rows = np.flatnonzero(after)
+    rows = np.flatnonzero((handshake_flags == FLAG_ACK) & (columns["direction"] == 0))
+    syn_ack_time = times["syn_ack"][connection[rows]]
+    rows = rows[(syn_ack_time >= 0) & (time_us[rows] >= syn_ack_time)]
     conn, first = np.unique(connection[rows], return_index=True)
     times["ack"] = np.full(count, -1, dtype=np.int64)
     times["ack"][conn] = time_us[rows[first]]
