@@ -213,14 +213,9 @@ def _classify_chunk(columns: dict[str, np.ndarray], rows: np.ndarray
     has_ack = (view["flags"] & FLAG_ACK) != 0
     view["rel_ack"] = relative_ack(view["ack_raw"], has_ack, group, base[group ^ 1])
     del has_ack, base
-    peer_row = _peer_latest_row(rows, group)
-    peer = {name: np.where(peer_row >= 0, view[name][np.maximum(peer_row, 0)], -1).astype(np.int64)
-            for name in ("window_raw", "rel_seq", "payload_bytes", "flags")}
-    del peer_row
     for name in ("rel_seq", "rel_ack"):
         columns[name][rows] = view[name]
-    columns["role"][rows] = assign_roles(view, starts, peer)
-    del peer
+    columns["role"][rows] = assign_roles(view, starts, partial(_peer_values, view, rows, group))
     totals = _chunk_totals(view, group, starts)
     totals["ack_lag_us"] = ack_lags_us(view, group, groups)
     return first_connection * 2, totals
@@ -254,19 +249,22 @@ def _sequence_bases(view: dict[str, np.ndarray], group: np.ndarray, starts: np.n
     return base
 
 
-def _peer_latest_row(rows: np.ndarray, group: np.ndarray) -> np.ndarray:
-    """For each packet (direction order): the row, in direction order, of the latest packet the
-    peer sent before it in the same connection; -1 where the peer has sent nothing yet.
+def _peer_values(view: dict[str, np.ndarray], rows: np.ndarray, group: np.ndarray,
+                 at: np.ndarray) -> dict[str, np.ndarray]:
+    """The window, sequence, payload and flags of the latest packet the peer sent before each
+    packet at `at` (positions in direction order), -1 where the peer has sent nothing yet.
 
     `rows` are the packets' file positions (time order), `group` their direction groups
     (connection * 2 + direction, ascending). Keyed by (group, file position), the packets are
     in ascending order, so one binary search finds the last peer packet before each one.
     """
     span = np.int64(rows.max()) + 1
-    key = group * span + rows
-    found = np.searchsorted(key, (group ^ 1) * span + rows, side="left") - 1
+    peer_group = group[at] ^ 1
+    found = np.searchsorted(group * span + rows, peer_group * span + rows[at], side="left") - 1
     safe = np.maximum(found, 0)
-    return np.where((found >= 0) & (group[safe] == (group ^ 1)), found, -1)
+    sent = (found >= 0) & (group[safe] == peer_group)
+    return {name: np.where(sent, view[name][safe], -1).astype(np.int64)
+            for name in ("window_raw", "rel_seq", "payload_bytes", "flags")}
 
 
 def _scaled_window(columns: dict[str, np.ndarray], group: np.ndarray,

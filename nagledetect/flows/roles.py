@@ -11,10 +11,12 @@ window update (same ACK and sequence, new window). RST wins over everything.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from nagledetect.flows.connections import FLAG_FIN, FLAG_RST, FLAG_SYN
-from nagledetect.flows.grouped import grouped_cummax, last_index_where, previous_in_group
+from nagledetect.flows.grouped import grouped_cummax, previous_in_group
 
 ROLES = (
     "data", "pure_ack", "window_update", "dup_ack", "retransmission", "out_of_order",
@@ -24,20 +26,23 @@ ROLE = {name: code for code, name in enumerate(ROLES)}
 OUT_OF_ORDER_WINDOW_US = 3_000
 NONE_YET = -(1 << 62)
 
+PeerAt = Callable[[np.ndarray], dict[str, np.ndarray]]
+
 
 def assign_roles(direction_view: dict[str, np.ndarray], starts: np.ndarray,
-                 peer: dict[str, np.ndarray]) -> np.ndarray:
+                 peer_at: PeerAt) -> np.ndarray:
     """Role code per packet; inputs are in direction order (connection, direction, time).
 
-    `peer` holds the other direction's latest `window_raw`, `rel_seq`, `payload_bytes`, `flags` at
-    each packet's time (-1 when it has sent nothing yet).
+    `peer_at(rows)` gives the other direction's latest `window_raw`, `rel_seq`,
+    `payload_bytes`, `flags` at those packets' times (-1 when it has sent nothing yet): asked
+    only for the few packets whose role depends on the peer (zero-window probe and duplicate
+    ACK candidates).
     """
     flags = direction_view["flags"]
     payload = direction_view["payload_bytes"].astype(np.int64)
     seq = direction_view["rel_seq"]
     ack = direction_view["rel_ack"]
     window = direction_view["window_raw"].astype(np.int64)
-    time_us = direction_view["time_us"]
     end = seq + payload + ((flags & (FLAG_SYN | FLAG_FIN)) != 0)
     max_end_before = previous_in_group(grouped_cummax(end, starts), starts, NONE_YET)
     has_previous = ~starts
@@ -47,25 +52,39 @@ def assign_roles(direction_view: dict[str, np.ndarray], starts: np.ndarray,
     fin_or_syn = (flags & (FLAG_FIN | FLAG_SYN)) != 0
     keepalive = has_previous & (payload <= 1) & (seq == max_end_before - 1) & ~fin_or_syn
     old_data = has_previous & (seq < max_end_before) & ~keepalive
-    advanced = last_index_where(end > max_end_before, starts)
-    since_advance_us = time_us - time_us[np.maximum(advanced, 0)]
-    fills_hole = (end != max_end_before) & (since_advance_us < OUT_OF_ORDER_WINDOW_US)
-    probe = (payload == 1) & (seq == max_end_before) & (peer["window_raw"] == 0)
-    answers_keepalive = (peer["payload_bytes"] <= 1) & (ack == peer["rel_seq"] + 1) & (
-        (peer["flags"] & (FLAG_SYN | FLAG_FIN)) == 0)
-
     same_ack = has_previous & (ack == previous_in_group(ack, starts, NONE_YET))
     same_window = window == previous_in_group(window, starts, -1)
     same_seq = seq == previous_in_group(seq, starts, NONE_YET)
     bare = ~carries_data & ((flags & (FLAG_SYN | FLAG_FIN | FLAG_RST)) == 0)
+    probe_rows = np.flatnonzero((payload == 1) & (seq == max_end_before))
+    repeat_rows = np.flatnonzero(bare & same_ack & same_window & (window != 0))
+    peer = peer_at(np.concatenate((probe_rows, repeat_rows)))
+    into_zero_window = peer["window_raw"][:len(probe_rows)] == 0
+    peer = {name: values[len(probe_rows):] for name, values in peer.items()}
+    answers_keepalive = (peer["payload_bytes"] <= 1) & (ack[repeat_rows] == peer["rel_seq"] + 1) & (
+        (peer["flags"] & (FLAG_SYN | FLAG_FIN)) == 0)
+
     role[carries_data] = ROLE["data"]
     role[bare & same_ack & same_seq & ~same_window] = ROLE["window_update"]
-    role[bare & same_ack & same_window & (window != 0) & ~answers_keepalive] = ROLE["dup_ack"]
-    role[probe] = ROLE["zero_window_probe"]
+    role[repeat_rows[~answers_keepalive]] = ROLE["dup_ack"]
+    role[probe_rows[into_zero_window]] = ROLE["zero_window_probe"]
     role[~carries_data & ((flags & FLAG_FIN) != 0)] = ROLE["fin"]
     role[(flags & FLAG_SYN) != 0] = ROLE["syn"]
     role[(carries_data | fin_or_syn) & old_data] = ROLE["retransmission"]
-    role[carries_data & old_data & fills_hole] = ROLE["out_of_order"]
+    old_segments = np.flatnonzero(carries_data & old_data)
+    role[old_segments[_fills_hole(direction_view["time_us"], starts, end, max_end_before,
+                                  old_segments)]] = ROLE["out_of_order"]
     role[keepalive] = ROLE["keepalive"]
     role[(flags & FLAG_RST) != 0] = ROLE["rst"]
     return role
+
+
+def _fills_hole(time_us: np.ndarray, starts: np.ndarray, end: np.ndarray,
+                max_end_before: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """At `rows` (old data, never a group's first packet): does the segment fill a hole, i.e.
+    not end where the stream had got to, within OUT_OF_ORDER_WINDOW_US of the latest segment
+    of its group that advanced the stream (a group's first packet always advances it)."""
+    advancing = np.flatnonzero(end > max_end_before)
+    latest_advance = advancing[np.searchsorted(advancing, rows, side="right") - 1]
+    since_advance_us = time_us[rows] - time_us[latest_advance]
+    return (end[rows] != max_end_before[rows]) & (since_advance_us < OUT_OF_ORDER_WINDOW_US)

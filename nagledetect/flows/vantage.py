@@ -28,24 +28,25 @@ def ack_lags_us(view: dict[str, np.ndarray], group: np.ndarray, group_count: int
     """
     group = group.astype(np.int64)
     ack = view["rel_ack"]
-    has_ack = ack >= 0
-    ack_rows = np.flatnonzero(has_ack)
-    key = group[ack_rows] * VALUE_SPAN + np.clip(ack[ack_rows], 0, VALUE_SPAN - 1)
+    ack_rows = np.flatnonzero(ack >= 0)
+    ack_group = group[ack_rows]
+    key = ack_group * VALUE_SPAN + np.clip(ack[ack_rows], 0, VALUE_SPAN - 1)
     key = np.maximum.accumulate(key)
     data_rows = np.flatnonzero(view["payload_bytes"] > 0)
+    data_group = group[data_rows]
     data_end = view["rel_seq"][data_rows] + view["payload_bytes"][data_rows].astype(np.int64)
-    peer = group[data_rows] ^ 1
+    peer = data_group ^ 1
     wanted = peer * VALUE_SPAN + np.clip(data_end, 0, VALUE_SPAN - 1)
     found = np.searchsorted(key, wanted, side="left")
     valid = found < len(key)
     found = np.minimum(found, max(len(key) - 1, 0))
     if len(key):
-        valid &= group[ack_rows[found]] == peer
+        valid &= ack_group[found] == peer
     lag = view["time_us"][ack_rows[found]] - view["time_us"][data_rows] if len(key) else found
     valid &= lag >= 0
     smallest = np.full(group_count, -1, dtype=np.int64)
     if valid.any():
-        lag_group = group[data_rows][valid]  # ascending: the view is in direction order
+        lag_group = data_group[valid]  # ascending: the view is in direction order
         first = np.flatnonzero(group_starts(lag_group))
         smallest[lag_group[first]] = np.minimum.reduceat(lag[valid], first)
     return smallest
