@@ -40,6 +40,9 @@ PACKET_COLUMNS = (
 )
 
 
+HANDSHAKE_OPTION_COLUMNS = ("opt_mss", "opt_window_scale", "opt_sack_permitted")
+"""Read by the handshake table only, and let go after it."""
+
 ADDRESS_COLUMNS = ("src_0", "src_1", "src_2", "src_3", "dst_0", "dst_1", "dst_2", "dst_3",
                    "src_port", "dst_port", "ip_version", "tcp_header_bytes")
 
@@ -133,6 +136,8 @@ def build_flows(batches: Iterable[DecodedColumns], expected_packets: int = 0) ->
     del from_client
     endpoints = _connection_endpoints(columns, pair_rows, first_rows)
     handshake = handshake_table(columns, count)
+    for name in HANDSHAKE_OPTION_COLUMNS:
+        del columns[name]
     group = _direction_groups(columns)
     totals = _number_and_classify(columns, group, handshake, count)
     del group
@@ -172,7 +177,9 @@ def _number_and_classify(columns: dict[str, np.ndarray], group: np.ndarray,
     columns["rel_seq"] = np.empty(packets, dtype=np.int64)
     columns["rel_ack"] = np.empty(packets, dtype=np.int64)
     columns["role"] = np.empty(packets, dtype=np.uint8)
-    chunks = [order[start:stop] for start, stop in _connection_chunks(totals["packets"])]
+    index_type = np.int32 if packets < np.iinfo(np.int32).max else np.int64
+    chunks = [order[start:stop].astype(index_type)
+              for start, stop in _connection_chunks(totals["packets"])]
     del order
     with ThreadPoolExecutor(max_workers=min(CLASSIFY_THREADS, len(chunks))) as pool:
         for first_group, chunk_totals in pool.map(partial(_classify_chunk, columns), chunks):
@@ -275,28 +282,39 @@ def _scaled_window(columns: dict[str, np.ndarray], group: np.ndarray,
     scaling = handshake["window_scaling"].to_numpy(dtype=bool)[:, None]
     shift = np.where(scaling, np.clip(scale, 0, 14), 0).astype(np.uint8).ravel()[group]
     shift[np.flatnonzero(columns["flags"] & FLAG_SYN)] = 0
-    return columns["window_raw"].astype(np.int64) << shift
+    window_bytes = columns["window_raw"].astype(np.int64)
+    return np.left_shift(window_bytes, shift, out=window_bytes)
 
 
 def _wire_segments(columns: dict[str, np.ndarray], handshake: pd.DataFrame
                    ) -> tuple[np.ndarray, np.ndarray]:
     """Wire segments each packet stands for (its payload over the connection's effective MSS,
     rounded up; 1 where the MSS is unknown) and whether it is a super-segment (longer than
-    the MSS). Only super-segments need the division."""
+    the MSS). Only super-segments need the division; a block of packets at a time, so the
+    temporaries stay small."""
     effective_mss = handshake["effective_mss"].to_numpy()
-    mss = effective_mss.astype(np.int32)[columns["connection"]]
-    payload = columns["payload_bytes"]
-    super_segment = payload > np.maximum(mss, 1)
-    wire_segments = ((payload > 0) | (mss <= 0)).astype(np.uint32)
-    rows = np.flatnonzero(super_segment)
-    rows_mss = mss[rows].astype(np.int64)
-    wire_segments[rows] = np.where(rows_mss > 0,
-                                   -(-payload[rows].astype(np.int64) // np.maximum(rows_mss, 1)), 1)
+    unknown = effective_mss <= 0
+    mss_floor = np.maximum(effective_mss, 1).astype(np.int32)
+    packets = len(columns["connection"])
+    wire_segments = np.empty(packets, dtype=np.uint32)
+    super_segment = np.empty(packets, dtype=bool)
+    for start in range(0, packets, CHUNK_PACKETS):
+        block = slice(start, start + CHUNK_PACKETS)
+        connection = columns["connection"][block]
+        payload = columns["payload_bytes"][block]
+        mss = mss_floor[connection]
+        np.greater(payload, mss, out=super_segment[block])
+        wire = ((payload > 0) | unknown[connection]).astype(np.uint32)
+        rows = np.flatnonzero(super_segment[block])
+        wire[rows] = np.where(unknown[connection[rows]], 1,
+                              -(-payload[rows].astype(np.int64) // mss[rows]))
+        wire_segments[block] = wire
     return wire_segments, super_segment
 
 
 def _handshake_times(columns: dict[str, np.ndarray], count: int) -> pd.DataFrame:
-    """Time of the first SYN, the first SYN/ACK and the client's first ACK after it."""
+    """Time of the first SYN, the first SYN/ACK and the client's first ACK after it (looked
+    for a block of packets at a time, in file order: the candidates are half the packets)."""
     flags = columns["flags"]
     connection = columns["connection"]
     time_us = columns["time_us"]
@@ -307,12 +325,16 @@ def _handshake_times(columns: dict[str, np.ndarray], count: int) -> pd.DataFrame
         conn, first = np.unique(connection[rows], return_index=True)
         times[name] = np.full(count, -1, dtype=np.int64)
         times[name][conn] = time_us[rows[first]]
-    rows = np.flatnonzero((handshake_flags == FLAG_ACK) & (columns["direction"] == 0))
-    syn_ack_time = times["syn_ack"][connection[rows]]
-    rows = rows[(syn_ack_time >= 0) & (time_us[rows] >= syn_ack_time)]
-    conn, first = np.unique(connection[rows], return_index=True)
     times["ack"] = np.full(count, -1, dtype=np.int64)
-    times["ack"][conn] = time_us[rows[first]]
+    for start in range(0, len(flags), CHUNK_PACKETS):
+        block = slice(start, start + CHUNK_PACKETS)
+        rows = start + np.flatnonzero((handshake_flags[block] == FLAG_ACK)
+                                      & (columns["direction"][block] == 0))
+        syn_ack_time = times["syn_ack"][connection[rows]]
+        rows = rows[(syn_ack_time >= 0) & (time_us[rows] >= syn_ack_time)]
+        conn, first = np.unique(connection[rows], return_index=True)
+        unseen = times["ack"][conn] < 0
+        times["ack"][conn[unseen]] = time_us[rows[first[unseen]]]
     return pd.DataFrame(times)
 
 
