@@ -37,3 +37,21 @@ def test_records_read_back_in_any_order() -> None:
     assert table[10:13] == records[::-1][10:13]
     assert table.take(np.array([7, 2])) == [records[-8], records[-3]]
     assert pickle.loads(pickle.dumps(table)) == records[::-1]
+
+
+def test_stall_evidence_survives_pickling_as_rows() -> None:
+    """A finding's stalls travel as one block of rows: every column comes back with its dtype
+    and values, NaN (a stall kind that does not measure ACK delay) included. Checked on the
+    findings of a real capture, each against itself before pickling."""
+    from nagledetect.analysis import analyze_capture
+    from tests.conftest import SAMPLE_TRACES
+
+    findings = analyze_capture(str(SAMPLE_TRACES / "seed003-nagle.pcap")).findings
+    with_evidence = [finding for finding in findings if len(finding.events)]
+    assert with_evidence
+    for finding in with_evidence:
+        back = pickle.loads(pickle.dumps(finding))
+        for before, after in zip(finding.events.columns(), back.events.columns()):
+            assert after.dtype == before.dtype
+            np.testing.assert_array_equal(after, before)
+        assert back.events.records() == finding.events.records()
