@@ -58,11 +58,12 @@ def assign_roles(direction_view: dict[str, np.ndarray], starts: np.ndarray,
     bare = ~carries_data & ((flags & (FLAG_SYN | FLAG_FIN | FLAG_RST)) == 0)
     probe_rows = np.flatnonzero((payload == 1) & (seq == max_end_before))
     repeat_rows = np.flatnonzero(bare & same_ack & same_window & (window != 0))
-    peer = peer_at(np.concatenate((probe_rows, repeat_rows)))
-    into_zero_window = peer["window_raw"][:len(probe_rows)] == 0
-    peer = {name: values[len(probe_rows):] for name, values in peer.items()}
-    answers_keepalive = (peer["payload_bytes"] <= 1) & (ack[repeat_rows] == peer["rel_seq"] + 1) & (
-        (peer["flags"] & (FLAG_SYN | FLAG_FIN)) == 0)
+    peer = peer_at(np.concatenate((probe_rows, repeat_rows)))  # one search for both
+    probes = len(probe_rows)
+    into_zero_window = peer["window_raw"][:probes] == 0
+    answers_keepalive = ((peer["payload_bytes"][probes:] <= 1)
+                         & (ack[repeat_rows] == peer["rel_seq"][probes:] + 1)
+                         & ((peer["flags"][probes:] & (FLAG_SYN | FLAG_FIN)) == 0))
 
     role[carries_data] = ROLE["data"]
     role[bare & same_ack & same_seq & ~same_window] = ROLE["window_update"]
