@@ -9,13 +9,16 @@ findings themselves are checked by hand in the detector tests.
 from __future__ import annotations
 
 import io
+import os
+import threading
 
 import orjson
 import pytest
 
 from nagledetect.analysis import analyze_capture
-from nagledetect.report import document
+from nagledetect.report import document, turns
 from nagledetect.report.document import build_document, write_json
+from nagledetect.stored import ChunkedSequence
 from tests.conftest import SAMPLE_TRACES
 
 CAPTURES = ["seed003-nagle.pcap", "mixed.pcap", "classic-phase-lock.pcap"]
@@ -42,9 +45,26 @@ def test_findings_cut_into_pieces_write_the_same_bytes(name, rows_per_piece, mon
 
 
 @pytest.mark.parametrize("name", CAPTURES)
-def test_pieces_rendered_in_forked_workers_write_the_same_bytes(name, monkeypatch):
-    """Two forked workers render the pieces (findings cut to a few rows, lists to 2 entries,
-    and a capture in parts, whose findings and hosts are read from disk in the workers)."""
+def test_evidence_text_is_what_orjson_writes_for_the_rows(name):
+    """The evidence rows are written from columns (`_evidence_texts`); the reference is the
+    whole document dumped by orjson with each finding's rows as dicts (`StallEvents.records`,
+    rounded one value at a time), which is how the rows were written before."""
+    analysis = analyze_capture(str(SAMPLE_TRACES / name))
+    built = build_document([analysis])
+    plain = {key: list(value) if isinstance(value, ChunkedSequence) else value
+             for key, value in built.items()}
+    plain["findings"] = [dict(entry, events=entry["events"].records())
+                         for entry in plain["findings"]]
+    assert sum(len(entry["events"]) for entry in plain["findings"]) > 20
+    assert _written(analysis) == orjson.dumps(plain, option=orjson.OPT_INDENT_2) + b"\n"
+
+
+@pytest.mark.parametrize("name", CAPTURES)
+def test_pieces_written_by_forked_workers_in_turn_write_the_same_bytes(name, monkeypatch,
+                                                                         tmp_path):
+    """Two forked workers render the pieces and write them to the file in turn (findings cut
+    to a few rows, lists to 2 entries, and a capture in parts, whose findings and hosts are
+    read from disk in the workers); to a pipe as well, read by a thread meanwhile."""
     path = SAMPLE_TRACES / name
     analyses = [analyze_capture(str(path)),
                 analyze_capture(str(path), part_bytes=path.stat().st_size // 6 + 1)]
@@ -52,6 +72,61 @@ def test_pieces_rendered_in_forked_workers_write_the_same_bytes(name, monkeypatc
     monkeypatch.setattr(document, "EVIDENCE_ROWS_PER_CHUNK", 5)
     monkeypatch.setattr(document, "ENTRIES_PER_CHUNK", 2)
     for analysis in analyses:
-        out = io.BytesIO()
-        write_json(build_document([analysis]), out, workers=2)
-        assert out.getvalue() == expected
+        with open(tmp_path / "out.json", "wb") as out:
+            out.write(b"before ")
+            write_json(build_document([analysis]), out, workers=2)
+            out.write(b" after")
+        assert (tmp_path / "out.json").read_bytes() == b"before " + expected + b" after"
+    assert _written_to_pipe(analyses[1]) == expected
+
+
+def _written_to_pipe(analysis) -> bytes:
+    read_end, write_end = os.pipe()
+    received: list[bytes] = []
+    with open(read_end, "rb") as source:
+        reader = threading.Thread(target=lambda: received.append(source.read()))
+        reader.start()
+        with open(write_end, "wb") as out:
+            write_json(build_document([analysis]), out, workers=2)
+        reader.join()
+    return received[0]
+
+
+def _failing_render(index: int) -> bytes:
+    if index == 3:
+        raise ValueError("piece 3 cannot be rendered")
+    return b"%d;" % index
+
+
+def _dying_render(index: int) -> bytes:
+    if index == 2:
+        os._exit(9)
+    return b"%d;" % index
+
+
+def _write(index: int, rendered: bytes, out) -> None:
+    out.write(rendered)
+
+
+@pytest.mark.parametrize("render, error, failing", [(_failing_render, ValueError, 3),
+                                                    (_dying_render, RuntimeError, 2)])
+def test_a_failing_worker_stops_the_others_and_its_error_is_raised(render, error, failing,
+                                                                    tmp_path):
+    """Pieces before the failing one may be written, in order; none from it on (a worker
+    blocked on the failed turn stops instead of waiting for ever). Worker 0 renders the even
+    pieces, worker 1 the odd ones, so piece 0 is written before either fails."""
+    with open(tmp_path / "out", "wb") as out, pytest.raises(error):
+        turns.write_in_turns(40, render, _write, out.fileno(), workers=2)
+    pieces = (tmp_path / "out").read_bytes().split(b";")[:-1]
+    assert pieces == [b"%d" % index for index in range(len(pieces))]
+    assert 1 <= len(pieces) <= failing
+
+
+def test_a_closed_pipe_raises_broken_pipe_in_the_caller():
+    """A reader that goes away (`| head`) ends the writing with BrokenPipeError, as it does
+    when one process writes, so the CLI handles both alike."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    big = b"x" * (1 << 20)
+    with open(write_end, "wb") as out, pytest.raises(BrokenPipeError):
+        turns.write_in_turns(8, lambda index: big, _write, out.fileno(), workers=2)

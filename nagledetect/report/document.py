@@ -7,8 +7,6 @@ and no reporter recomputes analysis. Keys are stable: later versions only add.
 from __future__ import annotations
 
 import math
-import multiprocessing
-from collections import deque
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, BinaryIO
@@ -21,9 +19,16 @@ from nagledetect.advice import ADVICE
 from nagledetect.analysis import Analysis
 from nagledetect.api import Capture
 from nagledetect.collector import collector_paused
-from nagledetect.detectors.model import Finding, HostProfile, evidence_rows
+from nagledetect.detectors.model import (
+    EVIDENCE_DECIMALS,
+    EVIDENCE_KEYS,
+    Finding,
+    HostProfile,
+    StallEvents,
+)
 from nagledetect.events.endpoints import endpoint
 from nagledetect.read.decode import LINKTYPE_NAMES
+from nagledetect.report.turns import write_in_turns
 from nagledetect.stored import ChunkedSequence, ranking_columns, take
 
 SCHEMA = "nagledetect/1"
@@ -315,8 +320,9 @@ def write_json(document: dict[str, Any], stream: BinaryIO, workers: int = 1) -> 
     """The document as indented JSON, written key by key and lists a chunk at a time (with the
     findings' evidence rows made per chunk), so the output of a capture with a million
     connections or millions of stalls is never one string in memory. Each piece is dumped
-    inside a one-key object, so orjson indents it at its final depth. With `workers` > 1 the
-    chunks of a long list are rendered in that many forked processes (in order, a few ahead).
+    inside a one-key object, so orjson indents it at its final depth. With `workers` > 1 and a
+    stream on a file descriptor, the chunks of a long list are rendered and written by that
+    many forked processes taking turns (see `turns`).
 
     The cyclic garbage collector is paused meanwhile (see `nagledetect.collector`)."""
     with collector_paused():
@@ -333,14 +339,7 @@ def _write_json(document: dict[str, Any], stream: BinaryIO, workers: int) -> Non
                                       option=orjson.OPT_INDENT_2)[2:-2])
             continue
         stream.write(_list_head(key)[2:])
-        pieces = _pieces(key, value)
-        for index, (piece, rendered) in enumerate(zip(pieces, _rendered(key, value, pieces,
-                                                                         workers))):
-            stream.write(b"," if index else b"")
-            if piece.alone:
-                _write_large_finding(value[piece.start], stream)
-            else:
-                stream.write(rendered)
+        _write_list(key, value, stream, workers)
         stream.write(b"\n  ]")
     stream.write(b"\n}\n")
 
@@ -383,7 +382,7 @@ def _pieces(key: str, entries: Sequence[Any]) -> list[_Piece]:
 def _render(key: str, entries: Sequence[Any]) -> bytes:
     """A chunk of a list's entries as the JSON text between the list's brackets."""
     if key == "findings":
-        entries = _with_rows(list(entries))
+        return _findings_text(list(entries))
     wrapped = orjson.dumps({key: entries}, option=orjson.OPT_INDENT_2)
     return wrapped[len(_list_head(key)):-len(_LIST_TAIL)]
 
@@ -392,42 +391,82 @@ def _list_head(key: str) -> bytes:
     return b'{\n  ' + orjson.dumps(key) + b": ["
 
 
-_FORKED: tuple[str, Sequence[Any]] | None = None
-"""The list being rendered, as forked workers inherit it (they read it, never pickle it)."""
+def _write_list(key: str, entries: Sequence[Any], stream: BinaryIO, workers: int) -> None:
+    """A list's entries, a piece at a time: here, or rendered and written by `workers` forked
+    processes taking turns (`turns`) when the stream has a file descriptor."""
+    pieces = _pieces(key, entries)
 
+    def render(index: int) -> bytes | None:
+        piece = pieces[index]
+        return None if piece.alone else _render(key, entries[piece.start:piece.stop])
 
-def _rendered_in_worker(piece: _Piece) -> bytes | None:
-    key, entries = _FORKED  # type: ignore[misc]
-    return None if piece.alone else _render(key, entries[piece.start:piece.stop])
+    def write(index: int, rendered: bytes | None, out: BinaryIO) -> None:
+        out.write(b"," if index else b"")
+        if rendered is None:
+            _write_large_finding(entries[pieces[index].start], out)
+        else:
+            out.write(rendered)
 
-
-def _rendered(key: str, entries: Sequence[Any], pieces: list[_Piece],
-              workers: int) -> Iterator[bytes | None]:
-    """Each piece rendered (None for a finding written alone), in order: here, or in `workers`
-    forked processes with at most twice as many pieces in flight, so rendered text never
-    piles up when the output is slow."""
-    if workers <= 1 or len(pieces) < 4 * workers:
-        for piece in pieces:
-            yield None if piece.alone else _render(key, entries[piece.start:piece.stop])
+    fd = _file_descriptor(stream)
+    if workers <= 1 or len(pieces) < 4 * workers or fd is None:
+        for index in range(len(pieces)):
+            write(index, render(index), stream)
         return
-    global _FORKED
-    _FORKED = (key, entries)
+    stream.flush()
+    write_in_turns(len(pieces), render, write, fd, workers)
+
+
+def _file_descriptor(stream: BinaryIO) -> int | None:
     try:
-        with multiprocessing.get_context("fork").Pool(workers) as pool:
-            in_flight: deque = deque()
-            for piece in pieces:
-                in_flight.append(pool.apply_async(_rendered_in_worker, (piece,)))
-                if len(in_flight) > 2 * workers:
-                    yield in_flight.popleft().get()
-            while in_flight:
-                yield in_flight.popleft().get()
-    finally:
-        _FORKED = None
+        return stream.fileno()
+    except (AttributeError, OSError):
+        return None
 
 
-def _with_rows(chunk: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    rows = evidence_rows([finding["events"] for finding in chunk])
-    return [dict(finding, events=events) for finding, events in zip(chunk, rows)]
+def _findings_text(chunk: list[dict[str, Any]]) -> bytes:
+    """Findings dumped by orjson with a marker for their evidence, then each marker replaced
+    by the finding's evidence text (`_evidence_texts`)."""
+    wrapped = orjson.dumps({"findings": [dict(finding, events=_EVENTS_MARKER)
+                                         for finding in chunk]}, option=orjson.OPT_INDENT_2)
+    around = wrapped[len(_FINDINGS_HEAD):-len(_LIST_TAIL)].split(_MARKER_TEXT)
+    texts = _evidence_texts([finding["events"] for finding in chunk])
+    return b"".join([piece for pair in zip(around, texts) for piece in pair] + around[-1:])
+
+
+def _evidence_texts(events: list[StallEvents]) -> list[bytes]:
+    """Each finding's evidence rows as the text orjson writes for them as a list of dicts at
+    their depth in the document ("[]" when there are none), made a column at a time for all
+    the findings: a large capture has millions of rows, and a dict per row cost most of the
+    time of writing the document. Each column is dumped by orjson as one numpy array (the same
+    numbers as for Python values: rounded, NaN as null) and cut at its commas."""
+    counts = np.array([len(rows) for rows in events], dtype=np.int64)
+    ends = np.cumsum(counts)
+    total = int(ends[-1]) if len(ends) else 0
+    if not total:
+        return [b"[]"] * len(events)
+    grid = np.empty((total, 2 * len(EVIDENCE_KEYS) + 1), dtype=object)
+    grid[:, 0] = _ROW_OPEN
+    grid[:, 2:-1:2] = np.array(_KEY_TEXTS[1:], dtype=object)
+    grid[:, -1] = _ROW_CLOSE
+    with_rows = counts > 0
+    grid[(ends - counts)[with_rows], 0] = _FIRST_ROW_OPEN
+    grid[ends[with_rows] - 1, -1] = _LAST_ROW_CLOSE
+    for index, (arrays, decimals) in enumerate(zip(zip(*(rows.columns() for rows in events)),
+                                                   EVIDENCE_DECIMALS)):
+        grid[:, 2 * index + 1] = _column_text(np.concatenate(arrays), decimals).split(b",")
+    tokens = grid.ravel().tolist()
+    width = grid.shape[1]
+    return [b"".join(tokens[width * (end - count):width * end]) if count else b"[]"
+            for end, count in zip(ends.tolist(), counts.tolist())]
+
+
+def _column_text(values: np.ndarray, decimals: int | None) -> bytes:
+    """One evidence column as orjson writes it, without its brackets."""
+    if decimals is None:
+        converted = values.astype(np.int64)
+    else:
+        converted = np.round(values.astype(np.float64), decimals)
+    return orjson.dumps(converted, option=orjson.OPT_SERIALIZE_NUMPY)[1:-1]
 
 
 def _write_large_finding(finding: dict[str, Any], stream: BinaryIO) -> None:
@@ -436,20 +475,26 @@ def _write_large_finding(finding: dict[str, Any], stream: BinaryIO) -> None:
     otherwise be one JSON string of a gigabyte)."""
     wrapped = orjson.dumps({"findings": [dict(finding, events=_EVENTS_MARKER)]},
                            option=orjson.OPT_INDENT_2)
-    before, after = wrapped[len(_FINDINGS_HEAD):-len(_LIST_TAIL)].split(
-        b": " + orjson.dumps(_EVENTS_MARKER), 1)
-    stream.write(before + b": [")
+    before, after = wrapped[len(_FINDINGS_HEAD):-len(_LIST_TAIL)].split(_MARKER_TEXT, 1)
+    stream.write(before + b"[")
     events = finding["events"]
     for start in range(0, len(events), EVIDENCE_ROWS_PER_CHUNK):
-        rows_slice = events[start:start + EVIDENCE_ROWS_PER_CHUNK]
-        rows = orjson.dumps({"findings": [{"events": rows_slice}]}, option=orjson.OPT_INDENT_2)
-        stream.write((b"," if start else b"") + rows[len(_EVENTS_HEAD):-len(_EVENTS_TAIL)])
+        rows_slice = StallEvents(*(column[start:start + EVIDENCE_ROWS_PER_CHUNK]
+                                   for column in events.columns()))
+        text = _evidence_texts([rows_slice])[0]
+        stream.write((b"," if start else b"") + text[1:-len(_EVENTS_CLOSE)])
     stream.write(_EVENTS_CLOSE + after)
 
 
 _EVENTS_MARKER = "nagledetect: evidence rows go here"
+_MARKER_TEXT = orjson.dumps(_EVENTS_MARKER)
 _FINDINGS_HEAD = b'{\n  "findings": ['
-_EVENTS_HEAD = _FINDINGS_HEAD + b'\n    {\n      "events": ['
 _EVENTS_CLOSE = b"\n      ]"
-_EVENTS_TAIL = _EVENTS_CLOSE + b"\n    }\n  ]\n}"
 _LIST_TAIL = b"\n  ]\n}"
+_ROW_INDENT = b"\n        "
+_KEY_TEXTS = [_ROW_INDENT + b"  " + orjson.dumps(key) + b": " for key in EVIDENCE_KEYS]
+_ROW_OPEN = b"," + _ROW_INDENT + b"{" + _KEY_TEXTS[0]
+_FIRST_ROW_OPEN = b"[" + _ROW_INDENT + b"{" + _KEY_TEXTS[0]
+_KEY_TEXTS[1:] = [b"," + text for text in _KEY_TEXTS[1:]]
+_ROW_CLOSE = _ROW_INDENT + b"}"
+_LAST_ROW_CLOSE = _ROW_CLOSE + _EVENTS_CLOSE
