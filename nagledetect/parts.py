@@ -16,11 +16,13 @@ from __future__ import annotations
 
 import dataclasses
 import gc
+import multiprocessing
 import os
 import zlib
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -42,11 +44,13 @@ from nagledetect.pipeline import (
 from nagledetect.read.capture import Accounting, ProgressCallback, decoded_batches
 from nagledetect.stored import (
     HostColumns,
+    HostRows,
     PickledFindings,
     RecordTable,
     SpillFile,
     StoredFindings,
     StoredHosts,
+    host_rows,
     pickle_findings,
 )
 
@@ -82,7 +86,7 @@ def analyze_in_parts(path: str, bpf_filter: str | None, progress: ProgressCallba
     then run the host step and rank the findings."""
     accounting, batches = decoded_batches(path, bpf_filter, progress)
     partitioned = PartitionedPackets(parts)
-    collected = _Collected(max(1, parts // PARTS_PER_HOST_BUCKET))
+    collected = _Collected(max(1, parts // PARTS_PER_HOST_BUCKET), workers)
     try:
         partitioned.add(batches)
         files = partitioned.part_files()
@@ -195,8 +199,9 @@ class _Collected:
     """The parts' results as they arrive: connection tables in memory, findings and samples
     spilled."""
 
-    def __init__(self, buckets: int) -> None:
+    def __init__(self, buckets: int, workers: int) -> None:
         self.buckets = buckets
+        self.workers = workers
         self.spill = SpillFile()
         self.connections: dict[int, pd.DataFrame] = {}
         self.parity: dict[int, pd.DataFrame] = {}
@@ -234,7 +239,7 @@ class _Collected:
                   for index, table in sorted(self.parity.items())]
         host_step = _HostStep(self, global_id, part_offset, connections,
                               _stall_seconds_reader(self.spill, columns))
-        hosts, timers = host_step.run()
+        hosts, timers = host_step.run(self.workers)
         self._add_phase_findings(columns, host_step.phase_findings)
         parity_table = (pd.concat(parity).sort_values(PARITY_KEYS, ignore_index=True)
                         if parity else pd.DataFrame())
@@ -285,22 +290,30 @@ class _HostStep:
         self._stall_seconds = stall_seconds
         self.phase_findings: list[Finding] = []
 
-    def run(self) -> tuple[StoredHosts, _HostTimers]:
+    def run(self, workers: int) -> tuple[StoredHosts, _HostTimers]:
+        """Every bucket, in `workers` forked processes when there are several (results taken in
+        bucket order, so the outcome does not depend on them)."""
         columns = HostColumns(self._collected.spill)
         addresses: list[str] = []
         timers: list[float | None] = []
-        for bucket in range(self._collected.buckets):
-            samples = self._bucket_samples(bucket)
-            profiles = fingerprint_hosts(samples)
-            addresses += list(profiles)
-            timers += [profile.delack_timer_ms for profile in profiles.values()]
-            self.phase_findings += phase_lock.detect_hosts(profiles, samples,
-                                                           self._stall_seconds)
-            columns.add(list(profiles.values()))
+        for found in _forked_map(self.bucket_hosts, range(self._collected.buckets), workers):
+            addresses += found.rows.columns["address"]
+            timers += found.timers_ms
+            self.phase_findings += found.phase_findings
+            columns.add(found.rows)
         by_address = np.array(addresses, dtype=object)
         order = np.argsort(by_address, kind="stable")
         timer_ms = np.array([np.nan if t is None else t for t in timers], dtype=np.float64)
         return columns.by_address(), _HostTimers(by_address[order], timer_ms[order])
+
+    def bucket_hosts(self, bucket: int) -> _BucketHosts:
+        """One bucket's host profiles, their timers before phase locking refines them, and its
+        phase-lock findings."""
+        samples = self._bucket_samples(bucket)
+        profiles = fingerprint_hosts(samples)
+        timers_ms = [profile.delack_timer_ms for profile in profiles.values()]
+        phase_findings = phase_lock.detect_hosts(profiles, samples, self._stall_seconds)
+        return _BucketHosts(host_rows(list(profiles.values())), timers_ms, phase_findings)
 
     def _bucket_samples(self, bucket: int) -> pd.DataFrame:
         rows = self._collected.bucket_samples(bucket)
@@ -313,6 +326,36 @@ class _HostStep:
             "connection": connection, "direction": direction,
             "ack_time_s": rows["ack_time_s"], "hold_ms": rows["hold_ms"],
             "delayed": rows["delayed"]})
+
+
+@dataclass
+class _BucketHosts:
+    rows: HostRows
+    timers_ms: list[float | None]
+    phase_findings: list[Finding]
+
+
+_FORKED_WORK: Callable[[int], Any] | None = None
+"""What `_forked_map`'s workers call: inherited when they fork, never pickled."""
+
+
+def _forked_call(item: int) -> Any:
+    return _FORKED_WORK(item)  # type: ignore[misc]
+
+
+def _forked_map(work: Callable[[int], Any], items: range, workers: int) -> Iterator[Any]:
+    """`work` of each item, in order: in `workers` forked processes when there are several
+    items (they read the parent's state as it was at the fork), else here."""
+    if workers <= 1 or len(items) <= 1:
+        yield from map(work, items)
+        return
+    global _FORKED_WORK
+    _FORKED_WORK = work
+    try:
+        with multiprocessing.get_context("fork").Pool(min(workers, len(items))) as pool:
+            yield from pool.imap(_forked_call, items)
+    finally:
+        _FORKED_WORK = None
 
 
 @dataclass

@@ -197,16 +197,13 @@ class HostColumns:
         self._lock_offsets: list[np.ndarray] = []
         self._lock_lengths: list[np.ndarray] = []
 
-    def add(self, profiles: Sequence[HostProfile]) -> None:
+    def add(self, rows: HostRows) -> None:
         for name in _HOST_COLUMNS:
-            self._columns[name] += [getattr(profile, name) for profile in profiles]
-        tested = [profile.phase_lock for profile in profiles if profile.phase_lock]
-        records, lengths = pickled(tested)
-        offsets = self._spill.append_each(records)
-        has_test = np.array([bool(profile.phase_lock) for profile in profiles], dtype=bool)
-        lock_offsets = np.full(len(profiles), -1, dtype=np.int64)
-        lock_lengths = np.zeros(len(profiles), dtype=np.int64)
-        lock_offsets[has_test], lock_lengths[has_test] = offsets, lengths
+            self._columns[name] += rows.columns[name]
+        offsets = self._spill.append_each(rows.lock_records)
+        lock_offsets = np.full(len(rows.has_lock), -1, dtype=np.int64)
+        lock_lengths = np.zeros(len(rows.has_lock), dtype=np.int64)
+        lock_offsets[rows.has_lock], lock_lengths[rows.has_lock] = offsets, rows.lock_lengths
         self._lock_offsets.append(lock_offsets)
         self._lock_lengths.append(lock_lengths)
 
@@ -226,6 +223,25 @@ class HostColumns:
 
 _HOST_COLUMNS = ("address", "delack_timer_ms", "delack_spread_ms", "delack_samples",
                  "stack_family")
+
+
+@dataclass
+class HostRows:
+    """Host profiles as `HostColumns` takes them, made where the profiles are (a worker
+    process): their columns, and their phase-lock tests pickled."""
+
+    columns: dict[str, list[Any]]
+    has_lock: np.ndarray
+    lock_records: list[bytes]
+    lock_lengths: np.ndarray
+
+
+def host_rows(profiles: Sequence[HostProfile]) -> HostRows:
+    records, lengths = pickled([profile.phase_lock for profile in profiles if profile.phase_lock])
+    return HostRows({name: [getattr(profile, name) for profile in profiles]
+                     for name in _HOST_COLUMNS},
+                    np.array([bool(profile.phase_lock) for profile in profiles], dtype=bool),
+                    records, lengths)
 
 
 def _as_float(values: list[float | None]) -> np.ndarray:

@@ -35,9 +35,10 @@ CORPUS = [
 ]
 
 
-def _documents(path: Path, parts: int) -> tuple[dict, dict]:
+def _documents(path: Path, parts: int, workers: int = 1) -> tuple[dict, dict]:
     whole = analyze_capture(str(path))
-    split = analyze_capture(str(path), part_bytes=os.path.getsize(path) // parts + 1)
+    split = analyze_capture(str(path), part_bytes=os.path.getsize(path) // parts + 1,
+                            workers=workers)
     assert whole.tables_kept and not split.tables_kept
     return build_document([whole]), build_document([split])
 
@@ -55,10 +56,12 @@ def test_corpus_capture_in_parts_equals_one_part(relative: str) -> None:
     assert split == whole
 
 
-def test_many_host_buckets_equal_one_part() -> None:
+@pytest.mark.parametrize("workers", [1, 2])
+def test_many_host_buckets_equal_one_part(workers: int) -> None:
     """40 parts make 10 host buckets: each host's samples must still be fingerprinted and
-    tested together, in the one-part order."""
-    whole, split = _documents(SAMPLE_TRACES / "mixed.pcap", parts=40)
+    tested together, in the one-part order (with two workers, parts and buckets each run in
+    worker processes)."""
+    whole, split = _documents(SAMPLE_TRACES / "mixed.pcap", parts=40, workers=workers)
     assert whole["hosts"] and split == whole
 
 
@@ -77,13 +80,17 @@ def test_stored_results_read_back_and_travel_as_records() -> None:
         [whole, other])
 
 
-def test_phase_lock_is_found_across_parts() -> None:
+@pytest.mark.parametrize("workers", [1, 2])
+def test_phase_lock_is_found_across_parts(workers: int) -> None:
     """The 200 ms tick is a host-wide property: with each connection in a different part it
-    must still be tested over all four connections together."""
+    must still be tested over all four connections together (with two workers, in a worker
+    process that reads the stalls it weighs from the parent's spill file)."""
     path = SAMPLE_TRACES / "classic-phase-lock.pcap"
-    split = analyze_capture(str(path), part_bytes=os.path.getsize(path) // 8 + 1)
+    split = analyze_capture(str(path), part_bytes=os.path.getsize(path) // 8 + 1,
+                            workers=workers)
     locks = [f for f in split.findings if f.kind == "phase-lock"]
     assert len(locks) == 1 and len(locks[0].details["connections"]) == 4
+    assert build_document([split]) == build_document([analyze_capture(str(path))])
 
 
 def test_parts_hold_whole_connections_in_file_order() -> None:
