@@ -40,29 +40,33 @@ def receiver_side_rtt_ms(connections: pd.DataFrame, connection: np.ndarray,
 
 def delack_samples(segments: pd.DataFrame, connections: pd.DataFrame) -> pd.DataFrame:
     """Delayed-ACK holding times, one row per lone segment answered by a pure ACK."""
-    lone = segments[
-        (segments["peer_ack"] >= segments["rel_seq"])
-        & segments["next_peer_role"].isin(PURE_ACK_ROLES)
-        & (segments["next_peer_ack"] >= segments["end_seq"])
-        & ((segments["next_own_data_time_us"] < 0)
-           | (segments["next_own_data_time_us"] > segments["next_peer_time_us"]))
-    ]
-    lag_ms = (lone["next_peer_time_us"] - lone["time_us"]).to_numpy() / 1000
-    rtt_ms = receiver_side_rtt_ms(connections, lone["connection"].to_numpy(),
-                                  lone["direction"].to_numpy())
-    lone_connection = lone["connection"].to_numpy()
+    lone = np.flatnonzero(
+        (segments["peer_ack"].to_numpy() >= segments["rel_seq"].to_numpy())
+        & segments["next_peer_role"].isin(PURE_ACK_ROLES).to_numpy()
+        & (segments["next_peer_ack"].to_numpy() >= segments["end_seq"].to_numpy())
+        & ((segments["next_own_data_time_us"].to_numpy() < 0)
+           | (segments["next_own_data_time_us"].to_numpy()
+              > segments["next_peer_time_us"].to_numpy())))
+
+    def column(name: str) -> np.ndarray:
+        return segments[name].to_numpy()[lone]
+
+    lone_connection, lone_direction = column("connection"), column("direction")
+    ack_time_us = column("next_peer_time_us")
+    lag_ms = (ack_time_us - column("time_us")) / 1000
+    rtt_ms = receiver_side_rtt_ms(connections, lone_connection, lone_direction)
     total_rtt_ms = np.nan_to_num(by_connection(connections, "rtt_ms", lone_connection), nan=0.0)
     hold_ms = lag_ms - rtt_ms
-    receiver = np.where(lone["direction"].to_numpy() == 0,
+    receiver = np.where(lone_direction == 0,
                         by_connection(connections, "server_address", lone_connection),
                         by_connection(connections, "client_address", lone_connection))
     samples = pd.DataFrame({
         "host": receiver,
-        "connection": lone["connection"].to_numpy(),
-        "direction": lone["direction"].to_numpy(),
-        "data_frame": lone["frame"].to_numpy(),
-        "ack_frame": lone["next_peer_frame"].to_numpy(),
-        "ack_time_s": lone["next_peer_time_us"].to_numpy() / 1e6,
+        "connection": lone_connection,
+        "direction": lone_direction,
+        "data_frame": column("frame"),
+        "ack_frame": column("next_peer_frame"),
+        "ack_time_s": ack_time_us / 1e6,
         "hold_ms": hold_ms,
         "delayed": hold_ms >= np.maximum(MIN_DELAYED_HOLD_MS, RTT_MULTIPLE * total_rtt_ms),
     })

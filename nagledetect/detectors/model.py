@@ -8,8 +8,8 @@ findings of detectors that ran earlier in the registry (the stall-cause detector
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field, fields
 from functools import lru_cache
 from typing import Any
 
@@ -23,26 +23,64 @@ EVIDENCE_KEYS = ("last_data_frame", "delayed_ack_frame", "released_frame", "stal
 EVIDENCE_DECIMALS = (None, None, None, 6, 6, 3, 3)
 
 
+STALL_EVENT_COLUMNS = ("last_data_frame", "ack_frame", "released_frame", "stall_s", "start_s",
+                       "ack_delay_ms", "reaction_ms")
+
+
 @dataclass(frozen=True, eq=False)
 class StallEvents:
-    """The stalls behind one finding, as columns: each stall is proven by three frames (the last
-    data before the hold, the delayed ACK or whatever ended the wait, the released segment).
+    """The stalls behind one finding: each stall is proven by three frames (the last data before
+    the hold, the delayed ACK or whatever ended the wait, the released segment).
 
-    Columns rather than one object per stall because a large capture has millions of stalls;
-    `ack_delay_ms` and `reaction_ms` are NaN where a detector does not measure them. Read as a
-    sequence it gives the document's evidence rows (dicts), made only for the rows asked for.
+    One block of fixed-size rows (a structured array with a field per column, read as columns
+    through the properties) rather than an object per stall, because a large capture has
+    millions of stalls; a detector makes one block for all its findings and each finding holds
+    its slice, so pickling one is a single copy of bytes. `ack_delay_ms` and `reaction_ms` are
+    NaN where a detector does not measure them. Read as a sequence it gives the document's
+    evidence rows (dicts), made only for the rows asked for.
     """
 
-    last_data_frame: np.ndarray
-    ack_frame: np.ndarray
-    released_frame: np.ndarray
-    stall_s: np.ndarray
-    start_s: np.ndarray
-    ack_delay_ms: np.ndarray
-    reaction_ms: np.ndarray
+    rows: np.ndarray
+
+    @classmethod
+    def of(cls, *columns: np.ndarray) -> StallEvents:
+        """From the seven columns, in `STALL_EVENT_COLUMNS` order."""
+        layout = _row_layout(tuple(np.asarray(column).dtype.str for column in columns))
+        rows = np.empty(len(columns[0]), dtype=layout)
+        for name, column in zip(STALL_EVENT_COLUMNS, columns):
+            rows[name] = column
+        return cls(rows)
+
+    @property
+    def last_data_frame(self) -> np.ndarray:
+        return self.rows["last_data_frame"]
+
+    @property
+    def ack_frame(self) -> np.ndarray:
+        return self.rows["ack_frame"]
+
+    @property
+    def released_frame(self) -> np.ndarray:
+        return self.rows["released_frame"]
+
+    @property
+    def stall_s(self) -> np.ndarray:
+        return self.rows["stall_s"]
+
+    @property
+    def start_s(self) -> np.ndarray:
+        return self.rows["start_s"]
+
+    @property
+    def ack_delay_ms(self) -> np.ndarray:
+        return self.rows["ack_delay_ms"]
+
+    @property
+    def reaction_ms(self) -> np.ndarray:
+        return self.rows["reaction_ms"]
 
     def __len__(self) -> int:
-        return len(self.stall_s)
+        return len(self.rows)
 
     def __getitem__(self, rows: slice) -> list[dict[str, Any]]:
         if not isinstance(rows, slice):
@@ -58,36 +96,27 @@ class StallEvents:
         return self.records() == other
 
     def columns(self) -> tuple[np.ndarray, ...]:
-        return (self.last_data_frame, self.ack_frame, self.released_frame, self.stall_s,
-                self.start_s, self.ack_delay_ms, self.reaction_ms)
+        return tuple(self.rows[name] for name in STALL_EVENT_COLUMNS)
 
     def __reduce__(self) -> tuple[Any, tuple[bytes, tuple[str, ...]]]:
-        """Pickled as one block of fixed-size rows: a large capture's parts send back, and its
-        document reads back, hundreds of thousands of findings, and unpickling seven arrays
-        each took three times as long as one block."""
-        columns = self.columns()
-        dtypes = tuple(column.dtype.str for column in columns)
-        layout = _row_layout(dtypes)
-        rows = np.empty(len(self), dtype=layout)
-        for name, column in zip(layout.names, columns):
-            rows[name] = column
-        return _stall_events_from_rows, (rows.tobytes(), dtypes)
+        """Pickled as its block's bytes: a large capture's parts send back, and its document
+        reads back, hundreds of thousands of findings."""
+        dtypes = tuple(self.rows.dtype[name].str for name in STALL_EVENT_COLUMNS)
+        return _stall_events_from_rows, (self.rows.tobytes(), dtypes)
 
     def records(self, rows: slice = slice(None)) -> list[dict[str, Any]]:
         """JSON-ready rows (rounded; NaN as null)."""
-        selected = StallEvents(*(column[rows] for column in self.columns()))
-        return evidence_rows([selected])[0]
+        return evidence_rows([StallEvents(self.rows[rows])])[0]
 
 
 @lru_cache(maxsize=64)
 def _row_layout(dtypes: tuple[str, ...]) -> np.dtype:
-    """The row of a pickled `StallEvents`: its columns' dtypes, in order, packed."""
-    return np.dtype([(f"column_{index}", dtype) for index, dtype in enumerate(dtypes)])
+    """A `StallEvents` row: its columns' dtypes, in order, packed."""
+    return np.dtype(list(zip(STALL_EVENT_COLUMNS, dtypes)))
 
 
 def _stall_events_from_rows(rows_bytes: bytes, dtypes: tuple[str, ...]) -> StallEvents:
-    rows = np.frombuffer(rows_bytes, dtype=_row_layout(dtypes))
-    return StallEvents(*(rows[name] for name in rows.dtype.names))
+    return StallEvents(np.frombuffer(rows_bytes, dtype=_row_layout(dtypes)))
 
 
 def evidence_rows(evidence: list[StallEvents]) -> list[list[dict[str, Any]]]:
@@ -134,9 +163,10 @@ def split_events(table: pd.DataFrame, keys: list[str],
     nan = np.full(len(order), np.nan)
     arrays = [table[name].to_numpy()[order] if name else nan for name in columns]
     arrays[4] = arrays[4] * start_scale
+    block = StallEvents.of(*arrays).rows
     group_keys = zip(*(values[starts].tolist() for values in key_values))
-    return {key: StallEvents(*(array[start:end] for array in arrays))
-            for key, start, end in zip(group_keys, starts, ends)}
+    return {key: StallEvents(block[start:end])
+            for key, start, end in zip(group_keys, starts.tolist(), ends.tolist())}
 
 
 def _sortable(values: np.ndarray) -> np.ndarray:
@@ -145,7 +175,7 @@ def _sortable(values: np.ndarray) -> np.ndarray:
 
 def no_events() -> StallEvents:
     empty = np.zeros(0)
-    return StallEvents(*(empty,) * 7)
+    return StallEvents.of(*(empty,) * 7)
 
 
 @dataclass
@@ -169,10 +199,18 @@ class Finding:
     confidence_basis: tuple = ()
     """What the confidence was computed from, for detectors that score again capture-wide."""
 
+    def __reduce__(self) -> tuple[type[Finding], tuple[Any, ...]]:
+        """Pickled as its field values in order, without their names: a large capture's parts
+        pickle, and its document reads back, hundreds of thousands of findings."""
+        return Finding, tuple(getattr(self, name) for name in _FINDING_FIELDS)
+
     @property
     def receiver_host(self) -> str | None:
         """The receiver's address without its port ("[v6]:port" too); None without a receiver."""
         return None if self.receiver is None else self.receiver.rsplit(":", 1)[0].strip("[]")
+
+
+_FINDING_FIELDS = tuple(field.name for field in fields(Finding))
 
 
 def released_frames(findings: list[Finding], kinds: tuple[str, ...]) -> np.ndarray:
@@ -208,6 +246,15 @@ class DetectorInput:
     earlier_findings: list[Finding] = field(default_factory=list)
     _rows: dict[int, Any] | None = field(default=None, repr=False)
     _names: dict[tuple[int, int], tuple[str, str]] | None = field(default=None, repr=False)
+    _shared: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    def shared(self, name: str, make: Callable[[DetectorInput], Any]) -> Any:
+        """A table that several detectors (or the pipeline) read, made by `make` on first use.
+        Its maker must read only what is complete by then (the findings of detectors before
+        the first reader)."""
+        if name not in self._shared:
+            self._shared[name] = make(self)
+        return self._shared[name]
 
     def direction_names(self) -> dict[tuple[int, int], tuple[str, str]]:
         """(connection, direction) -> (sender, receiver) endpoint names, made once for all

@@ -52,8 +52,18 @@ def sender_side_rtt_ms(connections: pd.DataFrame, connection: np.ndarray,
     return receiver_side_rtt_ms(connections, connection, 1 - direction)
 
 
+STALL_COLUMNS = ("connection", "direction", "frame", "time_us", "payload_bytes", "tail_bytes",
+                 "mss", "prev_frame", "prev_time_us", "prev_payload_bytes", "peer_frame")
+"""The segment columns a stall keeps (the others are let go before rows are selected)."""
+
+
 def stall_candidates(columns: DetectorInput) -> pd.DataFrame:
-    """Every segment that passes the stall test, with its ACK delay and reaction time."""
+    """Every segment that passes the stall test, with its ACK delay and reaction time (made
+    once for this detector and stream coalescing)."""
+    return columns.shared("stall_candidates", _stall_candidates)
+
+
+def _stall_candidates(columns: DetectorInput) -> pd.DataFrame:
     segments = columns.segments
     connections = columns.connections
     connection = segments["connection"].to_numpy()
@@ -83,7 +93,7 @@ def stall_candidates(columns: DetectorInput) -> pd.DataFrame:
         & (hold_ms >= np.maximum(MIN_DELAYED_HOLD_MS, RTT_MULTIPLE * total_rtt_ms))
         & (hold_ms <= MAX_DELAYED_HOLD_MS)
     )
-    found = segments[passes].copy()
+    found = segments.loc[passes, list(STALL_COLUMNS)]
     found["reaction_ms"] = reaction_ms[passes]
     found["reaction_limit_ms"] = reaction_limit_ms[passes]
     found["hold_ms"] = hold_ms[passes]

@@ -11,6 +11,7 @@ would not stall: a whole number of full segments, below and above.
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 
 from nagledetect.detectors.model import DetectorInput, Finding, released_frames
@@ -23,15 +24,25 @@ FIXED_SIZE_SHARE = 0.8
 
 
 def stalled_messages(columns: DetectorInput) -> set[int]:
-    """Messages that contain the released segment of a stall found earlier."""
+    """Messages that contain the released segment of a stall found earlier (looked up by
+    frame: segments are in frame order, one row per frame)."""
     released = released_frames(columns.earlier_findings, (STALL_KIND,))
-    segments = columns.segments
-    return set(segments.loc[segments["frame"].isin(released), "message"].tolist())
+    frame = columns.segments["frame"].to_numpy()
+    if not len(frame):
+        return set()
+    position = np.minimum(np.searchsorted(frame, released), len(frame) - 1)
+    found = position[frame[position] == released]
+    return set(columns.segments["message"].to_numpy()[found].tolist())
 
 
 def parity_table(columns: DetectorInput) -> pd.DataFrame:
     """Per connection, direction and class (odd/even segments, last full/partial): messages and
-    the share of them that stalled. Only messages of two or more segments are classed."""
+    the share of them that stalled. Only messages of two or more segments are classed. Made
+    once for the detector and the document (it reads only the stall findings)."""
+    return columns.shared("parity_table", _parity_table)
+
+
+def _parity_table(columns: DetectorInput) -> pd.DataFrame:
     messages = columns.messages
     if messages.empty:
         return pd.DataFrame(columns=["connection", "direction", "segments", "last_segment",

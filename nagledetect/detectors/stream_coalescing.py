@@ -32,13 +32,13 @@ def _write_size(payload_bytes: np.ndarray) -> int:
 def one_way_directions(columns: DetectorInput) -> list[tuple[int, int]]:
     """(connection, direction) pairs whose peer sent no data at all."""
     table = columns.connections
-    pairs = []
-    for row in table.itertuples(index=False):
-        if row.bytes_server_to_client == 0 and row.packets_client_to_server >= MIN_PACKETS:
-            pairs.append((int(row.id), 0))
-        if row.bytes_client_to_server == 0 and row.packets_server_to_client >= MIN_PACKETS:
-            pairs.append((int(row.id), 1))
-    return pairs
+    to_server = ((table["bytes_server_to_client"].to_numpy() == 0)
+                 & (table["packets_client_to_server"].to_numpy() >= MIN_PACKETS))
+    to_client = ((table["bytes_client_to_server"].to_numpy() == 0)
+                 & (table["packets_server_to_client"].to_numpy() >= MIN_PACKETS))
+    position = np.flatnonzero(np.column_stack([to_server, to_client]))
+    ids = table["id"].to_numpy()[position // 2].astype(np.int64)
+    return list(zip(ids.tolist(), (position % 2).tolist()))
 
 
 def detect(columns: DetectorInput) -> list[Finding]:

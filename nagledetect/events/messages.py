@@ -32,20 +32,43 @@ def number_messages(segments: pd.DataFrame) -> pd.Series:
 
 
 def messages(segments: pd.DataFrame) -> pd.DataFrame:
-    """One row per message (segments must carry `message`): size, packets, segments needed."""
+    """One row per message (segments must carry `message`, in frame order within each): size,
+    packets, segments needed. Reduced with numpy over the segments ordered by message (a pandas
+    groupby with a median took a tenth of a large capture's connection-level time)."""
     if segments.empty:
         return pd.DataFrame(columns=MESSAGE_COLUMNS)
-    grouped = segments.groupby("message", sort=True)
-    table = grouped.agg(
-        connection=("connection", "first"), direction=("direction", "first"),
-        first_frame=("frame", "first"), last_frame=("frame", "last"),
-        start_us=("time_us", "first"), end_us=("time_us", "last"),
-        bytes=("payload_bytes", "sum"), packets=("payload_bytes", "size"),
-        wire_segments=("wire_segments", "sum"), mss=("mss", "first"),
-        median_payload_bytes=("payload_bytes", "median"),
-    ).reset_index()
+    message = segments["message"].to_numpy()
+    by_message = np.argsort(message, kind="stable")
+    ordered = message[by_message]
+    starts = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]])
+    ends = np.r_[starts[1:], len(ordered)]
+    first, last = by_message[starts], by_message[ends - 1]
+
+    def column(name: str) -> np.ndarray:
+        return segments[name].to_numpy()
+
+    payload = column("payload_bytes")
+    table = pd.DataFrame({
+        "message": ordered[starts], "connection": column("connection")[first],
+        "direction": column("direction")[first], "first_frame": column("frame")[first],
+        "last_frame": column("frame")[last], "start_us": column("time_us")[first],
+        "end_us": column("time_us")[last], "bytes": np.add.reduceat(payload[by_message], starts),
+        "packets": (ends - starts).astype(np.int64),
+        "wire_segments": np.add.reduceat(column("wire_segments")[by_message], starts),
+        "mss": column("mss")[first],
+        "median_payload_bytes": _median_per_message(payload, message, starts, ends),
+    })
     mss = np.maximum(table["mss"].to_numpy(), 1)
     table["segments_needed"] = -(-table["bytes"].to_numpy() // mss)
     table["last_segment_full"] = table["bytes"].to_numpy() % mss == 0
     table["odd_segments"] = table["segments_needed"] % 2 == 1
     return table
+
+
+def _median_per_message(payload: np.ndarray, message: np.ndarray, starts: np.ndarray,
+                        ends: np.ndarray) -> np.ndarray:
+    """Each message's median payload: the middle value, or the mean of the two middle ones."""
+    ranked = payload[np.lexsort((payload, message))].astype(np.float64)
+    lower = starts + (ends - starts - 1) // 2
+    upper = starts + (ends - starts) // 2
+    return (ranked[lower] + ranked[upper]) / 2

@@ -479,8 +479,7 @@ def _write_large_finding(finding: dict[str, Any], stream: BinaryIO) -> None:
     stream.write(before + b"[")
     events = finding["events"]
     for start in range(0, len(events), EVIDENCE_ROWS_PER_CHUNK):
-        rows_slice = StallEvents(*(column[start:start + EVIDENCE_ROWS_PER_CHUNK]
-                                   for column in events.columns()))
+        rows_slice = StallEvents(events.rows[start:start + EVIDENCE_ROWS_PER_CHUNK])
         text = _evidence_texts([rows_slice])[0]
         stream.write((b"," if start else b"") + text[1:-len(_EVENTS_CLOSE)])
     stream.write(_EVENTS_CLOSE + after)
