@@ -101,8 +101,7 @@ class StallEvents:
     def __reduce__(self) -> tuple[Any, tuple[bytes, tuple[str, ...]]]:
         """Pickled as its block's bytes: a large capture's parts send back, and its document
         reads back, hundreds of thousands of findings."""
-        dtypes = tuple(self.rows.dtype[name].str for name in STALL_EVENT_COLUMNS)
-        return _stall_events_from_rows, (self.rows.tobytes(), dtypes)
+        return _stall_events_from_rows, (self.rows.tobytes(), _column_dtypes(self.rows.dtype))
 
     def records(self, rows: slice = slice(None)) -> list[dict[str, Any]]:
         """JSON-ready rows (rounded; NaN as null)."""
@@ -113,6 +112,11 @@ class StallEvents:
 def _row_layout(dtypes: tuple[str, ...]) -> np.dtype:
     """A `StallEvents` row: its columns' dtypes, in order, packed."""
     return np.dtype(list(zip(STALL_EVENT_COLUMNS, dtypes)))
+
+
+@lru_cache(maxsize=64)
+def _column_dtypes(layout: np.dtype) -> tuple[str, ...]:
+    return tuple(layout[name].str for name in STALL_EVENT_COLUMNS)
 
 
 def _stall_events_from_rows(rows_bytes: bytes, dtypes: tuple[str, ...]) -> StallEvents:

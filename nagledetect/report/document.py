@@ -20,14 +20,13 @@ from nagledetect.analysis import Analysis
 from nagledetect.api import Capture
 from nagledetect.collector import collector_paused
 from nagledetect.detectors.model import (
-    EVIDENCE_DECIMALS,
-    EVIDENCE_KEYS,
     Finding,
     HostProfile,
     StallEvents,
 )
 from nagledetect.events.endpoints import endpoint
 from nagledetect.read.decode import LINKTYPE_NAMES
+from nagledetect.report.evidence_text import EVENTS_CLOSE, evidence_texts
 from nagledetect.report.turns import write_in_turns
 from nagledetect.stored import ChunkedSequence, ranking_columns, take
 
@@ -425,48 +424,12 @@ def _file_descriptor(stream: BinaryIO) -> int | None:
 
 def _findings_text(chunk: list[dict[str, Any]]) -> bytes:
     """Findings dumped by orjson with a marker for their evidence, then each marker replaced
-    by the finding's evidence text (`_evidence_texts`)."""
+    by the finding's evidence text (`evidence_text`)."""
     wrapped = orjson.dumps({"findings": [dict(finding, events=_EVENTS_MARKER)
                                          for finding in chunk]}, option=orjson.OPT_INDENT_2)
     around = wrapped[len(_FINDINGS_HEAD):-len(_LIST_TAIL)].split(_MARKER_TEXT)
-    texts = _evidence_texts([finding["events"] for finding in chunk])
+    texts = evidence_texts([finding["events"] for finding in chunk])
     return b"".join([piece for pair in zip(around, texts) for piece in pair] + around[-1:])
-
-
-def _evidence_texts(events: list[StallEvents]) -> list[bytes]:
-    """Each finding's evidence rows as the text orjson writes for them as a list of dicts at
-    their depth in the document ("[]" when there are none), made a column at a time for all
-    the findings: a large capture has millions of rows, and a dict per row cost most of the
-    time of writing the document. Each column is dumped by orjson as one numpy array (the same
-    numbers as for Python values: rounded, NaN as null) and cut at its commas."""
-    counts = np.array([len(rows) for rows in events], dtype=np.int64)
-    ends = np.cumsum(counts)
-    total = int(ends[-1]) if len(ends) else 0
-    if not total:
-        return [b"[]"] * len(events)
-    grid = np.empty((total, 2 * len(EVIDENCE_KEYS) + 1), dtype=object)
-    grid[:, 0] = _ROW_OPEN
-    grid[:, 2:-1:2] = np.array(_KEY_TEXTS[1:], dtype=object)
-    grid[:, -1] = _ROW_CLOSE
-    with_rows = counts > 0
-    grid[(ends - counts)[with_rows], 0] = _FIRST_ROW_OPEN
-    grid[ends[with_rows] - 1, -1] = _LAST_ROW_CLOSE
-    for index, (arrays, decimals) in enumerate(zip(zip(*(rows.columns() for rows in events)),
-                                                   EVIDENCE_DECIMALS)):
-        grid[:, 2 * index + 1] = _column_text(np.concatenate(arrays), decimals).split(b",")
-    tokens = grid.ravel().tolist()
-    width = grid.shape[1]
-    return [b"".join(tokens[width * (end - count):width * end]) if count else b"[]"
-            for end, count in zip(ends.tolist(), counts.tolist())]
-
-
-def _column_text(values: np.ndarray, decimals: int | None) -> bytes:
-    """One evidence column as orjson writes it, without its brackets."""
-    if decimals is None:
-        converted = values.astype(np.int64)
-    else:
-        converted = np.round(values.astype(np.float64), decimals)
-    return orjson.dumps(converted, option=orjson.OPT_SERIALIZE_NUMPY)[1:-1]
 
 
 def _write_large_finding(finding: dict[str, Any], stream: BinaryIO) -> None:
@@ -480,20 +443,12 @@ def _write_large_finding(finding: dict[str, Any], stream: BinaryIO) -> None:
     events = finding["events"]
     for start in range(0, len(events), EVIDENCE_ROWS_PER_CHUNK):
         rows_slice = StallEvents(events.rows[start:start + EVIDENCE_ROWS_PER_CHUNK])
-        text = _evidence_texts([rows_slice])[0]
-        stream.write((b"," if start else b"") + text[1:-len(_EVENTS_CLOSE)])
-    stream.write(_EVENTS_CLOSE + after)
+        text = evidence_texts([rows_slice])[0]
+        stream.write((b"," if start else b"") + text[1:-len(EVENTS_CLOSE)])
+    stream.write(EVENTS_CLOSE + after)
 
 
 _EVENTS_MARKER = "nagledetect: evidence rows go here"
 _MARKER_TEXT = orjson.dumps(_EVENTS_MARKER)
 _FINDINGS_HEAD = b'{\n  "findings": ['
-_EVENTS_CLOSE = b"\n      ]"
 _LIST_TAIL = b"\n  ]\n}"
-_ROW_INDENT = b"\n        "
-_KEY_TEXTS = [_ROW_INDENT + b"  " + orjson.dumps(key) + b": " for key in EVIDENCE_KEYS]
-_ROW_OPEN = b"," + _ROW_INDENT + b"{" + _KEY_TEXTS[0]
-_FIRST_ROW_OPEN = b"[" + _ROW_INDENT + b"{" + _KEY_TEXTS[0]
-_KEY_TEXTS[1:] = [b"," + text for text in _KEY_TEXTS[1:]]
-_ROW_CLOSE = _ROW_INDENT + b"}"
-_LAST_ROW_CLOSE = _ROW_CLOSE + _EVENTS_CLOSE
