@@ -61,7 +61,8 @@ PART_FILE_BYTES_IN_FLIGHT = 4 * PART_BYTES
 MAX_PARTS = 400
 """Two open files per part: stay well inside the usual limit of 1,024 (parts grow instead)."""
 PARTS_PER_HOST_BUCKET = 4
-"""A host bucket holds about as many samples as this many parts yield."""
+"""A host bucket holds about as many samples as this many parts yield, over the number of
+workers: buckets run that many at a time, so the memory in flight stays the same."""
 SAMPLE_ROW = np.dtype([("part", "<i4"), ("connection", "<i8"), ("direction", "i1"),
                        ("ack_time_s", "<f8"), ("hold_ms", "<f8"), ("delayed", "?")])
 """A delayed-ACK sample as spilled: its receiving host is the connection's server for
@@ -86,7 +87,7 @@ def analyze_in_parts(path: str, bpf_filter: str | None, progress: ProgressCallba
     then run the host step and rank the findings."""
     accounting, batches = decoded_batches(path, bpf_filter, progress)
     partitioned = PartitionedPackets(parts)
-    collected = _Collected(max(1, parts // PARTS_PER_HOST_BUCKET), workers)
+    collected = _Collected(max(1, parts * max(1, workers) // PARTS_PER_HOST_BUCKET), workers)
     try:
         partitioned.add(batches)
         files = partitioned.part_files()
