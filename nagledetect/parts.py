@@ -5,8 +5,8 @@ worker process and sends back its connections, its findings pickled, and its del
 samples as rows tagged with the bucket of their receiving host. As each part arrives, the main
 process writes its findings and samples to one spill file (`stored`), so it holds only the
 connection tables and the columns that rank findings: memory follows the parts in flight, not
-the capture. The host step then runs one host bucket at a time (a host's samples all fall in
-its bucket), and findings are read back in rank order by the reporters, mended on the way:
+the capture. The host step then runs host bucket by bucket, in worker processes too (a host's
+samples all fall in its bucket), and findings are read back in rank order by the reporters, mended on the way:
 capture-wide connection ids (numbered by first packet, as a one-part run numbers them) and
 stall confidence scored again against the capture-wide host timers. The result equals a one-part
 run's.
@@ -278,8 +278,9 @@ class _Collected:
 
 
 class _HostStep:
-    """Fingerprints and phase locking, one host bucket at a time, with each bucket's samples in
-    the order of a one-part run (by capture-wide connection, then as the part made them)."""
+    """Fingerprints and phase locking, bucket by bucket (a few at once in worker processes),
+    with each bucket's samples in the order of a one-part run (by capture-wide connection, then
+    as the part made them)."""
 
     def __init__(self, collected: _Collected, global_id: np.ndarray, part_offset: np.ndarray,
                  connections: pd.DataFrame, stall_seconds: Callable[[str], np.ndarray]) -> None:
