@@ -27,6 +27,11 @@ STALL_EVENT_COLUMNS = ("last_data_frame", "ack_frame", "released_frame", "stall_
                        "ack_delay_ms", "reaction_ms")
 
 
+def _column(name: str) -> property:
+    """A `StallEvents` column: a view of its field in the rows."""
+    return property(lambda events: events.rows[name], doc=f"The {name} column (a view).")
+
+
 @dataclass(frozen=True, eq=False)
 class StallEvents:
     """The stalls behind one finding: each stall is proven by three frames (the last data before
@@ -51,33 +56,13 @@ class StallEvents:
             rows[name] = column
         return cls(rows)
 
-    @property
-    def last_data_frame(self) -> np.ndarray:
-        return self.rows["last_data_frame"]
-
-    @property
-    def ack_frame(self) -> np.ndarray:
-        return self.rows["ack_frame"]
-
-    @property
-    def released_frame(self) -> np.ndarray:
-        return self.rows["released_frame"]
-
-    @property
-    def stall_s(self) -> np.ndarray:
-        return self.rows["stall_s"]
-
-    @property
-    def start_s(self) -> np.ndarray:
-        return self.rows["start_s"]
-
-    @property
-    def ack_delay_ms(self) -> np.ndarray:
-        return self.rows["ack_delay_ms"]
-
-    @property
-    def reaction_ms(self) -> np.ndarray:
-        return self.rows["reaction_ms"]
+    last_data_frame = _column("last_data_frame")
+    ack_frame = _column("ack_frame")
+    released_frame = _column("released_frame")
+    stall_s = _column("stall_s")
+    start_s = _column("start_s")
+    ack_delay_ms = _column("ack_delay_ms")
+    reaction_ms = _column("reaction_ms")
 
     def __len__(self) -> int:
         return len(self.rows)

@@ -19,11 +19,7 @@ from nagledetect.advice import ADVICE
 from nagledetect.analysis import Analysis
 from nagledetect.api import Capture
 from nagledetect.collector import collector_paused
-from nagledetect.detectors.model import (
-    Finding,
-    HostProfile,
-    StallEvents,
-)
+from nagledetect.detectors.model import Finding, HostProfile, StallEvents
 from nagledetect.events.endpoints import endpoint
 from nagledetect.read.decode import LINKTYPE_NAMES
 from nagledetect.report.evidence_text import EVENTS_CLOSE, evidence_texts
