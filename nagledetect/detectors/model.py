@@ -11,12 +11,14 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, fields
 from functools import lru_cache
+from operator import attrgetter
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from nagledetect.events.endpoints import direction_endpoints
+from nagledetect.events.endpoints import DirectionNames
+from nagledetect.flows.connections import ConnectionRow, ConnectionRows
 
 EVIDENCE_KEYS = ("last_data_frame", "delayed_ack_frame", "released_frame", "stall_s", "start_s",
                  "ack_delay_ms", "reaction_ms")
@@ -163,8 +165,18 @@ def _sortable(values: np.ndarray) -> np.ndarray:
 
 
 def no_events() -> StallEvents:
-    empty = np.zeros(0)
-    return StallEvents.of(*(empty,) * 7)
+    """The evidence of a finding without stalls: one shared, read-only empty block (most
+    findings of some kinds have none, and a large capture has hundreds of thousands)."""
+    return _NO_EVENTS
+
+
+def _empty_events() -> StallEvents:
+    events = StallEvents.of(*(np.zeros(0),) * 7)
+    events.rows.setflags(write=False)
+    return events
+
+
+_NO_EVENTS = _empty_events()
 
 
 @dataclass
@@ -191,7 +203,7 @@ class Finding:
     def __reduce__(self) -> tuple[type[Finding], tuple[Any, ...]]:
         """Pickled as its field values in order, without their names: a large capture's parts
         pickle, and its document reads back, hundreds of thousands of findings."""
-        return Finding, tuple(getattr(self, name) for name in _FINDING_FIELDS)
+        return Finding, _finding_fields(self)
 
     @property
     def receiver_host(self) -> str | None:
@@ -199,7 +211,8 @@ class Finding:
         return None if self.receiver is None else self.receiver.rsplit(":", 1)[0].strip("[]")
 
 
-_FINDING_FIELDS = tuple(field.name for field in fields(Finding))
+_finding_fields = attrgetter(*(field.name for field in fields(Finding)))
+"""A finding's field values in order, as a tuple."""
 
 
 def released_frames(findings: list[Finding], kinds: tuple[str, ...]) -> np.ndarray:
@@ -233,8 +246,8 @@ class DetectorInput:
     messages: pd.DataFrame
     hosts: dict[str, HostProfile]
     earlier_findings: list[Finding] = field(default_factory=list)
-    _rows: dict[int, Any] | None = field(default=None, repr=False)
-    _names: dict[tuple[int, int], tuple[str, str]] | None = field(default=None, repr=False)
+    _rows: ConnectionRows | None = field(default=None, repr=False)
+    _names: DirectionNames | None = field(default=None, repr=False)
     _shared: dict[str, Any] = field(default_factory=dict, repr=False)
 
     def shared(self, name: str, make: Callable[[DetectorInput], Any]) -> Any:
@@ -245,15 +258,18 @@ class DetectorInput:
             self._shared[name] = make(self)
         return self._shared[name]
 
-    def direction_names(self) -> dict[tuple[int, int], tuple[str, str]]:
-        """(connection, direction) -> (sender, receiver) endpoint names, made once for all
-        detectors (see `events.endpoints.direction_endpoints`)."""
+    def direction_names(self) -> DirectionNames:
+        """(connection, direction) -> (sender, receiver) endpoint names, for all detectors (see
+        `events.endpoints.DirectionNames`)."""
         if self._names is None:
-            self._names = direction_endpoints(self.connections)
+            self._names = DirectionNames(self._connection_rows())
         return self._names
 
-    def connection_row(self, connection: int) -> Any:
-        """The connection's row (a namedtuple), looked up in a table built once."""
+    def connection_row(self, connection: int) -> ConnectionRow:
+        """The connection's row, its values by attribute (`row.duration_s`)."""
+        return self._connection_rows()[connection]
+
+    def _connection_rows(self) -> ConnectionRows:
         if self._rows is None:
-            self._rows = {int(row.id): row for row in self.connections.itertuples(index=False)}
-        return self._rows[int(connection)]
+            self._rows = ConnectionRows(self.connections)
+        return self._rows

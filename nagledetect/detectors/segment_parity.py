@@ -73,13 +73,20 @@ def fixed_size_arithmetic(sizes: pd.Series, mss: int) -> dict | None:
             "nearest_smaller_ok_bytes": full * mss, "nearest_larger_ok_bytes": (full + 1) * mss}
 
 
+def _stalled_directions(table: pd.DataFrame) -> pd.DataFrame:
+    """The table's rows of directions with enough classed messages and at least one stall, the
+    only ones that can make a finding (found for all at once: most directions have none)."""
+    by_direction = table.groupby(["connection", "direction"])
+    return table[(by_direction["messages"].transform("sum") >= MIN_MESSAGES)
+                 & (by_direction["stalled"].transform("sum") != 0)]
+
+
 def detect(columns: DetectorInput) -> list[Finding]:
     table = parity_table(columns)
     names = columns.direction_names()
     findings = []
-    for (connection, direction), rows in table.groupby(["connection", "direction"]):
-        if rows["messages"].sum() < MIN_MESSAGES or rows["stalled"].sum() == 0:
-            continue
+    for (connection, direction), rows in _stalled_directions(table).groupby(
+            ["connection", "direction"]):
         worst = rows.sort_values("stall_rate", ascending=False).iloc[0]
         others = rows.drop(worst.name)
         other_rate = (others["stalled"].sum() / others["messages"].sum()) if len(others) else 0.0

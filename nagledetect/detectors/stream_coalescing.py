@@ -11,6 +11,7 @@ Seed 002's cost model: throughput = packet rate x (floor(MSS / size) + 1) x size
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 
 from nagledetect.detectors.model import DetectorInput, Finding
 from nagledetect.detectors.nagle_stall import stall_candidates
@@ -41,12 +42,25 @@ def one_way_directions(columns: DetectorInput) -> list[tuple[int, int]]:
     return list(zip(ids.tolist(), (position % 2).tolist()))
 
 
+def _of_pairs(table: pd.DataFrame, pairs: list[tuple[int, int]], kept: list[str]
+              ) -> pd.DataFrame:
+    """The rows of these (connection, direction) pairs, in table order, with the `kept`
+    columns: grouping only them spares a table per direction of every other connection."""
+    key = table["connection"].to_numpy().astype(np.int64) * 2 + table["direction"].to_numpy()
+    wanted = np.array([connection * 2 + direction for connection, direction in pairs],
+                      dtype=np.int64)
+    return table.loc[np.isin(key, wanted), ["connection", "direction", *kept]]
+
+
 def detect(columns: DetectorInput) -> list[Finding]:
     pairs = one_way_directions(columns)
     if not pairs:
         return []
-    released = dict(tuple(stall_candidates(columns).groupby(["connection", "direction"])))
-    by_direction = columns.segments.groupby(["connection", "direction"])
+    released = dict(tuple(_of_pairs(stall_candidates(columns), pairs,
+                                    ["payload_bytes", "stall_s", "hold_ms"])
+                          .groupby(["connection", "direction"])))
+    by_direction = _of_pairs(columns.segments, pairs,
+                             ["payload_bytes", "mss"]).groupby(["connection", "direction"])
     names = columns.direction_names()
     findings = []
     for connection, direction in pairs:

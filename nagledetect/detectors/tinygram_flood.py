@@ -9,6 +9,9 @@ packets they need and their median payload is a small fraction of the MSS. The c
 
 from __future__ import annotations
 
+import numpy as np
+import pandas as pd
+
 from nagledetect.detectors.model import DetectorInput, Finding
 
 KIND = "tinygram-flood"
@@ -27,6 +30,10 @@ def detect(columns: DetectorInput) -> list[Finding]:
     flooded = ((messages["packets"] >= MIN_PACKETS_PER_MESSAGE)
                & (messages["packets"] >= EXCESS_FACTOR * messages["segments_needed"])
                & (messages["median_payload_bytes"] <= SMALL_PAYLOAD_SHARE * messages["mss"]))
+    candidate = _in_directions_with(messages, flooded.to_numpy(), MIN_FLOODED_MESSAGES)
+    if not candidate.any():
+        return []
+    messages, flooded = messages[candidate], flooded[candidate]
     table = messages.assign(
         flooded=flooded, multi=messages["packets"] > 1,
         flooded_packets=messages["packets"].where(flooded),
@@ -39,9 +46,25 @@ def detect(columns: DetectorInput) -> list[Finding]:
                   & (stats["flooded"] >= FLOODED_SHARE * stats["multi"])]
     if stats.empty:
         return []
-    payloads = columns.segments.groupby(["connection", "direction"])["payload_bytes"].median()
+    segments = columns.segments
+    flooding = (stats.index.get_level_values("connection").to_numpy().astype(np.int64) * 2
+                + stats.index.get_level_values("direction").to_numpy())
+    payloads = segments[np.isin(_direction_key(segments), flooding)].groupby(
+        ["connection", "direction"])["payload_bytes"].median()
     return [_finding(row, names, float(payloads.loc[(row.connection, row.direction)]))
             for row in stats.reset_index().itertuples(index=False)]
+
+
+def _in_directions_with(table: pd.DataFrame, marked: np.ndarray, at_least: int) -> np.ndarray:
+    """The rows of `table` whose (connection, direction) has `at_least` marked rows: medians
+    are then taken for those directions only (most directions of a capture have none)."""
+    key = _direction_key(table)
+    found, counts = np.unique(key[marked], return_counts=True)
+    return np.isin(key, found[counts >= at_least])
+
+
+def _direction_key(table: pd.DataFrame) -> np.ndarray:
+    return table["connection"].to_numpy().astype(np.int64) * 2 + table["direction"].to_numpy()
 
 
 def _finding(row, names, median_payload: float) -> Finding:

@@ -2,19 +2,28 @@
 
 from __future__ import annotations
 
-import pandas as pd
+from nagledetect.flows.connections import ConnectionRows
 
 
 def endpoint(address: str, port: int) -> str:
     return f"[{address}]:{port}" if ":" in address else f"{address}:{port}"
 
 
-def direction_endpoints(connections: pd.DataFrame) -> dict[tuple[int, int], tuple[str, str]]:
-    """(connection, direction) -> (sender endpoint, receiver endpoint); direction 0 = client's."""
-    names: dict[tuple[int, int], tuple[str, str]] = {}
-    for row in connections.itertuples(index=False):
+class DirectionNames:
+    """(connection, direction) -> (sender endpoint, receiver endpoint); direction 0 = client's.
+    Written when asked for: detectors name the few directions they report, and naming every
+    direction of a part's thousands of connections cost more than their findings."""
+
+    def __init__(self, rows: ConnectionRows) -> None:
+        self._rows = rows
+
+    def __getitem__(self, key: tuple[int, int]) -> tuple[str, str]:
+        connection, direction = key
+        row = self._rows[connection]
         client = endpoint(row.client_address, row.client_port)
         server = endpoint(row.server_address, row.server_port)
-        names[(int(row.id), 0)] = (client, server)
-        names[(int(row.id), 1)] = (server, client)
-    return names
+        if direction == 0:
+            return client, server
+        if direction == 1:
+            return server, client
+        raise KeyError(key)

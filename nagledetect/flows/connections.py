@@ -13,6 +13,7 @@ ports, the sender of the first packet is the client. Such connections are flagge
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -162,3 +163,49 @@ def by_connection(connections: pd.DataFrame, column: str, connection: np.ndarray
     if len(ids) and ids[0] == 0 and ids[-1] == len(ids) - 1 and (np.diff(ids) == 1).all():
         return connections[column].to_numpy()[connection]
     return connections.set_index("id")[column].reindex(connection).to_numpy()
+
+
+class ConnectionRows:
+    """Rows of a connection table by id, each read when asked for: detectors ask for the few
+    connections they report, and making a row for each of a part's thousands of connections
+    cost more than their findings. A row's values are Python scalars, as `itertuples` gives."""
+
+    def __init__(self, connections: pd.DataFrame) -> None:
+        self._table = connections
+        ids = connections["id"].to_numpy()
+        by_position = len(ids) and ids[0] == 0 and ids[-1] == len(ids) - 1 and (
+            np.diff(ids) == 1).all()
+        self._position: dict[int, int] | None = (
+            None if by_position else dict(zip(ids.tolist(), range(len(ids)))))
+        self._columns: dict[str, list[Any]] = {}
+
+    def __getitem__(self, connection: int) -> ConnectionRow:
+        connection = int(connection)
+        if self._position is not None:
+            return ConnectionRow(self, self._position[connection])
+        if not 0 <= connection < len(self._table):
+            raise KeyError(connection)
+        return ConnectionRow(self, connection)
+
+    def value(self, column: str, position: int) -> Any:
+        if column not in self._columns:
+            self._columns[column] = self._table[column].tolist()
+        return self._columns[column][position]
+
+
+class ConnectionRow:
+    """One connection's values by attribute (`row.duration_s`), read from its table's columns."""
+
+    __slots__ = ("_rows", "_position")
+
+    def __init__(self, rows: ConnectionRows, position: int) -> None:
+        self._rows = rows
+        self._position = position
+
+    def __getattr__(self, column: str) -> Any:
+        if column.startswith("_"):
+            raise AttributeError(column)
+        try:
+            return self._rows.value(column, self._position)
+        except KeyError:
+            raise AttributeError(column) from None
