@@ -1,4 +1,4 @@
-"""Build a large pcap by replicating a real capture with new addresses.
+"""Build a large pcap by replicating one or several real captures with new addresses.
 
 Each copy of the source gets its own IPv4 addresses (so its connections are new connections)
 and a time offset (so copies follow each other, as a long capture would); records are cut to
@@ -15,12 +15,26 @@ out, so every unit is one connection. Units are then copied as above.
         --packets 10000000
     python3 benchmarks/make_large_capture.py sample_traces/seed003-nagle.pcap /tmp/ten.pcap \
         --packets 1000000 --connections 10
+
+With several sources (files, or directories meaning every file in them, by name) the capture is
+a mix of real traffic rather than copies of one trace of stalls. Sources of another format,
+fuzzer-made ones (named *fuzz*), truncated ones, ones without an IPv4 TCP packet and ones
+spanning more than `--max-source-span` seconds (captures merged across months or years, whose
+gaps would push the copies past the pcap's 32-bit seconds) are skipped, and non-IPv4 records are
+dropped (only IPv4 addresses are rewritten per copy). The rest are joined into one template, each
+source starting 1 s after the previous one ends; every (source, address) pair is its own host,
+numbered h -> 10+h/256 . h%256 . copy/256 . copy%256.
+
+    python3 benchmarks/make_large_capture.py ../shared/corpora/zeek sample_traces /tmp/mix10.pcap \
+        --packets 10000000
 """
 
 from __future__ import annotations
 
 import argparse
 import struct
+from collections import Counter
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -188,17 +202,193 @@ def build(source: Path, target: Path, packets: int, snaplen: int,
     return copies * len(times)
 
 
+IPV4_DST_IN_FRAME = IPV4_SRC_IN_FRAME + 4
+IPV4_PROTOCOL_IN_FRAME = 14 + 9
+IPV4_FRAME_MINIMUM = IPV4_DST_IN_FRAME + 4
+MICROS = 1_000_000
+MAX_COPIES = 1 << 16
+MAX_FIRST_OCTET = 223
+DEFAULT_MAX_SOURCE_SPAN = 86_400
+SKIP_REASONS = {
+    "format": "not a little-endian microsecond Ethernet pcap",
+    "truncated": "truncated record",
+    "no_tcp": "no IPv4 TCP packets",
+    "span": "spanning more than --max-source-span",
+    "fuzz": "named *fuzz* (fuzzer-made)",
+}
+
+
+@dataclass
+class _Mix:
+    """The template built from several sources: its records, kept as parts, and what was left out."""
+
+    frames: list[bytes] = field(default_factory=list)
+    wire_lengths: list[int] = field(default_factory=list)
+    micros: list[int] = field(default_factory=list)
+    hosts: list[int] = field(default_factory=list)
+    used: int = 0
+    skipped: Counter[str] = field(default_factory=Counter)
+    dropped: int = 0
+    end: int | None = None
+
+
+def _source_files(sources: list[Path]) -> list[Path]:
+    """The files named by `sources`, in the order given; a directory stands for its files by name."""
+    files: list[Path] = []
+    for source in sources:
+        if source.is_dir():
+            files.extend(sorted((path for path in source.iterdir() if path.is_file()),
+                                key=lambda path: path.name))
+        else:
+            files.append(source)
+    return files
+
+
+def _add_source(mix: _Mix, path: Path, snaplen: int, max_span: int) -> None:
+    """Append `path`'s IPv4 records to `mix`, shifted to start 1 s after its end, or count a skip."""
+    if "fuzz" in path.name.lower():
+        mix.skipped["fuzz"] += 1
+        return
+    data = path.read_bytes()
+    if (len(data) < PCAP_HEADER_BYTES or struct.unpack("<I", data[:4])[0] != MICRO_MAGIC
+            or struct.unpack("<I", data[20:24])[0] != 1):
+        mix.skipped["format"] += 1
+        return
+    frames: list[bytes] = []
+    wire_lengths: list[int] = []
+    micros: list[int] = []
+    addresses: list[int] = []
+    dropped, has_tcp, position = 0, False, PCAP_HEADER_BYTES
+    while position < len(data):
+        if position + RECORD_HEADER_BYTES > len(data):
+            mix.skipped["truncated"] += 1
+            return
+        seconds, fraction, caplen, wirelen = struct.unpack_from("<IIII", data, position)
+        start = position + RECORD_HEADER_BYTES
+        position = start + caplen
+        if position > len(data):
+            mix.skipped["truncated"] += 1
+            return
+        frame = data[start:start + min(caplen, snaplen)]
+        if frame[12:14] != b"\x08\x00" or len(frame) < IPV4_FRAME_MINIMUM:
+            dropped += 1
+            continue
+        has_tcp = has_tcp or frame[IPV4_PROTOCOL_IN_FRAME] == 6
+        frames.append(frame)
+        wire_lengths.append(wirelen)
+        micros.append(seconds * MICROS + fraction)
+        addresses.append(int.from_bytes(frame[IPV4_SRC_IN_FRAME:IPV4_DST_IN_FRAME], "big"))
+        addresses.append(int.from_bytes(frame[IPV4_DST_IN_FRAME:IPV4_FRAME_MINIMUM], "big"))
+    if not has_tcp:
+        mix.skipped["no_tcp"] += 1
+        return
+    if max(micros) - min(micros) > max_span * MICROS:
+        mix.skipped["span"] += 1
+        return
+    # Timestamps may go backwards inside a source, so it spans its earliest to its latest packet.
+    shift = 0 if mix.end is None else mix.end + MICROS - min(micros)
+    mix.end = max(micros) + shift
+    mix.frames.extend(frames)
+    mix.wire_lengths.extend(wire_lengths)
+    mix.micros.extend(stamp + shift for stamp in micros)
+    mix.hosts.extend((mix.used << 32) | address for address in addresses)
+    mix.used += 1
+    mix.dropped += dropped
+
+
+def _summary(mix: _Mix) -> str:
+    reasons = ", ".join(f"{mix.skipped[reason]} {text}" for reason, text in SKIP_REASONS.items()
+                        if mix.skipped[reason])
+    skipped = sum(mix.skipped.values())
+    return (f"sources: {mix.used} used, {skipped} skipped" + (f" ({reasons})" if reasons else "")
+            + f"; {mix.dropped} non-IPv4 records dropped from the used sources")
+
+
+def _put_times(body: np.ndarray, times: np.ndarray, micros: np.ndarray) -> None:
+    """Write `micros` as the (seconds, microseconds) fields of the records starting at `times`."""
+    stamps = np.stack([micros // MICROS, micros % MICROS], axis=1).astype("<u4")
+    body[times[:, None] + np.arange(8)] = stamps.view(np.uint8).reshape(-1, 8)
+
+
+def build_mix(sources: list[Path], target: Path, packets: int, snaplen: int,
+              max_span: int = DEFAULT_MAX_SOURCE_SPAN) -> int:
+    """Write at least `packets` packets of copies of the mix of `sources` to `target`; returns how
+    many were written."""
+    mix = _Mix()
+    for path in _source_files(sources):
+        _add_source(mix, path, snaplen, max_span)
+    print(_summary(mix))
+    if not mix.used:
+        raise SystemExit("no usable source")
+    headers = [struct.pack("<IIII", 0, 0, len(frame), wirelen)
+               for frame, wirelen in zip(mix.frames, mix.wire_lengths)]
+    lengths = np.array([len(frame) for frame in mix.frames], dtype=np.int64) + RECORD_HEADER_BYTES
+    times = np.cumsum(lengths) - lengths
+    body = np.frombuffer(b"".join(part for pair in zip(headers, mix.frames) for part in pair),
+                         dtype=np.uint8).copy()
+    micros = np.array(mix.micros, dtype=np.int64)
+    _, host = np.unique(np.array(mix.hosts, dtype=np.int64), return_inverse=True)
+    host = host.ravel()
+    copies = -(-packets // len(times))
+    hosts = int(host.max()) + 1
+    if copies > MAX_COPIES:
+        raise SystemExit(f"{copies} copies needed; at most {MAX_COPIES} fit in two address octets")
+    if 10 + (hosts - 1) // 256 > MAX_FIRST_OCTET:
+        raise SystemExit(f"{hosts} hosts: the first address octet would pass {MAX_FIRST_OCTET}")
+    step = int(micros.max() - micros.min()) + MICROS
+    if (int(micros.max()) + (copies - 1) * step) // MICROS >= 1 << 32:
+        raise SystemExit(f"{copies} copies of a {step / MICROS:.0f} s template pass the pcap's "
+                         "32-bit seconds; lower --max-source-span")
+    addresses = np.empty(2 * len(times), dtype=np.int64)
+    addresses[0::2] = times + RECORD_HEADER_BYTES + IPV4_SRC_IN_FRAME
+    addresses[1::2] = times + RECORD_HEADER_BYTES + IPV4_DST_IN_FRAME
+    octets = addresses[:, None] + np.arange(4)
+    new = np.empty((len(addresses), 4), dtype=np.uint8)
+    new[:, 0] = 10 + host // 256
+    new[:, 1] = host % 256
+    header = struct.pack("<IHHiIII", MICRO_MAGIC, 2, 4, 0, 0, snaplen, 1)
+    with target.open("wb") as out:
+        out.write(header)
+        for copy in range(copies):
+            new[:, 2:] = [copy >> 8, copy & 0xFF]
+            body[octets] = new
+            _put_times(body, times, micros + copy * step)
+            out.write(body.tobytes())
+    return copies * len(times)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("source", type=Path)
+    parser.add_argument("source", type=Path, nargs="+",
+                        help="source captures: files and/or directories (every file in them)")
     parser.add_argument("target", type=Path)
     parser.add_argument("--packets", type=int, default=10_000_000)
     parser.add_argument("--snaplen", type=int, default=128)
     parser.add_argument("--connections", type=int,
-                        help="spread the packets over this many connections (see above)")
+                        help="spread the packets over this many connections (see above); "
+                             "one source file only")
+    parser.add_argument("--max-source-span", type=int, metavar="SECONDS",
+                        help="several sources only: skip a source whose packets span more than "
+                             f"this (default {DEFAULT_MAX_SOURCE_SPAN})")
     arguments = parser.parse_args()
-    written = build(arguments.source, arguments.target, arguments.packets, arguments.snaplen,
-                    arguments.connections)
+    sources: list[Path] = arguments.source
+    for source in sources:
+        if not source.exists():
+            parser.error(f"no such file or directory: {source}")
+    if len(sources) == 1 and sources[0].is_file():
+        if arguments.max_source_span is not None:
+            parser.error("--max-source-span is for several sources")
+        written = build(sources[0], arguments.target, arguments.packets, arguments.snaplen,
+                        arguments.connections)
+    else:
+        if arguments.connections:
+            parser.error("--connections needs exactly one source file, not several sources")
+        if arguments.snaplen < IPV4_FRAME_MINIMUM:
+            parser.error(f"several sources need --snaplen >= {IPV4_FRAME_MINIMUM} "
+                         "to keep both IPv4 addresses")
+        max_span = arguments.max_source_span
+        written = build_mix(sources, arguments.target, arguments.packets, arguments.snaplen,
+                            DEFAULT_MAX_SOURCE_SPAN if max_span is None else max_span)
     print(f"wrote {written} packets to {arguments.target}")
 
 
