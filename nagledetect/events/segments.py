@@ -22,8 +22,9 @@ from nagledetect.flows.grouped import (
 )
 from nagledetect.flows.roles import ROLE, ROLES
 
-_ROLE_NAMES = np.array([*ROLES, "none"], dtype=object)
-"""Role names by code, and "none" after them for a packet that does not exist."""
+_ROLE_NAMES = pd.Index([*ROLES, "none"])
+"""Role names by code, and "none" after them for a packet that does not exist: the categories
+of the peer role columns (categorical, as the packets' role: made from codes, compared by code)."""
 PURE_ACK_ROLES = ("pure_ack", "dup_ack", "window_update")
 RETRANSMISSION_ROLES = ("retransmission", "out_of_order")
 NONE = -1
@@ -139,8 +140,9 @@ def _segment_rows(selected, context, columns, connection, direction, role, paylo
         """Frame, time, role, payload and ACK of the packets at `index` (none where -1)."""
         return {f"{prefix}_frame": at(columns["frame"], index, NONE),
                 f"{prefix}_time_us": at(columns["time_us"], index, NONE),
-                f"{prefix}_role": _ROLE_NAMES[np.where(index >= 0, role[np.maximum(index, 0)],
-                                                       len(ROLES))],
+                f"{prefix}_role": pd.Categorical.from_codes(
+                    np.where(index >= 0, role[np.maximum(index, 0)], len(ROLES)),
+                    categories=_ROLE_NAMES),
                 f"{prefix}_payload_bytes": at(payload, index, NONE),
                 f"{prefix}_ack": at(columns["rel_ack"], index, NONE)}
 

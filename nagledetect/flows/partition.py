@@ -4,9 +4,9 @@ Why: a capture larger than memory can then be analysed part by part, with a peak
 part, not the capture. Packets go to a part by the hash of their endpoint pair (well mixed, so
 parts come out even), so both directions and every reuse of a 4-tuple land in the same part
 and each part is a complete capture of its own connections; frame numbers stay those of the
-file. Each batch appends one block to each part's file (its row count, then each column's
-values, in one `writev`), in file order; a part is read back by joining its blocks column by
-column.
+file. Each batch appends one block to each part's file (its row count and layout, then each
+column's values, in one `writev`), in file order; a part is read back by joining its blocks
+column by column.
 """
 
 from __future__ import annotations
@@ -23,6 +23,13 @@ from nagledetect.flows.endpoints import pair_hashes
 from nagledetect.read.capture import DecodedColumns
 
 SACK_DTYPE = np.dtype([("frame", "<u4"), ("left_raw", "<u4"), ("right_raw", "<u4")])
+FULL_LAYOUT = 0
+"""A block with every column."""
+IPV4_LAYOUT = 1
+"""A block of IPv4 packets only: the address words that are the same in every IPv4-mapped
+address are left out (24 of a row's 85 bytes) and filled in when the part is read."""
+IPV4_MAPPED_WORDS = {"src_0": 0, "src_1": 0, "src_2": 0xFFFF, "dst_0": 0, "dst_1": 0,
+                     "dst_2": 0xFFFF}
 
 
 class PartitionedPackets:
@@ -41,10 +48,11 @@ class PartitionedPackets:
     def add(self, batches: Iterable[DecodedColumns]) -> None:
         """Route every batch's rows (and their SACK blocks) to the parts of their pairs."""
         for columns, sack in batches:
-            part = (pair_hashes(columns) % np.uint64(self.count)).astype(np.int64)
-            order = np.argsort(part, kind="stable")
+            part = (pair_hashes(columns) % np.uint64(self.count)).astype(np.uint16)
+            order = np.argsort(part, kind="stable")  # by radix: MAX_PARTS fits 16 bits
             bounds = np.searchsorted(part[order], np.arange(self.count + 1))
-            ordered = self._in_part_order(columns, order)
+            layout = IPV4_LAYOUT if _ipv4_only(columns) else FULL_LAYOUT
+            ordered = self._in_part_order(columns, order, layout)
             sack_records = np.empty(len(sack["row"]), dtype=SACK_DTYPE)
             sack_records["frame"] = columns["frame"][sack["row"]]
             sack_records["left_raw"] = sack["left_raw"]
@@ -55,17 +63,21 @@ class PartitionedPackets:
             sack_records = sack_records[sack_order]
             for index in np.flatnonzero(np.diff(bounds)):
                 start, stop = bounds[index], bounds[index + 1]
-                _write_block(self._packets[index], [values[start:stop] for values in ordered])
+                _write_block(self._packets[index], layout,
+                             [values[start:stop] for values in ordered])
                 sack_records[sack_bounds[index]:sack_bounds[index + 1]].tofile(self._sacks[index])
 
-    def _in_part_order(self, columns: dict[str, np.ndarray], order: np.ndarray) -> list[np.ndarray]:
-        """The batch's columns, each gathered into part order (a contiguous copy per column)."""
+    def _in_part_order(self, columns: dict[str, np.ndarray], order: np.ndarray,
+                       layout: int) -> list[np.ndarray]:
+        """The batch's columns that its block layout keeps, each gathered into part order (a
+        contiguous copy per column)."""
         dtype = np.dtype([(name, values.dtype) for name, values in columns.items()])
         if self._dtype is None:
             self._dtype = dtype
         elif dtype != self._dtype:
             raise RuntimeError("decoded batches changed their columns")
-        return [values[order] for values in columns.values()]
+        return [values[order] for name, values in columns.items()
+                if layout == FULL_LAYOUT or name not in IPV4_MAPPED_WORDS]
 
     def part_files(self) -> list[tuple[str, str, np.dtype]]:
         """Finish writing; then each non-empty part as (packets file, SACK file, record dtype),
@@ -84,9 +96,15 @@ class PartitionedPackets:
         self._folder.cleanup()
 
 
-def _write_block(handle: BinaryIO, columns: list[np.ndarray]) -> None:
-    """One block of a part file: its row count, then each column's values, in one system call."""
-    buffers = [np.int64(len(columns[0])).tobytes(), *columns]
+def _ipv4_only(columns: dict[str, np.ndarray]) -> bool:
+    """Whether every row's address words 0-2 are those of an IPv4-mapped address."""
+    return all((columns[name] == value).all() for name, value in IPV4_MAPPED_WORDS.items())
+
+
+def _write_block(handle: BinaryIO, layout: int, columns: list[np.ndarray]) -> None:
+    """One block of a part file: its row count and layout, then the values of each column the
+    layout keeps, in one system call."""
+    buffers = [np.array([len(columns[0]), layout], dtype=np.int64).tobytes(), *columns]
     handle.flush()
     if os.writev(handle.fileno(), buffers) != sum(memoryview(b).nbytes for b in buffers):
         raise OSError(f"{handle.name}: short write of a part file (is the disk full?)")
@@ -98,9 +116,12 @@ def _read_blocks(path: str, dtype: np.dtype) -> dict[str, np.ndarray]:
     pieces: dict[str, list[np.ndarray]] = {name: [] for name in dtype.names}
     position = 0
     while position < len(raw):
-        rows = int(raw[position:position + 8].view(np.int64)[0])
-        position += 8
+        rows, layout = raw[position:position + 16].view(np.int64).tolist()
+        position += 16
         for name in dtype.names:
+            if layout == IPV4_LAYOUT and name in IPV4_MAPPED_WORDS:
+                pieces[name].append(np.full(rows, IPV4_MAPPED_WORDS[name], dtype=dtype[name]))
+                continue
             size = rows * dtype[name].itemsize
             pieces[name].append(raw[position:position + size].view(dtype[name]))
             position += size
