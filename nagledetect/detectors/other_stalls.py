@@ -91,9 +91,11 @@ def detect(columns: DetectorInput) -> list[Finding]:
     stats = gaps.groupby(["connection", "cause"], sort=True).agg(
         count=("gap_s", "size"), lost_s=("gap_s", "sum"), median_gap_s=("gap_s", "median"))
     findings = []
-    for row in stats.reset_index().itertuples(index=False):
+    stats = stats.reset_index()
+    durations_s = by_connection(columns.connections, "duration_s",
+                                stats["connection"].to_numpy()).tolist()
+    for row, duration_s in zip(stats.itertuples(index=False), durations_s):
         connection, cause = int(row.connection), str(row.cause)
-        duration_s = columns.connection_row(connection).duration_s
         findings.append(Finding(
             kind=cause, connection=connection, sender=None, receiver=None,
             count=int(row.count), time_lost_s=float(row.lost_s),

@@ -16,6 +16,7 @@ import pandas as pd
 
 from nagledetect.detectors.model import DetectorInput, Finding
 from nagledetect.detectors.nagle_stall import KIND as STALL_KIND
+from nagledetect.flows.connections import by_connection
 
 KIND = "stop-and-wait"
 MIN_EXCHANGES = 10
@@ -47,9 +48,11 @@ def detect(columns: DetectorInput) -> list[Finding]:
     table = exchange_table(messages)
     table = table[(table["exchanges"] >= MIN_EXCHANGES) & (table["messages"] >= 2 * MIN_EXCHANGES - 1)
                   & (table["alternation"] >= ALTERNATION)]
-    for row in table.reset_index().itertuples(index=False):
+    table = table.reset_index()
+    durations_s = by_connection(columns.connections, "duration_s",
+                                table["connection"].to_numpy()).tolist()
+    for row, duration_s in zip(table.itertuples(index=False), durations_s):
         connection = int(row.connection)
-        duration_s = float(columns.connection_row(connection).duration_s)
         waiting_share = float(row.waiting_s / duration_s) if duration_s > 0 else 0.0
         if connection not in stalled and waiting_share < WAITING_SHARE:
             continue

@@ -19,9 +19,9 @@ class DirectionNames:
 
     def __getitem__(self, key: tuple[int, int]) -> tuple[str, str]:
         connection, direction = key
-        row = self._rows[connection]
-        client = endpoint(row.client_address, row.client_port)
-        server = endpoint(row.server_address, row.server_port)
+        position, value = self._rows.position(connection), self._rows.value
+        client = endpoint(value("client_address", position), value("client_port", position))
+        server = endpoint(value("server_address", position), value("server_port", position))
         if direction == 0:
             return client, server
         if direction == 1:

@@ -180,17 +180,23 @@ class ConnectionRows:
         self._columns: dict[str, list[Any]] = {}
 
     def __getitem__(self, connection: int) -> ConnectionRow:
+        return ConnectionRow(self, self.position(connection))
+
+    def position(self, connection: int) -> int:
+        """The connection's row number (KeyError for an id not in the table)."""
         connection = int(connection)
         if self._position is not None:
-            return ConnectionRow(self, self._position[connection])
+            return self._position[connection]
         if not 0 <= connection < len(self._table):
             raise KeyError(connection)
-        return ConnectionRow(self, connection)
+        return connection
 
     def value(self, column: str, position: int) -> Any:
-        if column not in self._columns:
+        try:
+            return self._columns[column][position]
+        except KeyError:
             self._columns[column] = self._table[column].tolist()
-        return self._columns[column][position]
+            return self._columns[column][position]
 
 
 class ConnectionRow:
