@@ -24,6 +24,9 @@ GAP_MIN_MS = 10.0
 RTT_MULTIPLE = 4
 CAUSES = ("loss-recovery", "zero-window", "think-time", "idle")
 ADVICE = {"loss-recovery": [], "zero-window": [], "think-time": [], "idle": []}
+GAP_CAUSES = tuple(sorted((*CAUSES, STALL_KIND)))
+"""What can end a gap: the categories of the cause column, in name order (as findings group)."""
+_CAUSE_CODE = {cause: code for code, cause in enumerate(GAP_CAUSES)}
 DESCRIPTIONS = {
     "loss-recovery": "waited for lost data to be retransmitted",
     "zero-window": "waited while the receiver's window was zero",
@@ -75,11 +78,12 @@ def classify_gaps(columns: DetectorInput) -> pd.DataFrame:
     zero_window = _packets_within(packets, gaps, (packets["window_bytes"].to_numpy() == 0)
                                   & (role != ROLE["rst"]) & (role != ROLE["syn"]))
     server_answers = (gaps["before_direction"] == 0) & (gaps["after_direction"] == 1)
-    cause = np.where(server_answers, "think-time", "idle")
-    cause = np.where(zero_window, "zero-window", cause)
-    cause = np.where(retransmitted, "loss-recovery", cause)
-    cause = np.where(gaps["after_frame"].isin(released), STALL_KIND, cause)
-    return gaps.assign(cause=cause, gap_s=(gaps["after_time_us"] - gaps["before_time_us"]) / 1e6)
+    cause = np.where(server_answers, _CAUSE_CODE["think-time"], _CAUSE_CODE["idle"])
+    cause = np.where(zero_window, _CAUSE_CODE["zero-window"], cause)
+    cause = np.where(retransmitted, _CAUSE_CODE["loss-recovery"], cause)
+    cause = np.where(gaps["after_frame"].isin(released), _CAUSE_CODE[STALL_KIND], cause)
+    return gaps.assign(cause=pd.Categorical.from_codes(cause, categories=GAP_CAUSES),
+                       gap_s=(gaps["after_time_us"] - gaps["before_time_us"]) / 1e6)
 
 
 def detect(columns: DetectorInput) -> list[Finding]:
@@ -88,7 +92,7 @@ def detect(columns: DetectorInput) -> list[Finding]:
     events = split_events(gaps, ["connection", "cause"],
                           ("before_frame", "after_frame", "after_frame", "gap_s", "before_time_us",
                            None, None))
-    stats = gaps.groupby(["connection", "cause"], sort=True).agg(
+    stats = gaps.groupby(["connection", "cause"], sort=True, observed=True).agg(
         count=("gap_s", "size"), lost_s=("gap_s", "sum"), median_gap_s=("gap_s", "median"))
     findings = []
     stats = stats.reset_index()
