@@ -32,6 +32,7 @@ from nagledetect.detectors import nagle_stall, phase_lock
 from nagledetect.detectors.delack_timer import fingerprint_hosts
 from nagledetect.detectors.model import Finding
 from nagledetect.flows.build import build_flows
+from nagledetect.flows.grouped import group_starts
 from nagledetect.flows.partition import PartitionedPackets, load_part
 from nagledetect.pipeline import (
     PARITY_KEYS,
@@ -324,10 +325,23 @@ class _HostStep:
         rows, connection = rows[order], connection[order]
         direction = rows["direction"]
         return pd.DataFrame({
-            "host": np.where(direction == 0, self._server[connection], self._client[connection]),
+            "host": self._receiving_hosts(connection, direction),
             "connection": connection, "direction": direction,
             "ack_time_s": rows["ack_time_s"], "hold_ms": rows["hold_ms"],
             "delayed": rows["delayed"]})
+
+
+    def _receiving_hosts(self, connection: np.ndarray, direction: np.ndarray) -> pd.Categorical:
+        """The receiving host of each sample (`connection` sorted), categorical with its
+        categories in name order: addresses are looked up once per connection, and the host
+        step groups by code rather than hashing an address per sample."""
+        first = group_starts(connection)
+        receivers = np.empty(2 * np.count_nonzero(first), dtype=object)
+        receivers[0::2] = self._server[connection[first]]
+        receivers[1::2] = self._client[connection[first]]
+        codes, names = pd.factorize(receivers, sort=True)
+        sample_receiver = (np.cumsum(first) - 1) * 2 + direction
+        return pd.Categorical.from_codes(codes[sample_receiver], categories=names)
 
 
 @dataclass

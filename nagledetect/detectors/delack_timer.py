@@ -125,11 +125,27 @@ def stack_family(timer_ms: float | None) -> str:
     return "other"
 
 
+def host_codes(host: pd.Series) -> tuple[np.ndarray, list[str]]:
+    """Each sample's host as a code into the addresses of the hosts present, in name order.
+
+    A categorical column (a capture in parts makes one, its categories in name order) is read
+    from its codes; a column of strings is factorized."""
+    if not isinstance(host.dtype, pd.CategoricalDtype):
+        codes, addresses = pd.factorize(host, sort=True)
+        return codes, [str(address) for address in addresses.tolist()]
+    categories = host.cat.categories
+    codes = host.cat.codes.to_numpy().astype(np.int64)
+    present = np.flatnonzero(np.bincount(codes, minlength=len(categories)))
+    renumbered = np.zeros(len(categories), dtype=np.int64)
+    renumbered[present] = np.arange(len(present))
+    return renumbered[codes], [str(address) for address in categories[present].tolist()]
+
+
 def fingerprint_hosts(samples: pd.DataFrame) -> dict[str, HostProfile]:
     """One profile per host that acknowledged a lone segment at least once."""
     if samples.empty:
         return {}
-    codes, addresses = pd.factorize(samples["host"], sort=True)
+    codes, addresses = host_codes(samples["host"])
     order = np.argsort(codes, kind="stable")
     ordered = samples.take(order)
     code = codes[order]
@@ -143,12 +159,11 @@ def fingerprint_hosts(samples: pd.DataFrame) -> dict[str, HostProfile]:
     rounded_ms = np.round(hold_ms, 3)
     profiles: dict[str, HostProfile] = {}
     bounds = zip(starts.tolist(), np.r_[starts[1:], len(code)].tolist())
-    per_host = zip(addresses.tolist(), bounds, timer_ms.tolist(), spread_ms.tolist(),
+    per_host = zip(addresses, bounds, timer_ms.tolist(), spread_ms.tolist(),
                    delayed_count.tolist())
     for address, (begin, end), timer, spread, samples_delayed in per_host:
         mask = delayed[begin:end]
         timer = None if math.isnan(timer) else timer
-        address = str(address)
         profiles[address] = HostProfile(
             address=address, delack_timer_ms=timer,
             delack_spread_ms=None if timer is None else spread,

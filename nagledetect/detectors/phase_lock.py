@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping
 import numpy as np
 import pandas as pd
 
+from nagledetect.detectors.delack_timer import host_codes
 from nagledetect.detectors.model import Finding, HostProfile
 
 KIND = "phase-lock"
@@ -88,15 +89,14 @@ def _sharing_connections(times_s: np.ndarray, host: np.ndarray, connection: np.n
 def lock_tests(hosts: Mapping[str, HostProfile], samples: pd.DataFrame) -> dict[str, dict]:
     """For every host with enough delayed ACKs: its best tick and whether it is locked to it."""
     delayed = samples[samples["delayed"].to_numpy()] if len(samples) else samples
-    codes, addresses = pd.factorize(delayed["host"], sort=True)
-    enough = np.bincount(codes, minlength=len(addresses)) >= MIN_SAMPLES
+    codes, names = host_codes(delayed["host"])
+    enough = np.bincount(codes, minlength=len(names)) >= MIN_SAMPLES
     rows = np.flatnonzero(enough[codes]) if len(codes) else np.zeros(0, dtype=np.int64)
     if len(rows) == 0:
         return {}
     kept = np.flatnonzero(enough)
     host = np.searchsorted(kept, codes[rows])
     times_s = delayed["ack_time_s"].to_numpy()[rows]
-    names = [str(address) for address in addresses.tolist()]
     ticks_ms = _candidate_ticks_ms([hosts[names[code]] for code in kept.tolist()])
     results = [rayleigh(times_s, host, ticks_ms[:, column] / 1000)
                for column in range(ticks_ms.shape[1])]
