@@ -262,14 +262,15 @@ class DetectorInput:
         """(connection, direction) -> (sender, receiver) endpoint names, for all detectors (see
         `events.endpoints.DirectionNames`)."""
         if self._names is None:
-            self._names = DirectionNames(self._connection_rows())
+            self._names = DirectionNames(self.connection_rows())
         return self._names
 
     def connection_row(self, connection: int) -> ConnectionRow:
         """The connection's row, its values by attribute (`row.duration_s`)."""
-        return self._connection_rows()[connection]
+        return self.connection_rows()[connection]
 
-    def _connection_rows(self) -> ConnectionRows:
+    def connection_rows(self) -> ConnectionRows:
+        """The connection table's rows by id, and its columns for many ids at once."""
         if self._rows is None:
             self._rows = ConnectionRows(self.connections)
         return self._rows

@@ -187,23 +187,30 @@ def detect(columns: DetectorInput) -> list[Finding]:
     streams = {(f.connection, f.sender) for f in columns.earlier_findings
                if f.kind == STREAM_COALESCING_KIND}
     events = _events(stalls)
+    table = _group_stats(stalls).reset_index()
+    connections, directions = table["connection"].to_numpy(), table["direction"].to_numpy()
+    senders, receivers = names.of(connections, directions)
+    lookup = columns.connection_rows()
+    receiver_hosts = [server if direction == 0 else client for server, client, direction in zip(
+        lookup.column("server_address", connections), lookup.column("client_address", connections),
+        directions.tolist())]
     findings = []
-    for stats in _group_stats(stalls).reset_index().itertuples(index=False):
+    for stats, sender, receiver, receiver_host, mss_estimated, duration_s in zip(
+            table.itertuples(index=False), senders, receivers, receiver_hosts,
+            lookup.column("mss_estimated", connections), lookup.column("duration_s", connections)):
         connection, direction = int(stats.connection), int(stats.direction)
-        row = columns.connection_row(connection)
-        sender, receiver = names[(connection, direction)]
         if (connection, sender) in streams:
             continue
-        host = columns.hosts.get(str(row.server_address if direction == 0 else row.client_address))
+        host = columns.hosts.get(str(receiver_host))
         basis = (float(stats.median_reaction_ms), float(stats.median_limit_ms),
-                 float(stats.median_hold_ms), bool(row.mss_estimated))
+                 float(stats.median_hold_ms), bool(mss_estimated))
         confidence, reasons = _confidence(basis[0], basis[1], basis[2], int(stats.count),
                                           host.delack_timer_ms if host else None, basis[3])
         subkind = _subkind(stats)
         findings.append(Finding(
             kind=KIND, connection=connection, sender=sender, receiver=receiver,
             count=int(stats.count), time_lost_s=float(stats.lost_s),
-            share=float(stats.lost_s) / row.duration_s if row.duration_s > 0 else 0.0,
+            share=float(stats.lost_s) / duration_s if duration_s > 0 else 0.0,
             confidence=confidence, confidence_reasons=reasons, confidence_basis=basis,
             events=events[(connection, direction)], advice=_advice(subkind), subkind=subkind,
             details={"median_ack_delay_ms": round(float(stats.median_hold_ms), 3),

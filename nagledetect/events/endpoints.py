@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import numpy as np
+
 from nagledetect.flows.connections import ConnectionRows
 
 
@@ -27,3 +29,13 @@ class DirectionNames:
         if direction == 1:
             return server, client
         raise KeyError(key)
+
+    def of(self, connection: np.ndarray, direction: np.ndarray) -> tuple[list[str], list[str]]:
+        """The (senders, receivers) of many directions at once, column by column."""
+        client, server = ([endpoint(address, port) for address, port in
+                           zip(self._rows.column(f"{side}_address", connection),
+                               self._rows.column(f"{side}_port", connection))]
+                          for side in ("client", "server"))
+        from_client = (np.asarray(direction) == 0).tolist()
+        return ([c if first else s for c, s, first in zip(client, server, from_client)],
+                [s if first else c for c, s, first in zip(client, server, from_client)])

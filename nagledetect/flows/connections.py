@@ -191,6 +191,10 @@ class ConnectionRows:
             raise KeyError(connection)
         return connection
 
+    def column(self, column: str, connection: np.ndarray) -> list[Any]:
+        """`column` of each connection id in `connection`, as Python values."""
+        return by_connection(self._table, column, np.asarray(connection, dtype=np.int64)).tolist()
+
     def value(self, column: str, position: int) -> Any:
         try:
             return self._columns[column][position]
