@@ -216,8 +216,8 @@ class _Collected:
             self.parity[index] = result.parity
         self._spill_samples(index, result.samples, result.sample_bucket)
         found = result.findings
-        self.findings[index] = (self.spill.append_each(found.records), found)
-        found.records = []
+        self.findings[index] = (self.spill.append_joined(found.records, found.lengths), found)
+        found.records = b""
 
     def _spill_samples(self, index: int, rows: np.ndarray, bucket: np.ndarray) -> None:
         """One block of rows per bucket, in the part's order."""
@@ -270,7 +270,8 @@ class _Collected:
         them."""
         findings = sorted(findings, key=lambda finding: str(finding.receiver))
         found = pickle_findings(findings)
-        columns.extend(self.spill.append_each(found.records), found, found.connection)
+        columns.extend(self.spill.append_joined(found.records, found.lengths), found,
+                       found.connection)
 
     def bucket_samples(self, bucket: int) -> np.ndarray:
         blocks = [self.spill.read_rows(offset, rows, SAMPLE_ROW)

@@ -49,6 +49,11 @@ class SpillFile:
         lengths = np.array([len(piece) for piece in pieces], dtype=np.int64)
         return self.append(pieces) + np.cumsum(lengths) - lengths
 
+    def append_joined(self, joined: bytes, lengths: np.ndarray) -> np.ndarray:
+        """Pieces already joined into one (of `lengths` bytes each), written in one call; the
+        offset of each."""
+        return self.append([joined]) + np.cumsum(lengths) - lengths
+
     def _write_all(self, views: list[memoryview], position: int) -> int:
         total = sum(len(view) for view in views)
         while views:
@@ -149,9 +154,11 @@ class RecordTable(ChunkedSequence):
 
 @dataclass
 class PickledFindings:
-    """One part's findings, pickled, with the columns that rank them capture-wide."""
+    """One part's findings, pickled one by one and joined (a part sends back, and the main
+    process spills, one string of bytes rather than thousands), with the columns that rank them
+    capture-wide."""
 
-    records: list[bytes]
+    records: bytes
     lengths: np.ndarray
     kind: list[str]
     connection: np.ndarray
@@ -165,7 +172,7 @@ class PickledFindings:
 def pickle_findings(findings: list[Finding]) -> PickledFindings:
     records, lengths = pickled(findings)
     return PickledFindings(
-        records, lengths, [f.kind for f in findings],
+        b"".join(records), lengths, [f.kind for f in findings],
         np.array([f.connection for f in findings], dtype=np.int64),
         np.array([f.time_lost_s for f in findings], dtype=np.float64),
         [str(f.sender) for f in findings], [f.receiver_host for f in findings],
