@@ -87,7 +87,10 @@ class StallEvents:
 
     def __reduce__(self) -> tuple[Any, tuple[bytes, tuple[str, ...]]]:
         """Pickled as its block's bytes: a large capture's parts send back, and its document
-        reads back, hundreds of thousands of findings."""
+        reads back, hundreds of thousands of findings. The shared empty block is pickled as
+        a reference to itself."""
+        if self is _NO_EVENTS:
+            return no_events, ()
         return _stall_events_from_rows, (self.rows.tobytes(), _column_dtypes(self.rows.dtype))
 
     def records(self, rows: slice = slice(None)) -> list[dict[str, Any]]:
