@@ -65,7 +65,9 @@ class PartitionedPackets:
                 start, stop = bounds[index], bounds[index + 1]
                 _write_block(self._packets[index], layout,
                              [values[start:stop] for values in ordered])
-                sack_records[sack_bounds[index]:sack_bounds[index + 1]].tofile(self._sacks[index])
+                if sack_bounds[index + 1] > sack_bounds[index]:
+                    sack_records[sack_bounds[index]:sack_bounds[index + 1]].tofile(
+                        self._sacks[index])
 
     def _in_part_order(self, columns: dict[str, np.ndarray], order: np.ndarray,
                        layout: int) -> list[np.ndarray]:
