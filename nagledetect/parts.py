@@ -34,6 +34,7 @@ from nagledetect.detectors.model import Finding
 from nagledetect.flows.build import build_flows
 from nagledetect.flows.grouped import group_starts
 from nagledetect.flows.partition import PartitionedPackets, load_part
+from nagledetect.ordering import factorize_in_name_order, name_order
 from nagledetect.pipeline import (
     PARITY_KEYS,
     Analysis,
@@ -306,7 +307,7 @@ class _HostStep:
             self.phase_findings += found.phase_findings
             columns.add(found.rows)
         by_address = np.array(addresses, dtype=object)
-        order = np.argsort(by_address, kind="stable")
+        order = name_order(by_address)
         timer_ms = np.array([np.nan if t is None else t for t in timers], dtype=np.float64)
         return columns.by_address(), _HostTimers(by_address[order], timer_ms[order])
 
@@ -340,7 +341,7 @@ class _HostStep:
         receivers = np.empty(2 * np.count_nonzero(first), dtype=object)
         receivers[0::2] = self._server[connection[first]]
         receivers[1::2] = self._client[connection[first]]
-        codes, names = pd.factorize(receivers, sort=True)
+        codes, names = factorize_in_name_order(receivers)
         sample_receiver = (np.cumsum(first) - 1) * 2 + direction
         return pd.Categorical.from_codes(codes[sample_receiver], categories=names)
 
@@ -415,7 +416,7 @@ def _stalls_by_receiver(columns: _FindingColumns) -> dict[str, np.ndarray]:
                           if kind == nagle_stall.KIND and host], dtype=np.int64)
     hosts = np.array([columns.receiver_host[position] for position in positions.tolist()],
                      dtype=object)
-    order = np.argsort(hosts, kind="stable")
+    order = name_order(hosts)
     return {"hosts": hosts[order], "positions": positions[order],
             "offsets": columns.column("offsets"), "lengths": columns.column("lengths")}
 
@@ -426,8 +427,8 @@ def _ranked(spill: SpillFile, columns: _FindingColumns, timers: _HostTimers) -> 
     capture-wide timer of its receiver."""
     time_lost_s = columns.column("time_lost_s").astype(np.float64)
     connection = columns.column("connection")
-    kind_code = pd.factorize(np.array(columns.kind, dtype=object), sort=True)[0]
-    sender_code = pd.factorize(np.array(columns.sender, dtype=object), sort=True)[0]
+    kind_code = factorize_in_name_order(columns.kind)[0]
+    sender_code = factorize_in_name_order(columns.sender)[0]
     order = np.lexsort((np.arange(len(connection)), sender_code, kind_code, connection,
                         -time_lost_s))
     ranked_connection = connection[order]

@@ -21,6 +21,7 @@ import numpy as np
 
 from nagledetect.collector import collector_paused
 from nagledetect.detectors.model import Finding, HostProfile
+from nagledetect.ordering import name_order
 
 RECORDS_PER_CHUNK = 2048
 IOV_MAX = os.sysconf("SC_IOV_MAX") if "SC_IOV_MAX" in os.sysconf_names else 1024
@@ -221,7 +222,7 @@ class HostColumns:
     def by_address(self) -> StoredHosts:
         """The profiles, in address order."""
         address = np.array(self._columns["address"], dtype=object)
-        order = np.argsort(address, kind="stable")
+        order = name_order(address)
         numbers = {name: _as_float(self._columns[name])[order]
                    for name in ("delack_timer_ms", "delack_spread_ms")}
         return StoredHosts(

@@ -18,6 +18,7 @@ import pandas as pd
 from nagledetect.detectors.model import HostProfile
 from nagledetect.events.segments import PURE_ACK_ROLES
 from nagledetect.flows.connections import by_connection
+from nagledetect.ordering import factorize_in_name_order
 
 MIN_DELAYED_HOLD_MS = 10.0
 RTT_MULTIPLE = 1.5
@@ -131,7 +132,7 @@ def host_codes(host: pd.Series) -> tuple[np.ndarray, list[str]]:
     A categorical column (a capture in parts makes one, its categories in name order) is read
     from its codes; a column of strings is factorized."""
     if not isinstance(host.dtype, pd.CategoricalDtype):
-        codes, addresses = pd.factorize(host, sort=True)
+        codes, addresses = factorize_in_name_order(host.to_numpy(dtype=object))
         return codes, [str(address) for address in addresses.tolist()]
     categories = host.cat.categories
     codes = host.cat.codes.to_numpy().astype(np.int64)
