@@ -155,20 +155,21 @@ def fingerprint_hosts(samples: pd.DataFrame) -> dict[str, HostProfile]:
     delayed = ordered["delayed"].to_numpy()
     timer_ms, spread_ms = _modal_timers(code[delayed], hold_ms[delayed], len(starts))
     delayed_count = np.bincount(code[delayed], minlength=len(starts))
-    ack_time_s = ordered["ack_time_s"].to_numpy()
-    connection = ordered["connection"].to_numpy().astype(np.int64)
+    ack_time_s = ordered["ack_time_s"].to_numpy()[delayed]
+    connection = ordered["connection"].to_numpy().astype(np.int64)[delayed]
     rounded_ms = np.round(hold_ms, 3)
+    delayed_starts = np.cumsum(delayed_count) - delayed_count
     profiles: dict[str, HostProfile] = {}
-    bounds = zip(starts.tolist(), np.r_[starts[1:], len(code)].tolist())
-    per_host = zip(addresses, bounds, timer_ms.tolist(), spread_ms.tolist(),
+    per_host = zip(addresses, starts.tolist(), np.r_[starts[1:], len(code)].tolist(),
+                   delayed_starts.tolist(), timer_ms.tolist(), spread_ms.tolist(),
                    delayed_count.tolist())
-    for address, (begin, end), timer, spread, samples_delayed in per_host:
-        mask = delayed[begin:end]
+    for address, begin, end, first_delayed, timer, spread, samples_delayed in per_host:
         timer = None if math.isnan(timer) else timer
+        after_delayed = first_delayed + samples_delayed
         profiles[address] = HostProfile(
             address=address, delack_timer_ms=timer,
             delack_spread_ms=None if timer is None else spread,
             delack_samples=samples_delayed, stack_family=stack_family(timer),
-            delays_ms=rounded_ms[begin:end], ack_times_s=ack_time_s[begin:end][mask],
-            ack_connections=connection[begin:end][mask])
+            delays_ms=rounded_ms[begin:end], ack_times_s=ack_time_s[first_delayed:after_delayed],
+            ack_connections=connection[first_delayed:after_delayed])
     return profiles
