@@ -303,13 +303,24 @@ class StoredHosts(Mapping):
                      for offset, length in zip(offsets, lengths)]
         return [HostProfile(address=address, delack_timer_ms=_optional(t),
                             delack_spread_ms=_optional(d), delack_samples=n, stack_family=family,
-                            phase_lock=lock)
+                            delays_ms=_NO_FLOATS, ack_times_s=_NO_FLOATS,
+                            ack_connections=_NO_INTS, phase_lock=lock)
                 for address, t, d, n, family, lock in zip(
                     self._address[start:stop].tolist(), timer, spread, samples,
                     self._stack_family[start:stop].tolist(), locks)]
 
     def __reduce__(self) -> tuple:
         return dict, (dict(zip(self._address.tolist(), self.values())),)
+
+
+def _read_only(values: np.ndarray) -> np.ndarray:
+    values.setflags(write=False)
+    return values
+
+
+_NO_FLOATS = _read_only(np.zeros(0))
+_NO_INTS = _read_only(np.zeros(0, dtype=np.int64))
+"""The per-sample arrays of a stored profile: empty, one shared pair for all profiles."""
 
 
 def _optional(value: float) -> float | None:
