@@ -34,7 +34,7 @@ from nagledetect.detectors.model import Finding
 from nagledetect.flows.build import build_flows
 from nagledetect.flows.grouped import group_starts
 from nagledetect.flows.partition import PartitionedPackets, load_part
-from nagledetect.ordering import factorize_in_name_order, name_order
+from nagledetect.ordering import as_text, factorize_in_name_order, name_order
 from nagledetect.pipeline import (
     PARITY_KEYS,
     Analysis,
@@ -290,8 +290,8 @@ class _HostStep:
         self._collected = collected
         self._global_id = global_id
         self._part_offset = part_offset
-        self._server = connections["server_address"].to_numpy(dtype=object)
-        self._client = connections["client_address"].to_numpy(dtype=object)
+        self._server = as_text(connections["server_address"].to_numpy(dtype=object))
+        self._client = as_text(connections["client_address"].to_numpy(dtype=object))
         self._stall_seconds = stall_seconds
         self.phase_findings: list[Finding] = []
 
@@ -335,15 +335,17 @@ class _HostStep:
 
     def _receiving_hosts(self, connection: np.ndarray, direction: np.ndarray) -> pd.Categorical:
         """The receiving host of each sample (`connection` sorted), categorical with its
-        categories in name order: addresses are looked up once per connection, and the host
-        step groups by code rather than hashing an address per sample."""
+        categories in name order: addresses are looked up once per connection, as fixed-width
+        text (`ordering.as_text`), and the host step groups by code rather than hashing an
+        address per sample."""
         first = group_starts(connection)
-        receivers = np.empty(2 * np.count_nonzero(first), dtype=object)
+        receivers = np.empty(2 * np.count_nonzero(first),
+                             dtype=np.result_type(self._server.dtype, self._client.dtype))
         receivers[0::2] = self._server[connection[first]]
         receivers[1::2] = self._client[connection[first]]
-        codes, names = factorize_in_name_order(receivers)
+        names, codes = np.unique(receivers, return_inverse=True)
         sample_receiver = (np.cumsum(first) - 1) * 2 + direction
-        return pd.Categorical.from_codes(codes[sample_receiver], categories=names)
+        return pd.Categorical.from_codes(codes[sample_receiver], categories=names.astype(str))
 
 
 @dataclass
