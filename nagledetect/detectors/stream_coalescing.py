@@ -15,6 +15,7 @@ import pandas as pd
 
 from nagledetect.detectors.model import DetectorInput, Finding
 from nagledetect.detectors.nagle_stall import stall_candidates
+from nagledetect.flows.connections import direction_key
 
 KIND = "stream-coalescing"
 MIN_PACKETS = 20
@@ -46,10 +47,8 @@ def _of_pairs(table: pd.DataFrame, pairs: list[tuple[int, int]], kept: list[str]
               ) -> pd.DataFrame:
     """The rows of these (connection, direction) pairs, in table order, with the `kept`
     columns: grouping only them spares a table per direction of every other connection."""
-    key = table["connection"].to_numpy().astype(np.int64) * 2 + table["direction"].to_numpy()
-    wanted = np.array([connection * 2 + direction for connection, direction in pairs],
-                      dtype=np.int64)
-    return table.loc[np.isin(key, wanted), ["connection", "direction", *kept]]
+    wanted = direction_key(pd.DataFrame(pairs, columns=["connection", "direction"]))
+    return table.loc[np.isin(direction_key(table), wanted), ["connection", "direction", *kept]]
 
 
 def detect(columns: DetectorInput) -> list[Finding]:

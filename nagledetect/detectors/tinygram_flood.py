@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 
 from nagledetect.detectors.model import DetectorInput, Finding
+from nagledetect.flows.connections import direction_key
 
 KIND = "tinygram-flood"
 MIN_PACKETS_PER_MESSAGE = 4
@@ -47,9 +48,8 @@ def detect(columns: DetectorInput) -> list[Finding]:
     if stats.empty:
         return []
     segments = columns.segments
-    flooding = (stats.index.get_level_values("connection").to_numpy().astype(np.int64) * 2
-                + stats.index.get_level_values("direction").to_numpy())
-    payloads = segments[np.isin(_direction_key(segments), flooding)].groupby(
+    flooding = direction_key(stats.index.to_frame(index=False))
+    payloads = segments[np.isin(direction_key(segments), flooding)].groupby(
         ["connection", "direction"])["payload_bytes"].median()
     return [_finding(row, names, float(payloads.loc[(row.connection, row.direction)]))
             for row in stats.reset_index().itertuples(index=False)]
@@ -58,13 +58,9 @@ def detect(columns: DetectorInput) -> list[Finding]:
 def _in_directions_with(table: pd.DataFrame, marked: np.ndarray, at_least: int) -> np.ndarray:
     """The rows of `table` whose (connection, direction) has `at_least` marked rows: medians
     are then taken for those directions only (most directions of a capture have none)."""
-    key = _direction_key(table)
+    key = direction_key(table)
     found, counts = np.unique(key[marked], return_counts=True)
     return np.isin(key, found[counts >= at_least])
-
-
-def _direction_key(table: pd.DataFrame) -> np.ndarray:
-    return table["connection"].to_numpy().astype(np.int64) * 2 + table["direction"].to_numpy()
 
 
 def _finding(row, names, median_payload: float) -> Finding:

@@ -159,10 +159,21 @@ def by_connection(connections: pd.DataFrame, column: str, connection: np.ndarray
     """`column` of the connection table for each connection id in `connection`: by position
     when the ids are the row numbers (as `build_flows` makes them; a pandas lookup by id costs
     ten times more), else by id."""
-    ids = connections["id"].to_numpy()
-    if len(ids) and ids[0] == 0 and ids[-1] == len(ids) - 1 and (np.diff(ids) == 1).all():
+    if _ids_are_positions(connections["id"].to_numpy()):
         return connections[column].to_numpy()[connection]
     return connections.set_index("id")[column].reindex(connection).to_numpy()
+
+
+def _ids_are_positions(ids: np.ndarray) -> bool:
+    """Whether each connection's id is its row number, as `build_flows` numbers them."""
+    return bool(len(ids) and ids[0] == 0 and ids[-1] == len(ids) - 1
+                and (np.diff(ids) == 1).all())
+
+
+def direction_key(table: pd.DataFrame) -> np.ndarray:
+    """Each row's connection direction as one number, connection * 2 + direction (the order
+    of direction groups everywhere), from a table's connection and direction columns."""
+    return table["connection"].to_numpy().astype(np.int64) * 2 + table["direction"].to_numpy()
 
 
 class ConnectionRows:
@@ -173,10 +184,8 @@ class ConnectionRows:
     def __init__(self, connections: pd.DataFrame) -> None:
         self._table = connections
         ids = connections["id"].to_numpy()
-        by_position = len(ids) and ids[0] == 0 and ids[-1] == len(ids) - 1 and (
-            np.diff(ids) == 1).all()
         self._position: dict[int, int] | None = (
-            None if by_position else dict(zip(ids.tolist(), range(len(ids)))))
+            None if _ids_are_positions(ids) else dict(zip(ids.tolist(), range(len(ids)))))
         self._columns: dict[str, list[Any]] = {}
 
     def __getitem__(self, connection: int) -> ConnectionRow:
