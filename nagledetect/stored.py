@@ -9,7 +9,6 @@ walks them. Sent to another process (a many-file run), a stored table is sent as
 
 from __future__ import annotations
 
-import mmap
 import os
 import pickle
 import tempfile
@@ -36,7 +35,6 @@ class SpillFile:
     def __init__(self) -> None:
         self._file = tempfile.TemporaryFile(prefix="nagledetect-results-")
         self.size = 0
-        self._map: mmap.mmap | None = None
 
     def append(self, pieces: list[bytes]) -> int:
         """Write the pieces one after another at the end (a system call per IOV_MAX pieces, no
@@ -70,17 +68,18 @@ class SpillFile:
         return total
 
     def read(self, offset: int, length: int) -> bytes:
-        """The bytes at [offset, offset + length), sliced from a map of the file (the document
-        reads hundreds of thousands of records: a system call each cost more than the copy).
-        The map is made again when the file has grown past it."""
-        end = offset + length
-        if length <= 0:
-            return b""
-        if self._map is None or end > len(self._map):
-            if end > self.size:
-                raise OSError(f"spill file ends before offset {end}")
-            self._map = mmap.mmap(self._file.fileno(), self.size, access=mmap.ACCESS_READ)
-        return self._map[offset:end]
+        """The bytes at [offset, offset + length), read with a system call: a map of the file
+        was faster, but each small read through it brought hundreds of kilobytes of the file
+        into the process's memory (a gigabyte more at 100 M packets)."""
+        pieces = []
+        while length > 0:
+            piece = os.pread(self._file.fileno(), length, offset)
+            if not piece:
+                raise OSError(f"spill file ends before offset {offset}")
+            pieces.append(piece)
+            offset += len(piece)
+            length -= len(piece)
+        return b"".join(pieces)
 
     def read_rows(self, offset: int, rows: int, dtype: np.dtype) -> np.ndarray:
         return np.frombuffer(self.read(offset, rows * dtype.itemsize), dtype=dtype)
