@@ -45,10 +45,16 @@ IPV4_SRC_IN_FRAME = 14 + 12
 MICRO_MAGIC = 0xA1B2C3D4
 
 
+def _is_micro_ethernet_pcap(data: bytes) -> bool:
+    """A classic little-endian microsecond pcap of Ethernet frames (link type 1)."""
+    return (len(data) >= PCAP_HEADER_BYTES and struct.unpack("<I", data[:4])[0] == MICRO_MAGIC
+            and struct.unpack("<I", data[20:24])[0] == 1)
+
+
 def _template(source: Path, snaplen: int) -> tuple[bytes, np.ndarray, np.ndarray, np.ndarray]:
     """File header, one copy's records (cut to snaplen), and where each IPv4 address sits."""
     data = source.read_bytes()
-    if struct.unpack("<I", data[:4])[0] != MICRO_MAGIC or struct.unpack("<I", data[20:24])[0] != 1:
+    if not _is_micro_ethernet_pcap(data):
         raise SystemExit(f"{source}: need a little-endian microsecond pcap with Ethernet framing")
     header = data[:16] + struct.pack("<I", snaplen) + data[20:24]
     records: list[bytes] = []
@@ -250,8 +256,7 @@ def _add_source(mix: _Mix, path: Path, snaplen: int, max_span: int) -> None:
         mix.skipped["fuzz"] += 1
         return
     data = path.read_bytes()
-    if (len(data) < PCAP_HEADER_BYTES or struct.unpack("<I", data[:4])[0] != MICRO_MAGIC
-            or struct.unpack("<I", data[20:24])[0] != 1):
+    if not _is_micro_ethernet_pcap(data):
         mix.skipped["format"] += 1
         return
     frames: list[bytes] = []

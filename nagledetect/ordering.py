@@ -12,7 +12,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
-import pandas as pd
 
 
 def name_order(values: Sequence[str] | np.ndarray) -> np.ndarray:
@@ -33,11 +32,6 @@ def as_text(values: Sequence[str] | np.ndarray) -> np.ndarray:
 
 def factorize_in_name_order(values: Sequence[str] | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Each value's code into the distinct values, which are numbered in name order (what
-    pandas' `factorize(sort=True)` gives): found by hashing, then only the distinct values are
-    sorted. A missing value's code is -1, as in pandas."""
-    codes, distinct = pd.factorize(np.asarray(values, dtype=object))
-    order = name_order(distinct)
-    rank = np.empty(len(order) + 1, dtype=np.int64)
-    rank[order] = np.arange(len(order))
-    rank[-1] = -1
-    return rank[codes], distinct[order]
+    pandas' `factorize(sort=True)` gives for strings), and those values as text."""
+    distinct, codes = np.unique(as_text(values), return_inverse=True)
+    return codes.reshape(-1), distinct.astype(str)

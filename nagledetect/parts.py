@@ -6,10 +6,10 @@ samples as rows tagged with the bucket of their receiving host. As each part arr
 process writes its findings and samples to one spill file (`stored`), so it holds only the
 connection tables and the columns that rank findings: memory follows the parts in flight, not
 the capture. The host step then runs host bucket by bucket, in worker processes too (a host's
-samples all fall in its bucket), and findings are read back in rank order by the reporters, mended on the way:
-capture-wide connection ids (numbered by first packet, as a one-part run numbers them) and
-stall confidence scored again against the capture-wide host timers. The result equals a one-part
-run's.
+samples all fall in its bucket), and findings are read back in rank order by the reporters,
+mended on the way: capture-wide connection ids (numbered by first packet, as a one-part run
+numbers them) and stall confidence scored again against the capture-wide host timers. The
+result equals a one-part run's.
 """
 
 from __future__ import annotations
@@ -332,7 +332,6 @@ class _HostStep:
             "ack_time_s": rows["ack_time_s"], "hold_ms": rows["hold_ms"],
             "delayed": rows["delayed"]})
 
-
     def _receiving_hosts(self, connection: np.ndarray, direction: np.ndarray) -> pd.Categorical:
         """The receiving host of each sample (`connection` sorted), categorical with its
         categories in name order: addresses are looked up once per connection, as fixed-width
@@ -343,9 +342,9 @@ class _HostStep:
                              dtype=np.result_type(self._server.dtype, self._client.dtype))
         receivers[0::2] = self._server[connection[first]]
         receivers[1::2] = self._client[connection[first]]
-        names, codes = np.unique(receivers, return_inverse=True)
+        codes, names = factorize_in_name_order(receivers)
         sample_receiver = (np.cumsum(first) - 1) * 2 + direction
-        return pd.Categorical.from_codes(codes[sample_receiver], categories=names.astype(str))
+        return pd.Categorical.from_codes(codes[sample_receiver], categories=names)
 
 
 @dataclass

@@ -18,7 +18,6 @@ import numpy as np
 import pandas as pd
 
 from nagledetect.events.endpoints import DirectionNames
-from nagledetect.flows.connections import ConnectionRow, ConnectionRows
 
 EVIDENCE_KEYS = ("last_data_frame", "delayed_ack_frame", "released_frame", "stall_s", "start_s",
                  "ack_delay_ms", "reaction_ms")
@@ -87,10 +86,7 @@ class StallEvents:
 
     def __reduce__(self) -> tuple[Any, tuple[bytes, tuple[str, ...]]]:
         """Pickled as its block's bytes: a large capture's parts send back, and its document
-        reads back, hundreds of thousands of findings. The shared empty block is pickled as
-        a reference to itself."""
-        if self is _NO_EVENTS:
-            return no_events, ()
+        reads back, hundreds of thousands of findings."""
         return _stall_events_from_rows, (self.rows.tobytes(), _column_dtypes(self.rows.dtype))
 
     def records(self, rows: slice = slice(None)) -> list[dict[str, Any]]:
@@ -249,7 +245,6 @@ class DetectorInput:
     messages: pd.DataFrame
     hosts: dict[str, HostProfile]
     earlier_findings: list[Finding] = field(default_factory=list)
-    _rows: ConnectionRows | None = field(default=None, repr=False)
     _names: DirectionNames | None = field(default=None, repr=False)
     _shared: dict[str, Any] = field(default_factory=dict, repr=False)
 
@@ -265,15 +260,5 @@ class DetectorInput:
         """(connection, direction) -> (sender, receiver) endpoint names, for all detectors (see
         `events.endpoints.DirectionNames`)."""
         if self._names is None:
-            self._names = DirectionNames(self.connection_rows())
+            self._names = DirectionNames(self.connections)
         return self._names
-
-    def connection_row(self, connection: int) -> ConnectionRow:
-        """The connection's row, its values by attribute (`row.duration_s`)."""
-        return self.connection_rows()[connection]
-
-    def connection_rows(self) -> ConnectionRows:
-        """The connection table's rows by id, and its columns for many ids at once."""
-        if self._rows is None:
-            self._rows = ConnectionRows(self.connections)
-        return self._rows

@@ -190,14 +190,17 @@ def detect(columns: DetectorInput) -> list[Finding]:
     table = _group_stats(stalls).reset_index()
     connections, directions = table["connection"].to_numpy(), table["direction"].to_numpy()
     senders, receivers = names.of(connections, directions)
-    lookup = columns.connection_rows()
+    table_connections = columns.connections
+
+    def column(name: str) -> list:
+        return by_connection(table_connections, name, connections).tolist()
+
     receiver_hosts = [server if direction == 0 else client for server, client, direction in zip(
-        lookup.column("server_address", connections), lookup.column("client_address", connections),
-        directions.tolist())]
+        column("server_address"), column("client_address"), directions.tolist())]
     findings = []
     for stats, sender, receiver, receiver_host, mss_estimated, duration_s in zip(
             table.itertuples(index=False), senders, receivers, receiver_hosts,
-            lookup.column("mss_estimated", connections), lookup.column("duration_s", connections)):
+            column("mss_estimated"), column("duration_s")):
         connection, direction = int(stats.connection), int(stats.direction)
         if (connection, sender) in streams:
             continue

@@ -76,9 +76,8 @@ def fixed_size_arithmetic(sizes: pd.Series, mss: int) -> dict | None:
 def _stalled_directions(table: pd.DataFrame) -> pd.DataFrame:
     """The table's rows of directions with enough classed messages and at least one stall, the
     only ones that can make a finding (found for all at once: most directions have none)."""
-    by_direction = table.groupby(["connection", "direction"])
-    return table[(by_direction["messages"].transform("sum") >= MIN_MESSAGES)
-                 & (by_direction["stalled"].transform("sum") != 0)]
+    totals = table.groupby(["connection", "direction"])[["messages", "stalled"]].transform("sum")
+    return table[(totals["messages"] >= MIN_MESSAGES) & (totals["stalled"] != 0)]
 
 
 def detect(columns: DetectorInput) -> list[Finding]:

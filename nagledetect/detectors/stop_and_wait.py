@@ -49,14 +49,15 @@ def detect(columns: DetectorInput) -> list[Finding]:
     table = table[(table["exchanges"] >= MIN_EXCHANGES) & (table["messages"] >= 2 * MIN_EXCHANGES - 1)
                   & (table["alternation"] >= ALTERNATION)]
     table = table.reset_index()
-    durations_s = by_connection(columns.connections, "duration_s",
-                                table["connection"].to_numpy()).tolist()
-    for row, duration_s in zip(table.itertuples(index=False), durations_s):
+    connections = table["connection"].to_numpy()
+    durations_s = by_connection(columns.connections, "duration_s", connections).tolist()
+    clients, servers = names.of(connections, np.zeros(len(connections), dtype=np.int8))
+    for row, duration_s, client, server in zip(table.itertuples(index=False), durations_s,
+                                               clients, servers):
         connection = int(row.connection)
         waiting_share = float(row.waiting_s / duration_s) if duration_s > 0 else 0.0
         if connection not in stalled and waiting_share < WAITING_SHARE:
             continue
-        client, server = names[(connection, 0)]
         exchanges = int(row.exchanges)
         findings.append(Finding(
             kind=KIND, connection=connection, sender=client, receiver=server,

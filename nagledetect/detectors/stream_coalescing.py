@@ -15,7 +15,7 @@ import pandas as pd
 
 from nagledetect.detectors.model import DetectorInput, Finding
 from nagledetect.detectors.nagle_stall import stall_candidates
-from nagledetect.flows.connections import direction_key
+from nagledetect.flows.connections import by_connection, direction_key
 
 KIND = "stream-coalescing"
 MIN_PACKETS = 20
@@ -76,7 +76,8 @@ def detect(columns: DetectorInput) -> list[Finding]:
         sender, receiver = names[(connection, direction)]
         mss = int(segments["mss"].iloc[0])
         delay_s = float(accumulated["stall_s"].sum())
-        duration_s = float(columns.connection_row(connection).duration_s)
+        duration_s = float(by_connection(columns.connections, "duration_s",
+                                         np.array([connection]))[0])
         findings.append(Finding(
             kind=KIND, connection=connection, sender=sender, receiver=receiver,
             count=len(accumulated), time_lost_s=delay_s,

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 
-from nagledetect.flows.connections import ConnectionRows
+from nagledetect.flows.connections import by_connection
 
 
 def endpoint(address: str, port: int) -> str:
@@ -16,26 +17,23 @@ class DirectionNames:
     Written when asked for: detectors name the few directions they report, and naming every
     direction of a part's thousands of connections cost more than their findings."""
 
-    def __init__(self, rows: ConnectionRows) -> None:
-        self._rows = rows
+    def __init__(self, connections: pd.DataFrame) -> None:
+        self._connections = connections
 
     def __getitem__(self, key: tuple[int, int]) -> tuple[str, str]:
         connection, direction = key
-        position, value = self._rows.position(connection), self._rows.value
-        client = endpoint(value("client_address", position), value("client_port", position))
-        server = endpoint(value("server_address", position), value("server_port", position))
-        if direction == 0:
-            return client, server
-        if direction == 1:
-            return server, client
-        raise KeyError(key)
+        if direction not in (0, 1):
+            raise KeyError(key)
+        senders, receivers = self.of(np.array([connection]), np.array([direction]))
+        return senders[0], receivers[0]
 
     def of(self, connection: np.ndarray, direction: np.ndarray) -> tuple[list[str], list[str]]:
         """The (senders, receivers) of many directions at once, column by column."""
-        client, server = ([endpoint(address, port) for address, port in
-                           zip(self._rows.column(f"{side}_address", connection),
-                               self._rows.column(f"{side}_port", connection))]
-                          for side in ("client", "server"))
+        connection = np.asarray(connection, dtype=np.int64)
+        client, server = ([endpoint(address, port) for address, port in zip(
+            by_connection(self._connections, f"{side}_address", connection).tolist(),
+            by_connection(self._connections, f"{side}_port", connection).tolist())]
+            for side in ("client", "server"))
         from_client = (np.asarray(direction) == 0).tolist()
         return ([c if first else s for c, s, first in zip(client, server, from_client)],
                 [s if first else c for c, s, first in zip(client, server, from_client)])

@@ -13,7 +13,6 @@ ports, the sender of the first packet is the client. Such connections are flagge
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -175,56 +174,3 @@ def direction_key(table: pd.DataFrame) -> np.ndarray:
     of direction groups everywhere), from a table's connection and direction columns."""
     return table["connection"].to_numpy().astype(np.int64) * 2 + table["direction"].to_numpy()
 
-
-class ConnectionRows:
-    """Rows of a connection table by id, each read when asked for: detectors ask for the few
-    connections they report, and making a row for each of a part's thousands of connections
-    cost more than their findings. A row's values are Python scalars, as `itertuples` gives."""
-
-    def __init__(self, connections: pd.DataFrame) -> None:
-        self._table = connections
-        ids = connections["id"].to_numpy()
-        self._position: dict[int, int] | None = (
-            None if _ids_are_positions(ids) else dict(zip(ids.tolist(), range(len(ids)))))
-        self._columns: dict[str, list[Any]] = {}
-
-    def __getitem__(self, connection: int) -> ConnectionRow:
-        return ConnectionRow(self, self.position(connection))
-
-    def position(self, connection: int) -> int:
-        """The connection's row number (KeyError for an id not in the table)."""
-        connection = int(connection)
-        if self._position is not None:
-            return self._position[connection]
-        if not 0 <= connection < len(self._table):
-            raise KeyError(connection)
-        return connection
-
-    def column(self, column: str, connection: np.ndarray) -> list[Any]:
-        """`column` of each connection id in `connection`, as Python values."""
-        return by_connection(self._table, column, np.asarray(connection, dtype=np.int64)).tolist()
-
-    def value(self, column: str, position: int) -> Any:
-        try:
-            return self._columns[column][position]
-        except KeyError:
-            self._columns[column] = self._table[column].tolist()
-            return self._columns[column][position]
-
-
-class ConnectionRow:
-    """One connection's values by attribute (`row.duration_s`), read from its table's columns."""
-
-    __slots__ = ("_rows", "_position")
-
-    def __init__(self, rows: ConnectionRows, position: int) -> None:
-        self._rows = rows
-        self._position = position
-
-    def __getattr__(self, column: str) -> Any:
-        if column.startswith("_"):
-            raise AttributeError(column)
-        try:
-            return self._rows.value(column, self._position)
-        except KeyError:
-            raise AttributeError(column) from None
