@@ -22,7 +22,7 @@ from nagledetect.flows.endpoints import EndpointPairs, packet_ports
 from nagledetect.flows.grouped import group_starts
 from nagledetect.flows.handshake import handshake_table
 from nagledetect.flows.roles import ROLES, assign_roles
-from nagledetect.flows.sequence import relative_numbers
+from nagledetect.flows.sequence import relative_ack, relative_sequence
 from nagledetect.flows.vantage import ack_lags_us, vantage_table
 from nagledetect.read.capture import DecodedColumns
 
@@ -216,16 +216,15 @@ def _classify_chunk(columns: dict[str, np.ndarray], rows: np.ndarray
     view = {name: columns[name][rows] for name in
             ("flags", "seq_raw", "ack_raw", "payload_bytes", "window_raw", "time_us")}
     base = _sequence_bases(view, group, starts, groups // 2)
+    view["rel_seq"] = relative_sequence(view["seq_raw"], starts, base[group[starts]])
     has_ack = (view["flags"] & FLAG_ACK) != 0
-    view["rel_seq"], view["rel_ack"] = relative_numbers(group, has_ack, view["seq_raw"],
-                                                        view["ack_raw"], base)
+    view["rel_ack"] = relative_ack(view["ack_raw"], has_ack, group, base[group ^ 1])
     del has_ack, base
     for name in ("rel_seq", "rel_ack"):
         columns[name][rows] = view[name]
-    columns["role"][rows] = assign_roles(group, rows, view)
+    columns["role"][rows] = assign_roles(view, starts, partial(_peer_values, view, rows, group))
     totals = _chunk_totals(view, group, starts)
-    totals["ack_lag_us"] = ack_lags_us(group, view["rel_seq"], view["rel_ack"],
-                                       view["payload_bytes"], view["time_us"], groups)
+    totals["ack_lag_us"] = ack_lags_us(view, group, groups)
     return first_connection * 2, totals
 
 
@@ -255,6 +254,24 @@ def _sequence_bases(view: dict[str, np.ndarray], group: np.ndarray, starts: np.n
     groups_with_syn, first_syn = np.unique(group[syn_rows], return_index=True)
     base[groups_with_syn] = view["seq_raw"][syn_rows[first_syn]]
     return base
+
+
+def _peer_values(view: dict[str, np.ndarray], rows: np.ndarray, group: np.ndarray,
+                 at: np.ndarray) -> dict[str, np.ndarray]:
+    """The window, sequence, payload and flags of the latest packet the peer sent before each
+    packet at `at` (positions in direction order), -1 where the peer has sent nothing yet.
+
+    `rows` are the packets' file positions (time order), `group` their direction groups
+    (connection * 2 + direction, ascending). Keyed by (group, file position), the packets are
+    in ascending order, so one binary search finds the last peer packet before each one.
+    """
+    span = np.int64(rows.max()) + 1
+    peer_group = group[at] ^ 1
+    found = np.searchsorted(group * span + rows, peer_group * span + rows[at], side="left") - 1
+    safe = np.maximum(found, 0)
+    sent = (found >= 0) & (group[safe] == peer_group)
+    return {name: np.where(sent, view[name][safe], -1).astype(np.int64)
+            for name in ("window_raw", "rel_seq", "payload_bytes", "flags")}
 
 
 def _scaled_window(columns: dict[str, np.ndarray], group: np.ndarray,

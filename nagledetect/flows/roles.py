@@ -11,10 +11,12 @@ window update (same ACK and sequence, new window). RST wins over everything.
 
 from __future__ import annotations
 
-import numba
+from collections.abc import Callable
+
 import numpy as np
 
 from nagledetect.flows.connections import FLAG_FIN, FLAG_RST, FLAG_SYN
+from nagledetect.flows.grouped import grouped_cummax, previous_in_group
 
 ROLES = (
     "data", "pure_ack", "window_update", "dup_ack", "retransmission", "out_of_order",
@@ -24,92 +26,66 @@ ROLE = {name: code for code, name in enumerate(ROLES)}
 OUT_OF_ORDER_WINDOW_US = 3_000
 NONE_YET = -(1 << 62)
 
-_DATA, _PURE_ACK, _WINDOW_UPDATE, _DUP_ACK, _RETRANSMISSION, _OUT_OF_ORDER, _KEEPALIVE, \
-    _ZERO_WINDOW_PROBE, _SYN, _FIN, _RST = range(len(ROLES))
+PeerAt = Callable[[np.ndarray], dict[str, np.ndarray]]
 
 
-def assign_roles(group: np.ndarray, file_row: np.ndarray, direction_view: dict[str, np.ndarray]
-                 ) -> np.ndarray:
-    """Role code per packet; inputs are in direction order (`group`: connection * 2 +
-    direction, ascending; time order within a group, `file_row` the packets' file positions).
+def assign_roles(direction_view: dict[str, np.ndarray], starts: np.ndarray,
+                 peer_at: PeerAt) -> np.ndarray:
+    """Role code per packet; inputs are in direction order (connection, direction, time).
 
-    A packet's role depends on its own direction's packets before it, and, for the few that
-    could be a zero-window probe or a duplicate ACK, on the peer's latest packet before it in
-    the file: found by a binary search in the peer's run of packets.
+    `peer_at(rows)` gives the other direction's latest `window_raw`, `rel_seq`,
+    `payload_bytes`, `flags` at those packets' times (-1 when it has sent nothing yet): asked
+    only for the few packets whose role depends on the peer (zero-window probe and duplicate
+    ACK candidates).
     """
-    view = direction_view
-    group_first = np.searchsorted(group, np.arange(int(group[-1]) + 3)) if len(group) else group
-    return _roles(group, file_row, group_first, view["flags"], view["payload_bytes"],
-                  view["rel_seq"], view["rel_ack"], view["window_raw"], view["time_us"])
+    flags = direction_view["flags"]
+    payload = direction_view["payload_bytes"].astype(np.int64)
+    seq = direction_view["rel_seq"]
+    ack = direction_view["rel_ack"]
+    window = direction_view["window_raw"].astype(np.int64)
+    end = seq + payload + ((flags & (FLAG_SYN | FLAG_FIN)) != 0)
+    max_end_before = previous_in_group(grouped_cummax(end, starts), starts, NONE_YET)
+    has_previous = ~starts
+    role = np.full(len(flags), ROLE["pure_ack"], dtype=np.uint8)
 
+    carries_data = payload > 0
+    fin_or_syn = (flags & (FLAG_FIN | FLAG_SYN)) != 0
+    keepalive = has_previous & (payload <= 1) & (seq == max_end_before - 1) & ~fin_or_syn
+    old_data = has_previous & (seq < max_end_before) & ~keepalive
+    same_ack = has_previous & (ack == previous_in_group(ack, starts, NONE_YET))
+    same_window = window == previous_in_group(window, starts, -1)
+    same_seq = seq == previous_in_group(seq, starts, NONE_YET)
+    bare = ~carries_data & ((flags & (FLAG_SYN | FLAG_FIN | FLAG_RST)) == 0)
+    probe_rows = np.flatnonzero((payload == 1) & (seq == max_end_before))
+    repeat_rows = np.flatnonzero(bare & same_ack & same_window & (window != 0))
+    peer = peer_at(np.concatenate((probe_rows, repeat_rows)))  # one search for both
+    probes = len(probe_rows)
+    into_zero_window = peer["window_raw"][:probes] == 0
+    answers_keepalive = ((peer["payload_bytes"][probes:] <= 1)
+                         & (ack[repeat_rows] == peer["rel_seq"][probes:] + 1)
+                         & ((peer["flags"][probes:] & (FLAG_SYN | FLAG_FIN)) == 0))
 
-@numba.njit(cache=True, nogil=True)
-def _latest_peer_packet(group, file_row, group_first, i):
-    """Index of the peer's latest packet before packet i in the file, -1 where there is none."""
-    peer = group[i] ^ 1
-    low = group_first[peer]
-    high = group_first[peer + 1]
-    while low < high:
-        middle = (low + high) // 2
-        if file_row[middle] < file_row[i]:
-            low = middle + 1
-        else:
-            high = middle
-    return low - 1 if low > group_first[peer] else -1
-
-
-@numba.njit(cache=True, nogil=True)
-def _roles(group, file_row, group_first, flags, payload_bytes, rel_seq, rel_ack, window_raw,
-           time_us):
-    role = np.empty(len(group), np.uint8)
-    max_end = NONE_YET
-    latest_advance = 0
-    for i in range(len(group)):
-        has_previous = i > 0 and group[i] == group[i - 1]
-        if not has_previous:
-            max_end = NONE_YET
-        flag = flags[i]
-        payload = np.int64(payload_bytes[i])
-        seq = rel_seq[i]
-        window = np.int64(window_raw[i])
-        fin_or_syn = (flag & (FLAG_FIN | FLAG_SYN)) != 0
-        end = seq + payload + (1 if fin_or_syn else 0)
-        carries_data = payload > 0
-        keepalive = has_previous and payload <= 1 and seq == max_end - 1 and not fin_or_syn
-        old_data = has_previous and seq < max_end and not keepalive
-        same_ack = has_previous and rel_ack[i] == rel_ack[i - 1]
-        same_window = has_previous and window == window_raw[i - 1]
-        same_seq = has_previous and seq == rel_seq[i - 1]
-        bare = not carries_data and (flag & (FLAG_SYN | FLAG_FIN | FLAG_RST)) == 0
-        code = _DATA if carries_data else _PURE_ACK
-        if bare and same_ack and same_seq and not same_window:
-            code = _WINDOW_UPDATE
-        if bare and same_ack and same_window and window != 0:
-            peer = _latest_peer_packet(group, file_row, group_first, i)
-            answers_keepalive = (peer >= 0 and payload_bytes[peer] <= 1
-                                 and rel_ack[i] == rel_seq[peer] + 1
-                                 and (flags[peer] & (FLAG_SYN | FLAG_FIN)) == 0)
-            if not answers_keepalive:
-                code = _DUP_ACK
-        if payload == 1 and seq == max_end:
-            peer = _latest_peer_packet(group, file_row, group_first, i)
-            if peer >= 0 and window_raw[peer] == 0:
-                code = _ZERO_WINDOW_PROBE
-        if not carries_data and (flag & FLAG_FIN) != 0:
-            code = _FIN
-        if (flag & FLAG_SYN) != 0:
-            code = _SYN
-        if (carries_data or fin_or_syn) and old_data:
-            code = _RETRANSMISSION
-        if end > max_end:
-            latest_advance = i
-        if (carries_data and old_data and end != max_end
-                and time_us[i] - time_us[latest_advance] < OUT_OF_ORDER_WINDOW_US):
-            code = _OUT_OF_ORDER
-        if keepalive:
-            code = _KEEPALIVE
-        if (flag & FLAG_RST) != 0:
-            code = _RST
-        role[i] = code
-        max_end = max(max_end, end)
+    role[carries_data] = ROLE["data"]
+    role[bare & same_ack & same_seq & ~same_window] = ROLE["window_update"]
+    role[repeat_rows[~answers_keepalive]] = ROLE["dup_ack"]
+    role[probe_rows[into_zero_window]] = ROLE["zero_window_probe"]
+    role[~carries_data & ((flags & FLAG_FIN) != 0)] = ROLE["fin"]
+    role[(flags & FLAG_SYN) != 0] = ROLE["syn"]
+    role[(carries_data | fin_or_syn) & old_data] = ROLE["retransmission"]
+    old_segments = np.flatnonzero(carries_data & old_data)
+    role[old_segments[_fills_hole(direction_view["time_us"], starts, end, max_end_before,
+                                  old_segments)]] = ROLE["out_of_order"]
+    role[keepalive] = ROLE["keepalive"]
+    role[(flags & FLAG_RST) != 0] = ROLE["rst"]
     return role
+
+
+def _fills_hole(time_us: np.ndarray, starts: np.ndarray, end: np.ndarray,
+                max_end_before: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """At `rows` (old data, never a group's first packet): does the segment fill a hole, i.e.
+    not end where the stream had got to, within OUT_OF_ORDER_WINDOW_US of the latest segment
+    of its group that advanced the stream (a group's first packet always advances it)."""
+    advancing = np.flatnonzero(end > max_end_before)
+    latest_advance = advancing[np.searchsorted(advancing, rows, side="right") - 1]
+    since_advance_us = time_us[rows] - time_us[latest_advance]
+    return (end[rows] != max_end_before[rows]) & (since_advance_us < OUT_OF_ORDER_WINDOW_US)

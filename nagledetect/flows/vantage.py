@@ -10,77 +10,45 @@ the tap: "client" or "server"; otherwise "middle".
 
 from __future__ import annotations
 
-import numba
 import numpy as np
 import pandas as pd
+
+from nagledetect.flows.grouped import group_starts
 
 NEAR_SIDE_SHARE = 1 / 3
 VALUE_SPAN = 1 << 40
 
 
-def ack_lags_us(group: np.ndarray, rel_seq: np.ndarray, rel_ack: np.ndarray,
-                payload: np.ndarray, time_us: np.ndarray, group_count: int) -> np.ndarray:
+def ack_lags_us(view: dict[str, np.ndarray], group: np.ndarray, group_count: int) -> np.ndarray:
     """Smallest data -> covering-ACK lag per direction group (-1 where none was seen).
 
-    The columns are in direction order; group g holds connection g // 2, direction g % 2, and
-    the ACKs for group g's data are in group g ^ 1. A data segment's covering ACK is the first
-    of the peer's ACKs whose running highest ACK reaches the segment's end (so one binary search
-    in the peer's running maxima finds it); a lag that would be negative is not counted.
+    `view` is in direction order; group g holds connection g // 2, direction g % 2, and the
+    ACKs for group g's data are in group g ^ 1. Cumulative ACKs are made monotone per group and
+    offset by group so one `searchsorted` serves every group at once.
     """
-    ack_rows, group_acks = _ack_rows_by_group(group, rel_ack, group_count)
-    running_ack = np.empty(len(ack_rows), dtype=np.int64)
-    return _smallest_lags(group, rel_seq, rel_ack, payload, time_us, ack_rows, group_acks,
-                          running_ack, group_count)
-
-
-def _ack_rows_by_group(group: np.ndarray, rel_ack: np.ndarray, group_count: int
-                       ) -> tuple[np.ndarray, np.ndarray]:
-    """Rows that carry an ACK, and where each group's run of them starts in that list."""
-    ack_rows = np.flatnonzero(rel_ack >= 0)
-    group_acks = np.searchsorted(group[ack_rows], np.arange(group_count + 1))
-    return ack_rows, group_acks
-
-
-@numba.njit(cache=True, nogil=True)
-def _smallest_lags(group, rel_seq, rel_ack, payload, time_us, ack_rows, group_acks,
-                   running_ack, group_count):
-    for g in range(group_count):
-        highest = -1
-        for k in range(group_acks[g], group_acks[g + 1]):
-            highest = max(highest, min(rel_ack[ack_rows[k]], VALUE_SPAN - 1))
-            running_ack[k] = highest
-    smallest = np.full(group_count, -1, np.int64)
-    hint = -1
-    hint_end = -1
-    for i in range(len(group)):
-        if i == 0 or group[i] != group[i - 1]:
-            hint = -1
-        if payload[i] <= 0:
-            continue
-        peer = group[i] ^ 1
-        end = min(max(rel_seq[i] + payload[i], 0), VALUE_SPAN - 1)
-        low = group_acks[peer]
-        high = group_acks[peer + 1]
-        if hint >= 0 and end >= hint_end:
-            low = hint
-            step = 1
-            while low + step < high and running_ack[low + step] < end:
-                low += step
-                step *= 2
-            high = min(high, low + step + 1)
-        while low < high:
-            middle = (low + high) // 2
-            if running_ack[middle] < end:
-                low = middle + 1
-            else:
-                high = middle
-        hint = low
-        hint_end = end
-        if low == group_acks[peer + 1]:
-            continue
-        lag = time_us[ack_rows[low]] - time_us[i]
-        if lag >= 0 and (smallest[group[i]] < 0 or lag < smallest[group[i]]):
-            smallest[group[i]] = lag
+    group = group.astype(np.int64)
+    ack = view["rel_ack"]
+    ack_rows = np.flatnonzero(ack >= 0)
+    ack_group = group[ack_rows]
+    key = ack_group * VALUE_SPAN + np.clip(ack[ack_rows], 0, VALUE_SPAN - 1)
+    key = np.maximum.accumulate(key)
+    data_rows = np.flatnonzero(view["payload_bytes"] > 0)
+    data_group = group[data_rows]
+    data_end = view["rel_seq"][data_rows] + view["payload_bytes"][data_rows].astype(np.int64)
+    peer = data_group ^ 1
+    wanted = peer * VALUE_SPAN + np.clip(data_end, 0, VALUE_SPAN - 1)
+    found = np.searchsorted(key, wanted, side="left")
+    valid = found < len(key)
+    found = np.minimum(found, max(len(key) - 1, 0))
+    if len(key):
+        valid &= ack_group[found] == peer
+    lag = view["time_us"][ack_rows[found]] - view["time_us"][data_rows] if len(key) else found
+    valid &= lag >= 0
+    smallest = np.full(group_count, -1, dtype=np.int64)
+    if valid.any():
+        lag_group = data_group[valid]  # ascending: the view is in direction order
+        first = np.flatnonzero(group_starts(lag_group))
+        smallest[lag_group[first]] = np.minimum.reduceat(lag[valid], first)
     return smallest
 
 
