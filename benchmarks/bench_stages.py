@@ -1,0 +1,174 @@
+"""Where the time of `analyze --format json` goes on a large capture: each stage's wall and CPU
+time, and each step's share of a part's CPU.
+
+    python3 benchmarks/bench_stages.py --capture /tmp/mix10.pcap
+    python3 benchmarks/bench_stages.py --capture /tmp/mix10.pcap --part-steps 6
+
+The first runs the analysis the way the CLI does (parts on `--workers` processes, then the JSON
+document to /dev/null) and prints, per stage, its wall time, the main process's CPU and its
+workers' CPU. The stages are: routing (reading, decoding and writing the part files), the parts,
+the host step with ranking, and the document.
+
+The second routes the capture, then runs its first N parts one after another in this process
+(after one part to warm up, not counted) and prints the CPU of each step of a part: reading
+the part file, building connections, data segments, messages, delayed-ACK samples, each
+detector, the parity table, pickling findings and bucketing hosts.
+
+Both wrap the functions that run the stages and steps, looked up by name where they are
+called (`nagledetect.parts`, `nagledetect.pipeline`, the detector modules), so they time the
+code as it is, not a copy of it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import resource
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from nagledetect import parts, pipeline
+from nagledetect.analysis import analyze_capture
+from nagledetect.detectors import CONNECTION_DETECTORS, segment_parity
+from nagledetect.read.capture import decoded_batches
+from nagledetect.report.document import build_document, write_json
+
+
+def _cpu_s(who: int) -> float:
+    usage = resource.getrusage(who)
+    return usage.ru_utime + usage.ru_stime
+
+
+class StageClock:
+    """Wall time, main-process CPU and worker CPU of each stage, in the order they ran."""
+
+    def __init__(self) -> None:
+        self.rows: list[tuple[str, float, float, float]] = []
+
+    def measure(self, name: str, run: Callable[[], Any]) -> Any:
+        wall, main, workers = self._now()
+        result = run()
+        self._add(name, wall, main, workers)
+        return result
+
+    def measure_generator(self, name: str, items: Iterator[Any]) -> Iterator[Any]:
+        wall, main, workers = self._now()
+        yield from items
+        self._add(name, wall, main, workers)
+
+    @staticmethod
+    def _now() -> tuple[float, float, float]:
+        return time.perf_counter(), _cpu_s(resource.RUSAGE_SELF), _cpu_s(resource.RUSAGE_CHILDREN)
+
+    def _add(self, name: str, wall: float, main: float, workers: float) -> None:
+        now = self._now()
+        self.rows.append((name, now[0] - wall, now[1] - main, now[2] - workers))
+
+
+def stage_times(path: str, workers: int) -> StageClock:
+    """Run the whole analysis and its document, timing each stage."""
+    clock = StageClock()
+    route, in_parallel = parts.PartitionedPackets.add, parts._parts_in_parallel
+    host_step = parts._Collected.analysis
+    parts.PartitionedPackets.add = (  # type: ignore[method-assign]
+        lambda self, batches: clock.measure("routing", lambda: route(self, batches)))
+    parts._parts_in_parallel = (
+        lambda *args: clock.measure_generator("parts", in_parallel(*args)))
+    parts._Collected.analysis = (  # type: ignore[method-assign]
+        lambda self, *args: clock.measure("host step and ranking", lambda: host_step(self, *args)))
+    try:
+        analysis = analyze_capture(path, workers=workers)
+    finally:
+        parts.PartitionedPackets.add = route  # type: ignore[method-assign]
+        parts._parts_in_parallel = in_parallel
+        parts._Collected.analysis = host_step  # type: ignore[method-assign]
+    with open(os.devnull, "wb") as sink:
+        clock.measure("document", lambda: write_json(build_document([analysis]), sink, workers))
+    return clock
+
+
+STEPS: list[tuple[Any, str, str]] = [
+    (parts, "load_part", "read the part file"),
+    (parts, "build_flows", "build connections"),
+    (parts, "pickle_findings", "pickle findings"),
+    (parts, "host_buckets", "bucket hosts"),
+    (pipeline, "data_segments", "data segments"),
+    (pipeline, "number_messages", "messages"),
+    (pipeline, "messages", "messages"),
+    (pipeline, "delack_samples", "delayed-ACK samples"),
+    (segment_parity, "parity_table", "parity table"),
+    *((detector, "detect", f"detector {detector.__name__.rsplit('.', 1)[-1]}")
+      for detector in CONNECTION_DETECTORS),
+]
+
+
+def part_step_times(path: str, count: int) -> tuple[Counter, int]:
+    """CPU seconds of each step over the first `count` parts (after one to warm up)."""
+    spent: Counter = Counter()
+    inner: list[float] = []
+    originals = [(module, name, getattr(module, name)) for module, name, _ in STEPS]
+    for (module, name, original), (_, _, label) in zip(originals, STEPS):
+        setattr(module, name, _timed(original, label, spent, inner))
+    part_count = min(parts.MAX_PARTS, max(1, math.ceil(os.path.getsize(path) / parts.PART_BYTES)))
+    routed = parts.PartitionedPackets(part_count)
+    try:
+        _, batches = decoded_batches(path)
+        routed.add(batches)
+        files = routed.part_files()
+        parts.part_result(files[0], 1)
+        spent.clear()
+        for files_of_part in files[1:count + 1]:
+            parts.part_result(files_of_part, 1)
+    finally:
+        routed.close()
+        for module, name, original in originals:
+            setattr(module, name, original)
+    return spent, min(count, len(files) - 1)
+
+
+def _timed(function: Callable[..., Any], label: str, spent: Counter,
+           inner: list[float]) -> Callable[..., Any]:
+    """`function`, adding its own CPU time to `spent[label]`: the time of timed steps it calls
+    (the parity table inside the parity detector) counts for them, not twice (`inner` holds the
+    time of the timed calls inside each call under way)."""
+    def timed(*args: Any, **kwargs: Any) -> Any:
+        start = time.process_time()
+        inner.append(0.0)
+        try:
+            return function(*args, **kwargs)
+        finally:
+            elapsed = time.process_time() - start
+            spent[label] += elapsed - inner.pop()
+            if inner:
+                inner[-1] += elapsed
+    return timed
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--capture", type=Path, required=True)
+    parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--part-steps", type=int, metavar="N",
+                        help="time the steps of N parts in this process instead of the stages")
+    arguments = parser.parse_args()
+    if arguments.part_steps:
+        spent, timed_parts = part_step_times(str(arguments.capture), arguments.part_steps)
+        total = sum(spent.values())
+        print(f"{timed_parts} parts, {total:.3f} s of CPU ({total / max(timed_parts, 1):.3f} s a part)")
+        for label, seconds in spent.most_common():
+            print(f"  {label:40} {seconds:7.3f} s {100 * seconds / total:5.1f} %")
+        return
+    clock = stage_times(str(arguments.capture), arguments.workers)
+    print(f"{'stage':24} {'wall s':>7} {'main CPU s':>11} {'workers CPU s':>14}")
+    for name, wall, main_cpu, workers_cpu in clock.rows:
+        print(f"{name:24} {wall:7.2f} {main_cpu:11.2f} {workers_cpu:14.2f}")
+    print(f"{'all':24} {sum(r[1] for r in clock.rows):7.2f} {sum(r[2] for r in clock.rows):11.2f} "
+          f"{sum(r[3] for r in clock.rows):14.2f}")
+
+
+if __name__ == "__main__":
+    main()
