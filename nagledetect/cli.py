@@ -10,7 +10,7 @@ import json
 import os
 import sys
 import tempfile
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from pathlib import Path
 
 import click
@@ -20,7 +20,7 @@ from nagledetect.analysis import Analysis, analyze_capture
 from nagledetect.errors import InputError
 from nagledetect.gate import budgets_from, evaluate, load_config
 from nagledetect.lab.cli import lab
-from nagledetect.progress import ReadProgress
+from nagledetect.progress import ProgressLine
 from nagledetect.report.ci import github_annotations, junit_xml, summary_lines
 from nagledetect.report.document import SCHEMA, build_document, write_json
 from nagledetect.report.html import render_html
@@ -36,6 +36,8 @@ DASK_CONNECT_TIMEOUT_S = 30
 EXIT_BUDGET_EXCEEDED = 1
 REPORT_MODE = 0o644
 EXIT_INPUT_ERROR = 2
+PROGRESS_TICK_S = 0.5
+"""How often a parallel run's progress line is drawn again while no capture finishes."""
 
 
 class _DefaultToAnalyze(click.Group):
@@ -112,16 +114,17 @@ def _analyze_all(captures: tuple[str, ...], bpf_filter: str | None, jobs: int | 
     default) or on a Dask cluster; results come back in the order given, each identical to a
     single-file run."""
     workers = min(jobs or os.cpu_count() or 1, len(captures))
-    if dask_address:
-        analyses = _analyze_on_dask(captures, bpf_filter, dask_address, keep_tables)
-    elif workers <= 1:
-        part_workers = jobs or os.cpu_count() or 1
-        analyses = [_analyze_or_exit(path, bpf_filter, keep_tables, part_workers)
-                    for path in captures]
-    else:
-        with ProcessPoolExecutor(max_workers=workers) as pool:
-            analyses = list(pool.map(_analyze_or_exit, captures, [bpf_filter] * len(captures),
-                                     [keep_tables] * len(captures)))
+    try:
+        if dask_address:
+            analyses = _analyze_on_dask(captures, bpf_filter, dask_address, keep_tables)
+        elif workers <= 1:
+            part_workers = jobs or os.cpu_count() or 1
+            analyses = [_analyze_one(path, bpf_filter, keep_tables, part_workers)
+                        for path in captures]
+        else:
+            analyses = _analyze_in_processes(captures, bpf_filter, keep_tables, workers)
+    except InputError as error:
+        _fail(str(error))
     for path, analysis in zip(captures, analyses):
         for warning in analysis.capture.accounting.warnings:
             click.echo(f"nagledetect: warning: {path}: {warning}", err=True)
@@ -172,7 +175,7 @@ def _analyze_on_dask(captures: tuple[str, ...], bpf_filter: str | None, address:
         _fail("--dask needs the distributed package: pip install 'nagledetect[dask]'")
     try:
         with Client(address, timeout=DASK_CONNECT_TIMEOUT_S) as client:
-            futures = client.map(_analyze_or_exit, list(captures), [bpf_filter] * len(captures),
+            futures = client.map(_analyze_one, list(captures), [bpf_filter] * len(captures),
                                  [keep_tables] * len(captures), pure=False)
             return client.gather(futures)
     except OSError as error:
@@ -248,18 +251,40 @@ def _read_baseline(path: Path) -> dict:
     return document
 
 
-def _analyze_or_exit(path: str, bpf_filter: str | None, keep_tables: bool = False,
-                     workers: int = 1) -> Analysis:
-    """Load and analyse one capture; any failure is one line on stderr and exit status 2."""
-    progress = ReadProgress(path)
+def _analyze_in_processes(captures: tuple[str, ...], bpf_filter: str | None, keep_tables: bool,
+                          workers: int) -> list[Analysis]:
+    """One process per capture, `workers` at a time. The workers draw no progress line of their
+    own (several would fight over one line): this process counts the captures done."""
+    with ProcessPoolExecutor(max_workers=workers) as pool:
+        futures = [pool.submit(_analyze_one, path, bpf_filter, keep_tables, 1, False)
+                   for path in captures]
+        progress = ProgressLine(f"{len(captures)} captures")
+        pending = set(futures)
+        try:
+            progress.stage("analysed", 0, len(futures))
+            while pending:
+                _, pending = wait(pending, timeout=PROGRESS_TICK_S, return_when=FIRST_COMPLETED)
+                progress.stage("analysed", len(futures) - len(pending), len(futures))
+        finally:
+            progress.done()
+        return [future.result() for future in futures]
+
+
+def _analyze_one(path: str, bpf_filter: str | None, keep_tables: bool = False,
+                 workers: int = 1, show_progress: bool = True) -> Analysis:
+    """Load and analyse one capture. Every way it can fail is raised as one line's InputError,
+    so that a worker process or a Dask worker hands it back rather than exiting."""
+    progress = ProgressLine(path, quiet=not show_progress)
     try:
-        return analyze_capture(path, bpf_filter, progress, keep_tables, workers=workers)
-    except InputError as error:
-        _fail(str(error))
+        return analyze_capture(path, bpf_filter, progress, keep_tables, workers=workers,
+                               stages=progress.stage)
+    except InputError:
+        raise
     except MemoryError:
-        _fail(f"{path}: out of memory while analysing")
+        raise InputError(f"{path}: out of memory while analysing") from None
     except Exception as error:  # noqa: BLE001 - the promise is one line, never a traceback
-        _fail(f"{path}: cannot analyse ({type(error).__name__}: {error}); please report this")
+        raise InputError(f"{path}: cannot analyse ({type(error).__name__}: {error}); "
+                         "please report this") from None
     finally:
         progress.done()
 

@@ -65,6 +65,10 @@ MAX_PARTS = 400
 PARTS_PER_HOST_BUCKET = 4
 """A host bucket holds about as many samples as this many parts yield, over the number of
 workers: buckets run that many at a time, so the memory in flight stays the same."""
+PARTS_STAGE = "parts analysed"
+HOST_STAGE = "host buckets fingerprinted"
+StageCallback = Callable[[str, int, int], None]
+"""Told how a stage after the read gets on: its name, the units done, the units in all."""
 SAMPLE_ROW = np.dtype([("part", "<i4"), ("connection", "<i8"), ("direction", "i1"),
                        ("ack_time_s", "<f8"), ("hold_ms", "<f8"), ("delayed", "?")])
 """A delayed-ACK sample as spilled: its receiving host is the connection's server for
@@ -84,9 +88,11 @@ class PartResult:
 
 
 def analyze_in_parts(path: str, bpf_filter: str | None, progress: ProgressCallback | None,
-                     parts: int, workers: int) -> Analysis:
+                     parts: int, workers: int, stages: StageCallback | None = None) -> Analysis:
     """Route the capture into `parts` part files, analyse them (`workers` processes at once),
-    then run the host step and rank the findings."""
+    then run the host step and rank the findings. `progress` hears how the read gets on,
+    `stages` how the parts and the host step do."""
+    stages = stages or _no_stages
     accounting, batches = decoded_batches(path, bpf_filter, progress)
     partitioned = PartitionedPackets(parts)
     collected = _Collected(max(1, parts * max(1, workers) // PARTS_PER_HOST_BUCKET), workers)
@@ -98,14 +104,20 @@ def analyze_in_parts(path: str, bpf_filter: str | None, progress: ProgressCallba
         else:
             results = ((index, part_result(part, collected.buckets))
                        for index, part in enumerate(files))
-        for index, result in results:
+        stages(PARTS_STAGE, 0, len(files))
+        for done, (index, result) in enumerate(results, start=1):
             collected.add(index, result)
+            stages(PARTS_STAGE, done, len(files))
     finally:
         partitioned.close()
     if not collected.connections:
         return run_detectors(without_packets(path, accounting, None))
     with collector_paused():
-        return collected.analysis(path, accounting)
+        return collected.analysis(path, accounting, stages)
+
+
+def _no_stages(name: str, done: int, total: int) -> None:
+    """Where nobody is told how the stages get on."""
 
 
 def _parts_in_parallel(files: list[tuple[str, str, np.dtype]], buckets: int,
@@ -231,7 +243,7 @@ class _Collected:
             self.sample_blocks[bucket_index].append((self.spill.append([block.tobytes()]),
                                                      len(block)))
 
-    def analysis(self, path: str, accounting: Accounting) -> Analysis:
+    def analysis(self, path: str, accounting: Accounting, stages: StageCallback) -> Analysis:
         connections, global_id, part_offset = self._numbered_connections()
         columns = _FindingColumns()
         for index in sorted(self.findings):
@@ -242,7 +254,7 @@ class _Collected:
                   for index, table in sorted(self.parity.items())]
         host_step = _HostStep(self, global_id, part_offset, connections,
                               _stall_seconds_reader(self.spill, columns))
-        hosts, timers = host_step.run(self.workers)
+        hosts, timers = host_step.run(self.workers, stages)
         self._add_phase_findings(columns, host_step.phase_findings)
         parity_table = (pd.concat(parity).sort_values(PARITY_KEYS, ignore_index=True)
                         if parity else pd.DataFrame())
@@ -295,13 +307,16 @@ class _HostStep:
         self._stall_seconds = stall_seconds
         self.phase_findings: list[Finding] = []
 
-    def run(self, workers: int) -> tuple[StoredHosts, _HostTimers]:
+    def run(self, workers: int, stages: StageCallback) -> tuple[StoredHosts, _HostTimers]:
         """Every bucket, in `workers` forked processes when there are several (results taken in
         bucket order, so the outcome does not depend on them)."""
         columns = HostColumns(self._collected.spill)
         addresses: list[str] = []
         timers: list[float | None] = []
-        for found in _forked_map(self.bucket_hosts, range(self._collected.buckets), workers):
+        buckets = self._collected.buckets
+        for done, found in enumerate(_forked_map(self.bucket_hosts, range(buckets), workers),
+                                     start=1):
+            stages(HOST_STAGE, done, buckets)
             addresses += found.rows.columns["address"]
             timers += found.timers_ms
             self.phase_findings += found.phase_findings

@@ -1,11 +1,19 @@
-"""The progress line: shown on a terminal for long reads, never on a pipe."""
+"""The progress line: shown on a terminal for long runs (the read, then the parts, the host
+step and the captures of a parallel run), never on a pipe, and drawn by one process only."""
 
 from __future__ import annotations
 
 import io
+import os
+import re
+import sys
+
+import pytest
 
 from nagledetect import load_capture
-from nagledetect.progress import ReadProgress
+from nagledetect.analysis import analyze_capture
+from nagledetect.cli import _analyze_in_processes
+from nagledetect.progress import ProgressLine
 from tests.conftest import SAMPLE_TRACES
 
 
@@ -14,12 +22,21 @@ class _Terminal(io.StringIO):
         return True
 
 
-def test_progress_reports_packets_and_clears_itself(monkeypatch) -> None:
-    path = str(SAMPLE_TRACES / "mixed.pcap")
-    terminal = _Terminal()
-    progress = ReadProgress(path, terminal)
+@pytest.fixture
+def draw_at_once(monkeypatch) -> None:
+    """Draw from the first call and at every call (a short run is otherwise silent)."""
     monkeypatch.setattr("nagledetect.progress.QUIET_BELOW_S", 0.0)
     monkeypatch.setattr("nagledetect.progress.MIN_INTERVAL_S", 0.0)
+
+
+def _lines(text: str) -> list[str]:
+    return [line.strip() for line in text.split("\r") if line.strip()]
+
+
+def test_progress_reports_packets_and_clears_itself(draw_at_once) -> None:
+    path = str(SAMPLE_TRACES / "mixed.pcap")
+    terminal = _Terminal()
+    progress = ProgressLine(path, terminal)
     capture = load_capture(path, progress=progress)
     progress.done()
     text = terminal.getvalue()
@@ -27,9 +44,46 @@ def test_progress_reports_packets_and_clears_itself(monkeypatch) -> None:
     assert text.endswith("\r")
 
 
-def test_progress_is_silent_off_a_terminal() -> None:
-    pipe = io.StringIO()
-    progress = ReadProgress(str(SAMPLE_TRACES / "mixed.pcap"), pipe)
-    progress(10, 1000)
+def test_progress_is_silent_off_a_terminal_and_when_quiet(draw_at_once) -> None:
+    pipe, terminal = io.StringIO(), _Terminal()
+    for progress in (ProgressLine(str(SAMPLE_TRACES / "mixed.pcap"), pipe),
+                     ProgressLine(str(SAMPLE_TRACES / "mixed.pcap"), terminal, quiet=True)):
+        progress(10, 1000)
+        progress.stage("parts analysed", 1, 2)
+        progress.done()
+    assert pipe.getvalue() == "" and terminal.getvalue() == ""
+
+
+def test_a_capture_in_parts_shows_its_parts_and_host_step(draw_at_once) -> None:
+    """After the read, the line counts the parts analysed up to all of them, then the host
+    step's buckets (mixed.pcap forced into 8 parts: its 8 connections spread over them)."""
+    path = str(SAMPLE_TRACES / "mixed.pcap")
+    terminal = _Terminal()
+    progress = ProgressLine(path, terminal)
+    analyze_capture(path, progress=progress, part_bytes=os.path.getsize(path) // 8 + 1,
+                    stages=progress.stage)
     progress.done()
-    assert pipe.getvalue() == ""
+    lines = _lines(terminal.getvalue())
+    parts = [tuple(map(int, found.groups())) for line in lines
+             if (found := re.search(r"parts analysed (\d+) of (\d+)", line))]
+    assert parts[0][0] == 0 and parts[-1][0] == parts[-1][1] >= 2
+    assert [done for done, _ in parts] == list(range(parts[-1][1] + 1))
+    assert any("host buckets fingerprinted" in line for line in lines)
+    assert lines.index(next(line for line in lines if "packets" in line)) < lines.index(
+        next(line for line in lines if "parts analysed" in line))
+
+
+def test_a_parallel_run_counts_captures_in_one_line(draw_at_once, monkeypatch) -> None:
+    """With several captures in worker processes, this process draws the only line: how many
+    captures are done (the workers are quiet, which the test above checks)."""
+    terminal = _Terminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    paths = tuple(str(SAMPLE_TRACES / name) for name in
+                  ("mixed.pcap", "trap-rpc.pcap", "seed003-nagle.pcap"))
+    analyses = _analyze_in_processes(paths, None, False, 2)
+    assert [analysis.capture.path for analysis in analyses] == list(paths)
+    lines = _lines(terminal.getvalue())
+    done = [int(re.fullmatch(r"3 captures: analysed (\d) of 3(, ETA \d+ s)?", line).group(1))
+            for line in lines]
+    assert done[0] == 0 and done[-1] == 3 and done == sorted(done)
+    assert all(("ETA" in line) == (count > 0) for line, count in zip(lines, done))
