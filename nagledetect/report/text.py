@@ -72,6 +72,12 @@ def _duration(seconds: float) -> str:
     return f"{seconds * 1000:.1f} ms" if seconds < 1 else f"{seconds:.3f} s"
 
 
+def _reaction(milliseconds: float) -> str:
+    """How soon the held data left after the ACK: microseconds when the sender sits by the tap
+    (tens of them), milliseconds when the tap is a round trip away from it."""
+    return f"{milliseconds * 1000:.0f} us" if milliseconds < 1 else f"{milliseconds:.1f} ms"
+
+
 def _headline(document: dict[str, Any]) -> str:
     stalls = [f for f in document["findings"] if f["kind"] == "nagle-delack-stall"]
     count = sum(f["count"] for f in stalls)
@@ -95,7 +101,7 @@ def _evidence(finding: dict[str, Any], verbose: bool) -> list[str]:
             continue
         ack = (f" (+{event['ack_delay_ms']:.1f} ms hold)" if event.get("ack_delay_ms") is not None
                else "")
-        reaction = (f" (+{event['reaction_ms'] * 1000:.0f} us)"
+        reaction = (f" (+{_reaction(event['reaction_ms'])})"
                     if event.get("reaction_ms") is not None else "")
         lines.append(f"       frame {event['last_data_frame']} last data -> frame "
                      f"{event['delayed_ack_frame']} ACK{ack} -> frame {event['released_frame']} "

@@ -1,0 +1,32 @@
+"""Evidence lines of the text report: the delay between the ACK and the released data reads in
+the unit that fits it.
+
+Values checked by hand in tshark (`-T fields -e frame.number -e frame.time_relative`):
+seed003-nagle.pcap frame 51 (ACK) at 0.420045 s, frame 52 (released) at 0.420079 s: 34 us;
+zeek/ftp__cwd-navigation.pcap frame 41 (data) at 0.936450 s, frame 42 (ACK) at 1.135047 s,
+frame 43 at 1.223844 s: 88.797 ms (the tap is a round trip from that sender), and a stall of
+287.394 ms from frame 41 to frame 43.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from tests.conftest import SAMPLE_TRACES, corpus_file
+
+
+def _text(path: str) -> str:
+    return subprocess.run([sys.executable, "-m", "nagledetect", "--verbose", path],
+                          capture_output=True, text=True, check=True).stdout
+
+
+def test_reaction_near_the_sender_reads_in_microseconds() -> None:
+    text = _text(str(SAMPLE_TRACES / "seed003-nagle.pcap"))
+    assert "frame 50 last data -> frame 51 ACK (+41.5 ms hold) -> frame 52 released (+34 us)" in text
+
+
+def test_reaction_a_round_trip_away_reads_in_milliseconds() -> None:
+    text = _text(str(corpus_file("zeek/ftp__cwd-navigation.pcap")))
+    assert "frame 41 last data -> frame 42 ACK" in text
+    assert "-> frame 43 released (+88.8 ms): stall 287.4 ms" in text
