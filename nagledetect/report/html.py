@@ -15,7 +15,7 @@ import plotly.graph_objects as go
 from plotly.offline import get_plotlyjs
 
 from nagledetect.analysis import Analysis
-from nagledetect.report.text import KIND_TITLES
+from nagledetect.report.text import KIND_TITLES, capped_findings
 
 MAX_POINTS = 20_000
 WORST_CONNECTIONS = 3
@@ -223,11 +223,12 @@ def _parity(document: dict[str, Any]) -> str:
 
 def _findings(document: dict[str, Any], notes: list[str]) -> str:
     parts = []
-    shown = document["findings"][:MAX_FINDINGS_SHOWN]
+    shown, *_ = capped_findings(document["findings"], MAX_FINDINGS_SHOWN)
     if len(document["findings"]) > len(shown):
-        notes.append(f"findings: the {MAX_FINDINGS_SHOWN} costliest of "
-                     f"{len(document['findings']):,} are listed (all are in the JSON output)")
-    for rank, finding in enumerate(shown, start=1):
+        notes.append(f"findings: {len(shown)} of {len(document['findings']):,} are listed, the "
+                     "Nagle-related ones that cost time first, then the costliest others (all "
+                     "are in the JSON output)")
+    for rank, finding in shown:
         title = KIND_TITLES.get(finding["kind"], finding["kind"])
         evidence = ", ".join(f"{e['last_data_frame']} &rarr; {e['delayed_ack_frame']} &rarr; "
                              f"{e['released_frame']}" for e in finding["events"][:3])

@@ -7,9 +7,12 @@ It renders the result document only; every number here is also in the JSON.
 from __future__ import annotations
 
 import itertools
+from collections.abc import Iterable
 from typing import Any
 
 import click
+
+from nagledetect.detectors.other_stalls import CAUSES as NOT_NAGLE_KINDS
 
 KIND_TITLES = {
     "nagle-delack-stall": "Nagle / delayed-ACK stall",
@@ -58,6 +61,39 @@ def _capped(rows: list, limit: int, verbose: bool, noun: str) -> tuple[list, lis
     if verbose or len(rows) <= limit:
         return rows, []
     return rows[:limit], [_left_out_line(len(rows) - limit, noun)]
+
+
+def capped_findings(findings: Iterable[dict[str, Any]], limit: int
+                    ) -> tuple[list[tuple[int, dict[str, Any]]], int, int]:
+    """The findings a list of `limit` shows, as (rank, finding) in rank order, and how many
+    Nagle-related and how many other findings it leaves out.
+
+    The Nagle-related findings that cost time come first, the costliest up to the limit; the
+    rest (gaps not caused by Nagle, and findings that add no time, such as stop-and-wait) fill
+    the slots left by rank. The headline counts the stalls, so they must not drop out of sight
+    below a list of idle gaps that cost more time."""
+    first: list[tuple[int, dict[str, Any]]] = []
+    rest: list[tuple[int, dict[str, Any]]] = []
+    totals = {True: 0, False: 0}
+    for rank, finding in enumerate(findings, start=1):
+        nagle = finding["kind"] not in NOT_NAGLE_KINDS
+        totals[nagle] += 1
+        kept = first if nagle and finding["time_lost_s"] > 0 else rest
+        if len(kept) < limit:
+            kept.append((rank, finding))
+    shown = sorted(first + rest[:limit - len(first)], key=lambda ranked: ranked[0])
+    shown_nagle = sum(finding["kind"] not in NOT_NAGLE_KINDS for _, finding in shown)
+    return shown, totals[True] - shown_nagle, totals[False] - (len(shown) - shown_nagle)
+
+
+def _findings_left_out_line(nagle: int, others: int) -> list[str]:
+    kinds = [f"{count} {kind}" for count, kind in ((nagle, "Nagle-related, each costing less "
+                                                            "time than those above"),
+                                                   (others, "not caused by Nagle")) if count]
+    if not kinds:
+        return []
+    return [f"  ... and {nagle + others} more findings ({'; '.join(kinds)}; --verbose lists them "
+            f"all; --format json has every one)"]
 
 
 def _left_out_line(count: int, noun: str) -> str:
@@ -265,9 +301,12 @@ def render_text(document: dict[str, Any], verbose: bool = False, colour: bool = 
     lines = [style.heading(_headline(document)), ""]
     if document["findings"]:
         lines.append(style.heading("DIAGNOSIS (ranked by time lost)"))
-        shown, left_out = _capped(document["findings"], FINDINGS_SHOWN, verbose,
-                                  "findings, each costing less time")
-        for rank, finding in enumerate(shown, start=1):
+        if verbose:
+            shown, left_out = list(enumerate(document["findings"], start=1)), []
+        else:
+            shown, *hidden = capped_findings(document["findings"], FINDINGS_SHOWN)
+            left_out = _findings_left_out_line(*hidden)
+        for rank, finding in shown:
             lines += _finding_lines(rank, finding, document, verbose, style) + [""]
         lines += left_out + ([""] if left_out else [])
     lines += _how_to_fix(document, style)
