@@ -7,7 +7,7 @@ It renders the result document only; every number here is also in the JSON.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import click
@@ -86,6 +86,16 @@ def capped_findings(findings: Iterable[dict[str, Any]], limit: int
     return shown, totals[True] - shown_nagle, totals[False] - (len(shown) - shown_nagle)
 
 
+def _noting_stalls(findings: Iterable[dict[str, Any]], stalls: list[dict[str, Any]]
+                   ) -> Iterator[dict[str, Any]]:
+    """The findings, each Nagle/delayed-ACK stall also put in `stalls` for the headline: the
+    findings of a large capture are read from disk once, not once for each."""
+    for finding in findings:
+        if finding["kind"] == "nagle-delack-stall":
+            stalls.append(finding)
+        yield finding
+
+
 def _findings_left_out_line(nagle: int, others: int) -> list[str]:
     kinds = [f"{count} {kind}" for count, kind in ((nagle, "Nagle-related, each costing less "
                                                             "time than those above"),
@@ -114,8 +124,7 @@ def _reaction(milliseconds: float) -> str:
     return f"{milliseconds * 1000:.0f} us" if milliseconds < 1 else f"{milliseconds:.1f} ms"
 
 
-def _headline(document: dict[str, Any]) -> str:
-    stalls = [f for f in document["findings"] if f["kind"] == "nagle-delack-stall"]
+def _headline(document: dict[str, Any], stalls: list[dict[str, Any]]) -> str:
     count = sum(f["count"] for f in stalls)
     lost = sum(f["time_lost_s"] for f in stalls)
     captures = len(document["captures"])
@@ -298,14 +307,16 @@ def _accounting(document: dict[str, Any], style: _Style) -> list[str]:
 def render_text(document: dict[str, Any], verbose: bool = False, colour: bool = False) -> str:
     """The whole text report for a document built by `build_document`."""
     style = _Style(colour)
-    lines = [style.heading(_headline(document)), ""]
-    if document["findings"]:
+    stalls: list[dict[str, Any]] = []
+    findings = _noting_stalls(document["findings"], stalls)
+    if verbose:
+        shown, left_out = list(enumerate(findings, start=1)), []
+    else:
+        shown, *hidden = capped_findings(findings, FINDINGS_SHOWN)
+        left_out = _findings_left_out_line(*hidden)
+    lines = [style.heading(_headline(document, stalls)), ""]
+    if shown:
         lines.append(style.heading("DIAGNOSIS (ranked by time lost)"))
-        if verbose:
-            shown, left_out = list(enumerate(document["findings"], start=1)), []
-        else:
-            shown, *hidden = capped_findings(document["findings"], FINDINGS_SHOWN)
-            left_out = _findings_left_out_line(*hidden)
         for rank, finding in shown:
             lines += _finding_lines(rank, finding, document, verbose, style) + [""]
         lines += left_out + ([""] if left_out else [])
