@@ -9,17 +9,13 @@ packet before it, what was outstanding, and whether the peer sent data in betwee
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import pandas as pd
 
 from nagledetect.flows.connections import by_connection
-from nagledetect.flows.grouped import (
-    group_starts,
-    grouped_cummax,
-    grouped_cumsum,
-    last_index_where,
-    previous_in_group,
-)
+from nagledetect.flows.grouped import group_starts, grouped_cummax
 from nagledetect.flows.roles import ROLE, ROLES
 
 _ROLE_NAMES = pd.Index([*ROLES, "none"])
@@ -28,22 +24,8 @@ of the peer role columns (categorical, as the packets' role: made from codes, co
 PURE_ACK_ROLES = ("pure_ack", "dup_ack", "window_update")
 RETRANSMISSION_ROLES = ("retransmission", "out_of_order")
 NONE = -1
-
-
-def _latest_before(mask: np.ndarray, starts: np.ndarray) -> np.ndarray:
-    """Index of the latest element with `mask` strictly before each one, in the same group."""
-    return previous_in_group(last_index_where(mask, starts), starts, NONE)
-
-
-def _earliest_after(mask: np.ndarray, starts: np.ndarray) -> np.ndarray:
-    """Index of the earliest element with `mask` strictly after each one, in the same group."""
-    count = len(mask)
-    ends = np.zeros(count, dtype=bool)
-    ends[:-1] = starts[1:]
-    if count:
-        ends[-1] = True
-    reversed_latest = _latest_before(mask[::-1], ends[::-1])[::-1]
-    return np.where(reversed_latest >= 0, count - 1 - reversed_latest, NONE)
+CONTEXT_NAMES = ("previous_data", "peer_latest", "peer_next", "own_next_data", "sent_max",
+                 "peer_data_between", "own_retransmissions_between")
 
 
 def data_segments(packets: pd.DataFrame, connections: pd.DataFrame) -> pd.DataFrame:
@@ -62,16 +44,18 @@ def data_segments(packets: pd.DataFrame, connections: pd.DataFrame) -> pd.DataFr
     connection = packets["connection"].to_numpy()[order]
     starts = group_starts(connection)
     direction = packets["direction"].to_numpy()[order]
-    role = packets["role"].cat.codes.to_numpy()[order]
-    payload = packets["payload_bytes"].to_numpy()[order].astype(np.int64)
+    columns = {name: _with_none_slot(packets[name].to_numpy(), order, NONE) for name in
+               ("frame", "time_us", "payload_bytes", "rel_seq", "rel_ack", "window_bytes",
+                "wire_segments")}
+    columns["role"] = _with_none_slot(packets["role"].cat.codes.to_numpy(), order, len(ROLES))
+    columns["end"] = columns["rel_seq"] + columns["payload_bytes"]
+    columns["end"][-1] = NONE
+    role, payload, end = (columns[name][:-1] for name in ("role", "payload_bytes", "end"))
     is_new_data = (role == ROLE["data"]) & (payload > 0)
-    end = packets["rel_seq"].to_numpy()[order] + payload
-    columns = {name: packets[name].to_numpy()[order].astype(np.int64) for name in
-               ("frame", "time_us", "rel_seq", "rel_ack", "window_bytes", "wire_segments")}
     selected = np.flatnonzero(is_new_data)
     selected = selected[np.argsort(columns["frame"][selected], kind="stable")]
     context = _context_by_direction(selected, direction, starts, role, payload, end, is_new_data)
-    table = _segment_rows(selected, context, columns, connection, direction, role, payload, end)
+    table = _segment_rows(selected, context, columns, connection, direction)
     table["mss"] = by_connection(connections, "effective_mss", table["connection"].to_numpy())
     full = np.maximum(table["mss"].to_numpy(), 1)
     table["tail_bytes"] = np.where(table["payload_bytes"] % full == 0, np.where(
@@ -88,83 +72,117 @@ def _connection_order(packets: pd.DataFrame) -> np.ndarray:
     return np.argsort(packets["connection"].to_numpy(), kind="stable")
 
 
+@dataclass(frozen=True)
+class _SelectedRows:
+    """Rows of the packets in connection order (`at`), each with its connection's first row
+    (`low`) and the row after its last (`high`), read in running values over all packets: a
+    running value read just before a row belongs to the row's connection when it does not lie
+    before `low` (just after: when it lies before `high`), so no pass has to restart the running
+    values at every connection."""
+
+    at: np.ndarray
+    low: np.ndarray
+    high: np.ndarray
+    count: int
+
+    def latest_before(self, mask: np.ndarray) -> np.ndarray:
+        """The latest row with `mask` strictly before each one, in its connection (else NONE)."""
+        latest = np.maximum.accumulate(np.where(mask, np.arange(self.count), NONE))
+        found = latest[np.maximum(self.at - 1, 0)]
+        return np.where((self.at > self.low) & (found >= self.low), found, NONE)
+
+    def earliest_after(self, mask: np.ndarray) -> np.ndarray:
+        """The earliest row with `mask` strictly after each one, in its connection (else NONE)."""
+        flipped = np.where(mask, np.arange(self.count), self.count)[::-1]
+        earliest = np.minimum.accumulate(flipped)[::-1]
+        found = earliest[np.minimum(self.at + 1, self.count - 1)]
+        return np.where((self.at + 1 < self.high) & (found < self.high), found, NONE)
+
+    def since(self, mask: np.ndarray, previous: np.ndarray) -> np.ndarray:
+        """How many rows with `mask` lie between `previous` (one per row, NONE: the connection's
+        start) and each row, that row included."""
+        running = np.cumsum(mask, dtype=np.int64)
+        before = np.where(previous >= 0, previous, self.low - 1)
+        return running[self.at] - np.where(before >= 0, running[np.maximum(before, 0)], 0)
+
+    def highest_before(self, values: np.ndarray, starts: np.ndarray) -> np.ndarray:
+        """The highest of `values` strictly before each row, in its connection (else NONE)."""
+        highest = grouped_cummax(values, starts)[np.maximum(self.at - 1, 0)]
+        return np.where(self.at > self.low, highest, NONE)
+
+
 def _context_by_direction(selected, direction, starts, role, payload, end, is_new_data) -> dict:
     """For each selected segment, from its own direction's view of the connection: the previous
     new-data segment, the peer's latest and next packets, its own next data segment, the peer
     data segments and own retransmissions since the previous one, and the highest sequence end
-    sent before it. Each quantity is computed for one direction at a time and only the selected
-    rows are kept, so the temporaries stay one column of the packets at a time."""
+    sent before it. Each is a running value over all packets for one direction, read only at
+    that direction's selected rows (`_SelectedRows`)."""
+    first = np.flatnonzero(starts)
+    within = np.searchsorted(first, selected, side="right") - 1
+    group_first = first[within]
+    group_end = np.append(first[1:], len(direction))[within]
     retransmitted = np.isin(role, [ROLE[name] for name in RETRANSMISSION_ROLES])
-    sides = [np.flatnonzero(direction[selected] == side) for side in (0, 1)]
-
-    def pick(compute, *at_rows: np.ndarray) -> list[np.ndarray]:
-        """compute(mine) per direction, read at the selected rows of that direction (and at
-        each index array of `at_rows`, given per selected row)."""
-        picked = [np.empty(len(selected), dtype=np.int64) for _ in range(1 + len(at_rows))]
-        for side, rows in zip((0, 1), sides):
-            values = compute(direction == side)
-            for result, where in zip(picked, (selected, *at_rows)):
-                result[rows] = values[np.maximum(where[rows], 0)]
-        return picked
-
-    (previous,) = pick(lambda mine: _latest_before(mine & is_new_data, starts))
-    context = {"previous_data": previous}
-    for name, compute in (
-            ("peer_latest", lambda mine: _latest_before(~mine, starts)),
-            ("peer_next", lambda mine: _earliest_after(~mine, starts)),
-            ("own_next_data", lambda mine: _earliest_after(mine & (payload > 0), starts)),
-            ("sent_max", lambda mine: previous_in_group(
-                grouped_cummax(np.where(mine, end, NONE), starts), starts, NONE))):
-        (context[name],) = pick(compute)
-    has_previous = previous >= 0
-    for name, compute in (
-            ("peer_data_between", lambda mine: grouped_cumsum(~mine & (payload > 0), starts)),
-            ("own_retransmissions_between",
-             lambda mine: grouped_cumsum(mine & retransmitted, starts))):
-        at_segment, at_previous = pick(compute, previous)
-        context[name] = at_segment - np.where(has_previous, at_previous, 0)
+    context = {name: np.empty(len(selected), dtype=np.int64) for name in CONTEXT_NAMES}
+    for side in (0, 1):
+        mine = direction == side
+        rows = np.flatnonzero(direction[selected] == side)
+        at = _SelectedRows(selected[rows], group_first[rows], group_end[rows], len(direction))
+        previous = at.latest_before(mine & is_new_data)
+        for name, values in (
+                ("previous_data", previous),
+                ("peer_latest", at.latest_before(~mine)),
+                ("peer_next", at.earliest_after(~mine)),
+                ("own_next_data", at.earliest_after(mine & (payload > 0))),
+                ("sent_max", at.highest_before(np.where(mine, end, NONE), starts)),
+                ("peer_data_between", at.since(~mine & (payload > 0), previous)),
+                ("own_retransmissions_between", at.since(mine & retransmitted, previous))):
+            context[name][rows] = values
     return context
 
 
-def _segment_rows(selected, context, columns, connection, direction, role, payload,
-                  end) -> pd.DataFrame:
+def _with_none_slot(values: np.ndarray, order: np.ndarray, missing: int) -> np.ndarray:
+    """values[order] as 64-bit integers, and one more slot at the end holding `missing`: indexed
+    with -1 (no such packet) it reads `missing`, so each context column is one gather."""
+    padded = np.empty(len(order) + 1, dtype=np.int64)
+    padded[:-1] = values[order]
+    padded[-1] = missing
+    return padded
+
+
+def _segment_rows(selected, context, columns, connection, direction) -> pd.DataFrame:
+    """The segments' columns, and those of their context packets (read through the slot for
+    -1, see `_with_none_slot`)."""
     previous = context["previous_data"]
     peer = context["peer_latest"]
-    peer_next = context["peer_next"]
-    own_next = context["own_next_data"]
-
-    def at(values: np.ndarray, index: np.ndarray, missing) -> np.ndarray:
-        return np.where(index >= 0, values[np.maximum(index, 0)], missing)
 
     def packet_at(prefix: str, index: np.ndarray) -> dict[str, np.ndarray]:
         """Frame, time, role, payload and ACK of the packets at `index` (none where -1)."""
-        return {f"{prefix}_frame": at(columns["frame"], index, NONE),
-                f"{prefix}_time_us": at(columns["time_us"], index, NONE),
-                f"{prefix}_role": pd.Categorical.from_codes(
-                    np.where(index >= 0, role[np.maximum(index, 0)], len(ROLES)),
-                    categories=_ROLE_NAMES),
-                f"{prefix}_payload_bytes": at(payload, index, NONE),
-                f"{prefix}_ack": at(columns["rel_ack"], index, NONE)}
+        return {f"{prefix}_frame": columns["frame"][index],
+                f"{prefix}_time_us": columns["time_us"][index],
+                f"{prefix}_role": pd.Categorical.from_codes(columns["role"][index],
+                                                           categories=_ROLE_NAMES),
+                f"{prefix}_payload_bytes": columns["payload_bytes"][index],
+                f"{prefix}_ack": columns["rel_ack"][index]}
 
     return pd.DataFrame({
         "frame": columns["frame"][selected],
         "time_us": columns["time_us"][selected],
         "connection": connection[selected],
         "direction": direction[selected],
-        "payload_bytes": payload[selected],
+        "payload_bytes": columns["payload_bytes"][selected],
         "rel_seq": columns["rel_seq"][selected],
-        "end_seq": end[selected],
+        "end_seq": columns["end"][selected],
         "wire_segments": columns["wire_segments"][selected],
         "sent_max_before": context["sent_max"],
-        "prev_frame": at(columns["frame"], previous, NONE),
-        "prev_time_us": at(columns["time_us"], previous, NONE),
-        "prev_payload_bytes": at(payload, previous, NONE),
-        "prev_end_seq": at(end, previous, NONE),
+        "prev_frame": columns["frame"][previous],
+        "prev_time_us": columns["time_us"][previous],
+        "prev_payload_bytes": columns["payload_bytes"][previous],
+        "prev_end_seq": columns["end"][previous],
         **packet_at("peer", peer),
-        "peer_window_bytes": at(columns["window_bytes"], peer, NONE),
+        "peer_window_bytes": columns["window_bytes"][peer],
         "peer_data_between": context["peer_data_between"],
-        **packet_at("next_peer", peer_next),
-        "next_own_data_time_us": at(columns["time_us"], own_next, NONE),
+        **packet_at("next_peer", context["peer_next"]),
+        "next_own_data_time_us": columns["time_us"][context["own_next_data"]],
         "own_retransmissions_between": np.where(
             previous >= 0, context["own_retransmissions_between"], 0),
     }, copy=False)

@@ -63,19 +63,6 @@ def previous_in_group(values: np.ndarray, starts: np.ndarray, missing) -> np.nda
     return previous
 
 
-def last_index_where(mask: np.ndarray, starts: np.ndarray) -> np.ndarray:
-    """Index of the latest element at or before each position, in the same group, where `mask`.
-
-    -1 where there is none yet in the group. Indices grow along the array, so one global running
-    maximum suffices; a maximum from an earlier group is recognised by lying before the start.
-    """
-    positions = np.arange(len(mask))
-    latest = np.where(mask, positions, -1)
-    np.maximum.accumulate(latest, out=latest)
-    first = np.flatnonzero(starts)
-    return np.where(latest >= _per_element(first, first, len(mask)), latest, -1)
-
-
 def first_occurrences(codes: np.ndarray) -> np.ndarray:
     """Index of each code's first occurrence, for codes numbered in order of first sight (as
     pandas' factorize numbers them, and connections are numbered): the running maximum of the
