@@ -51,8 +51,9 @@ def handshake_table(packets: dict[str, np.ndarray], count: int) -> pd.DataFrame:
     smallest = announced.min(axis=1)
     seen_syn = (syn >= 0) | (syn_ack >= 0)
     smallest = smallest.where(smallest.notna() | ~seen_syn, DEFAULT_MSS_BYTES)
-    estimate = _estimated_mss(packets, count, table["timestamps"].to_numpy())
     table["mss_estimated"] = smallest.isna().to_numpy()
+    estimate = _estimated_mss(packets, table["mss_estimated"].to_numpy(),
+                              table["timestamps"].to_numpy())
     effective = np.where(table["mss_estimated"], estimate,
                          smallest.fillna(0).to_numpy() - TIMESTAMP_OPTION_BYTES * table["timestamps"])
     table["effective_mss"] = effective.astype(np.int64)
@@ -70,11 +71,14 @@ def _uses_timestamps(packets: dict[str, np.ndarray], count: int) -> np.ndarray:
     return uses
 
 
-def _estimated_mss(packets: dict[str, np.ndarray], count: int, timestamps: np.ndarray) -> np.ndarray:
-    """Most frequent full-looking payload size per connection, else the Ethernet default."""
+def _estimated_mss(packets: dict[str, np.ndarray], needed: np.ndarray,
+                   timestamps: np.ndarray) -> np.ndarray:
+    """Most frequent full-looking payload size of each connection whose MSS is `needed` (no
+    handshake announced one), else the Ethernet default."""
     default = ETHERNET_MSS_BYTES - TIMESTAMP_OPTION_BYTES * timestamps.astype(np.int64)
     payload = packets["payload_bytes"]
-    full_looking = (payload >= SMALLEST_FULL_SEGMENT_BYTES) & (payload <= LARGEST_FULL_SEGMENT_BYTES)
+    full_looking = ((payload >= SMALLEST_FULL_SEGMENT_BYTES)
+                    & (payload <= LARGEST_FULL_SEGMENT_BYTES) & needed[packets["connection"]])
     if not full_looking.any():
         return default
     sizes = pd.DataFrame({"connection": packets["connection"][full_looking],
