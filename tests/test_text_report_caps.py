@@ -1,5 +1,6 @@
 """The text report stays readable on big captures: top findings, hosts and connections, with a
-line saying how many more there are; --verbose lists them all.
+line saying how many more there are; --verbose lists them all. The HTML report caps its
+findings by the same rule.
 
 Checked against the JSON document of the same run (zeek/ssh__ssh.pcap: 53 findings over 23
 connections), not against numbers copied from the text output.
@@ -48,3 +49,21 @@ def test_findings_are_capped_unless_verbose() -> None:
     assert "more findings" not in verbose
     assert len(document["connections"]) <= CONNECTIONS_SHOWN
     assert "more connections" not in default
+
+
+def test_html_findings_list_keeps_the_stalls_in_sight(monkeypatch) -> None:
+    """The HTML report caps its findings by the same rule: with room for 20, ssh__ssh.pcap's
+    stalls (36th to 41st by time lost in the JSON) are listed under their ranks."""
+    from nagledetect.analysis import analyze_capture
+    from nagledetect.report import html
+    from nagledetect.report.document import build_document
+
+    analysis = analyze_capture(str(corpus_file("zeek/ssh__ssh.pcap")), keep_tables=True)
+    document = build_document([analysis])
+    monkeypatch.setattr(html, "MAX_FINDINGS_SHOWN", FINDINGS_SHOWN)
+    page = html.render_html(document, [analysis])
+    listed = [int(rank) for rank in re.findall(r"<div class='finding'><b>(\d+)\. ", page)]
+    stall_ranks = [rank for rank, finding in enumerate(document["findings"], start=1)
+                   if finding["kind"] == "nagle-delack-stall"]
+    assert listed == list(range(1, FINDINGS_SHOWN - len(stall_ranks) + 1)) + stall_ranks
+    assert f"findings: {FINDINGS_SHOWN} of {len(document['findings'])} are listed" in page
