@@ -256,8 +256,8 @@ def _analyze_in_processes(captures: tuple[str, ...], bpf_filter: str | None, kee
     """One process per capture, `workers` at a time. The workers draw no progress line of their
     own (several would fight over one line): this process counts the captures done."""
     with ProcessPoolExecutor(max_workers=workers) as pool:
-        futures = [pool.submit(_analyze_one, path, bpf_filter, keep_tables, 1, False)
-                   for path in captures]
+        futures = [pool.submit(_analyze_one, path, bpf_filter, keep_tables, workers=1,
+                               show_progress=False) for path in captures]
         progress = ProgressLine(f"{len(captures)} captures")
         pending = set(futures)
         try:

@@ -45,7 +45,7 @@ class ProgressLine:
         now = time.monotonic()
         if name != self.stage_name:
             self.stage_name, self.stage_start_s = name, now
-        if not self._due() or total <= 0:
+        if total <= 0 or not self._due():
             return
         line = f"{self.name}: {name} {done:,} of {total:,}"
         if done:

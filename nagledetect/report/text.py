@@ -31,6 +31,8 @@ PARITY_ROWS_SHOWN = 20
 FINDINGS_SHOWN = 20
 HOSTS_SHOWN = 20
 CONNECTIONS_SHOWN = 50
+WHERE_ALL_ARE = "--verbose lists them all; --format json has every one"
+"""What every capped list says of the rows it left out."""
 DEFAULT_LANGUAGES = ("C", "Python", "Go", "Java", "Node.js", ".NET", "Rust")
 CONNECTION_COLUMNS = (
     ("id", ">4"), ("client", "<24"), ("server", "<24"), ("pkts c>s", ">8"), ("pkts s>c", ">8"),
@@ -102,12 +104,11 @@ def _findings_left_out_line(nagle: int, others: int) -> list[str]:
                                                    (others, "not caused by Nagle")) if count]
     if not kinds:
         return []
-    return [f"  ... and {nagle + others} more findings ({'; '.join(kinds)}; --verbose lists them "
-            f"all; --format json has every one)"]
+    return [f"  ... and {nagle + others} more findings ({'; '.join(kinds)}; {WHERE_ALL_ARE})"]
 
 
 def _left_out_line(count: int, noun: str) -> str:
-    return f"  ... and {count} more {noun} (--verbose lists them all; --format json has every one)"
+    return f"  ... and {count} more {noun} ({WHERE_ALL_ARE})"
 
 
 def _ms(value: float | None, digits: int = 3) -> str:
