@@ -81,7 +81,7 @@ def stage_times(path: str, workers: int) -> StageClock:
     parts._Collected.analysis = (  # type: ignore[method-assign]
         lambda self, *args: clock.measure("host step and ranking", lambda: host_step(self, *args)))
     try:
-        analysis = analyze_capture(path, workers=workers)
+        analysis = analyze_capture(path, workers=workers, charts=False)
     finally:
         parts.PartitionedPackets.add = route  # type: ignore[method-assign]
         parts._parts_in_parallel = in_parallel
@@ -119,10 +119,10 @@ def part_step_times(path: str, count: int) -> tuple[Counter, int]:
         _, batches = decoded_batches(path)
         routed.add(batches)
         files = routed.part_files()
-        parts.part_result(files[0], 1)
+        parts.part_result(files[0], 1, charts=False)
         spent.clear()
         for files_of_part in files[1:count + 1]:
-            parts.part_result(files_of_part, 1)
+            parts.part_result(files_of_part, 1, charts=False)
     finally:
         routed.close()
         for module, name, original in originals:

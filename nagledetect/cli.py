@@ -11,6 +11,7 @@ import os
 import sys
 import tempfile
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from dataclasses import dataclass
 from pathlib import Path
 
 import click
@@ -95,7 +96,7 @@ def analyze(captures: tuple[str, ...], bpf_filter: str | None, output_format: st
       nagledetect analyze --format json capture.pcapng > result.json
     """
     analyses = _analyze_all(captures, bpf_filter, jobs, dask_address,
-                            keep_tables=bool(tables_dir or html_path))
+                            Wanted(tables=bool(tables_dir), charts=bool(html_path)))
     document = build_document(analyses)
     if tables_dir:
         _write_tables(analyses, tables_dir, tables_format)
@@ -108,21 +109,32 @@ def analyze(captures: tuple[str, ...], bpf_filter: str | None, output_format: st
         click.echo(render_text(document, verbose=verbose, colour=colour), nl=False, color=colour)
 
 
+@dataclass(frozen=True)
+class Wanted:
+    """What a command's reporters need besides the document: the packet tables (--tables) or
+    what the HTML charts draw."""
+
+    tables: bool = False
+    charts: bool = False
+
+
 def _analyze_all(captures: tuple[str, ...], bpf_filter: str | None, jobs: int | None = None,
-                 dask_address: str | None = None, keep_tables: bool = False) -> list[Analysis]:
+                 dask_address: str | None = None, wanted: Wanted | None = None
+                 ) -> list[Analysis]:
     """Analyse every capture, in parallel processes when there are several (one per core by
     default) or on a Dask cluster; results come back in the order given, each identical to a
-    single-file run."""
+    single-file run. `wanted`: what the command's reporters need besides the document."""
+    wanted = wanted or Wanted()
     workers = min(jobs or os.cpu_count() or 1, len(captures))
     try:
         if dask_address:
-            analyses = _analyze_on_dask(captures, bpf_filter, dask_address, keep_tables)
+            analyses = _analyze_on_dask(captures, bpf_filter, dask_address, wanted)
         elif workers <= 1:
             part_workers = jobs or os.cpu_count() or 1
-            analyses = [_analyze_one(path, bpf_filter, keep_tables, part_workers)
+            analyses = [_analyze_one(path, bpf_filter, wanted, part_workers)
                         for path in captures]
         else:
-            analyses = _analyze_in_processes(captures, bpf_filter, keep_tables, workers)
+            analyses = _analyze_in_processes(captures, bpf_filter, wanted, workers)
     except InputError as error:
         _fail(str(error))
     for path, analysis in zip(captures, analyses):
@@ -147,7 +159,7 @@ def report(captures: tuple[str, ...], html_path: Path, bpf_filter: str | None,
       nagledetect report capture.pcap -o report.html
       nagledetect report traces/*.pcap -o nagle.html
     """
-    analyses = _analyze_all(captures, bpf_filter, jobs, dask_address, keep_tables=True)
+    analyses = _analyze_all(captures, bpf_filter, jobs, dask_address, Wanted(charts=True))
     _write_html(build_document(analyses), analyses, html_path)
 
 
@@ -166,7 +178,7 @@ def _write_html(document: dict, analyses: list[Analysis], path: Path) -> None:
 
 
 def _analyze_on_dask(captures: tuple[str, ...], bpf_filter: str | None, address: str,
-                     keep_tables: bool) -> list[Analysis]:
+                     wanted: Wanted) -> list[Analysis]:
     """Send each file to an existing Dask cluster (the files must be readable by its workers at
     the same paths); gather the results here, in order."""
     try:
@@ -176,7 +188,7 @@ def _analyze_on_dask(captures: tuple[str, ...], bpf_filter: str | None, address:
     try:
         with Client(address, timeout=DASK_CONNECT_TIMEOUT_S) as client:
             futures = client.map(_analyze_one, list(captures), [bpf_filter] * len(captures),
-                                 [keep_tables] * len(captures), pure=False)
+                                 [wanted] * len(captures), pure=False)
             return client.gather(futures)
     except OSError as error:
         _fail(f"cannot reach the Dask scheduler at {address}: {error}")
@@ -251,12 +263,12 @@ def _read_baseline(path: Path) -> dict:
     return document
 
 
-def _analyze_in_processes(captures: tuple[str, ...], bpf_filter: str | None, keep_tables: bool,
+def _analyze_in_processes(captures: tuple[str, ...], bpf_filter: str | None, wanted: Wanted,
                           workers: int) -> list[Analysis]:
     """One process per capture, `workers` at a time. The workers draw no progress line of their
     own (several would fight over one line): this process counts the captures done."""
     with ProcessPoolExecutor(max_workers=workers) as pool:
-        futures = [pool.submit(_analyze_one, path, bpf_filter, keep_tables, workers=1,
+        futures = [pool.submit(_analyze_one, path, bpf_filter, wanted, workers=1,
                                show_progress=False) for path in captures]
         progress = ProgressLine(f"{len(captures)} captures")
         pending = set(futures)
@@ -270,14 +282,15 @@ def _analyze_in_processes(captures: tuple[str, ...], bpf_filter: str | None, kee
         return [future.result() for future in futures]
 
 
-def _analyze_one(path: str, bpf_filter: str | None, keep_tables: bool = False,
+def _analyze_one(path: str, bpf_filter: str | None, wanted: Wanted | None = None,
                  workers: int = 1, show_progress: bool = True) -> Analysis:
     """Load and analyse one capture. Every way it can fail is raised as one line's InputError,
     so that a worker process or a Dask worker hands it back rather than exiting."""
     progress = ProgressLine(path, quiet=not show_progress)
     try:
-        return analyze_capture(path, bpf_filter, progress, keep_tables, workers=workers,
-                               stages=progress.stage)
+        wanted = wanted or Wanted()
+        return analyze_capture(path, bpf_filter, progress, wanted.tables, workers=workers,
+                               stages=progress.stage, charts=wanted.charts)
     except InputError:
         raise
     except MemoryError:

@@ -27,10 +27,17 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from nagledetect.chart_data import (
+    ChartData,
+    TimeSequence,
+    busiest_hosts,
+    connection_charts,
+    worst_first,
+)
 from nagledetect.collector import collector_paused
 from nagledetect.detectors import nagle_stall, phase_lock
 from nagledetect.detectors.delack_timer import fingerprint_hosts
-from nagledetect.detectors.model import Finding
+from nagledetect.detectors.model import Finding, HostProfile
 from nagledetect.flows.build import build_flows
 from nagledetect.flows.grouped import group_starts
 from nagledetect.flows.partition import PartitionedPackets, load_part
@@ -85,24 +92,27 @@ class PartResult:
     """SAMPLE_ROW rows, `part` still 0."""
     sample_bucket: np.ndarray
     findings: PickledFindings
+    charts: ChartData | None
 
 
 def analyze_in_parts(path: str, bpf_filter: str | None, progress: ProgressCallback | None,
-                     parts: int, workers: int, stages: StageCallback | None = None) -> Analysis:
+                     parts: int, workers: int, stages: StageCallback | None = None,
+                     charts: bool = True) -> Analysis:
     """Route the capture into `parts` part files, analyse them (`workers` processes at once),
     then run the host step and rank the findings. `progress` hears how the read gets on,
-    `stages` how the parts and the host step do."""
+    `stages` how the parts and the host step do; `charts`: gather what the HTML report draws."""
     stages = stages or _no_stages
     accounting, batches = decoded_batches(path, bpf_filter, progress)
     partitioned = PartitionedPackets(parts)
-    collected = _Collected(max(1, parts * max(1, workers) // PARTS_PER_HOST_BUCKET), workers)
+    collected = _Collected(max(1, parts * max(1, workers) // PARTS_PER_HOST_BUCKET), workers,
+                           charts)
     try:
         partitioned.add(batches)
         files = partitioned.part_files()
         if workers > 1 and len(files) > 1:
-            results = _parts_in_parallel(files, collected.buckets, workers)
+            results = _parts_in_parallel(files, collected.buckets, workers, charts)
         else:
-            results = ((index, part_result(part, collected.buckets))
+            results = ((index, part_result(part, collected.buckets, charts))
                        for index, part in enumerate(files))
         stages(PARTS_STAGE, 0, len(files))
         for done, (index, result) in enumerate(results, start=1):
@@ -111,7 +121,7 @@ def analyze_in_parts(path: str, bpf_filter: str | None, progress: ProgressCallba
     finally:
         partitioned.close()
     if not collected.connections:
-        return run_detectors(without_packets(path, accounting, None))
+        return run_detectors(without_packets(path, accounting, None), charts)
     with collector_paused():
         return collected.analysis(path, accounting, stages)
 
@@ -120,8 +130,8 @@ def _no_stages(name: str, done: int, total: int) -> None:
     """Where nobody is told how the stages get on."""
 
 
-def _parts_in_parallel(files: list[tuple[str, str, np.dtype]], buckets: int,
-                       workers: int) -> Iterator[tuple[int, PartResult]]:
+def _parts_in_parallel(files: list[tuple[str, str, np.dtype]], buckets: int, workers: int,
+                       charts: bool) -> Iterator[tuple[int, PartResult]]:
     """Each part in a worker process, largest first, with at most `workers` parts and
     PART_FILE_BYTES_IN_FLIGHT of part files in flight, so that the parts of a capture of a few
     huge connections do not all run at once (a part larger than that runs alone). Results are
@@ -136,7 +146,7 @@ def _parts_in_parallel(files: list[tuple[str, str, np.dtype]], buckets: int,
         while waiting or running:
             for index in _fitting(waiting, sizes, running.values(), workers):
                 waiting.remove(index)
-                running[pool.submit(part_result, files[index], buckets)] = index
+                running[pool.submit(part_result, files[index], buckets, charts)] = index
             done, _ = wait(running, return_when=FIRST_COMPLETED)
             for future in done:
                 yield running.pop(future), future.result()
@@ -158,9 +168,11 @@ def _fitting(waiting: list[int], sizes: list[int], running: Iterable[int],
     return chosen
 
 
-def part_result(files: tuple[str, str, np.dtype], buckets: int) -> PartResult:
-    """Connection-level results of one part; its packet, segment and message tables are let go
-    here. The cyclic collector is paused for the part and runs between parts."""
+def part_result(files: tuple[str, str, np.dtype], buckets: int, charts: bool = True
+                ) -> PartResult:
+    """Connection-level results of one part (with `charts`, its share of what the HTML report
+    draws); its packet, segment and message tables are let go here. The cyclic collector is
+    paused for the part and runs between parts."""
     with collector_paused():
         flows = build_flows([load_part(files)])
         level = connection_level(flows.packets, flows.connections, fingerprint=False)
@@ -170,7 +182,9 @@ def part_result(files: tuple[str, str, np.dtype], buckets: int) -> PartResult:
             rows[name] = samples[name].to_numpy()
         return PartResult(level.connections, level.parity, rows,
                           host_buckets(samples["host"].to_numpy(), buckets),
-                          pickle_findings(level.findings))
+                          pickle_findings(level.findings),
+                          connection_charts(flows.packets, level.connections, level.messages,
+                                            level.findings) if charts else None)
 
 
 def host_buckets(hosts: np.ndarray, buckets: int) -> np.ndarray:
@@ -214,7 +228,7 @@ class _Collected:
     """The parts' results as they arrive: connection tables in memory, findings and samples
     spilled."""
 
-    def __init__(self, buckets: int, workers: int) -> None:
+    def __init__(self, buckets: int, workers: int, charts: bool) -> None:
         self.buckets = buckets
         self.workers = workers
         self.spill = SpillFile()
@@ -222,15 +236,29 @@ class _Collected:
         self.parity: dict[int, pd.DataFrame] = {}
         self.findings: dict[int, tuple[np.ndarray, PickledFindings]] = {}
         self.sample_blocks: list[list[tuple[int, int]]] = [[] for _ in range(buckets)]
+        self.charts = ChartData() if charts else None
+        self.worst: list[tuple[int, TimeSequence]] = []
+        """The capture's worst connections so far, each with its part."""
 
     def add(self, index: int, result: PartResult) -> None:
         self.connections[index] = result.connections
         if not result.parity.empty:
             self.parity[index] = result.parity
         self._spill_samples(index, result.samples, result.sample_bucket)
+        if self.charts is not None and result.charts is not None:
+            self._add_charts(index, result.charts)
         found = result.findings
         self.findings[index] = (self.spill.append_joined(found.records, found.lengths), found)
         found.records = b""
+
+    def _add_charts(self, index: int, charts: ChartData) -> None:
+        """The part's counts added; its worst connections kept if they are among the
+        capture's worst so far."""
+        self.charts = self.charts + charts
+        candidates = self.worst + [(index, sequence) for sequence in charts.worst]
+        kept = worst_first([sequence for _, sequence in candidates])
+        self.worst = [(part, sequence) for part, sequence in candidates
+                      if any(sequence is worst for worst in kept)]
 
     def _spill_samples(self, index: int, rows: np.ndarray, bucket: np.ndarray) -> None:
         """One block of rows per bucket, in the part's order."""
@@ -258,9 +286,17 @@ class _Collected:
         self._add_phase_findings(columns, host_step.phase_findings)
         parity_table = (pd.concat(parity).sort_values(PARITY_KEYS, ignore_index=True)
                         if parity else pd.DataFrame())
+        charts = self.charts
+        if charts is not None:
+            charts.worst = worst_first([
+                dataclasses.replace(sequence, connection=int(
+                    global_id[part_offset[part] + sequence.connection]))
+                for part, sequence in self.worst])
+            charts.hosts = busiest_hosts(hosts, host_step.with_samples)
         return Analysis(without_packets(path, accounting, connections), pd.DataFrame(),
                         pd.DataFrame(), no_samples(), hosts,
-                        _ranked(self.spill, columns, timers), parity_table, tables_kept=False)
+                        _ranked(self.spill, columns, timers), parity_table, tables_kept=False,
+                        charts=charts)
 
     def _numbered_connections(self) -> tuple[pd.DataFrame, np.ndarray, np.ndarray]:
         """Every part's connections in one table, numbered by first packet as a one-part run
@@ -325,6 +361,23 @@ class _HostStep:
         order = name_order(by_address)
         timer_ms = np.array([np.nan if t is None else t for t in timers], dtype=np.float64)
         return columns.by_address(), _HostTimers(by_address[order], timer_ms[order])
+
+    def with_samples(self, profiles: list[HostProfile]) -> list[HostProfile]:
+        """Stored profiles with their per-sample arrays, fingerprinted again from their own
+        samples (each host's bucket read once)."""
+        buckets = host_buckets(np.array([p.address for p in profiles], dtype=object),
+                               self._collected.buckets)
+        filled: dict[str, HostProfile] = {}
+        for bucket in np.unique(buckets).tolist():
+            samples = self._bucket_samples(bucket)
+            wanted = [p.address for p, b in zip(profiles, buckets.tolist()) if b == bucket]
+            mine = samples[samples["host"].isin(wanted).to_numpy()]
+            mine = mine.assign(host=mine["host"].cat.remove_unused_categories())
+            filled.update(fingerprint_hosts(mine))
+        return [dataclasses.replace(profile, delays_ms=filled[profile.address].delays_ms,
+                                    ack_times_s=filled[profile.address].ack_times_s,
+                                    ack_connections=filled[profile.address].ack_connections)
+                for profile in profiles]
 
     def bucket_hosts(self, bucket: int) -> _BucketHosts:
         """One bucket's host profiles, their timers before phase locking refines them, and its

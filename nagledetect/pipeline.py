@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 
 from nagledetect.api import Capture
+from nagledetect.chart_data import ChartData, busiest_hosts, connection_charts
 from nagledetect.detectors import CONNECTION_DETECTORS, nagle_stall, phase_lock, segment_parity
 from nagledetect.detectors.delack_timer import delack_samples, fingerprint_hosts
 from nagledetect.detectors.model import DetectorInput, Finding, HostProfile
@@ -30,7 +31,8 @@ class Analysis:
 
     `tables_kept` is False when the capture was analysed in parts: then `capture.packets`,
     `segments`, `messages` and `delack_samples` are empty, and `findings` and `hosts` are read
-    from disk a chunk at a time (`stored`); the connections, findings and hosts are complete.
+    from disk a chunk at a time (`stored`); the connections, findings and hosts are complete,
+    and so is `charts`, what the HTML report draws (None when the caller did not ask for it).
     """
 
     capture: Capture
@@ -41,6 +43,7 @@ class Analysis:
     findings: Sequence[Finding]
     parity: pd.DataFrame
     tables_kept: bool = True
+    charts: ChartData | None = None
 
 
 @dataclass
@@ -84,12 +87,19 @@ def host_level(samples: pd.DataFrame, findings: list[Finding]
                                           phase_lock.stall_seconds_by_receiver(stalls))
 
 
-def run_detectors(capture: Capture) -> Analysis:
-    """Run every detector over one capture held whole in memory."""
+def run_detectors(capture: Capture, charts: bool = True) -> Analysis:
+    """Run every detector over one capture held whole in memory; with `charts`, also gather
+    what the HTML report draws."""
     level = connection_level(capture.packets, capture.connections)
     hosts, phase_findings = host_level(level.samples, level.findings)
+    chart_data = None
+    if charts:
+        chart_data = connection_charts(capture.packets, level.connections, level.messages,
+                                       level.findings)
+        chart_data.hosts = busiest_hosts(hosts)
     return Analysis(capture, level.segments, level.messages, level.samples, hosts,
-                    sorted(level.findings + phase_findings, key=rank_key), level.parity)
+                    sorted(level.findings + phase_findings, key=rank_key), level.parity,
+                    charts=chart_data)
 
 
 def rank_key(finding: Finding) -> tuple:

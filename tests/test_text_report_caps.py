@@ -58,7 +58,7 @@ def test_html_findings_list_keeps_the_stalls_in_sight(monkeypatch) -> None:
     from nagledetect.report import html
     from nagledetect.report.document import build_document
 
-    analysis = analyze_capture(str(corpus_file("zeek/ssh__ssh.pcap")), keep_tables=True)
+    analysis = analyze_capture(str(corpus_file("zeek/ssh__ssh.pcap")))
     document = build_document([analysis])
     monkeypatch.setattr(html, "MAX_FINDINGS_SHOWN", FINDINGS_SHOWN)
     page = html.render_html(document, [analysis])

@@ -1,13 +1,17 @@
 """The HTML report for ops teams: one self-contained file (plotly.js embedded once, no network).
 
-It renders the result document and draws charts from the analysis tables it is handed (it
-selects and samples points to draw; it decides nothing). Every string that came from a capture
+It renders the result document and draws the charts from what the analysis gathered for them
+(`chart_data`: counts and sampled points, complete for a capture analysed in parts too); it
+decides nothing. Every string that came from a capture
 or the command line is escaped; charts carry numbers and endpoint names only.
 """
 
 from __future__ import annotations
 
 import html
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from itertools import islice
 from typing import Any
 
 import numpy as np
@@ -15,13 +19,19 @@ import plotly.graph_objects as go
 from plotly.offline import get_plotlyjs
 
 from nagledetect.analysis import Analysis
+from nagledetect.chart_data import (
+    MAX_HOST_CHARTS,
+    WORST_CONNECTIONS,
+    HostCharts,
+    LogHistogram,
+    TimeSequence,
+    Trace,
+)
+from nagledetect.detectors.model import HostProfile
 from nagledetect.report.text import KIND_TITLES, capped_findings
 
-MAX_POINTS = 20_000
-WORST_CONNECTIONS = 3
 MAX_TABLE_ROWS = 2_000
 MAX_FINDINGS_SHOWN = 50
-MAX_HOST_CHARTS = 6
 STYLE = """
 body{font-family:system-ui,sans-serif;margin:2em;color:#222;max-width:1200px}
 h1{font-size:1.5em} h2{margin-top:2em;border-bottom:1px solid #ccc}
@@ -61,110 +71,83 @@ def _figure(figure: go.Figure, title: str) -> str:
                           config={"displaylogo": False, "responsive": True})
 
 
-def _sample(values: np.ndarray, notes: list[str], what: str) -> np.ndarray:
-    if len(values) <= MAX_POINTS:
-        return values
-    notes.append(f"{what}: {MAX_POINTS:,} of {len(values):,} points drawn (evenly sampled)")
-    return values[np.linspace(0, len(values) - 1, MAX_POINTS).astype(int)]
+def _cdf_trace(x: np.ndarray, y: np.ndarray, name: str) -> go.Scatter:
+    return go.Scatter(x=x, y=y, mode="lines", line={"shape": "hv"}, name=name)
 
 
-def _cdf(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    ordered = np.sort(values)
-    return ordered, np.arange(1, len(ordered) + 1) / max(len(ordered), 1)
-
-
-def _response_cdf(document: dict[str, Any], analyses: list[Analysis], notes: list[str]) -> str:
+def _response_cdf(analyses: list[Analysis]) -> str:
     figure = go.Figure()
-    stalls = 1000 * np.concatenate([np.zeros(0)] + [
-        f["events"].stall_s for f in document["findings"] if f["kind"] == "nagle-delack-stall"])
-    waits = []
-    for analysis in analyses:
-        messages = analysis.messages
-        if messages.empty:
-            continue
-        ordered = messages.sort_values(["connection", "first_frame"])
-        same = ordered["connection"].to_numpy()[1:] == ordered["connection"].to_numpy()[:-1]
-        turn = ordered["direction"].to_numpy()[1:] != ordered["direction"].to_numpy()[:-1]
-        gap = (ordered["start_us"].to_numpy()[1:] - ordered["end_us"].to_numpy()[:-1]) / 1000
-        waits.append(gap[same & turn])
-    responses = np.concatenate(waits) if waits else np.zeros(0)
-    for values, name in ((responses, "response time (end of message to the answer)"),
-                         (stalls, "Nagle/delayed-ACK stalls")):
-        if len(values):
-            x, y = _cdf(_sample(values, notes, name))
-            figure.add_trace(go.Scatter(x=x, y=y, mode="lines", name=name))
+    responses = sum((a.charts.response_ms for a in analyses), LogHistogram())
+    stalls = sum((a.charts.stall_ms for a in analyses), LogHistogram())
+    for histogram, name in ((responses, "response time (end of message to the answer)"),
+                            (stalls, "Nagle/delayed-ACK stalls")):
+        if histogram.total:
+            figure.add_trace(_cdf_trace(*histogram.cdf(), name))
     figure.update_xaxes(title="milliseconds", type="log")
     figure.update_yaxes(title="fraction", range=[0, 1])
     return _figure(figure, "Response-time and stall CDF")
 
 
 def _time_sequence(document: dict[str, Any], analyses: list[Analysis], notes: list[str]) -> list[str]:
-    worst: dict[tuple[int, int], float] = {}
-    for finding in document["findings"]:
-        if finding["kind"] == "nagle-delack-stall":
-            key = (finding["capture"], finding["connection"])
-            worst[key] = worst.get(key, 0.0) + finding["time_lost_s"]
-    figures = []
-    first_ids = np.cumsum([0] + [len(a.capture.connections) for a in analyses])
-    for (capture, connection), _ in sorted(worst.items(), key=lambda kv: -kv[1])[:WORST_CONNECTIONS]:
-        local = connection - first_ids[capture]
-        figures.append(_one_time_sequence(document, analyses[capture], int(local), connection, notes))
-    return figures
+    first_ids = document["connections"].first_ids
+    worst = [(capture, sequence) for capture, analysis in enumerate(analyses)
+             for sequence in analysis.charts.worst]
+    worst.sort(key=lambda item: (-item[1].stall_lost_s, item[0], item[1].connection))
+    return [_one_time_sequence(sequence, first_ids[capture] + sequence.connection, notes)
+            for capture, sequence in worst[:WORST_CONNECTIONS]]
 
 
-def _one_time_sequence(document: dict[str, Any], analysis: Analysis, local: int, shown: int,
-                       notes: list[str]) -> str:
-    packets = analysis.capture.packets
-    mine = packets[packets["connection"] == local]
-    start_us = float(mine["time_us"].min())
+def _one_time_sequence(sequence: TimeSequence, shown: int, notes: list[str]) -> str:
     figure = go.Figure()
     for direction, name in ((0, "client to server"), (1, "server to client")):
-        data = mine[(mine["direction"] == direction) & (mine["payload_bytes"] > 0)]
-        acks = mine[(mine["direction"] != direction) & (mine["rel_ack"] > 0)]
-        if data.empty:
+        if direction not in sequence.data:
             continue
-        index = _sample(np.arange(len(data)), notes, f"connection {shown} {name} segments")
-        chosen = data.iloc[index]
+        data, acks = sequence.data[direction], sequence.acks[direction]
+        _note_sampled(data, notes, f"connection {shown} {name} segments")
         figure.add_trace(go.Scatter(
-            x=(chosen["time_us"] - start_us) / 1e6, y=chosen["rel_seq"] + chosen["payload_bytes"],
-            mode="markers", marker={"size": 4}, name=f"{name}: data (sequence end)",
-            text=[f"frame {f}" for f in chosen["frame"]]))
-        if not acks.empty:
-            index = _sample(np.arange(len(acks)), notes, f"connection {shown} {name} ACKs")
-            chosen = acks.iloc[index]
-            figure.add_trace(go.Scatter(x=(chosen["time_us"] - start_us) / 1e6, y=chosen["rel_ack"],
-                                        mode="lines", line={"shape": "hv", "width": 1},
-                                        name=f"{name}: ACKed"))
-    released = [e for f in document["findings"] if f["kind"] == "nagle-delack-stall"
-                and f["connection"] == shown for e in f["events"]]
-    frames = {e["released_frame"]: e for e in released}
-    marked = mine[mine["frame"].isin(list(frames))]
-    if not marked.empty:
+            x=data.time_s, y=data.value, mode="markers", marker={"size": 4},
+            name=f"{name}: data (sequence end)", text=[f"frame {f}" for f in data.frame.tolist()]))
+        if acks.total:
+            _note_sampled(acks, notes, f"connection {shown} {name} ACKs")
+            figure.add_trace(go.Scatter(x=acks.time_s, y=acks.value, mode="lines",
+                                        line={"shape": "hv", "width": 1}, name=f"{name}: ACKed"))
+    released = sequence.released
+    if released.total:
         figure.add_trace(go.Scatter(
-            x=(marked["time_us"] - start_us) / 1e6, y=marked["rel_seq"] + marked["payload_bytes"],
-            mode="markers", marker={"size": 10, "symbol": "x", "color": "red"},
-            name="released after a delayed ACK",
-            text=[f"frame {f}: stall {frames[f]['stall_s'] * 1000:.1f} ms" for f in marked["frame"]]))
+            x=released.time_s, y=released.value, mode="markers",
+            marker={"size": 10, "symbol": "x", "color": "red"}, name="released after a delayed ACK",
+            text=[f"frame {f}: stall {ms:.1f} ms" for f, ms in
+                  zip(released.frame.tolist(), sequence.released_stall_ms.tolist())]))
     figure.update_xaxes(title="seconds since the connection's first packet")
     figure.update_yaxes(title="relative sequence number")
     return _figure(figure, f"Time-sequence graph, connection {shown}")
 
 
-def _busiest_hosts(analyses: list[Analysis], notes: list[str], what: str, wanted) -> list[tuple]:
+def _note_sampled(trace: Trace, notes: list[str], what: str) -> None:
+    if trace.total > len(trace.time_s):
+        notes.append(f"{what}: {len(trace.time_s):,} of {trace.total:,} points drawn "
+                     "(evenly sampled)")
+
+
+def _busiest_hosts(analyses: list[Analysis], notes: list[str], what: str,
+                   chosen: Callable[[HostCharts], list[HostProfile]],
+                   total: Callable[[HostCharts], int]) -> list[tuple[int, HostProfile]]:
     """The hosts with the most delayed-ACK samples (a browser cannot draw thousands of charts)."""
     hosts = [(index, host) for index, analysis in enumerate(analyses)
-             for host in analysis.hosts.values() if wanted(host)]
-    hosts.sort(key=lambda item: -item[1].delack_samples)
-    if len(hosts) > MAX_HOST_CHARTS:
+             for host in chosen(analysis.charts.hosts)]
+    hosts.sort(key=lambda item: (-item[1].delack_samples, item[0], item[1].address))
+    count = sum(total(analysis.charts.hosts) for analysis in analyses)
+    if count > MAX_HOST_CHARTS:
         notes.append(f"{what}: the {MAX_HOST_CHARTS} hosts with the most delayed ACKs of "
-                     f"{len(hosts):,} (all hosts are in the JSON output)")
+                     f"{count:,} (all hosts are in the JSON output)")
     return hosts[:MAX_HOST_CHARTS]
 
 
 def _ack_delays(analyses: list[Analysis], notes: list[str]) -> list[str]:
     figures = []
     for index, host in _busiest_hosts(analyses, notes, "ACK-delay histograms",
-                                      lambda h: h.delack_samples > 0):
+                                      lambda charts: charts.delays,
+                                      lambda charts: charts.hosts_with_delays):
         figure = go.Figure(go.Histogram(x=host.delays_ms, nbinsx=60, name="ACK delay"))
         if host.delack_timer_ms:
             figure.add_vline(x=host.delack_timer_ms, line_color="red",
@@ -178,7 +161,9 @@ def _ack_delays(analyses: list[Analysis], notes: list[str]) -> list[str]:
 
 def _phase_plots(analyses: list[Analysis], notes: list[str]) -> list[str]:
     figures = []
-    for index, host in _busiest_hosts(analyses, notes, "phase plots", lambda h: h.phase_lock):
+    for index, host in _busiest_hosts(analyses, notes, "phase plots",
+                                      lambda charts: charts.phase,
+                                      lambda charts: charts.hosts_with_phase_tests):
         lock = host.phase_lock
         period_s = lock["period_ms"] / 1000
         degrees = np.mod(np.asarray(host.ack_times_s), period_s) / period_s * 360
@@ -192,13 +177,17 @@ def _phase_plots(analyses: list[Analysis], notes: list[str]) -> list[str]:
     return figures
 
 
-def _packet_sizes(analyses: list[Analysis], notes: list[str]) -> str:
-    sizes = np.concatenate([a.capture.packets.loc[a.capture.packets["payload_bytes"] > 0,
-                                                  "payload_bytes"].to_numpy() for a in analyses])
+def _packet_sizes(analyses: list[Analysis]) -> str:
+    counts = np.zeros(1, np.int64)
+    for analysis in analyses:
+        sizes = analysis.charts.payload_bytes
+        counts = np.pad(counts, (0, max(0, len(sizes) - len(counts))))
+        counts[:len(sizes)] += sizes
     figure = go.Figure()
-    if len(sizes):
-        x, y = _cdf(_sample(sizes, notes, "packet sizes"))
-        figure.add_trace(go.Scatter(x=x, y=y, mode="lines", name="data packets"))
+    if counts.sum():
+        sizes = np.flatnonzero(counts)
+        figure.add_trace(_cdf_trace(sizes, np.cumsum(counts)[sizes] / counts.sum(),
+                                    "data packets"))
     figure.update_xaxes(title="payload bytes", type="log")
     figure.update_yaxes(title="fraction", range=[0, 1])
     return _figure(figure, "Packet-size CDF")
@@ -221,9 +210,38 @@ def _parity(document: dict[str, Any]) -> str:
     return _figure(figure, "Segment parity")
 
 
-def _findings(document: dict[str, Any], notes: list[str]) -> str:
+@dataclass
+class _Stalls:
+    """What the verdict and the flow table need of the Nagle/delayed-ACK stalls, noted in the
+    one pass over the findings that also picks those to list (a large capture's findings are
+    read from disk)."""
+
+    count: int = 0
+    lost_s: float = 0.0
+    findings: int = 0
+    worst: dict[str, Any] | None = None
+    by_connection: dict[int, tuple[int, float]] = field(default_factory=dict)
+
+    def noting(self, findings: Iterable[dict[str, Any]]) -> Iterator[dict[str, Any]]:
+        for finding in findings:
+            if finding["kind"] == "nagle-delack-stall":
+                self._add(finding)
+            yield finding
+
+    def _add(self, finding: dict[str, Any]) -> None:
+        self.count += finding["count"]
+        self.lost_s += finding["time_lost_s"]
+        self.findings += 1
+        if self.worst is None or finding["time_lost_s"] > self.worst["time_lost_s"]:
+            self.worst = finding
+        count, lost = self.by_connection.get(finding["connection"], (0, 0.0))
+        self.by_connection[finding["connection"]] = (count + finding["count"],
+                                                     lost + finding["time_lost_s"])
+
+
+def _findings(document: dict[str, Any], stalls: _Stalls, notes: list[str]) -> str:
     parts = []
-    shown, *_ = capped_findings(document["findings"], MAX_FINDINGS_SHOWN)
+    shown, *_ = capped_findings(stalls.noting(document["findings"]), MAX_FINDINGS_SHOWN)
     if len(document["findings"]) > len(shown):
         notes.append(f"findings: {len(shown)} of {len(document['findings']):,} are listed, the "
                      "Nagle-related ones that cost time first, then the costliest others (all "
@@ -245,22 +263,37 @@ def _findings(document: dict[str, Any], notes: list[str]) -> str:
     return "".join(parts) or "<p>No findings.</p>"
 
 
-def _flow_table(document: dict[str, Any], notes: list[str]) -> str:
-    stalls: dict[int, tuple[int, float]] = {}
-    for f in document["findings"]:
-        if f["kind"] == "nagle-delack-stall":
-            count, lost = stalls.get(f["connection"], (0, 0.0))
-            stalls[f["connection"]] = (count + f["count"], lost + f["time_lost_s"])
-    connections = sorted(document["connections"], key=lambda c: -stalls.get(c["id"], (0, 0.0))[1])
-    if len(connections) > MAX_TABLE_ROWS:
+def _table_connections(connections: Sequence[dict[str, Any]], stalls: _Stalls,
+                       notes: list[str]) -> list[dict[str, Any]]:
+    """The MAX_TABLE_ROWS connections with the most stall time (ties and the rest by id); only
+    their entries are made."""
+    stalled = sorted(stalls.by_connection, key=lambda c: (-stalls.by_connection[c][1], c))
+    if len(connections) <= MAX_TABLE_ROWS:
+        ids = stalled + sorted(set(range(len(connections))) - set(stalled))
+    else:
         notes.append(f"flow table: the {MAX_TABLE_ROWS:,} connections with the most stall time of "
                      f"{len(connections):,} (all are in the JSON output)")
-        connections = connections[:MAX_TABLE_ROWS]
+        chosen = set(stalled[:MAX_TABLE_ROWS])
+        others = (c for c in range(len(connections)) if c not in chosen)
+        ids = stalled[:MAX_TABLE_ROWS] + list(islice(others, MAX_TABLE_ROWS - len(chosen)))
+    entries = {entry["id"]: entry for entry in _entries_at(connections, sorted(ids))}
+    return [entries[c] for c in ids]
+
+
+def _entries_at(connections: Sequence[dict[str, Any]], ids: list[int]) -> Iterator[dict[str, Any]]:
+    """The entries at `ids` (sorted), made a run of consecutive ids at a time."""
+    ordered = np.asarray(ids, dtype=np.int64)
+    breaks = np.flatnonzero(np.diff(ordered) != 1) + 1
+    for run in np.split(ordered, breaks) if len(ordered) else []:
+        yield from connections[int(run[0]):int(run[-1]) + 1]
+
+
+def _flow_table(document: dict[str, Any], stalls: _Stalls, notes: list[str]) -> str:
     head = ("<tr><th>id</th><th>client</th><th>server</th><th>packets</th><th>bytes</th>"
             "<th>MSS</th><th>vantage</th><th>RTT ms</th><th>stalls</th><th>lost s</th></tr>")
     rows = []
-    for c in connections:
-        count, lost = stalls.get(c["id"], (0, 0.0))
+    for c in _table_connections(document["connections"], stalls, notes):
+        count, lost = stalls.by_connection.get(c["id"], (0, 0.0))
         rtt = "" if c["rtt_ms"] is None else f"{c['rtt_ms']:.3f}"
         rows.append(f"<tr><td>{c['id']}</td><td>{_e(c['client'])}</td><td>{_e(c['server'])}</td>"
                     f"<td>{sum(c['packets'].values())}</td><td>{sum(c['bytes'].values())}</td>"
@@ -280,27 +313,28 @@ def _accounting(document: dict[str, Any]) -> str:
     return "".join(rows)
 
 
-def _verdict(document: dict[str, Any]) -> str:
-    stalls = [f for f in document["findings"] if f["kind"] == "nagle-delack-stall"]
-    if not stalls:
+def _verdict(document: dict[str, Any], stalls: _Stalls) -> str:
+    worst = stalls.worst
+    if worst is None:
         return "<div class='verdict ok'>No Nagle/delayed-ACK stalls: nothing to change here.</div>"
-    lost = sum(f["time_lost_s"] for f in stalls)
-    count = sum(f["count"] for f in stalls)
-    worst = max(stalls, key=lambda f: f["time_lost_s"])
-    return (f"<div class='verdict'>{count} stalls cost {lost:.2f} s on {len(stalls)} connection "
-            f"direction(s). The worst: {_e(worst['sender'])} waits for {_e(worst['receiver'])}'s "
-            f"delayed ACK; fix: {_e(document['advice'][worst['advice'][0]]['title'])}.</div>")
+    return (f"<div class='verdict'>{stalls.count} stalls cost {stalls.lost_s:.2f} s on "
+            f"{stalls.findings} connection direction(s). The worst: {_e(worst['sender'])} waits "
+            f"for {_e(worst['receiver'])}'s delayed ACK; fix: "
+            f"{_e(document['advice'][worst['advice'][0]]['title'])}.</div>")
 
 
 def render_html(document: dict[str, Any], analyses: list[Analysis]) -> str:
-    """The whole report as one HTML page."""
+    """The whole report as one HTML page, from analyses made with their charts."""
+    if any(analysis.charts is None for analysis in analyses):
+        raise ValueError("the HTML report draws charts the analysis gathers: analyse with "
+                         "charts=True")
     notes: list[str] = []
-    charts = [_response_cdf(document, analyses, notes), *_time_sequence(document, analyses, notes),
+    stalls = _Stalls()
+    findings = _findings(document, stalls, notes)
+    charts = [_response_cdf(analyses), *_time_sequence(document, analyses, notes),
               *_ack_delays(analyses, notes), *_phase_plots(analyses, notes),
-              _packet_sizes(analyses, notes),
-              _parity(document)]
-    table = _flow_table(document, notes)
-    findings = _findings(document, notes)
+              _packet_sizes(analyses), _parity(document)]
+    table = _flow_table(document, stalls, notes)
     sampled = "".join(f"<li>{_e(n)}</li>" for n in notes)
     return (
         "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>"
@@ -308,10 +342,10 @@ def render_html(document: dict[str, Any], analyses: list[Analysis]) -> str:
         "script-src 'unsafe-inline' 'unsafe-eval'; style-src 'unsafe-inline'; img-src data:\">"
         f"<title>nagledetect report</title><style>{STYLE}</style>"
         f"<script>{get_plotlyjs()}</script></head><body>"
-        f"<h1>nagledetect report</h1>{_verdict(document)}"
+        f"<h1>nagledetect report</h1>{_verdict(document, stalls)}"
         f"<h2>Findings, ranked by time lost</h2>{findings}"
         f"<h2>Charts</h2>{''.join(charts)}"
-        + (f"<p class='note'>Drawn from a sample:</p><ul class='note'>{sampled}</ul>" if sampled else "")
+        + (f"<p class='note'>Shown in part:</p><ul class='note'>{sampled}</ul>" if sampled else "")
         + f"<h2>Connections</h2><p class='note'>Click a column to sort.</p>{table}"
         f"<h2>Capture accounting</h2>{_accounting(document)}"
         f"<p class='note'>nagledetect {_e(document['tool']['version'])}, schema "

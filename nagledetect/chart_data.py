@@ -1,0 +1,255 @@
+"""What the HTML report's charts draw, gathered by the analysis while its tables are at hand.
+
+A capture analysed in parts keeps no packet, message or sample tables, so the charts cannot be
+drawn from them afterwards. Each part (or a capture held whole) yields the same small, bounded
+summary: distributions as counts that add up across parts and captures, the time-sequence
+points of its connections that lost the most time to stalls, and, after the host step, the ACK
+delays of the busiest hosts. The reporter only draws them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+import pandas as pd
+
+from nagledetect.detectors import nagle_stall
+from nagledetect.detectors.model import Finding, HostProfile
+
+MAX_POINTS = 20_000
+"""Points of one trace that a browser is asked to draw; more are evenly sampled."""
+WORST_CONNECTIONS = 3
+"""Connections whose time-sequence graph is drawn: those that lost the most time to stalls."""
+MAX_HOST_CHARTS = 6
+"""Hosts whose ACK delays (and phase, when tested) are drawn: those with the most samples."""
+BINS_PER_DECADE = 100
+LOG_EDGES_MS = 10.0 ** (np.arange(-3 * BINS_PER_DECADE, 7 * BINS_PER_DECADE + 1)
+                        / BINS_PER_DECADE)
+"""Upper edges of the duration bins, 1 us to 10^7 ms: a cumulative count at each edge is exact,
+and edges 2.3 % apart draw the same curve as every value would."""
+
+
+@dataclass
+class LogHistogram:
+    """Durations counted in LOG_EDGES_MS bins: bin i holds (edge i-1, edge i], bin 0 everything
+    up to the first edge, the last bin everything above the last."""
+
+    counts: np.ndarray = field(default_factory=lambda: np.zeros(len(LOG_EDGES_MS) + 1, np.int64))
+
+    @classmethod
+    def of(cls, values_ms: np.ndarray) -> LogHistogram:
+        bins = np.searchsorted(LOG_EDGES_MS, values_ms, side="left")
+        return cls(np.bincount(bins, minlength=len(LOG_EDGES_MS) + 1).astype(np.int64))
+
+    def __add__(self, other: LogHistogram) -> LogHistogram:
+        return LogHistogram(self.counts + other.counts)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, LogHistogram) and np.array_equal(self.counts, other.counts)
+
+    @property
+    def total(self) -> int:
+        return int(self.counts.sum())
+
+    def cdf(self) -> tuple[np.ndarray, np.ndarray]:
+        """The fraction of values at or below each edge that closes a non-empty bin."""
+        edges = np.r_[LOG_EDGES_MS, LOG_EDGES_MS[-1]]
+        filled = np.flatnonzero(self.counts)
+        return edges[filled], np.cumsum(self.counts)[filled] / max(self.total, 1)
+
+
+def _payload_counts(values: np.ndarray) -> np.ndarray:
+    return np.bincount(values.astype(np.int64), minlength=1) if len(values) else np.zeros(1, np.int64)
+
+
+def _added(left: np.ndarray, right: np.ndarray) -> np.ndarray:
+    longer, shorter = (left, right) if len(left) >= len(right) else (right, left)
+    total = longer.copy()
+    total[:len(shorter)] += shorter
+    return total
+
+
+@dataclass
+class Trace:
+    """Up to MAX_POINTS evenly sampled points of one trace, and how many there were."""
+
+    time_s: np.ndarray
+    value: np.ndarray
+    frame: np.ndarray
+    total: int
+
+    @classmethod
+    def sampled(cls, time_s: np.ndarray, value: np.ndarray, frame: np.ndarray) -> Trace:
+        chosen = (np.linspace(0, len(time_s) - 1, MAX_POINTS).astype(int)
+                  if len(time_s) > MAX_POINTS else slice(None))
+        return cls(time_s[chosen], value[chosen], frame[chosen], len(time_s))
+
+    def __eq__(self, other: object) -> bool:
+        return (isinstance(other, Trace) and self.total == other.total
+                and all(np.array_equal(a, b) for a, b in zip(
+                    (self.time_s, self.value, self.frame), (other.time_s, other.value, other.frame))))
+
+
+@dataclass
+class TimeSequence:
+    """A connection's time-sequence graph: per direction its data segments (sequence end) and
+    the other side's ACKs, and the segments a delayed ACK released, with their stalls. Times are
+    seconds since the connection's first packet."""
+
+    connection: int
+    stall_lost_s: float
+    first_frame: int
+    data: dict[int, Trace]
+    acks: dict[int, Trace]
+    released: Trace
+    released_stall_ms: np.ndarray
+
+    def __eq__(self, other: object) -> bool:
+        return (isinstance(other, TimeSequence) and self.connection == other.connection
+                and self.stall_lost_s == other.stall_lost_s and self.data == other.data
+                and self.acks == other.acks and self.released == other.released
+                and np.array_equal(self.released_stall_ms, other.released_stall_ms))
+
+
+@dataclass
+class HostCharts:
+    """The busiest hosts' profiles with their samples, and how many hosts there were to pick
+    from."""
+
+    delays: list[HostProfile] = field(default_factory=list)
+    phase: list[HostProfile] = field(default_factory=list)
+    hosts_with_delays: int = 0
+    hosts_with_phase_tests: int = 0
+
+
+@dataclass
+class ChartData:
+    """Everything the HTML charts of one capture draw."""
+
+    response_ms: LogHistogram = field(default_factory=LogHistogram)
+    stall_ms: LogHistogram = field(default_factory=LogHistogram)
+    payload_bytes: np.ndarray = field(default_factory=lambda: np.zeros(1, np.int64))
+    """How many data packets carry each payload size (index: bytes)."""
+    worst: list[TimeSequence] = field(default_factory=list)
+    hosts: HostCharts = field(default_factory=HostCharts)
+
+    def __add__(self, other: ChartData) -> ChartData:
+        """Two parts' charts as one: the counts added, the worst connections of both."""
+        return ChartData(self.response_ms + other.response_ms, self.stall_ms + other.stall_ms,
+                         _added(self.payload_bytes, other.payload_bytes),
+                         worst_first(self.worst + other.worst))
+
+    def __eq__(self, other: object) -> bool:
+        return (isinstance(other, ChartData) and self.response_ms == other.response_ms
+                and self.stall_ms == other.stall_ms and self.worst == other.worst
+                and np.array_equal(np.trim_zeros(self.payload_bytes, "b"),
+                                   np.trim_zeros(other.payload_bytes, "b"))
+                and self.hosts == other.hosts)
+
+
+def worst_first(sequences: list[TimeSequence]) -> list[TimeSequence]:
+    """The WORST_CONNECTIONS that lost the most time to stalls; ties go to the earlier
+    connection (by first frame, as connections are numbered)."""
+    ordered = sorted(sequences, key=lambda s: (-s.stall_lost_s, s.first_frame))
+    return ordered[:WORST_CONNECTIONS]
+
+
+def response_gaps_ms(messages: pd.DataFrame) -> np.ndarray:
+    """From the end of each message to the start of the answer: the next message of the same
+    connection, sent the other way."""
+    if messages.empty:
+        return np.zeros(0)
+    ordered = messages.sort_values(["connection", "first_frame"])
+    connection = ordered["connection"].to_numpy()
+    direction = ordered["direction"].to_numpy()
+    answer = (connection[1:] == connection[:-1]) & (direction[1:] != direction[:-1])
+    gap_us = ordered["start_us"].to_numpy()[1:] - ordered["end_us"].to_numpy()[:-1]
+    return gap_us[answer] / 1000
+
+
+def connection_charts(packets: pd.DataFrame, connections: pd.DataFrame,
+                      message_table: pd.DataFrame, findings: Sequence[Finding]) -> ChartData:
+    """The charts' share of one part, or of a capture held whole, before the host step."""
+    stalls = [finding for finding in findings if finding.kind == nagle_stall.KIND]
+    stall_s = np.concatenate([np.zeros(0)] + [finding.events.stall_s for finding in stalls])
+    payload = packets["payload_bytes"].to_numpy() if len(packets) else np.zeros(0, np.int64)
+    return ChartData(LogHistogram.of(response_gaps_ms(message_table)),
+                     LogHistogram.of(1000 * stall_s), _payload_counts(payload[payload > 0]),
+                     _worst_connections(packets, connections, stalls))
+
+
+def _worst_connections(packets: pd.DataFrame, connections: pd.DataFrame,
+                       stalls: list[Finding]) -> list[TimeSequence]:
+    """Ranked by stall time in microseconds, as the document gives each finding's, so that
+    the choice does not hang on the last bits of a sum."""
+    lost: dict[int, float] = {}
+    for finding in stalls:
+        lost[finding.connection] = round(lost.get(finding.connection, 0.0)
+                                         + round(finding.time_lost_s, 6), 6)
+    first_frame = connections["first_frame"].to_numpy() if len(connections) else np.zeros(0)
+    chosen = sorted(lost, key=lambda c: (-lost[c], first_frame[c]))[:WORST_CONNECTIONS]
+    return [_time_sequence(packets, connection, lost[connection], int(first_frame[connection]),
+                           [f for f in stalls if f.connection == connection])
+            for connection in chosen]
+
+
+def _time_sequence(packets: pd.DataFrame, connection: int, lost_s: float, first_frame: int,
+                   stalls: list[Finding]) -> TimeSequence:
+    mine = np.flatnonzero(packets["connection"].to_numpy() == connection)
+
+    def column(name: str) -> np.ndarray:
+        return packets[name].to_numpy()[mine]
+
+    time_us = column("time_us")
+    time_s = (time_us - time_us.min()) / 1e6
+    direction = column("direction")
+    payload = column("payload_bytes")
+    sequence_end = column("rel_seq") + payload
+    rel_ack = column("rel_ack")
+    frame = column("frame")
+    data, acks = {}, {}
+    for side in (0, 1):
+        sent = (direction == side) & (payload > 0)
+        if not sent.any():
+            continue
+        acked = (direction != side) & (rel_ack > 0)
+        data[side] = Trace.sampled(time_s[sent], sequence_end[sent], frame[sent])
+        acks[side] = Trace.sampled(time_s[acked], rel_ack[acked], frame[acked])
+    released_frames = np.concatenate([f.events.released_frame for f in stalls])
+    stall_ms = 1000 * np.concatenate([f.events.stall_s for f in stalls])
+    marked = np.flatnonzero(np.isin(frame, released_frames))
+    by_frame = dict(zip(released_frames.tolist(), stall_ms.tolist()))
+    return TimeSequence(connection, lost_s, first_frame, data, acks,
+                        Trace(time_s[marked], sequence_end[marked], frame[marked], len(marked)),
+                        np.array([by_frame[f] for f in frame[marked].tolist()]))
+
+
+def busiest_hosts(hosts: Mapping[str, HostProfile],
+                  with_samples: Callable[[list[HostProfile]], list[HostProfile]] = list
+                  ) -> HostCharts:
+    """The MAX_HOST_CHARTS hosts with the most delayed-ACK samples, and as many of those whose
+    phase was tested; ties in address order. `with_samples` fills in the per-sample arrays of
+    the chosen profiles where the profiles were stored without them."""
+    profiles = sorted(hosts.values(), key=lambda h: (-h.delack_samples, h.address))
+    delays = [h for h in profiles if h.delack_samples > 0]
+    phase = [h for h in profiles if h.phase_lock]
+    chosen = with_samples(_unique(delays[:MAX_HOST_CHARTS] + phase[:MAX_HOST_CHARTS]))
+    by_address = {h.address: _in_value_order(h) for h in chosen}
+    return HostCharts([by_address[h.address] for h in delays[:MAX_HOST_CHARTS]],
+                      [by_address[h.address] for h in phase[:MAX_HOST_CHARTS]],
+                      len(delays), len(phase))
+
+
+def _in_value_order(profile: HostProfile) -> HostProfile:
+    """The samples sorted, so that they do not depend on how the work was split (a whole
+    capture yields them in segment order, the host step of one in parts by connection)."""
+    by_time = np.argsort(profile.ack_times_s, kind="stable")
+    return replace(profile, delays_ms=np.sort(profile.delays_ms),
+                   ack_times_s=profile.ack_times_s[by_time],
+                   ack_connections=profile.ack_connections[by_time])
+
+
+def _unique(profiles: list[HostProfile]) -> list[HostProfile]:
+    return list({profile.address: profile for profile in profiles}.values())

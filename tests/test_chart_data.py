@@ -1,0 +1,126 @@
+"""What the HTML charts draw is gathered by the analysis: the same for a capture analysed in
+parts as held whole, and checked against tshark's own reading of the packets.
+
+The tshark checks are independent of the code: packet sizes are tshark's `tcp.len` counts, and
+response times are rebuilt from tshark's per-packet times (a run of data packets one way, then
+the answer the other way: from the last packet of the run to the first of the answer).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from nagledetect.analysis import analyze_capture
+from nagledetect.chart_data import LogHistogram
+from nagledetect.report.document import build_document
+from nagledetect.report.html import render_html
+from tests.conftest import SAMPLE_TRACES, corpus_file, require_tool
+
+SAMPLES = ["mixed.pcap", "classic-phase-lock.pcap", "seed003-nagle.pcap",
+           "seed000-nntp-lines.pcap", "trap-paced-writes.pcap"]
+CORPUS = ["zeek/ssh__ssh.pcap", "zeek/ftp__cwd-navigation.pcap"]
+
+
+def _whole_and_split(path: Path, parts: int = 7, workers: int = 2):
+    whole = analyze_capture(str(path))
+    split = analyze_capture(str(path), part_bytes=os.path.getsize(path) // parts + 1,
+                            workers=workers)
+    assert whole.tables_kept and not split.tables_kept
+    return whole, split
+
+
+def _same_hosts(left, right) -> None:
+    for mine, theirs in ((left.delays, right.delays), (left.phase, right.phase)):
+        assert [h.address for h in mine] == [h.address for h in theirs]
+        for host, other in zip(mine, theirs):
+            assert np.array_equal(host.delays_ms, other.delays_ms)
+            assert np.array_equal(host.ack_times_s, other.ack_times_s)
+            assert host.phase_lock == other.phase_lock
+    assert left.hosts_with_delays == right.hosts_with_delays
+    assert left.hosts_with_phase_tests == right.hosts_with_phase_tests
+
+
+@pytest.mark.parametrize("path", [SAMPLE_TRACES / name for name in SAMPLES] + CORPUS,
+                         ids=lambda p: Path(p).name)
+def test_charts_of_a_capture_in_parts_equal_the_whole_ones(path) -> None:
+    path = corpus_file(path) if isinstance(path, str) else path
+    whole, split = _whole_and_split(path)
+    mine, theirs = whole.charts, split.charts
+    assert mine.response_ms.total, "the comparison needs responses to mean something"
+    assert mine.response_ms == theirs.response_ms
+    assert mine.stall_ms == theirs.stall_ms
+    assert np.array_equal(np.trim_zeros(mine.payload_bytes, "b"),
+                          np.trim_zeros(theirs.payload_bytes, "b"))
+    assert mine.worst == theirs.worst
+    _same_hosts(mine.hosts, theirs.hosts)
+
+
+def _without_plot_ids(page: str) -> str:
+    return re.sub(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", "ID", page)
+
+
+@pytest.mark.parametrize("path", [SAMPLE_TRACES / "mixed.pcap", "zeek/ssh__ssh.pcap"],
+                         ids=lambda p: Path(p).name)
+def test_html_report_of_a_capture_in_parts_is_the_whole_ones(path) -> None:
+    """Nothing the report shows needs the packet tables a capture in parts does not keep."""
+    path = corpus_file(path) if isinstance(path, str) else path
+    whole, split = _whole_and_split(path, parts=5, workers=1)
+    pages = [_without_plot_ids(render_html(build_document([analysis]), [analysis]))
+             for analysis in (whole, split)]
+    assert "Time-sequence graph" in pages[0] and "ACK delays of" in pages[0]
+    assert pages[1] == pages[0]
+
+
+def _tshark_data_packets(path: Path) -> list[tuple[float, int, int, int]]:
+    """(time, stream, source port, payload bytes) of every packet with a TCP payload."""
+    output = subprocess.run(
+        [require_tool("tshark"), "-r", str(path), "-Y", "tcp.len > 0", "-T", "fields",
+         "-e", "frame.time_epoch", "-e", "tcp.stream", "-e", "tcp.srcport", "-e", "tcp.len"],
+        capture_output=True, text=True, check=True).stdout
+    return [(float(time), int(stream), int(port), int(size))
+            for time, stream, port, size in (line.split("\t") for line in output.splitlines())]
+
+
+@pytest.mark.parametrize("name", ["seed003-nagle.pcap", "mixed.pcap", "classic-phase-lock.pcap"])
+def test_packet_sizes_are_tshark_tcp_len_counts(name: str) -> None:
+    path = SAMPLE_TRACES / name
+    expected = Counter(size for *_, size in _tshark_data_packets(path))
+    counts = analyze_capture(str(path)).charts.payload_bytes
+    assert {size: int(counts[size]) for size in np.flatnonzero(counts)} == dict(expected)
+
+
+@pytest.mark.parametrize("name", ["seed003-nagle.pcap", "mixed.pcap", "seed000-nntp-lines.pcap"])
+def test_response_times_are_the_turns_tshark_shows(name: str) -> None:
+    """Lab captures of clean exchanges (no loss): each turn of the data flow within a stream is
+    one response, timed from the last data packet before it to the first after it."""
+    path = SAMPLE_TRACES / name
+    last: dict[int, tuple[int, float]] = {}
+    gaps_ms = []
+    for time, stream, port, _ in _tshark_data_packets(path):
+        if stream in last and last[stream][0] != port:
+            gaps_ms.append(round((time - last[stream][1]) * 1e6) / 1000)
+        last[stream] = (port, time)
+    charts = analyze_capture(str(path)).charts
+    assert charts.response_ms.total == len(gaps_ms) > 0
+    assert charts.response_ms == LogHistogram.of(np.array(gaps_ms))
+
+
+def test_stalls_of_seed003_are_its_39_stalls() -> None:
+    """seed003-nagle.pcap: 39 stalls of about 41 ms each (checked by hand in tshark, frames
+    40 -> 41 -> 42: 2 bytes at 0.274946 s, the delayed ACK at 0.315996 s, the next 28 bytes
+    at 0.316018 s, a stall of 41.1 ms); the worst connection is its only one."""
+    charts = analyze_capture(str(SAMPLE_TRACES / "seed003-nagle.pcap")).charts
+    edges_ms, fraction = charts.stall_ms.cdf()
+    assert charts.stall_ms.total == 39
+    assert 40 < edges_ms[0] and edges_ms[-1] < 45 and fraction[-1] == 1
+    (worst,) = charts.worst
+    assert worst.connection == 0 and worst.released.total == 39
+    assert 42 in worst.released.frame.tolist()
+    assert np.all((worst.released_stall_ms > 40) & (worst.released_stall_ms < 45))
