@@ -7,6 +7,7 @@ each in its own process so peak memory is its own, `--repeats` times:
   - nagledetect read + decode           (nagledetect.read.capture.decoded_batches)
   - nagledetect read + decode + flows   (nagledetect.load_capture: connections, roles, RTT)
   - nagledetect analyze --format json   (the whole analysis, every detector, JSON to /dev/null)
+  - nagledetect report -o FILE.html     (the whole analysis and the HTML report, in a scratch folder)
 and prints medians in packets/s, ratios against tcpdump, and peak memory (bytes per packet):
 the peak of the sum of PSS (proportional set size) over the process and its children, sampled
 every 20 ms, since the whole analysis takes the parts of a large capture in worker processes
@@ -88,6 +89,11 @@ def _count_packets(path: Path) -> int:
 
 
 def run(path: Path, repeats: int, only: list[str] | None = None) -> dict:
+    with tempfile.TemporaryDirectory(prefix="bench-report-") as scratch:
+        return _run(path, repeats, only, Path(scratch) / "report.html")
+
+
+def _run(path: Path, repeats: int, only: list[str] | None, html_path: Path) -> dict:
     packets = _count_packets(path)
     commands = {
         "tcpdump -r FILE -w /dev/null": ["tcpdump", "-r", str(path), "-w", "/dev/null"],
@@ -96,6 +102,8 @@ def run(path: Path, repeats: int, only: list[str] | None = None) -> dict:
         "nagledetect read+decode+connections": _python_stage("flows", path),
         "nagledetect analyze --format json": [sys.executable, "-m", "nagledetect", "analyze",
                                               "--format", "json", str(path)],
+        "nagledetect report -o FILE.html": [sys.executable, "-m", "nagledetect", "report",
+                                            str(path), "-o", str(html_path)],
     }
     results = {}
     for name, command in commands.items():

@@ -23,15 +23,17 @@ def analyze_capture(path: str, bpf_filter: str | None = None,
                     progress: ProgressCallback | None = None, keep_tables: bool = False,
                     part_bytes: int = PART_BYTES, workers: int = 1,
                     stages: StageCallback | None = None, charts: bool = True) -> Analysis:
-    """Read and analyse one capture, in parts when it is larger than `part_bytes` and the packet
-    tables are not wanted (`keep_tables`, for --tables); `workers` processes take the parts in
-    parallel. `progress` hears how the read gets on, `stages` how the parts and the host step
-    of a capture in parts do. `charts`: also gather what the HTML report draws (a few per cent
-    of the time of a large capture)."""
-    parts = 1 if keep_tables else min(MAX_PARTS, max(1, math.ceil(_size(path) / part_bytes)))
+    """Read and analyse one capture, in parts when it is larger than `part_bytes`; `workers`
+    processes take the parts in parallel. `keep_tables` keeps the packet and message tables (for
+    --tables): held whole for a capture of one part, spilled part by part for a larger one.
+    `progress` hears how the read gets on, `stages` how the parts and the host step of a capture
+    in parts do. `charts`: also gather what the HTML report draws (a few per cent of the time
+    of a large capture)."""
+    parts = min(MAX_PARTS, max(1, math.ceil(_size(path) / part_bytes)))
     if parts == 1:
         return run_detectors(load_capture(path, bpf_filter, progress), charts)
-    return analyze_in_parts(path, bpf_filter, progress, parts, workers, stages, charts)
+    return analyze_in_parts(path, bpf_filter, progress, parts, workers, stages, charts,
+                            keep_tables)
 
 
 def _size(path: str) -> int:

@@ -42,6 +42,7 @@ from nagledetect.flows.build import build_flows
 from nagledetect.flows.grouped import group_starts
 from nagledetect.flows.partition import PartitionedPackets, load_part
 from nagledetect.ordering import as_text, factorize_in_name_order, name_order
+from nagledetect.part_tables import ChunkFix, PartTables, SpilledTables
 from nagledetect.pipeline import (
     PARITY_KEYS,
     Analysis,
@@ -93,26 +94,38 @@ class PartResult:
     sample_bucket: np.ndarray
     findings: PickledFindings
     charts: ChartData | None
+    tables: tuple[pd.DataFrame, pd.DataFrame] | None
+    """The packet and message tables, part-local ids."""
+
+
+@dataclass(frozen=True)
+class PartWanted:
+    """What a part yields besides its connections, findings and samples."""
+
+    charts: bool = True
+    tables: bool = False
 
 
 def analyze_in_parts(path: str, bpf_filter: str | None, progress: ProgressCallback | None,
                      parts: int, workers: int, stages: StageCallback | None = None,
-                     charts: bool = True) -> Analysis:
+                     charts: bool = True, tables: bool = False) -> Analysis:
     """Route the capture into `parts` part files, analyse them (`workers` processes at once),
     then run the host step and rank the findings. `progress` hears how the read gets on,
-    `stages` how the parts and the host step do; `charts`: gather what the HTML report draws."""
+    `stages` how the parts and the host step do; `charts`: gather what the HTML report draws;
+    `tables`: keep the packet and message tables (spilled, see `part_tables`)."""
     stages = stages or _no_stages
     accounting, batches = decoded_batches(path, bpf_filter, progress)
     partitioned = PartitionedPackets(parts)
+    wanted = PartWanted(charts, tables)
     collected = _Collected(max(1, parts * max(1, workers) // PARTS_PER_HOST_BUCKET), workers,
-                           charts)
+                           wanted)
     try:
         partitioned.add(batches)
         files = partitioned.part_files()
         if workers > 1 and len(files) > 1:
-            results = _parts_in_parallel(files, collected.buckets, workers, charts)
+            results = _parts_in_parallel(files, collected.buckets, workers, wanted)
         else:
-            results = ((index, part_result(part, collected.buckets, charts))
+            results = ((index, part_result(part, collected.buckets, wanted))
                        for index, part in enumerate(files))
         stages(PARTS_STAGE, 0, len(files))
         for done, (index, result) in enumerate(results, start=1):
@@ -131,7 +144,7 @@ def _no_stages(name: str, done: int, total: int) -> None:
 
 
 def _parts_in_parallel(files: list[tuple[str, str, np.dtype]], buckets: int, workers: int,
-                       charts: bool) -> Iterator[tuple[int, PartResult]]:
+                       wanted: PartWanted) -> Iterator[tuple[int, PartResult]]:
     """Each part in a worker process, largest first, with at most `workers` parts and
     PART_FILE_BYTES_IN_FLIGHT of part files in flight, so that the parts of a capture of a few
     huge connections do not all run at once (a part larger than that runs alone). Results are
@@ -146,7 +159,7 @@ def _parts_in_parallel(files: list[tuple[str, str, np.dtype]], buckets: int, wor
         while waiting or running:
             for index in _fitting(waiting, sizes, running.values(), workers):
                 waiting.remove(index)
-                running[pool.submit(part_result, files[index], buckets, charts)] = index
+                running[pool.submit(part_result, files[index], buckets, wanted)] = index
             done, _ = wait(running, return_when=FIRST_COMPLETED)
             for future in done:
                 yield running.pop(future), future.result()
@@ -168,11 +181,12 @@ def _fitting(waiting: list[int], sizes: list[int], running: Iterable[int],
     return chosen
 
 
-def part_result(files: tuple[str, str, np.dtype], buckets: int, charts: bool = True
-                ) -> PartResult:
-    """Connection-level results of one part (with `charts`, its share of what the HTML report
-    draws); its packet, segment and message tables are let go here. The cyclic collector is
+def part_result(files: tuple[str, str, np.dtype], buckets: int,
+                wanted: PartWanted | None = None) -> PartResult:
+    """Connection-level results of one part, with what else is `wanted` of it; its packet,
+    segment and message tables are let go here unless they are wanted. The cyclic collector is
     paused for the part and runs between parts."""
+    wanted = wanted or PartWanted()
     with collector_paused():
         flows = build_flows([load_part(files)])
         level = connection_level(flows.packets, flows.connections, fingerprint=False)
@@ -184,7 +198,8 @@ def part_result(files: tuple[str, str, np.dtype], buckets: int, charts: bool = T
                           host_buckets(samples["host"].to_numpy(), buckets),
                           pickle_findings(level.findings),
                           connection_charts(flows.packets, level.connections, level.messages,
-                                            level.findings) if charts else None)
+                                            level.findings) if wanted.charts else None,
+                          (flows.packets, level.messages) if wanted.tables else None)
 
 
 def host_buckets(hosts: np.ndarray, buckets: int) -> np.ndarray:
@@ -228,7 +243,7 @@ class _Collected:
     """The parts' results as they arrive: connection tables in memory, findings and samples
     spilled."""
 
-    def __init__(self, buckets: int, workers: int, charts: bool) -> None:
+    def __init__(self, buckets: int, workers: int, wanted: PartWanted) -> None:
         self.buckets = buckets
         self.workers = workers
         self.spill = SpillFile()
@@ -236,7 +251,10 @@ class _Collected:
         self.parity: dict[int, pd.DataFrame] = {}
         self.findings: dict[int, tuple[np.ndarray, PickledFindings]] = {}
         self.sample_blocks: list[list[tuple[int, int]]] = [[] for _ in range(buckets)]
-        self.charts = ChartData() if charts else None
+        self.charts = ChartData() if wanted.charts else None
+        self.tables = SpilledTables(self.spill) if wanted.tables else None
+        self.message_counts: dict[int, np.ndarray] = {}
+        """Messages of each part-local connection, by part (to number messages capture-wide)."""
         self.worst: list[tuple[int, TimeSequence]] = []
         """The capture's worst connections so far, each with its part."""
 
@@ -247,6 +265,8 @@ class _Collected:
         self._spill_samples(index, result.samples, result.sample_bucket)
         if self.charts is not None and result.charts is not None:
             self._add_charts(index, result.charts)
+        if self.tables is not None and result.tables is not None:
+            self._spill_tables(self.tables, index, *result.tables, len(result.connections))
         found = result.findings
         self.findings[index] = (self.spill.append_joined(found.records, found.lengths), found)
         found.records = b""
@@ -259,6 +279,13 @@ class _Collected:
         kept = worst_first([sequence for _, sequence in candidates])
         self.worst = [(part, sequence) for part, sequence in candidates
                       if any(sequence is worst for worst in kept)]
+
+    def _spill_tables(self, tables: SpilledTables, index: int, packets: pd.DataFrame,
+                      messages: pd.DataFrame, connections: int) -> None:
+        tables.add(index, "packets", packets)
+        tables.add(index, "messages", messages)
+        self.message_counts[index] = np.bincount(
+            messages["connection"].to_numpy(dtype=np.int64), minlength=connections)
 
     def _spill_samples(self, index: int, rows: np.ndarray, bucket: np.ndarray) -> None:
         """One block of rows per bucket, in the part's order."""
@@ -293,10 +320,13 @@ class _Collected:
                     global_id[part_offset[part] + sequence.connection]))
                 for part, sequence in self.worst])
             charts.hosts = busiest_hosts(hosts, host_step.with_samples)
+        tables = (None if self.tables is None else
+                  PartTables(self.tables, _capture_wide_ids(global_id, part_offset,
+                                                            self.message_counts)))
         return Analysis(without_packets(path, accounting, connections), pd.DataFrame(),
                         pd.DataFrame(), no_samples(), hosts,
                         _ranked(self.spill, columns, timers), parity_table, tables_kept=False,
-                        charts=charts)
+                        charts=charts, part_tables=tables)
 
     def _numbered_connections(self) -> tuple[pd.DataFrame, np.ndarray, np.ndarray]:
         """Every part's connections in one table, numbered by first packet as a one-part run
@@ -413,6 +443,31 @@ class _HostStep:
         codes, names = factorize_in_name_order(receivers)
         sample_receiver = (np.cumsum(first) - 1) * 2 + direction
         return pd.Categorical.from_codes(codes[sample_receiver], categories=names)
+
+
+def _capture_wide_ids(global_id: np.ndarray, part_offset: np.ndarray,
+                      message_counts: dict[int, np.ndarray]) -> ChunkFix:
+    """Mends a chunk of a part's table to capture-wide ids. Messages are numbered in
+    connection order (`events.messages.number_messages`), so a message's capture-wide number is
+    the messages of all connections before its own plus its place within its connection."""
+    counts = np.zeros(len(global_id), dtype=np.int64)
+    first_in_part: dict[int, np.ndarray] = {}
+    for part, part_counts in message_counts.items():
+        counts[global_id[part_offset[part] + np.arange(len(part_counts))]] = part_counts
+        first_in_part[part] = np.cumsum(part_counts) - part_counts
+    first_capture_wide = np.cumsum(counts) - counts
+
+    def fix(part: int, name: str, rows: pd.DataFrame) -> pd.DataFrame:
+        local = rows["connection"].to_numpy(dtype=np.int64)
+        connection = global_id[part_offset[part] + local]
+        mended = rows.assign(connection=connection.astype(rows["connection"].dtype))
+        if name == "messages":
+            within = rows["message"].to_numpy(dtype=np.int64) - first_in_part[part][local]
+            mended["message"] = (first_capture_wide[connection] + within).astype(
+                rows["message"].dtype)
+        return mended
+
+    return fix
 
 
 @dataclass

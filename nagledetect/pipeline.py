@@ -20,6 +20,7 @@ from nagledetect.detectors.model import DetectorInput, Finding, HostProfile
 from nagledetect.events.messages import messages, number_messages
 from nagledetect.events.segments import data_segments
 from nagledetect.flows.build import build_flows
+from nagledetect.part_tables import PartTables, TablesInMemory
 from nagledetect.read.capture import Accounting
 
 PARITY_KEYS = ["connection", "direction", "segments", "last_segment"]
@@ -44,6 +45,9 @@ class Analysis:
     parity: pd.DataFrame
     tables_kept: bool = True
     charts: ChartData | None = None
+    part_tables: PartTables | TablesInMemory | None = None
+    """The packet and message tables of a capture analysed in parts, when they were asked for
+    (`--tables`), read from disk a chunk at a time."""
 
 
 @dataclass

@@ -1,8 +1,15 @@
-"""Tables for other tools: packets, connections, messages and findings as CSV or Parquet."""
+"""Tables for other tools: packets, connections, messages and findings as CSV or Parquet.
+
+Each table is written a chunk of rows at a time, capture after capture: a capture analysed in
+parts hands its packet and message tables over from disk in one-part order (`part_tables`), so
+writing them takes memory for a chunk, not for the capture.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
@@ -12,35 +19,98 @@ from nagledetect.report.document import build_document
 
 FINDING_COLUMNS = ("capture", "kind", "subkind", "connection", "sender", "receiver", "count",
                    "time_lost_s", "share", "summary")
+FINDING_ROWS_PER_CHUNK = 10_000
 
 
-def _stack(analyses: list[Analysis], table: str) -> pd.DataFrame:
-    frames = [getattr(analysis.capture, table, None) if table in ("packets", "connections")
-              else analysis.messages for analysis in analyses]
-    return pd.concat([frame.assign(capture=index) for index, frame in enumerate(frames)
-                      if frame is not None], ignore_index=True)
+def _capture_chunks(analysis: Analysis, table: str) -> Iterator[pd.DataFrame]:
+    if table == "connections":
+        yield analysis.capture.connections
+    elif analysis.part_tables is not None:
+        yield from getattr(analysis.part_tables, table)()
+    else:
+        yield analysis.capture.packets if table == "packets" else analysis.messages
+
+
+def _chunks(analyses: list[Analysis], table: str) -> Iterator[pd.DataFrame]:
+    for index, analysis in enumerate(analyses):
+        for chunk in _capture_chunks(analysis, table):
+            yield chunk.assign(capture=index)
+
+
+def _finding_chunks(document: dict[str, Any]) -> Iterator[pd.DataFrame]:
+    rows = []
+    for finding in document["findings"]:
+        rows.append({key: finding.get(key) for key in FINDING_COLUMNS})
+        if len(rows) == FINDING_ROWS_PER_CHUNK:
+            yield pd.DataFrame(rows, columns=list(FINDING_COLUMNS))
+            rows = []
+    if rows or not len(document["findings"]):
+        yield pd.DataFrame(rows, columns=list(FINDING_COLUMNS))
 
 
 def write_tables(analyses: list[Analysis], folder: Path, table_format: str) -> list[Path]:
     """Write the four tables; returns their paths. Parquet needs pyarrow."""
     document = build_document(analyses)
-    findings = pd.DataFrame([{key: finding.get(key) for key in FINDING_COLUMNS}
-                             for finding in document["findings"]], columns=list(FINDING_COLUMNS))
-    tables = {"packets": _stack(analyses, "packets"), "connections": _stack(analyses, "connections"),
-              "messages": _stack(analyses, "messages"), "findings": findings}
+    tables = {"packets": _chunks(analyses, "packets"),
+              "connections": _chunks(analyses, "connections"),
+              "messages": _chunks(analyses, "messages"), "findings": _finding_chunks(document)}
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as error:
         raise InputError(f"{folder}: cannot create the folder ({error.strerror})") from None
     written = []
-    for name, table in tables.items():
+    for name, chunks in tables.items():
         path = folder / f"{name}.{table_format}"
         if table_format == "parquet":
-            try:
-                table.to_parquet(path, index=False)
-            except ImportError:
-                raise InputError("--tables-format parquet needs pyarrow: pip install pyarrow") from None
+            _write_parquet(chunks, path)
         else:
-            table.to_csv(path, index=False)
+            _write_csv(chunks, path)
         written.append(path)
     return written
+
+
+def _write_csv(chunks: Iterator[pd.DataFrame], path: Path) -> None:
+    """The header from the first chunk (written even when every chunk is empty), then the rows
+    of every chunk that has some."""
+    with open(path, "w", newline="", encoding="utf-8") as handle:
+        for position, chunk in enumerate(chunks):
+            if position == 0 or len(chunk):
+                chunk.to_csv(handle, index=False, header=position == 0)
+
+
+def _write_parquet(chunks: Iterator[pd.DataFrame], path: Path) -> None:
+    """One row group per chunk that has rows (empty chunks' columns may lack their types), the
+    schema from the first of them; an empty table if none has."""
+    try:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+    except ImportError:
+        raise InputError("--tables-format parquet needs pyarrow: pip install pyarrow") from None
+    writer = None
+    first = None
+    try:
+        for chunk in chunks:
+            first = chunk if first is None else first
+            if not len(chunk):
+                continue
+            if writer is None:
+                batch = _strings_for_nulls(pa.Table.from_pandas(chunk, preserve_index=False))
+                writer = pq.ParquetWriter(path, batch.schema)
+            else:
+                batch = pa.Table.from_pandas(chunk, preserve_index=False, schema=writer.schema)
+            writer.write_table(batch)
+    finally:
+        if writer is not None:
+            writer.close()
+    if writer is None:
+        (first if first is not None else pd.DataFrame()).to_parquet(path, index=False)
+
+
+def _strings_for_nulls(table: Any) -> Any:
+    """A column with no value in the first chunk (a finding's subkind, say) holds text in
+    later ones: typed as text rather than as null, which could hold nothing else."""
+    import pyarrow as pa
+
+    fields = [field.with_type(pa.string()) if pa.types.is_null(field.type) else field
+              for field in table.schema]
+    return table.cast(pa.schema(fields, metadata=table.schema.metadata))

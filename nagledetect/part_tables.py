@@ -1,0 +1,105 @@
+"""The packet and message tables of a capture analysed in parts, for `--tables`.
+
+Why: those tables are as long as the capture (a 100 M-packet capture would need tens of
+gigabytes held whole). Each part's tables are spilled a chunk of rows at a time, in the part's
+own order, and read back merged into the order of a one-part run (packets by frame, messages by
+number), with capture-wide connection and message numbers: only a chunk of each part is in
+memory at once.
+"""
+
+from __future__ import annotations
+
+import pickle
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from nagledetect.stored import SpillFile
+
+ROWS_PER_CHUNK = 65_536
+TABLE_KEYS = {"packets": "frame", "messages": "message"}
+"""Each table's order in a one-part run: a column whose values are unique in the capture."""
+ChunkFix = Callable[[int, str, pd.DataFrame], pd.DataFrame]
+"""Called with a chunk's part, its table's name and its rows: the rows with capture-wide ids."""
+
+
+@dataclass
+class SpilledTables:
+    """Where each part's chunks of each table lie in the spill file, in the part's order."""
+
+    spill: SpillFile
+    chunks: dict[str, dict[int, list[tuple[int, int]]]] = field(
+        default_factory=lambda: {name: {} for name in TABLE_KEYS})
+
+    def add(self, part: int, name: str, table: pd.DataFrame) -> None:
+        pieces = [pickle.dumps(table.iloc[start:start + ROWS_PER_CHUNK],
+                               protocol=pickle.HIGHEST_PROTOCOL)
+                  for start in range(0, len(table), ROWS_PER_CHUNK)]
+        offsets = self.spill.append_each(pieces).tolist()
+        self.chunks[name][part] = list(zip(offsets, [len(piece) for piece in pieces]))
+
+
+class PartTables:
+    """A capture's packet and message tables, read from its parts' spilled chunks in the order
+    and with the numbering of a one-part run."""
+
+    def __init__(self, spilled: SpilledTables, fix: ChunkFix) -> None:
+        self._spilled = spilled
+        self._fix = fix
+
+    def packets(self) -> Iterator[pd.DataFrame]:
+        return self._merged("packets")
+
+    def messages(self) -> Iterator[pd.DataFrame]:
+        return self._merged("messages")
+
+    def __reduce__(self) -> tuple:
+        return TablesInMemory, (list(self.packets()), list(self.messages()))
+
+    def _merged(self, name: str) -> Iterator[pd.DataFrame]:
+        streams = [self._part_chunks(part, name, chunks)
+                   for part, chunks in sorted(self._spilled.chunks[name].items())]
+        return merged_by(TABLE_KEYS[name], streams)
+
+    def _part_chunks(self, part: int, name: str, chunks: list[tuple[int, int]]
+                     ) -> Iterator[pd.DataFrame]:
+        for offset, length in chunks:
+            yield self._fix(part, name, pickle.loads(self._spilled.spill.read(offset, length)))
+
+
+class TablesInMemory:
+    """Tables as PartTables gives them, held in memory (a capture's tables sent to another
+    process)."""
+
+    def __init__(self, packets: list[pd.DataFrame], messages: list[pd.DataFrame]) -> None:
+        self._tables = {"packets": packets, "messages": messages}
+
+    def packets(self) -> Iterator[pd.DataFrame]:
+        return iter(self._tables["packets"])
+
+    def messages(self) -> Iterator[pd.DataFrame]:
+        return iter(self._tables["messages"])
+
+
+def merged_by(key: str, streams: list[Iterator[pd.DataFrame]]) -> Iterator[pd.DataFrame]:
+    """The rows of several streams of chunks, each sorted by `key` (unique across them), as one
+    stream sorted by it: each round hands out every row up to the smallest last key of the
+    chunks at hand, so at most one chunk of each stream is held."""
+    current = {index: chunk for index, stream in enumerate(streams)
+               if (chunk := next(stream, None)) is not None}
+    while current:
+        bound = min(chunk[key].iat[-1] for chunk in current.values())
+        taken = []
+        for index in list(current):
+            chunk = current[index]
+            cut = int(np.searchsorted(chunk[key].to_numpy(), bound, side="right"))
+            taken.append(chunk.iloc[:cut])
+            if cut < len(chunk):
+                current[index] = chunk.iloc[cut:]
+            elif (following := next(streams[index], None)) is not None:
+                current[index] = following
+            else:
+                del current[index]
+        yield pd.concat(taken).sort_values(key, kind="stable")
