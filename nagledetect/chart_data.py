@@ -113,7 +113,7 @@ class TimeSequence:
                 and np.array_equal(self.released_stall_ms, other.released_stall_ms))
 
 
-@dataclass
+@dataclass(eq=False)
 class HostCharts:
     """The busiest hosts' profiles with their samples, and how many hosts there were to pick
     from."""
@@ -124,7 +124,7 @@ class HostCharts:
     hosts_with_phase_tests: int = 0
 
 
-@dataclass
+@dataclass(eq=False)
 class ChartData:
     """Everything the HTML charts of one capture draw."""
 
@@ -140,13 +140,6 @@ class ChartData:
         return ChartData(self.response_ms + other.response_ms, self.stall_ms + other.stall_ms,
                          _added(self.payload_bytes, other.payload_bytes),
                          worst_first(self.worst + other.worst))
-
-    def __eq__(self, other: object) -> bool:
-        return (isinstance(other, ChartData) and self.response_ms == other.response_ms
-                and self.stall_ms == other.stall_ms and self.worst == other.worst
-                and np.array_equal(np.trim_zeros(self.payload_bytes, "b"),
-                                   np.trim_zeros(other.payload_bytes, "b"))
-                and self.hosts == other.hosts)
 
 
 def worst_first(sequences: list[TimeSequence]) -> list[TimeSequence]:

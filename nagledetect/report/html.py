@@ -2,8 +2,8 @@
 
 It renders the result document and draws the charts from what the analysis gathered for them
 (`chart_data`: counts and sampled points, complete for a capture analysed in parts too); it
-decides nothing. Every string that came from a capture
-or the command line is escaped; charts carry numbers and endpoint names only.
+decides nothing. Every string that came from a capture or the command line is escaped; charts
+carry numbers and endpoint names only.
 """
 
 from __future__ import annotations
