@@ -8,6 +8,7 @@ tables are not kept.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 
@@ -15,8 +16,9 @@ from nagledetect.api import load_capture
 from nagledetect.parts import MAX_PARTS, PART_BYTES, StageCallback, analyze_in_parts
 from nagledetect.pipeline import Analysis, run_detectors
 from nagledetect.read.capture import ProgressCallback
+from nagledetect.stored import stored_findings
 
-__all__ = ["Analysis", "analyze_capture", "run_detectors"]
+__all__ = ["Analysis", "analyze_capture", "run_detectors", "with_findings_on_disk"]
 
 
 def analyze_capture(path: str, bpf_filter: str | None = None,
@@ -41,3 +43,9 @@ def _size(path: str) -> int:
         return os.path.getsize(path)
     except OSError:
         return 0
+
+
+def with_findings_on_disk(analysis: Analysis) -> Analysis:
+    """The analysis with its findings spilled to disk: what a run over many captures keeps of
+    each capture's result while the others are analysed (the findings are most of its size)."""
+    return dataclasses.replace(analysis, findings=stored_findings(analysis.findings))

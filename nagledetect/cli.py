@@ -17,7 +17,7 @@ from pathlib import Path
 import click
 
 from nagledetect import __version__
-from nagledetect.analysis import Analysis, analyze_capture
+from nagledetect.analysis import Analysis, analyze_capture, with_findings_on_disk
 from nagledetect.errors import InputError
 from nagledetect.gate import budgets_from, evaluate, load_config
 from nagledetect.lab.cli import lab
@@ -180,16 +180,20 @@ def _write_html(document: dict, analyses: list[Analysis], path: Path) -> None:
 def _analyze_on_dask(captures: tuple[str, ...], bpf_filter: str | None, address: str,
                      wanted: Wanted) -> list[Analysis]:
     """Send each file to an existing Dask cluster (the files must be readable by its workers at
-    the same paths); gather the results here, in order."""
+    the same paths); take the results here as they come (each one's findings spilled to disk),
+    and return them in order."""
     try:
-        from distributed import Client
+        from distributed import Client, as_completed
     except ImportError:
         _fail("--dask needs the distributed package: pip install 'nagledetect[dask]'")
     try:
         with Client(address, timeout=DASK_CONNECT_TIMEOUT_S) as client:
             futures = client.map(_analyze_one, list(captures), [bpf_filter] * len(captures),
                                  [wanted] * len(captures), pure=False)
-            return client.gather(futures)
+            position = {future.key: index for index, future in enumerate(futures)}
+            analyses = {position[future.key]: with_findings_on_disk(future.result())
+                        for future in as_completed(futures)}
+            return [analyses[index] for index in range(len(captures))]
     except OSError as error:
         _fail(f"cannot reach the Dask scheduler at {address}: {error}")
 
@@ -266,20 +270,32 @@ def _read_baseline(path: Path) -> dict:
 def _analyze_in_processes(captures: tuple[str, ...], bpf_filter: str | None, wanted: Wanted,
                           workers: int) -> list[Analysis]:
     """One process per capture, `workers` at a time. The workers draw no progress line of their
-    own (several would fight over one line): this process counts the captures done."""
+    own (several would fight over one line): this process counts the captures done. Each result
+    is taken as it comes, its findings spilled to disk, so that memory here grows with the
+    captures' connections and hosts, not with their findings. A failing capture is reported
+    after the others, the first in the order given."""
+    analyses: dict[int, Analysis] = {}
+    failures: dict[int, InputError] = {}
     with ProcessPoolExecutor(max_workers=workers) as pool:
-        futures = [pool.submit(_analyze_one, path, bpf_filter, wanted, workers=1,
-                               show_progress=False) for path in captures]
+        pending = {pool.submit(_analyze_one, path, bpf_filter, wanted, workers=1,
+                               show_progress=False): index for index, path in enumerate(captures)}
         progress = ProgressLine(f"{len(captures)} captures")
-        pending = set(futures)
         try:
-            progress.stage("analysed", 0, len(futures))
+            progress.stage("analysed", 0, len(captures))
             while pending:
-                _, pending = wait(pending, timeout=PROGRESS_TICK_S, return_when=FIRST_COMPLETED)
-                progress.stage("analysed", len(futures) - len(pending), len(futures))
+                done, _ = wait(pending, timeout=PROGRESS_TICK_S, return_when=FIRST_COMPLETED)
+                for future in done:
+                    index = pending.pop(future)
+                    try:
+                        analyses[index] = with_findings_on_disk(future.result())
+                    except InputError as error:
+                        failures[index] = error
+                progress.stage("analysed", len(captures) - len(pending), len(captures))
         finally:
             progress.done()
-        return [future.result() for future in futures]
+    if failures:
+        raise failures[min(failures)]
+    return [analyses[index] for index in range(len(captures))]
 
 
 def _analyze_one(path: str, bpf_filter: str | None, wanted: Wanted | None = None,

@@ -184,6 +184,18 @@ def pickle_findings(findings: list[Finding]) -> PickledFindings:
         np.array([len(f.events) for f in findings], dtype=np.int64))
 
 
+def stored_findings(findings: Sequence[Finding]) -> StoredFindings:
+    """Findings in rank order, spilled to a file of their own (stored ones are kept as they
+    are): a run over many captures holds each capture's findings on disk as its result comes
+    in, not all of them in memory."""
+    if isinstance(findings, StoredFindings):
+        return findings
+    found = pickle_findings(list(findings))
+    spill = SpillFile()
+    return StoredFindings(spill, spill.append_joined(found.records, found.lengths),
+                          found.lengths, found.time_lost_s, found.advice, found.evidence_rows)
+
+
 class StoredFindings(RecordTable):
     """A capture's findings in rank order, read from disk; `time_lost_s`, `advice` and
     `evidence_rows` are the columns a document needs to order and chunk findings across

@@ -55,3 +55,19 @@ def test_stall_evidence_survives_pickling_as_rows() -> None:
             assert after.dtype == before.dtype
             np.testing.assert_array_equal(after, before)
         assert back.events.records() == finding.events.records()
+
+
+def test_findings_put_on_disk_read_back_as_the_same_document() -> None:
+    """What a run over many captures keeps of each result: its findings on disk, read back
+    into the same document (the one-capture document is checked by hand elsewhere)."""
+    from nagledetect.analysis import analyze_capture, with_findings_on_disk
+    from nagledetect.report.document import build_document
+    from nagledetect.stored import StoredFindings
+    from tests.conftest import SAMPLE_TRACES
+
+    analyses = [analyze_capture(str(SAMPLE_TRACES / name))
+                for name in ("mixed.pcap", "seed003-nagle.pcap")]
+    kept = [with_findings_on_disk(analysis) for analysis in analyses]
+    assert all(isinstance(analysis.findings, StoredFindings) for analysis in kept)
+    assert [len(analysis.findings) for analysis in kept] == [len(a.findings) for a in analyses]
+    assert build_document(kept) == build_document(analyses)
