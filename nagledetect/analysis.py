@@ -12,13 +12,17 @@ import dataclasses
 import math
 import os
 
-from nagledetect.api import load_capture
-from nagledetect.parts import MAX_PARTS, PART_BYTES, StageCallback, analyze_in_parts
-from nagledetect.pipeline import Analysis, run_detectors
-from nagledetect.read.capture import ProgressCallback
-from nagledetect.stored import stored_findings
+import pandas as pd
 
-__all__ = ["Analysis", "analyze_capture", "run_detectors", "with_findings_on_disk"]
+from nagledetect.api import load_capture
+from nagledetect.part_tables import TablesInMemory, tables_on_disk
+from nagledetect.parts import MAX_PARTS, PART_BYTES, StageCallback, analyze_in_parts
+from nagledetect.pipeline import Analysis, no_samples, run_detectors, without_packets
+from nagledetect.read.capture import ProgressCallback
+from nagledetect.stored import SpillFile, StoredHosts, stored_findings, without_samples
+
+__all__ = ["Analysis", "analyze_capture", "for_another_process", "kept_on_disk",
+           "run_detectors"]
 
 
 def analyze_capture(path: str, bpf_filter: str | None = None,
@@ -45,7 +49,28 @@ def _size(path: str) -> int:
         return 0
 
 
-def with_findings_on_disk(analysis: Analysis) -> Analysis:
-    """The analysis with its findings spilled to disk: what a run over many captures keeps of
-    each capture's result while the others are analysed (the findings are most of its size)."""
-    return dataclasses.replace(analysis, findings=stored_findings(analysis.findings))
+def for_another_process(analysis: Analysis, tables: bool) -> Analysis:
+    """What the reporters read of an analysis, to send it to the process that writes them: the
+    packet and message tables only when `tables` are wanted (as chunks, the way a capture in
+    parts hands them over), and host profiles without their samples (the charts carry their
+    own). The rest would only be pickled and copied."""
+    part_tables = analysis.part_tables
+    if tables and analysis.tables_kept:
+        part_tables = TablesInMemory([analysis.capture.packets], [analysis.messages])
+    capture = analysis.capture
+    return dataclasses.replace(
+        analysis, capture=without_packets(capture.path, capture.accounting, capture.connections),
+        segments=pd.DataFrame(), messages=pd.DataFrame(), delack_samples=no_samples(),
+        hosts=(analysis.hosts if isinstance(analysis.hosts, StoredHosts) else
+               {address: without_samples(profile) for address, profile in analysis.hosts.items()}),
+        tables_kept=False, part_tables=part_tables if tables else None)
+
+
+def kept_on_disk(analysis: Analysis, spill: SpillFile) -> Analysis:
+    """The analysis with its findings (most of its size) and any tables appended to `spill`
+    (one file for all captures, not one open file each): what a run over many captures keeps of
+    each capture's result while the others are analysed."""
+    tables = analysis.part_tables
+    return dataclasses.replace(
+        analysis, findings=stored_findings(analysis.findings, spill),
+        part_tables=None if tables is None else tables_on_disk(tables, spill))

@@ -17,7 +17,7 @@ from pathlib import Path
 import click
 
 from nagledetect import __version__
-from nagledetect.analysis import Analysis, analyze_capture, with_findings_on_disk
+from nagledetect.analysis import Analysis, analyze_capture, for_another_process, kept_on_disk
 from nagledetect.errors import InputError
 from nagledetect.gate import budgets_from, evaluate, load_config
 from nagledetect.lab.cli import lab
@@ -27,6 +27,7 @@ from nagledetect.report.document import SCHEMA, build_document, write_json
 from nagledetect.report.html import render_html
 from nagledetect.report.tables import write_tables
 from nagledetect.report.text import render_text
+from nagledetect.stored import SpillFile
 
 JOBS_OPTION = click.option("-j", "--jobs", type=click.IntRange(1),
                            help="Parallel processes: one per capture, or per part of one large "
@@ -180,18 +181,20 @@ def _write_html(document: dict, analyses: list[Analysis], path: Path) -> None:
 def _analyze_on_dask(captures: tuple[str, ...], bpf_filter: str | None, address: str,
                      wanted: Wanted) -> list[Analysis]:
     """Send each file to an existing Dask cluster (the files must be readable by its workers at
-    the same paths); take the results here as they come (each one's findings spilled to disk),
-    and return them in order."""
+    the same paths); take the results here as they come (each one's findings and tables spilled
+    to disk), and return them in order."""
     try:
         from distributed import Client, as_completed
     except ImportError:
         _fail("--dask needs the distributed package: pip install 'nagledetect[dask]'")
     try:
         with Client(address, timeout=DASK_CONNECT_TIMEOUT_S) as client:
-            futures = client.map(_analyze_one, list(captures), [bpf_filter] * len(captures),
-                                 [wanted] * len(captures), pure=False)
+            futures = client.map(_analyze_for_parent, list(captures),
+                                 [bpf_filter] * len(captures), [wanted] * len(captures),
+                                 pure=False)
             position = {future.key: index for index, future in enumerate(futures)}
-            analyses = {position[future.key]: with_findings_on_disk(future.result())
+            spill = SpillFile()
+            analyses = {position[future.key]: kept_on_disk(future.result(), spill)
                         for future in as_completed(futures)}
             return [analyses[index] for index in range(len(captures))]
     except OSError as error:
@@ -271,13 +274,14 @@ def _analyze_in_processes(captures: tuple[str, ...], bpf_filter: str | None, wan
                           workers: int) -> list[Analysis]:
     """One process per capture, `workers` at a time. The workers draw no progress line of their
     own (several would fight over one line): this process counts the captures done. Each result
-    is taken as it comes, its findings spilled to disk, so that memory here grows with the
-    captures' connections and hosts, not with their findings. A failing capture is reported
-    after the others, the first in the order given."""
+    is taken as it comes, its findings (and tables, if wanted) spilled to disk, so that memory
+    here grows with the captures' connections and hosts, not with their findings or packets. A
+    failing capture is reported after the others, the first in the order given."""
     analyses: dict[int, Analysis] = {}
     failures: dict[int, InputError] = {}
+    spill = SpillFile()
     with ProcessPoolExecutor(max_workers=workers) as pool:
-        pending = {pool.submit(_analyze_one, path, bpf_filter, wanted, workers=1,
+        pending = {pool.submit(_analyze_for_parent, path, bpf_filter, wanted, workers=1,
                                show_progress=False): index for index, path in enumerate(captures)}
         progress = ProgressLine(f"{len(captures)} captures")
         try:
@@ -287,7 +291,7 @@ def _analyze_in_processes(captures: tuple[str, ...], bpf_filter: str | None, wan
                 for future in done:
                     index = pending.pop(future)
                     try:
-                        analyses[index] = with_findings_on_disk(future.result())
+                        analyses[index] = kept_on_disk(future.result(), spill)
                     except InputError as error:
                         failures[index] = error
                 progress.stage("analysed", len(captures) - len(pending), len(captures))
@@ -296,6 +300,13 @@ def _analyze_in_processes(captures: tuple[str, ...], bpf_filter: str | None, wan
     if failures:
         raise failures[min(failures)]
     return [analyses[index] for index in range(len(captures))]
+
+
+def _analyze_for_parent(path: str, bpf_filter: str | None, wanted: Wanted, workers: int = 1,
+                        show_progress: bool = False) -> Analysis:
+    """`_analyze_one` in a worker process (or on Dask): only what the reporters read goes back."""
+    return for_another_process(_analyze_one(path, bpf_filter, wanted, workers, show_progress),
+                               wanted.tables)
 
 
 def _analyze_one(path: str, bpf_filter: str | None, wanted: Wanted | None = None,

@@ -10,7 +10,7 @@ memory at once.
 from __future__ import annotations
 
 import pickle
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -34,9 +34,12 @@ class SpilledTables:
         default_factory=lambda: {name: {} for name in TABLE_KEYS})
 
     def add(self, part: int, name: str, table: pd.DataFrame) -> None:
-        pieces = [pickle.dumps(table.iloc[start:start + ROWS_PER_CHUNK],
-                               protocol=pickle.HIGHEST_PROTOCOL)
-                  for start in range(0, len(table), ROWS_PER_CHUNK)]
+        self.add_chunks(part, name, (table.iloc[start:start + ROWS_PER_CHUNK]
+                                     for start in range(0, len(table), ROWS_PER_CHUNK)))
+
+    def add_chunks(self, part: int, name: str, chunks: Iterable[pd.DataFrame]) -> None:
+        pieces = [pickle.dumps(chunk, protocol=pickle.HIGHEST_PROTOCOL)
+                  for chunk in chunks if len(chunk)]
         offsets = self.spill.append_each(pieces).tolist()
         self.chunks[name][part] = list(zip(offsets, [len(piece) for piece in pieces]))
 
@@ -103,3 +106,18 @@ def merged_by(key: str, streams: list[Iterator[pd.DataFrame]]) -> Iterator[pd.Da
             else:
                 del current[index]
         yield pd.concat(taken).sort_values(key, kind="stable")
+
+
+def tables_on_disk(tables: PartTables | TablesInMemory, spill: SpillFile) -> PartTables:
+    """Tables held in memory (as another process sent them), appended to `spill` in the same
+    order; tables already on disk as they are."""
+    if isinstance(tables, PartTables):
+        return tables
+    spilled = SpilledTables(spill)
+    for name in TABLE_KEYS:
+        spilled.add_chunks(0, name, getattr(tables, name)())
+    return PartTables(spilled, _as_they_are)
+
+
+def _as_they_are(part: int, name: str, rows: pd.DataFrame) -> pd.DataFrame:
+    return rows

@@ -9,6 +9,7 @@ walks them. Sent to another process (a many-file run), a stored table is sent as
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import pickle
 import tempfile
@@ -184,14 +185,13 @@ def pickle_findings(findings: list[Finding]) -> PickledFindings:
         np.array([len(f.events) for f in findings], dtype=np.int64))
 
 
-def stored_findings(findings: Sequence[Finding]) -> StoredFindings:
-    """Findings in rank order, spilled to a file of their own (stored ones are kept as they
-    are): a run over many captures holds each capture's findings on disk as its result comes
-    in, not all of them in memory."""
+def stored_findings(findings: Sequence[Finding], spill: SpillFile) -> StoredFindings:
+    """Findings in rank order, appended to `spill` (stored ones are kept as they are): a run
+    over many captures holds each capture's findings on disk as its result comes in, not all of
+    them in memory."""
     if isinstance(findings, StoredFindings):
         return findings
     found = pickle_findings(list(findings))
-    spill = SpillFile()
     return StoredFindings(spill, spill.append_joined(found.records, found.lengths),
                           found.lengths, found.time_lost_s, found.advice, found.evidence_rows)
 
@@ -332,6 +332,12 @@ def _read_only(values: np.ndarray) -> np.ndarray:
 _NO_FLOATS = _read_only(np.zeros(0))
 _NO_INTS = _read_only(np.zeros(0, dtype=np.int64))
 """The per-sample arrays of a stored profile: empty, one shared pair for all profiles."""
+
+
+def without_samples(profile: HostProfile) -> HostProfile:
+    """The profile with the one shared pair of empty sample arrays, as stored profiles have."""
+    return dataclasses.replace(profile, delays_ms=_NO_FLOATS, ack_times_s=_NO_FLOATS,
+                               ack_connections=_NO_INTS)
 
 
 def _optional(value: float) -> float | None:

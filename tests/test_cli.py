@@ -194,3 +194,19 @@ def test_captures_cut_in_the_file_header_record_header_or_record(tmp_path, cut: 
     else:
         assert result.returncode == 0 and "cut short" in result.stderr
         assert json.loads(result.stdout)["captures"][0]["packets"] == 0
+
+
+def test_parallel_run_writes_the_serial_runs_tables(tmp_path) -> None:
+    """With -j the tables come back from the worker processes and are put on disk as they
+    arrive: the files are the same byte for byte as a run in one process."""
+    from tests.conftest import SAMPLE_TRACES
+
+    paths = [str(SAMPLE_TRACES / name) for name in
+             ("mixed.pcap", "seed003-nagle.pcap", "trap-keepalive.pcap")]
+    for jobs in ("1", "2"):
+        result = run("analyze", "-j", jobs, "--tables", str(tmp_path / jobs), *paths)
+        assert result.returncode == 0, result.stderr
+    for name in ("packets", "connections", "messages", "findings"):
+        serial = (tmp_path / "1" / f"{name}.csv").read_bytes()
+        assert serial.count(b"\n") > 1, name
+        assert (tmp_path / "2" / f"{name}.csv").read_bytes() == serial, name

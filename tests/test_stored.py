@@ -58,16 +58,19 @@ def test_stall_evidence_survives_pickling_as_rows() -> None:
 
 
 def test_findings_put_on_disk_read_back_as_the_same_document() -> None:
-    """What a run over many captures keeps of each result: its findings on disk, read back
-    into the same document (the one-capture document is checked by hand elsewhere)."""
-    from nagledetect.analysis import analyze_capture, with_findings_on_disk
+    """What a run over many captures keeps of each result: what the reporters read, sent
+    through a pickle, its findings then put on disk; read back into the same document (the
+    one-capture document is checked by hand elsewhere)."""
+    from nagledetect.analysis import analyze_capture, for_another_process, kept_on_disk
     from nagledetect.report.document import build_document
     from nagledetect.stored import StoredFindings
     from tests.conftest import SAMPLE_TRACES
 
     analyses = [analyze_capture(str(SAMPLE_TRACES / name))
                 for name in ("mixed.pcap", "seed003-nagle.pcap")]
-    kept = [with_findings_on_disk(analysis) for analysis in analyses]
+    spill = SpillFile()
+    kept = [kept_on_disk(pickle.loads(pickle.dumps(for_another_process(analysis, False))), spill)
+            for analysis in analyses]
     assert all(isinstance(analysis.findings, StoredFindings) for analysis in kept)
     assert [len(analysis.findings) for analysis in kept] == [len(a.findings) for a in analyses]
     assert build_document(kept) == build_document(analyses)
