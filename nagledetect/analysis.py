@@ -1,9 +1,11 @@
 """From a capture to findings: the one place that chooses how a capture is analysed.
 
-A capture that fits is read whole and every step of `pipeline` runs on it. A larger one, when
-the packet tables are not wanted, is analysed in parts that each hold whole connections (see
-`parts`); the result equals a whole run, except that the packet, segment, message and sample
-tables are not kept.
+A capture that fits is read whole and every step of `pipeline` runs on it. A larger one is
+analysed in parts that each hold whole connections (see `parts`); the result equals a whole
+run, except that the segment and sample tables are not kept, and the packet and message tables
+only on disk when they are wanted (`part_tables`). Results that travel between processes carry
+what the reporters read (`for_another_process`), and a run over many captures keeps each one's
+findings on disk (`kept_on_disk`).
 """
 
 from __future__ import annotations

@@ -30,10 +30,11 @@ PARITY_KEYS = ["connection", "direction", "segments", "last_segment"]
 class Analysis:
     """A capture with everything found in it.
 
-    `tables_kept` is False when the capture was analysed in parts: then `capture.packets`,
-    `segments`, `messages` and `delack_samples` are empty, and `findings` and `hosts` are read
-    from disk a chunk at a time (`stored`); the connections, findings and hosts are complete,
-    and so is `charts`, what the HTML report draws (None when the caller did not ask for it).
+    `tables_kept` is False when the capture was analysed in parts, or its result came from
+    another process: then `capture.packets`, `segments`, `messages` and `delack_samples` are
+    empty, and `findings` and `hosts` may be read from disk a chunk at a time (`stored`); the
+    connections, findings and hosts are complete, and so is `charts`, what the HTML report draws
+    (None when the caller did not ask for it).
     """
 
     capture: Capture
@@ -46,8 +47,8 @@ class Analysis:
     tables_kept: bool = True
     charts: ChartData | None = None
     part_tables: PartTables | TablesInMemory | None = None
-    """The packet and message tables of a capture analysed in parts, when they were asked for
-    (`--tables`), read from disk a chunk at a time."""
+    """The packet and message tables when they were asked for (`--tables`) and `tables_kept`
+    is False, read a chunk at a time."""
 
 
 @dataclass
