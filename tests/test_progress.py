@@ -12,7 +12,7 @@ import pytest
 
 from nagledetect import load_capture
 from nagledetect.analysis import analyze_capture
-from nagledetect.cli import _analyze_in_processes
+from nagledetect.cli import Wanted, _analyze_in_processes
 from nagledetect.progress import ProgressLine
 from tests.conftest import SAMPLE_TRACES
 
@@ -80,7 +80,7 @@ def test_a_parallel_run_counts_captures_in_one_line(draw_at_once, monkeypatch) -
     monkeypatch.setattr(sys, "stderr", terminal)
     paths = tuple(str(SAMPLE_TRACES / name) for name in
                   ("mixed.pcap", "trap-rpc.pcap", "seed003-nagle.pcap"))
-    analyses = _analyze_in_processes(paths, None, False, 2)
+    analyses = _analyze_in_processes(paths, None, Wanted(), 2)
     assert [analysis.capture.path for analysis in analyses] == list(paths)
     lines = _lines(terminal.getvalue())
     done = [int(re.fullmatch(r"3 captures: analysed (\d) of 3(, ETA \d+ s)?", line).group(1))
