@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from nagledetect import parts, pipeline
-from nagledetect.analysis import analyze_capture
+from nagledetect.analysis import Wanted, analyze_capture
 from nagledetect.detectors import CONNECTION_DETECTORS, segment_parity
 from nagledetect.read.capture import decoded_batches
 from nagledetect.report.document import build_document, write_json
@@ -119,10 +119,10 @@ def part_step_times(path: str, count: int) -> tuple[Counter, int]:
         _, batches = decoded_batches(path)
         routed.add(batches)
         files = routed.part_files()
-        parts.part_result(files[0], 1, charts=False)
+        parts.part_result(files[0], 1, Wanted())
         spent.clear()
         for files_of_part in files[1:count + 1]:
-            parts.part_result(files_of_part, 1, charts=False)
+            parts.part_result(files_of_part, 1, Wanted())
     finally:
         routed.close()
         for module, name, original in originals:

@@ -19,11 +19,11 @@ import pandas as pd
 from nagledetect.api import load_capture
 from nagledetect.part_tables import TablesInMemory, tables_on_disk
 from nagledetect.parts import MAX_PARTS, PART_BYTES, StageCallback, analyze_in_parts
-from nagledetect.pipeline import Analysis, no_samples, run_detectors, without_packets
+from nagledetect.pipeline import Analysis, Wanted, no_samples, run_detectors, without_packets
 from nagledetect.read.capture import ProgressCallback
 from nagledetect.stored import SpillFile, StoredHosts, stored_findings, without_samples
 
-__all__ = ["Analysis", "analyze_capture", "for_another_process", "kept_on_disk",
+__all__ = ["Analysis", "Wanted", "analyze_capture", "for_another_process", "kept_on_disk",
            "run_detectors"]
 
 
@@ -40,8 +40,8 @@ def analyze_capture(path: str, bpf_filter: str | None = None,
     parts = min(MAX_PARTS, max(1, math.ceil(_size(path) / part_bytes)))
     if parts == 1:
         return run_detectors(load_capture(path, bpf_filter, progress), charts)
-    return analyze_in_parts(path, bpf_filter, progress, parts, workers, stages, charts,
-                            keep_tables)
+    return analyze_in_parts(path, bpf_filter, progress, parts, workers,
+                            Wanted(tables=keep_tables, charts=charts), stages)
 
 
 def _size(path: str) -> int:

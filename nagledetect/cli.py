@@ -11,13 +11,18 @@ import os
 import sys
 import tempfile
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
-from dataclasses import dataclass
 from pathlib import Path
 
 import click
 
 from nagledetect import __version__
-from nagledetect.analysis import Analysis, analyze_capture, for_another_process, kept_on_disk
+from nagledetect.analysis import (
+    Analysis,
+    Wanted,
+    analyze_capture,
+    for_another_process,
+    kept_on_disk,
+)
 from nagledetect.errors import InputError
 from nagledetect.gate import budgets_from, evaluate, load_config
 from nagledetect.lab.cli import lab
@@ -108,15 +113,6 @@ def analyze(captures: tuple[str, ...], bpf_filter: str | None, output_format: st
     else:
         colour = sys.stdout.isatty() and "NO_COLOR" not in os.environ
         click.echo(render_text(document, verbose=verbose, colour=colour), nl=False, color=colour)
-
-
-@dataclass(frozen=True)
-class Wanted:
-    """What a command's reporters need besides the document: the packet tables (--tables) or
-    what the HTML charts draw."""
-
-    tables: bool = False
-    charts: bool = False
 
 
 def _analyze_all(captures: tuple[str, ...], bpf_filter: str | None, jobs: int | None = None,

@@ -46,6 +46,7 @@ from nagledetect.part_tables import ChunkFix, PartTables, SpilledTables
 from nagledetect.pipeline import (
     PARITY_KEYS,
     Analysis,
+    Wanted,
     connection_level,
     no_samples,
     run_detectors,
@@ -98,25 +99,16 @@ class PartResult:
     """The packet and message tables, part-local ids."""
 
 
-@dataclass(frozen=True)
-class PartWanted:
-    """What a part yields besides its connections, findings and samples."""
-
-    charts: bool = True
-    tables: bool = False
-
-
 def analyze_in_parts(path: str, bpf_filter: str | None, progress: ProgressCallback | None,
-                     parts: int, workers: int, stages: StageCallback | None = None,
-                     charts: bool = True, tables: bool = False) -> Analysis:
+                     parts: int, workers: int, wanted: Wanted,
+                     stages: StageCallback | None = None) -> Analysis:
     """Route the capture into `parts` part files, analyse them (`workers` processes at once),
-    then run the host step and rank the findings. `progress` hears how the read gets on,
-    `stages` how the parts and the host step do; `charts`: gather what the HTML report draws;
-    `tables`: keep the packet and message tables (spilled, see `part_tables`)."""
+    then run the host step and rank the findings, keeping what else is `wanted` (the tables
+    spilled, see `part_tables`). `progress` hears how the read gets on, `stages` how the parts
+    and the host step do."""
     stages = stages or _no_stages
     accounting, batches = decoded_batches(path, bpf_filter, progress)
     partitioned = PartitionedPackets(parts)
-    wanted = PartWanted(charts, tables)
     collected = _Collected(max(1, parts * max(1, workers) // PARTS_PER_HOST_BUCKET), workers,
                            wanted)
     try:
@@ -134,7 +126,7 @@ def analyze_in_parts(path: str, bpf_filter: str | None, progress: ProgressCallba
     finally:
         partitioned.close()
     if not collected.connections:
-        return run_detectors(without_packets(path, accounting, None), charts)
+        return run_detectors(without_packets(path, accounting, None), wanted.charts)
     with collector_paused():
         return collected.analysis(path, accounting, stages)
 
@@ -144,7 +136,7 @@ def _no_stages(name: str, done: int, total: int) -> None:
 
 
 def _parts_in_parallel(files: list[tuple[str, str, np.dtype]], buckets: int, workers: int,
-                       wanted: PartWanted) -> Iterator[tuple[int, PartResult]]:
+                       wanted: Wanted) -> Iterator[tuple[int, PartResult]]:
     """Each part in a worker process, largest first, with at most `workers` parts and
     PART_FILE_BYTES_IN_FLIGHT of part files in flight, so that the parts of a capture of a few
     huge connections do not all run at once (a part larger than that runs alone). Results are
@@ -181,12 +173,10 @@ def _fitting(waiting: list[int], sizes: list[int], running: Iterable[int],
     return chosen
 
 
-def part_result(files: tuple[str, str, np.dtype], buckets: int,
-                wanted: PartWanted | None = None) -> PartResult:
+def part_result(files: tuple[str, str, np.dtype], buckets: int, wanted: Wanted) -> PartResult:
     """Connection-level results of one part, with what else is `wanted` of it; its packet,
     segment and message tables are let go here unless they are wanted. The cyclic collector is
     paused for the part and runs between parts."""
-    wanted = wanted or PartWanted()
     with collector_paused():
         flows = build_flows([load_part(files)])
         level = connection_level(flows.packets, flows.connections, fingerprint=False)
@@ -243,7 +233,7 @@ class _Collected:
     """The parts' results as they arrive: connection tables in memory, findings and samples
     spilled."""
 
-    def __init__(self, buckets: int, workers: int, wanted: PartWanted) -> None:
+    def __init__(self, buckets: int, workers: int, wanted: Wanted) -> None:
         self.buckets = buckets
         self.workers = workers
         self.spill = SpillFile()

@@ -26,6 +26,15 @@ from nagledetect.read.capture import Accounting
 PARITY_KEYS = ["connection", "direction", "segments", "last_segment"]
 
 
+@dataclass(frozen=True)
+class Wanted:
+    """What an analysis keeps besides what the document needs: the packet and message tables
+    (`--tables`) and what the HTML charts draw."""
+
+    tables: bool = False
+    charts: bool = False
+
+
 @dataclass
 class Analysis:
     """A capture with everything found in it.

@@ -11,8 +11,8 @@ import sys
 import pytest
 
 from nagledetect import load_capture
-from nagledetect.analysis import analyze_capture
-from nagledetect.cli import Wanted, _analyze_in_processes
+from nagledetect.analysis import Wanted, analyze_capture
+from nagledetect.cli import _analyze_in_processes
 from nagledetect.progress import ProgressLine
 from tests.conftest import SAMPLE_TRACES
 
