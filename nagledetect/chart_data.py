@@ -60,15 +60,34 @@ class LogHistogram:
         return edges[filled], np.cumsum(self.counts)[filled] / max(self.total, 1)
 
 
-def _payload_counts(values: np.ndarray) -> np.ndarray:
-    return np.bincount(values.astype(np.int64), minlength=1) if len(values) else np.zeros(1, np.int64)
+@dataclass
+class SizeCounts:
+    """How many data packets carry each payload size (the index, in bytes): exact, and as
+    small as the largest size seen."""
 
+    counts: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
 
-def _added(left: np.ndarray, right: np.ndarray) -> np.ndarray:
-    longer, shorter = (left, right) if len(left) >= len(right) else (right, left)
-    total = longer.copy()
-    total[:len(shorter)] += shorter
-    return total
+    @classmethod
+    def of(cls, sizes: np.ndarray) -> SizeCounts:
+        return cls(np.bincount(sizes.astype(np.int64)) if len(sizes) else np.zeros(0, np.int64))
+
+    def __add__(self, other: SizeCounts) -> SizeCounts:
+        total = np.zeros(max(len(self.counts), len(other.counts)), np.int64)
+        total[:len(self.counts)] += self.counts
+        total[:len(other.counts)] += other.counts
+        return SizeCounts(total)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, SizeCounts) and np.array_equal(self.counts, other.counts)
+
+    @property
+    def total(self) -> int:
+        return int(self.counts.sum())
+
+    def cdf(self) -> tuple[np.ndarray, np.ndarray]:
+        """The fraction of packets at or below each size seen."""
+        sizes = np.flatnonzero(self.counts)
+        return sizes, np.cumsum(self.counts)[sizes] / max(self.total, 1)
 
 
 @dataclass
@@ -130,16 +149,16 @@ class ChartData:
 
     response_ms: LogHistogram = field(default_factory=LogHistogram)
     stall_ms: LogHistogram = field(default_factory=LogHistogram)
-    payload_bytes: np.ndarray = field(default_factory=lambda: np.zeros(1, np.int64))
-    """How many data packets carry each payload size (index: bytes)."""
+    payload_bytes: SizeCounts = field(default_factory=SizeCounts)
     worst: list[TimeSequence] = field(default_factory=list)
     hosts: HostCharts = field(default_factory=HostCharts)
 
-    def __add__(self, other: ChartData) -> ChartData:
-        """Two parts' charts as one: the counts added, the worst connections of both."""
-        return ChartData(self.response_ms + other.response_ms, self.stall_ms + other.stall_ms,
-                         _added(self.payload_bytes, other.payload_bytes),
-                         worst_first(self.worst + other.worst))
+    def add_counts(self, other: ChartData) -> None:
+        """Another part's counts added to these. Its worst connections are the caller's to
+        weigh (`worst_first`): only the caller knows which part each came from."""
+        self.response_ms += other.response_ms
+        self.stall_ms += other.stall_ms
+        self.payload_bytes += other.payload_bytes
 
 
 def worst_first(sequences: list[TimeSequence]) -> list[TimeSequence]:
@@ -169,7 +188,7 @@ def connection_charts(packets: pd.DataFrame, connections: pd.DataFrame,
     stall_s = np.concatenate([np.zeros(0)] + [finding.events.stall_s for finding in stalls])
     payload = packets["payload_bytes"].to_numpy() if len(packets) else np.zeros(0, np.int64)
     return ChartData(LogHistogram.of(response_gaps_ms(message_table)),
-                     LogHistogram.of(1000 * stall_s), _payload_counts(payload[payload > 0]),
+                     LogHistogram.of(1000 * stall_s), SizeCounts.of(payload[payload > 0]),
                      _worst_connections(packets, connections, stalls))
 
 

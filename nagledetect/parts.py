@@ -254,17 +254,17 @@ class _Collected:
             self.parity[index] = result.parity
         self._spill_samples(index, result.samples, result.sample_bucket)
         if self.charts is not None and result.charts is not None:
-            self._add_charts(index, result.charts)
+            self._add_charts(self.charts, index, result.charts)
         if self.tables is not None and result.tables is not None:
             self._spill_tables(self.tables, index, *result.tables, len(result.connections))
         found = result.findings
         self.findings[index] = (self.spill.append_joined(found.records, found.lengths), found)
         found.records = b""
 
-    def _add_charts(self, index: int, charts: ChartData) -> None:
+    def _add_charts(self, collected: ChartData, index: int, charts: ChartData) -> None:
         """The part's counts added; its worst connections kept if they are among the
         capture's worst so far."""
-        self.charts = self.charts + charts
+        collected.add_counts(charts)
         candidates = self.worst + [(index, sequence) for sequence in charts.worst]
         kept = worst_first([sequence for _, sequence in candidates])
         self.worst = [(part, sequence) for part, sequence in candidates

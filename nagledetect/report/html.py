@@ -9,8 +9,7 @@ carry numbers and endpoint names only.
 from __future__ import annotations
 
 import html
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator, Sequence
 from itertools import islice
 from typing import Any
 
@@ -24,11 +23,12 @@ from nagledetect.chart_data import (
     WORST_CONNECTIONS,
     HostCharts,
     LogHistogram,
+    SizeCounts,
     TimeSequence,
     Trace,
 )
 from nagledetect.detectors.model import HostProfile
-from nagledetect.report.text import KIND_TITLES, capped_findings
+from nagledetect.report.text import KIND_TITLES, capped_findings, noting_stalls
 
 MAX_TABLE_ROWS = 2_000
 MAX_FINDINGS_SHOWN = 50
@@ -178,16 +178,10 @@ def _phase_plots(analyses: list[Analysis], notes: list[str]) -> list[str]:
 
 
 def _packet_sizes(analyses: list[Analysis]) -> str:
-    counts = np.zeros(1, np.int64)
-    for analysis in analyses:
-        sizes = analysis.charts.payload_bytes
-        counts = np.pad(counts, (0, max(0, len(sizes) - len(counts))))
-        counts[:len(sizes)] += sizes
+    sizes = sum((a.charts.payload_bytes for a in analyses), SizeCounts())
     figure = go.Figure()
-    if counts.sum():
-        sizes = np.flatnonzero(counts)
-        figure.add_trace(_cdf_trace(sizes, np.cumsum(counts)[sizes] / counts.sum(),
-                                    "data packets"))
+    if sizes.total:
+        figure.add_trace(_cdf_trace(*sizes.cdf(), "data packets"))
     figure.update_xaxes(title="payload bytes", type="log")
     figure.update_yaxes(title="fraction", range=[0, 1])
     return _figure(figure, "Packet-size CDF")
@@ -210,38 +204,20 @@ def _parity(document: dict[str, Any]) -> str:
     return _figure(figure, "Segment parity")
 
 
-@dataclass
-class _Stalls:
-    """What the verdict and the flow table need of the Nagle/delayed-ACK stalls, noted in the
-    one pass over the findings that also picks those to list (a large capture's findings are
-    read from disk)."""
-
-    count: int = 0
-    lost_s: float = 0.0
-    findings: int = 0
-    worst: dict[str, Any] | None = None
-    by_connection: dict[int, tuple[int, float]] = field(default_factory=dict)
-
-    def noting(self, findings: Iterable[dict[str, Any]]) -> Iterator[dict[str, Any]]:
-        for finding in findings:
-            if finding["kind"] == "nagle-delack-stall":
-                self._add(finding)
-            yield finding
-
-    def _add(self, finding: dict[str, Any]) -> None:
-        self.count += finding["count"]
-        self.lost_s += finding["time_lost_s"]
-        self.findings += 1
-        if self.worst is None or finding["time_lost_s"] > self.worst["time_lost_s"]:
-            self.worst = finding
-        count, lost = self.by_connection.get(finding["connection"], (0, 0.0))
-        self.by_connection[finding["connection"]] = (count + finding["count"],
-                                                     lost + finding["time_lost_s"])
+def _stalls_by_connection(stalls: list[dict[str, Any]]) -> dict[int, tuple[int, float]]:
+    """Each connection's stall count and time lost, for the flow table."""
+    totals: dict[int, tuple[int, float]] = {}
+    for finding in stalls:
+        count, lost = totals.get(finding["connection"], (0, 0.0))
+        totals[finding["connection"]] = (count + finding["count"], lost + finding["time_lost_s"])
+    return totals
 
 
-def _findings(document: dict[str, Any], stalls: _Stalls, notes: list[str]) -> str:
+def _findings(document: dict[str, Any], stalls: list[dict[str, Any]], notes: list[str]) -> str:
+    """The capped list; the stalls are noted in `stalls` on the way (a large capture's findings
+    are read from disk once)."""
     parts = []
-    shown, *_ = capped_findings(stalls.noting(document["findings"]), MAX_FINDINGS_SHOWN)
+    shown, *_ = capped_findings(noting_stalls(document["findings"], stalls), MAX_FINDINGS_SHOWN)
     if len(document["findings"]) > len(shown):
         notes.append(f"findings: {len(shown)} of {len(document['findings']):,} are listed, the "
                      "Nagle-related ones that cost time first, then the costliest others (all "
@@ -263,19 +239,18 @@ def _findings(document: dict[str, Any], stalls: _Stalls, notes: list[str]) -> st
     return "".join(parts) or "<p>No findings.</p>"
 
 
-def _table_connections(connections: Sequence[dict[str, Any]], stalls: _Stalls,
-                       notes: list[str]) -> list[dict[str, Any]]:
+def _table_connections(connections: Sequence[dict[str, Any]],
+                       stalls: dict[int, tuple[int, float]], notes: list[str]
+                       ) -> list[dict[str, Any]]:
     """The MAX_TABLE_ROWS connections with the most stall time (ties and the rest by id); only
     their entries are made."""
-    stalled = sorted(stalls.by_connection, key=lambda c: (-stalls.by_connection[c][1], c))
-    if len(connections) <= MAX_TABLE_ROWS:
-        ids = stalled + sorted(set(range(len(connections))) - set(stalled))
-    else:
+    if len(connections) > MAX_TABLE_ROWS:
         notes.append(f"flow table: the {MAX_TABLE_ROWS:,} connections with the most stall time of "
                      f"{len(connections):,} (all are in the JSON output)")
-        chosen = set(stalled[:MAX_TABLE_ROWS])
-        others = (c for c in range(len(connections)) if c not in chosen)
-        ids = stalled[:MAX_TABLE_ROWS] + list(islice(others, MAX_TABLE_ROWS - len(chosen)))
+    stalled = sorted(stalls, key=lambda c: (-stalls[c][1], c))[:MAX_TABLE_ROWS]
+    chosen = set(stalled)
+    others = (c for c in range(len(connections)) if c not in chosen)
+    ids = stalled + list(islice(others, MAX_TABLE_ROWS - len(stalled)))
     entries = {entry["id"]: entry for entry in _entries_at(connections, sorted(ids))}
     return [entries[c] for c in ids]
 
@@ -288,12 +263,13 @@ def _entries_at(connections: Sequence[dict[str, Any]], ids: list[int]) -> Iterat
         yield from connections[int(run[0]):int(run[-1]) + 1]
 
 
-def _flow_table(document: dict[str, Any], stalls: _Stalls, notes: list[str]) -> str:
+def _flow_table(document: dict[str, Any], stalls: list[dict[str, Any]], notes: list[str]) -> str:
     head = ("<tr><th>id</th><th>client</th><th>server</th><th>packets</th><th>bytes</th>"
             "<th>MSS</th><th>vantage</th><th>RTT ms</th><th>stalls</th><th>lost s</th></tr>")
+    by_connection = _stalls_by_connection(stalls)
     rows = []
-    for c in _table_connections(document["connections"], stalls, notes):
-        count, lost = stalls.by_connection.get(c["id"], (0, 0.0))
+    for c in _table_connections(document["connections"], by_connection, notes):
+        count, lost = by_connection.get(c["id"], (0, 0.0))
         rtt = "" if c["rtt_ms"] is None else f"{c['rtt_ms']:.3f}"
         rows.append(f"<tr><td>{c['id']}</td><td>{_e(c['client'])}</td><td>{_e(c['server'])}</td>"
                     f"<td>{sum(c['packets'].values())}</td><td>{sum(c['bytes'].values())}</td>"
@@ -313,14 +289,15 @@ def _accounting(document: dict[str, Any]) -> str:
     return "".join(rows)
 
 
-def _verdict(document: dict[str, Any], stalls: _Stalls) -> str:
-    worst = stalls.worst
-    if worst is None:
+def _verdict(document: dict[str, Any], stalls: list[dict[str, Any]]) -> str:
+    if not stalls:
         return "<div class='verdict ok'>No Nagle/delayed-ACK stalls: nothing to change here.</div>"
-    return (f"<div class='verdict'>{stalls.count} stalls cost {stalls.lost_s:.2f} s on "
-            f"{stalls.findings} connection direction(s). The worst: {_e(worst['sender'])} waits "
-            f"for {_e(worst['receiver'])}'s delayed ACK; fix: "
-            f"{_e(document['advice'][worst['advice'][0]]['title'])}.</div>")
+    lost = sum(f["time_lost_s"] for f in stalls)
+    count = sum(f["count"] for f in stalls)
+    worst = max(stalls, key=lambda f: f["time_lost_s"])
+    return (f"<div class='verdict'>{count} stalls cost {lost:.2f} s on {len(stalls)} connection "
+            f"direction(s). The worst: {_e(worst['sender'])} waits for {_e(worst['receiver'])}'s "
+            f"delayed ACK; fix: {_e(document['advice'][worst['advice'][0]]['title'])}.</div>")
 
 
 def render_html(document: dict[str, Any], analyses: list[Analysis]) -> str:
@@ -329,7 +306,7 @@ def render_html(document: dict[str, Any], analyses: list[Analysis]) -> str:
         raise ValueError("the HTML report draws charts the analysis gathers: analyse with "
                          "charts=True")
     notes: list[str] = []
-    stalls = _Stalls()
+    stalls: list[dict[str, Any]] = []
     findings = _findings(document, stalls, notes)
     charts = [_response_cdf(analyses), *_time_sequence(document, analyses, notes),
               *_ack_delays(analyses, notes), *_phase_plots(analyses, notes),

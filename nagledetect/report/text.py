@@ -88,7 +88,7 @@ def capped_findings(findings: Iterable[dict[str, Any]], limit: int
     return shown, totals[True] - shown_nagle, totals[False] - (len(shown) - shown_nagle)
 
 
-def _noting_stalls(findings: Iterable[dict[str, Any]], stalls: list[dict[str, Any]]
+def noting_stalls(findings: Iterable[dict[str, Any]], stalls: list[dict[str, Any]]
                    ) -> Iterator[dict[str, Any]]:
     """The findings, each Nagle/delayed-ACK stall also put in `stalls` for the headline: the
     findings of a large capture are read from disk once, not once for each."""
@@ -309,7 +309,7 @@ def render_text(document: dict[str, Any], verbose: bool = False, colour: bool = 
     """The whole text report for a document built by `build_document`."""
     style = _Style(colour)
     stalls: list[dict[str, Any]] = []
-    findings = _noting_stalls(document["findings"], stalls)
+    findings = noting_stalls(document["findings"], stalls)
     if verbose:
         shown, left_out = list(enumerate(findings, start=1)), []
     else:
