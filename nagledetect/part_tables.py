@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from nagledetect.stored import SpillFile
+from nagledetect.stored import SpillFile, pickled
 
 ROWS_PER_CHUNK = 65_536
 TABLE_KEYS = {"packets": "frame", "messages": "message"}
@@ -38,10 +38,9 @@ class SpilledTables:
                                      for start in range(0, len(table), ROWS_PER_CHUNK)))
 
     def add_chunks(self, part: int, name: str, chunks: Iterable[pd.DataFrame]) -> None:
-        pieces = [pickle.dumps(chunk, protocol=pickle.HIGHEST_PROTOCOL)
-                  for chunk in chunks if len(chunk)]
-        offsets = self.spill.append_each(pieces).tolist()
-        self.chunks[name][part] = list(zip(offsets, [len(piece) for piece in pieces]))
+        pieces, lengths = pickled([chunk for chunk in chunks if len(chunk)])
+        offsets = self.spill.append_each(pieces)
+        self.chunks[name][part] = list(zip(offsets.tolist(), lengths.tolist()))
 
 
 class PartTables:
