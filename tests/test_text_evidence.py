@@ -30,3 +30,14 @@ def test_reaction_a_round_trip_away_reads_in_milliseconds() -> None:
     text = _text(str(corpus_file("zeek/ftp__cwd-navigation.pcap")))
     assert "frame 41 last data -> frame 42 ACK" in text
     assert "-> frame 43 released (+88.8 ms): stall 287.4 ms" in text
+
+
+def test_a_single_stall_is_counted_in_the_singular_without_a_median() -> None:
+    """zeek/ssh__ssh.pcap, checked in tshark: frame 886 (16 bytes from 192.168.1.31:51489) at
+    96934738.765023 s, frame 887 (the ACK) at .814980, frame 888 (44 bytes) at .815925: one
+    stall of 50.902 ms on that direction."""
+    text = _text(str(corpus_file("zeek/ssh__ssh.pcap")))
+    assert "delayed ACK released them: 1 stall of 50.9 ms." in text
+    assert "1 stalls" not in text and "39 stalls of" not in text
+    seed003 = _text(str(SAMPLE_TRACES / "seed003-nagle.pcap"))
+    assert "39 stalls of 41.5 ms (median)" in seed003

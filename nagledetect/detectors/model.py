@@ -214,6 +214,14 @@ _finding_fields = attrgetter(*(field.name for field in fields(Finding)))
 """A finding's field values in order, as a tuple."""
 
 
+def counted_ms(count: int, noun: str, median_s: float) -> str:
+    """'39 stalls of 41.5 ms (median)', or '1 stall of 50.9 ms': the words of every summary
+    that counts timed events."""
+    if count == 1:
+        return f"1 {noun} of {median_s * 1000:.1f} ms"
+    return f"{count} {noun}s of {median_s * 1000:.1f} ms (median)"
+
+
 def released_frames(findings: list[Finding], kinds: tuple[str, ...]) -> np.ndarray:
     """The released frames of every stall in findings of these kinds."""
     frames = [f.events.released_frame for f in findings if f.kind in kinds]

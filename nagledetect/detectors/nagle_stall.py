@@ -27,6 +27,7 @@ from nagledetect.detectors.model import (
     DetectorInput,
     Finding,
     StallEvents,
+    counted_ms,
     split_events,
 )
 from nagledetect.events.segments import PURE_ACK_ROLES
@@ -221,6 +222,6 @@ def detect(columns: DetectorInput) -> list[Finding]:
                      "median_held_bytes": float(stats.median_held_bytes),
                      "warnings": _flood_warning(stats)},
             summary=(f"{sender} held small segments until {receiver}'s delayed ACK released them: "
-                     f"{int(stats.count)} stalls of {stats.median_stall_s * 1000:.1f} ms (median)"),
+                     f"{counted_ms(int(stats.count), 'stall', stats.median_stall_s)}"),
         ))
     return findings

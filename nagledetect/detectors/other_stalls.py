@@ -14,7 +14,13 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from nagledetect.detectors.model import DetectorInput, Finding, released_frames, split_events
+from nagledetect.detectors.model import (
+    DetectorInput,
+    Finding,
+    counted_ms,
+    released_frames,
+    split_events,
+)
 from nagledetect.detectors.nagle_stall import KIND as STALL_KIND
 from nagledetect.detectors.stream_coalescing import KIND as STREAM_KIND
 from nagledetect.flows.connections import by_connection
@@ -107,6 +113,6 @@ def detect(columns: DetectorInput) -> list[Finding]:
             confidence="high", confidence_reasons=["named by what ended each gap"],
             events=events[(connection, cause)], advice=ADVICE[cause],
             details={"median_gap_ms": round(float(row.median_gap_s) * 1000, 3)},
-            summary=(f"{int(row.count)} gaps of {row.median_gap_s * 1000:.1f} ms (median): "
+            summary=(f"{counted_ms(int(row.count), 'gap', row.median_gap_s)}: "
                      f"the connection {DESCRIPTIONS[cause]}")))
     return findings
