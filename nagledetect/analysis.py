@@ -17,31 +17,33 @@ import os
 import pandas as pd
 
 from nagledetect.api import load_capture
-from nagledetect.part_tables import TablesInMemory, tables_on_disk
+from nagledetect.part_tables import PartTables, TablesInMemory, tables_on_disk
 from nagledetect.parts import MAX_PARTS, PART_BYTES, StageCallback, analyze_in_parts
 from nagledetect.pipeline import Analysis, Wanted, no_samples, run_detectors, without_packets
 from nagledetect.read.capture import ProgressCallback
-from nagledetect.stored import SpillFile, StoredHosts, stored_findings, without_samples
+from nagledetect.stored import SpillFile, StoredFindings, StoredHosts, stored_findings, without_samples
 
 __all__ = ["Analysis", "Wanted", "analyze_capture", "for_another_process", "kept_on_disk",
-           "run_detectors"]
+           "run_detectors", "spills_read_by"]
 
 
 def analyze_capture(path: str, bpf_filter: str | None = None,
                     progress: ProgressCallback | None = None, keep_tables: bool = False,
                     part_bytes: int = PART_BYTES, workers: int = 1,
-                    stages: StageCallback | None = None, charts: bool = True) -> Analysis:
+                    stages: StageCallback | None = None, charts: bool = True,
+                    spill: SpillFile | None = None) -> Analysis:
     """Read and analyse one capture, in parts when it is larger than `part_bytes`; `workers`
     processes take the parts in parallel. `keep_tables` keeps the packet and message tables (for
     --tables): held whole for a capture of one part, spilled part by part for a larger one.
     `progress` hears how the read gets on, `stages` how the parts and the host step of a capture
     in parts do. `charts`: also gather what the HTML report draws (a few per cent of the time
-    of a large capture)."""
+    of a large capture). `spill`: where a capture in parts spills (by default a file of its
+    own; a run over many captures shares one, or hands one over to another process)."""
     parts = min(MAX_PARTS, max(1, math.ceil(_size(path) / part_bytes)))
     if parts == 1:
         return run_detectors(load_capture(path, bpf_filter, progress), charts)
     return analyze_in_parts(path, bpf_filter, progress, parts, workers,
-                            Wanted(tables=keep_tables, charts=charts), stages)
+                            Wanted(tables=keep_tables, charts=charts), stages, spill)
 
 
 def _size(path: str) -> int:
@@ -69,10 +71,25 @@ def for_another_process(analysis: Analysis, tables: bool) -> Analysis:
 
 
 def kept_on_disk(analysis: Analysis, spill: SpillFile) -> Analysis:
-    """The analysis with its findings (most of its size) and any tables appended to `spill`
-    (one file for all captures, not one open file each): what a run over many captures keeps of
-    each capture's result while the others are analysed."""
+    """The analysis with its findings (most of its size) and any tables in `spill` (one file
+    for all captures, not one open file each): what a run over many captures keeps of each
+    capture's result while the others are analysed. Records in memory are appended; a spill
+    file the result reads already (its own, or one handed over by a worker) is adopted."""
+    for own_spill in spills_read_by(analysis):
+        spill.adopt(own_spill)
     tables = analysis.part_tables
     return dataclasses.replace(
         analysis, findings=stored_findings(analysis.findings, spill),
         part_tables=None if tables is None else tables_on_disk(tables, spill))
+
+
+def spills_read_by(analysis: Analysis) -> list[SpillFile]:
+    """The spill files the analysis's stored findings, hosts and tables read."""
+    spills = []
+    if isinstance(analysis.findings, StoredFindings):
+        spills.append(analysis.findings.spill)
+    if isinstance(analysis.hosts, StoredHosts):
+        spills.append(analysis.hosts.spill)
+    if isinstance(analysis.part_tables, PartTables):
+        spills.append(analysis.part_tables.spill)
+    return list({id(spill): spill for spill in spills}.values())

@@ -22,6 +22,7 @@ from nagledetect.analysis import (
     analyze_capture,
     for_another_process,
     kept_on_disk,
+    spills_read_by,
 )
 from nagledetect.errors import InputError
 from nagledetect.gate import budgets_from, evaluate, load_config
@@ -126,10 +127,10 @@ def _analyze_all(captures: tuple[str, ...], bpf_filter: str | None, jobs: int | 
     try:
         if dask_address:
             analyses = _analyze_on_dask(captures, bpf_filter, dask_address, wanted)
+        elif len(captures) == 1:
+            analyses = [_analyze_one(captures[0], bpf_filter, wanted, jobs or os.cpu_count() or 1)]
         elif workers <= 1:
-            part_workers = jobs or os.cpu_count() or 1
-            analyses = [_analyze_one(path, bpf_filter, wanted, part_workers)
-                        for path in captures]
+            analyses = _analyze_one_by_one(captures, bpf_filter, wanted)
         else:
             analyses = _analyze_in_processes(captures, bpf_filter, wanted, workers)
     except InputError as error:
@@ -266,6 +267,15 @@ def _read_baseline(path: Path) -> dict:
     return document
 
 
+def _analyze_one_by_one(captures: tuple[str, ...], bpf_filter: str | None,
+                        wanted: Wanted) -> list[Analysis]:
+    """Each capture in turn, in this process; their findings and tables kept in one spill file
+    (not one open file per capture in parts, nor every capture's findings in memory)."""
+    spill = SpillFile()
+    return [kept_on_disk(_analyze_one(path, bpf_filter, wanted, spill=spill), spill)
+            for path in captures]
+
+
 def _analyze_in_processes(captures: tuple[str, ...], bpf_filter: str | None, wanted: Wanted,
                           workers: int) -> list[Analysis]:
     """One process per capture, `workers` at a time. The workers draw no progress line of their
@@ -276,9 +286,11 @@ def _analyze_in_processes(captures: tuple[str, ...], bpf_filter: str | None, wan
     analyses: dict[int, Analysis] = {}
     failures: dict[int, InputError] = {}
     spill = SpillFile()
-    with ProcessPoolExecutor(max_workers=workers) as pool:
+    with (tempfile.TemporaryDirectory(prefix="nagledetect-handover-") as handover,
+          ProcessPoolExecutor(max_workers=workers) as pool):
         pending = {pool.submit(_analyze_for_parent, path, bpf_filter, wanted, workers=1,
-                               show_progress=False): index for index, path in enumerate(captures)}
+                               show_progress=False, handover_folder=handover): index
+                   for index, path in enumerate(captures)}
         progress = ProgressLine(f"{len(captures)} captures")
         try:
             progress.stage("analysed", 0, len(captures))
@@ -299,21 +311,32 @@ def _analyze_in_processes(captures: tuple[str, ...], bpf_filter: str | None, wan
 
 
 def _analyze_for_parent(path: str, bpf_filter: str | None, wanted: Wanted, workers: int = 1,
-                        show_progress: bool = False) -> Analysis:
-    """`_analyze_one` in a worker process (or on Dask): only what the reporters read goes back."""
-    return for_another_process(_analyze_one(path, bpf_filter, wanted, workers, show_progress),
-                               wanted.tables)
+                        show_progress: bool = False, handover_folder: str | None = None
+                        ) -> Analysis:
+    """`_analyze_one` in a worker process (or on Dask): only what the reporters read goes back.
+    With a `handover_folder` (a worker on the parent's machine), a capture in parts spills to a
+    named file there that the parent takes over: its findings, hosts and tables go back as
+    where they lie, not pickled once more and copied through the pipe."""
+    spill = SpillFile(handover_folder) if handover_folder else None
+    analysis = None
+    try:
+        analysis = _analyze_one(path, bpf_filter, wanted, workers, show_progress, spill)
+        return for_another_process(analysis, wanted.tables)
+    finally:
+        if spill is not None and (analysis is None or spill not in spills_read_by(analysis)):
+            spill.discard()
 
 
 def _analyze_one(path: str, bpf_filter: str | None, wanted: Wanted | None = None,
-                 workers: int = 1, show_progress: bool = True) -> Analysis:
+                 workers: int = 1, show_progress: bool = True,
+                 spill: SpillFile | None = None) -> Analysis:
     """Load and analyse one capture. Every way it can fail is raised as one line's InputError,
     so that a worker process or a Dask worker hands it back rather than exiting."""
     progress = ProgressLine(path, quiet=not show_progress)
     try:
         wanted = wanted or Wanted()
         return analyze_capture(path, bpf_filter, progress, wanted.tables, workers=workers,
-                               stages=progress.stage, charts=wanted.charts)
+                               stages=progress.stage, charts=wanted.charts, spill=spill)
     except InputError:
         raise
     except MemoryError:

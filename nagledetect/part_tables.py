@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from nagledetect.stored import SpillFile, pickled
+from nagledetect.stored import SpillFile, by_reference, pickled
 
 ROWS_PER_CHUNK = 65_536
 TABLE_KEYS = {"packets": "frame", "messages": "message"}
@@ -51,6 +51,10 @@ class PartTables:
         self._spilled = spilled
         self._fix = fix
 
+    @property
+    def spill(self) -> SpillFile:
+        return self._spilled.spill
+
     def packets(self) -> Iterator[pd.DataFrame]:
         return self._merged("packets")
 
@@ -58,6 +62,8 @@ class PartTables:
         return self._merged("messages")
 
     def __reduce__(self) -> tuple:
+        if self._spilled.spill.sent_by_reference:
+            return by_reference(self)
         return TablesInMemory, (list(self.packets()), list(self.messages()))
 
     def _merged(self, name: str) -> Iterator[pd.DataFrame]:

@@ -42,7 +42,7 @@ from nagledetect.flows.build import build_flows
 from nagledetect.flows.grouped import group_starts
 from nagledetect.flows.partition import PartitionedPackets, load_part
 from nagledetect.ordering import as_text, factorize_in_name_order, name_order
-from nagledetect.part_tables import ChunkFix, PartTables, SpilledTables
+from nagledetect.part_tables import PartTables, SpilledTables
 from nagledetect.pipeline import (
     PARITY_KEYS,
     Analysis,
@@ -101,16 +101,18 @@ class PartResult:
 
 def analyze_in_parts(path: str, bpf_filter: str | None, progress: ProgressCallback | None,
                      parts: int, workers: int, wanted: Wanted,
-                     stages: StageCallback | None = None) -> Analysis:
+                     stages: StageCallback | None = None,
+                     spill: SpillFile | None = None) -> Analysis:
     """Route the capture into `parts` part files, analyse them (`workers` processes at once),
     then run the host step and rank the findings, keeping what else is `wanted` (the tables
     spilled, see `part_tables`). `progress` hears how the read gets on, `stages` how the parts
-    and the host step do."""
+    and the host step do. Findings, samples and tables go to `spill` (by default a new unnamed
+    file)."""
     stages = stages or _no_stages
     accounting, batches = decoded_batches(path, bpf_filter, progress)
     partitioned = PartitionedPackets(parts)
     collected = _Collected(max(1, parts * max(1, workers) // PARTS_PER_HOST_BUCKET), workers,
-                           wanted)
+                           wanted, spill or SpillFile())
     try:
         partitioned.add(batches)
         files = partitioned.part_files()
@@ -233,10 +235,10 @@ class _Collected:
     """The parts' results as they arrive: connection tables in memory, findings and samples
     spilled."""
 
-    def __init__(self, buckets: int, workers: int, wanted: Wanted) -> None:
+    def __init__(self, buckets: int, workers: int, wanted: Wanted, spill: SpillFile) -> None:
         self.buckets = buckets
         self.workers = workers
-        self.spill = SpillFile()
+        self.spill = spill
         self.connections: dict[int, pd.DataFrame] = {}
         self.parity: dict[int, pd.DataFrame] = {}
         self.findings: dict[int, tuple[np.ndarray, PickledFindings]] = {}
@@ -311,7 +313,7 @@ class _Collected:
                 for part, sequence in self.worst])
             charts.hosts = busiest_hosts(hosts, host_step.with_samples)
         tables = (None if self.tables is None else
-                  PartTables(self.tables, _capture_wide_ids(global_id, part_offset,
+                  PartTables(self.tables, _CaptureWideIds(global_id, part_offset,
                                                             self.message_counts)))
         return Analysis(without_packets(path, accounting, connections), pd.DataFrame(),
                         pd.DataFrame(), no_samples(), hosts,
@@ -435,29 +437,32 @@ class _HostStep:
         return pd.Categorical.from_codes(codes[sample_receiver], categories=names)
 
 
-def _capture_wide_ids(global_id: np.ndarray, part_offset: np.ndarray,
-                      message_counts: dict[int, np.ndarray]) -> ChunkFix:
+class _CaptureWideIds:
     """Mends a chunk of a part's table to capture-wide ids. Messages are numbered in
     connection order (`events.messages.number_messages`), so a message's capture-wide number is
-    the messages of all connections before its own plus its place within its connection."""
-    counts = np.zeros(len(global_id), dtype=np.int64)
-    first_in_part: dict[int, np.ndarray] = {}
-    for part, part_counts in message_counts.items():
-        counts[global_id[part_offset[part] + np.arange(len(part_counts))]] = part_counts
-        first_in_part[part] = np.cumsum(part_counts) - part_counts
-    first_capture_wide = np.cumsum(counts) - counts
+    the messages of all connections before its own plus its place within its connection. A
+    class, not a closure: it goes with the tables to the process that writes them."""
 
-    def fix(part: int, name: str, rows: pd.DataFrame) -> pd.DataFrame:
+    def __init__(self, global_id: np.ndarray, part_offset: np.ndarray,
+                 message_counts: dict[int, np.ndarray]) -> None:
+        counts = np.zeros(len(global_id), dtype=np.int64)
+        self._first_in_part: dict[int, np.ndarray] = {}
+        for part, part_counts in message_counts.items():
+            counts[global_id[part_offset[part] + np.arange(len(part_counts))]] = part_counts
+            self._first_in_part[part] = np.cumsum(part_counts) - part_counts
+        self._first_capture_wide = np.cumsum(counts) - counts
+        self._global_id = global_id
+        self._part_offset = part_offset
+
+    def __call__(self, part: int, name: str, rows: pd.DataFrame) -> pd.DataFrame:
         local = rows["connection"].to_numpy(dtype=np.int64)
-        connection = global_id[part_offset[part] + local]
+        connection = self._global_id[self._part_offset[part] + local]
         mended = rows.assign(connection=connection.astype(rows["connection"].dtype))
         if name == "messages":
-            within = rows["message"].to_numpy(dtype=np.int64) - first_in_part[part][local]
-            mended["message"] = (first_capture_wide[connection] + within).astype(
+            within = rows["message"].to_numpy(dtype=np.int64) - self._first_in_part[part][local]
+            mended["message"] = (self._first_capture_wide[connection] + within).astype(
                 rows["message"].dtype)
         return mended
-
-    return fix
 
 
 @dataclass
@@ -546,15 +551,25 @@ def _ranked(spill: SpillFile, columns: _FindingColumns, timers: _HostTimers) -> 
     order = np.lexsort((np.arange(len(connection)), sender_code, kind_code, connection,
                         -time_lost_s))
     ranked_connection = connection[order]
-
-    def mend(positions: np.ndarray, findings: list[Finding]) -> None:
-        stalls = [f for f in findings if f.kind == nagle_stall.KIND]
-        for finding, timer in zip(stalls, timers.of([str(f.receiver_host) for f in stalls])):
-            nagle_stall.rescore(finding, timer)
-        for finding, connection_id in zip(findings, ranked_connection[positions].tolist()):
-            finding.connection = connection_id
-
     return StoredFindings(spill, columns.column("offsets")[order],
                           columns.column("lengths")[order], time_lost_s[order],
                           [columns.advice[position] for position in order.tolist()],
-                          columns.column("evidence_rows")[order], fix=mend)
+                          columns.column("evidence_rows")[order],
+                          fix=_CaptureWideFinding(ranked_connection, timers))
+
+
+@dataclass
+class _CaptureWideFinding:
+    """Mends findings read back in rank order: each gets its capture-wide connection id and, for
+    a stall, its confidence against the capture-wide timer of its receiver. A class, not a
+    closure: it goes with the findings to the process that writes them."""
+
+    ranked_connection: np.ndarray
+    timers: _HostTimers
+
+    def __call__(self, positions: np.ndarray, findings: list[Finding]) -> None:
+        stalls = [f for f in findings if f.kind == nagle_stall.KIND]
+        for finding, timer in zip(stalls, self.timers.of([str(f.receiver_host) for f in stalls])):
+            nagle_stall.rescore(finding, timer)
+        for finding, connection_id in zip(findings, self.ranked_connection[positions].tolist()):
+            finding.connection = connection_id

@@ -4,7 +4,9 @@ Why: a 100 M-packet capture has over a million findings and most of a million ho
 held as Python objects they take gigabytes. Each record is pickled once into an unlinked
 temporary file, and the result keeps only the columns that order the records (rank, address)
 and where each one lies. Records are read back a chunk at a time, in order, when a reporter
-walks them. Sent to another process (a many-file run), a stored table is sent as its records.
+walks them. Sent to another process, a stored table is sent as its records, or, when its spill
+file was made to be handed over (a worker of a many-capture run on this machine), as where
+they lie in that file.
 """
 
 from __future__ import annotations
@@ -24,26 +26,73 @@ from nagledetect.detectors.model import Finding, HostProfile
 from nagledetect.ordering import name_order
 
 RECORDS_PER_CHUNK = 2048
+COPY_BYTES = 8 * 1024 * 1024
+"""Bytes copied at a time when a spill file adopts another's."""
+SPILL_PREFIX = "nagledetect-results-"
 IOV_MAX = os.sysconf("SC_IOV_MAX") if "SC_IOV_MAX" in os.sysconf_names else 1024
 RecordFix = Callable[[np.ndarray, list[Any]], None]
 """Called with the positions and the records of each chunk read, before they are handed out."""
 
 
 class SpillFile:
-    """Bytes appended to one unlinked temporary file and read back by position; the space goes
-    back to the system when the last table that reads it is let go."""
+    """Bytes appended to one temporary file and read back by position.
 
-    def __init__(self) -> None:
-        self._file = tempfile.TemporaryFile(prefix="nagledetect-results-")
+    Unnamed by default: the space goes back to the system when the last table that reads it is
+    let go. Made in a `folder`, the file keeps its name until another process takes it over:
+    the tables that read it are then sent to that process as where their records lie, not as
+    the records (a worker of a many-capture run hands its results over without pickling them
+    again), and that process `adopt`s the bytes into its own spill file."""
+
+    def __init__(self, folder: str | None = None) -> None:
+        self.path: str | None = None
+        if folder is None:
+            self._file = tempfile.TemporaryFile(prefix=SPILL_PREFIX)
+        else:
+            handle, self.path = tempfile.mkstemp(prefix=SPILL_PREFIX, dir=folder)
+            self._file = os.fdopen(handle, "w+b")
         self.size = 0
+        self._base = 0
+        """Where this spill's bytes begin in `_file` (not 0 once another spill adopted them)."""
+        self._moved = False
+
+    @property
+    def sent_by_reference(self) -> bool:
+        """Whether the tables reading this file go to another process by reference."""
+        return self.path is not None
+
+    def __reduce__(self) -> tuple:
+        if self.path is None:
+            raise TypeError("an unnamed spill file stays in its process: send its records")
+        return _taken_over, (self.path, self.size)
+
+    def discard(self) -> None:
+        """Remove a named file that nothing was spilled to (nobody will take it over)."""
+        if self.path is not None:
+            os.unlink(self.path)
+            self.path = None
+        self._file.close()
+
+    def adopt(self, other: SpillFile) -> None:
+        """Copy `other`'s bytes to the end of this file and let `other` read them from here,
+        closing its own file: a run over many captures keeps one open file, not one per
+        capture. `other` takes no more appends."""
+        if other._file is self._file:
+            return
+        base = self.size
+        for start in range(0, other.size, COPY_BYTES):
+            self.append([other.read(start, min(COPY_BYTES, other.size - start))])
+        other._file.close()
+        other._file, other._base, other.path, other._moved = self._file, base, None, True
 
     def append(self, pieces: list[bytes]) -> int:
         """Write the pieces one after another at the end (a system call per IOV_MAX pieces, no
         joined copy); the offset of the first."""
+        if self._moved:
+            raise ValueError("this spill's bytes were adopted by another spill file")
         offset = self.size
         views = [memoryview(piece).cast("B") for piece in pieces if len(piece)]
         for start in range(0, len(views), IOV_MAX):
-            self.size += self._write_all(views[start:start + IOV_MAX], self.size)
+            self.size += self._write_all(views[start:start + IOV_MAX], self._base + self.size)
         return offset
 
     def append_each(self, pieces: list[bytes]) -> np.ndarray:
@@ -73,6 +122,7 @@ class SpillFile:
         was faster, but each small read through it brought hundreds of kilobytes of the file
         into the process's memory (a gigabyte more at 100 M packets)."""
         pieces = []
+        offset += self._base
         while length > 0:
             piece = os.pread(self._file.fileno(), length, offset)
             if not piece:
@@ -84,6 +134,28 @@ class SpillFile:
 
     def read_rows(self, offset: int, rows: int, dtype: np.dtype) -> np.ndarray:
         return np.frombuffer(self.read(offset, rows * dtype.itemsize), dtype=dtype)
+
+
+def _taken_over(path: str, size: int) -> SpillFile:
+    """A named spill file opened by the process it was sent to, and unlinked at once: it goes
+    when this process lets it go, or adopts its bytes into another."""
+    spill = SpillFile.__new__(SpillFile)
+    spill.path, spill.size, spill._base, spill._moved = None, size, 0, False
+    spill._file = open(path, "r+b")  # noqa: SIM115 - kept open by the spill, closed by adopt
+    os.unlink(path)
+    return spill
+
+
+def by_reference(table: object) -> tuple:
+    """How a table that reads a handed-over spill file is pickled: as it is (its spill file by
+    name, where its records lie), not as its records."""
+    return _rebuilt, (type(table), vars(table))
+
+
+def _rebuilt(kind: type, attributes: dict[str, Any]) -> object:
+    table = kind.__new__(kind)
+    vars(table).update(attributes)
+    return table
 
 
 def pickled(records: Sequence[Any]) -> tuple[list[bytes], np.ndarray]:
@@ -136,10 +208,16 @@ class RecordTable(ChunkedSequence):
     def __len__(self) -> int:
         return len(self._offsets)
 
+    @property
+    def spill(self) -> SpillFile:
+        return self._spill
+
     def items(self, start: int, stop: int) -> list[Any]:
         return self._read(np.arange(start, stop))
 
     def __reduce__(self) -> tuple:
+        if self._spill.sent_by_reference:
+            return by_reference(self)
         return list, (list(self),)
 
     def take(self, positions: np.ndarray) -> list[Any]:
@@ -299,6 +377,10 @@ class StoredHosts(Mapping):
     def __iter__(self) -> Iterator[str]:
         return iter(self._address.tolist())
 
+    @property
+    def spill(self) -> SpillFile:
+        return self._spill
+
     def __len__(self) -> int:
         return len(self._address)
 
@@ -321,6 +403,8 @@ class StoredHosts(Mapping):
                     self._stack_family[start:stop].tolist(), locks)]
 
     def __reduce__(self) -> tuple:
+        if self._spill.sent_by_reference:
+            return by_reference(self)
         return dict, (dict(zip(self._address.tolist(), self.values())),)
 
 

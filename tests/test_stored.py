@@ -6,9 +6,13 @@ pieces (a part's findings are thousands of pickles, more than one `pwritev` take
 
 from __future__ import annotations
 
+import multiprocessing
+import os
 import pickle
+from concurrent.futures import ProcessPoolExecutor
 
 import numpy as np
+import pytest
 
 from nagledetect.stored import IOV_MAX, RecordTable, SpillFile, pickled
 
@@ -74,3 +78,90 @@ def test_findings_put_on_disk_read_back_as_the_same_document() -> None:
     assert all(isinstance(analysis.findings, StoredFindings) for analysis in kept)
     assert [len(analysis.findings) for analysis in kept] == [len(a.findings) for a in analyses]
     assert build_document(kept) == build_document(analyses)
+
+
+def _open_files() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def test_an_adopted_spill_reads_its_bytes_from_the_adopting_file() -> None:
+    """A run over many captures keeps one open file: each capture's spill moves its bytes to
+    the shared one and closes its own, and what it read before it reads after."""
+    shared, own = SpillFile(), SpillFile()
+    shared.append([b"shared bytes"])
+    pieces = [bytes([index % 251]) * 1000 for index in range(20_000)]
+    offsets = own.append_each(pieces)
+    before = _open_files()
+    shared.adopt(own)
+    assert _open_files() == before - 1
+    assert shared.size == len(b"shared bytes") + sum(map(len, pieces))
+    assert [own.read(int(o), 1000) for o in offsets[[0, 7, -1]]] == [pieces[i] for i in (0, 7, -1)]
+    assert shared.read(0, 12) == b"shared bytes"
+    shared.adopt(own)
+    assert shared.size == len(b"shared bytes") + sum(map(len, pieces))
+    with pytest.raises(ValueError, match="adopted"):
+        own.append([b"more"])
+
+
+def _in_parts_for_parent(path: str, folder: str):
+    """What a worker of a many-capture run does with a capture in parts (`cli`), in parts
+    small enough for a sample trace."""
+    from nagledetect.analysis import analyze_capture, for_another_process
+
+    analysis = analyze_capture(path, keep_tables=True, part_bytes=os.path.getsize(path) // 5 + 1,
+                               spill=SpillFile(folder))
+    handed = for_another_process(analysis, True)
+    return len(pickle.dumps(handed.findings)), handed
+
+
+def test_a_worker_hands_its_spill_file_over_by_name(tmp_path) -> None:
+    """A worker process analyses a capture in parts into a named spill file; its findings,
+    hosts and tables cross the pipe as where they lie (the findings of mixed.pcap as 1.6 kB,
+    against 22 kB as records), the parent takes the file over (gone from the folder) and adopts it into
+    its own: the same document and tables as a run in one process, whose document the other
+    tests check by hand."""
+    from nagledetect.analysis import analyze_capture, kept_on_disk
+    from nagledetect.report.document import build_document
+    from nagledetect.report.tables import write_tables
+    from nagledetect.stored import StoredFindings, StoredHosts
+    from tests.conftest import SAMPLE_TRACES
+
+    path = str(SAMPLE_TRACES / "mixed.pcap")
+    folder = tmp_path / "handover"
+    folder.mkdir()
+    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        by_reference, handed = pool.submit(_in_parts_for_parent, path, str(folder)).result()
+    assert not list(folder.iterdir())
+    assert isinstance(handed.findings, StoredFindings) and isinstance(handed.hosts, StoredHosts)
+    shared = SpillFile()
+    shared.append([b"an earlier capture's records"])
+    kept = kept_on_disk(handed, shared)
+    assert shared.size == len(b"an earlier capture's records") + handed.findings.spill.size
+    as_records = len(pickle.dumps(list(kept.findings)))
+    assert by_reference * 10 < as_records, (by_reference, as_records)
+    whole = analyze_capture(path, keep_tables=True)
+    assert build_document([kept]) == build_document([whole])
+    write_tables([whole], tmp_path / "whole", "csv")
+    write_tables([kept], tmp_path / "kept", "csv")
+    for name in ("packets", "connections", "messages", "findings"):
+        expected = (tmp_path / "whole" / f"{name}.csv").read_bytes()
+        assert expected.count(b"\n") > 1, name
+        assert (tmp_path / "kept" / f"{name}.csv").read_bytes() == expected, name
+
+
+def test_captures_in_parts_one_after_another_share_one_spill_file() -> None:
+    """`-j 1` over many captures: each capture in parts spills to the file it is given, so the
+    run holds one open file however many captures it reads, and the findings read back equal
+    those of a capture with a file of its own."""
+    from nagledetect.analysis import analyze_capture, kept_on_disk, spills_read_by
+    from tests.conftest import SAMPLE_TRACES
+
+    paths = [str(SAMPLE_TRACES / name) for name in ("mixed.pcap", "classic-phase-lock.pcap")]
+    shared = SpillFile()
+    before = _open_files()
+    kept = [kept_on_disk(analyze_capture(path, part_bytes=os.path.getsize(path) // 4 + 1,
+                                         spill=shared), shared) for path in paths]
+    assert _open_files() == before
+    assert all(spills_read_by(analysis) == [shared] for analysis in kept)
+    alone = [analyze_capture(path, part_bytes=os.path.getsize(path) // 4 + 1) for path in paths]
+    assert [list(a.findings) for a in kept] == [list(a.findings) for a in alone]
