@@ -6,11 +6,12 @@ progress and errors to stderr; bad input is one line on stderr and exit status 2
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import sys
 import tempfile
-from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, BrokenExecutor, ProcessPoolExecutor, wait
 from pathlib import Path
 
 import click
@@ -46,6 +47,10 @@ REPORT_MODE = 0o644
 EXIT_INPUT_ERROR = 2
 PROGRESS_TICK_S = 0.5
 """How often a parallel run's progress line is drawn again while no capture finishes."""
+HANDOVER_PREFIX = "nagledetect-handover-"
+NO_SPACE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+KILLED_WORKER_TEXT = ("a worker process was killed (out of memory, or by a signal); "
+                      "fewer jobs (-j) need less memory")
 
 
 class _DefaultToAnalyze(click.Group):
@@ -110,10 +115,23 @@ def analyze(captures: tuple[str, ...], bpf_filter: str | None, output_format: st
     if html_path:
         _write_html(document, analyses, html_path)
     if output_format == "json":
-        write_json(document, sys.stdout.buffer, workers=jobs or os.cpu_count() or 1)
+        _write_document(document, jobs)
     else:
         colour = sys.stdout.isatty() and "NO_COLOR" not in os.environ
         click.echo(render_text(document, verbose=verbose, colour=colour), nl=False, color=colour)
+
+
+def _write_document(document: dict, jobs: int | None) -> None:
+    """The JSON document on stdout; a failure is one line (a closed pipe stays quiet, as for
+    any filter)."""
+    try:
+        write_json(document, sys.stdout.buffer, workers=jobs or os.cpu_count() or 1)
+    except BrokenExecutor:
+        _fail(f"{KILLED_WORKER_TEXT}: the JSON document on stdout is incomplete")
+    except BrokenPipeError:
+        raise
+    except OSError as error:
+        _fail(f"cannot write the JSON document to stdout ({error.strerror})")
 
 
 def _analyze_all(captures: tuple[str, ...], bpf_filter: str | None, jobs: int | None = None,
@@ -135,6 +153,8 @@ def _analyze_all(captures: tuple[str, ...], bpf_filter: str | None, jobs: int | 
             analyses = _analyze_in_processes(captures, bpf_filter, wanted, workers)
     except InputError as error:
         _fail(str(error))
+    except OSError as error:
+        _fail(str(_os_error(", ".join(captures), error)))
     for path, analysis in zip(captures, analyses):
         for warning in analysis.capture.accounting.warnings:
             click.echo(f"nagledetect: warning: {path}: {warning}", err=True)
@@ -286,8 +306,9 @@ def _analyze_in_processes(captures: tuple[str, ...], bpf_filter: str | None, wan
     analyses: dict[int, Analysis] = {}
     failures: dict[int, InputError] = {}
     spill = SpillFile()
-    with (tempfile.TemporaryDirectory(prefix="nagledetect-handover-") as handover,
-          ProcessPoolExecutor(max_workers=workers) as pool):
+    with (tempfile.TemporaryDirectory(prefix=HANDOVER_PREFIX) as handover,
+          ProcessPoolExecutor(max_workers=workers, initializer=_temporaries_in,
+                              initargs=(handover,)) as pool):
         pending = {pool.submit(_analyze_for_parent, path, bpf_filter, wanted, workers=1,
                                show_progress=False, handover_folder=handover): index
                    for index, path in enumerate(captures)}
@@ -302,12 +323,20 @@ def _analyze_in_processes(captures: tuple[str, ...], bpf_filter: str | None, wan
                         analyses[index] = kept_on_disk(future.result(), spill)
                     except InputError as error:
                         failures[index] = error
+                    except BrokenExecutor:
+                        raise InputError(KILLED_WORKER_TEXT) from None
                 progress.stage("analysed", len(captures) - len(pending), len(captures))
         finally:
             progress.done()
     if failures:
         raise failures[min(failures)]
     return [analyses[index] for index in range(len(captures))]
+
+
+def _temporaries_in(folder: str) -> None:
+    """A worker's temporary files (its part files and spill file) all go in the run's folder,
+    which the run removes at its end, also when a worker was killed and could not."""
+    tempfile.tempdir = folder
 
 
 def _analyze_for_parent(path: str, bpf_filter: str | None, wanted: Wanted, workers: int = 1,
@@ -341,11 +370,36 @@ def _analyze_one(path: str, bpf_filter: str | None, wanted: Wanted | None = None
         raise
     except MemoryError:
         raise InputError(f"{path}: out of memory while analysing") from None
+    except BrokenExecutor:
+        raise InputError(f"{path}: {KILLED_WORKER_TEXT}") from None
+    except OSError as error:
+        raise _os_error(path, error) from None
     except Exception as error:  # noqa: BLE001 - the promise is one line, never a traceback
-        raise InputError(f"{path}: cannot analyse ({type(error).__name__}: {error}); "
-                         "please report this") from None
+        raise _unexpected(path, error) from None
     finally:
         progress.done()
+
+
+def _temporary_root() -> str:
+    """The folder temporary files go in, as the user set it (TMPDIR): in a worker of a parallel
+    run, the parent of the run's own folder."""
+    folder = Path(tempfile.gettempdir())
+    return str(folder.parent if folder.name.startswith(HANDOVER_PREFIX) else folder)
+
+
+def _os_error(path: str, error: OSError) -> InputError:
+    """A full disk (or a file size limit) for the temporary files is the user's to mend; any
+    other system error while analysing is ours."""
+    if error.errno not in NO_SPACE_ERRNOS:
+        return _unexpected(path, error)
+    return InputError(f"{path}: no room for temporary files in {_temporary_root()} "
+                      f"({error.strerror}); set TMPDIR to a folder with about 80 bytes a packet "
+                      "free")
+
+
+def _unexpected(path: str, error: Exception) -> InputError:
+    return InputError(f"{path}: cannot analyse ({type(error).__name__}: {error}); "
+                      "please report this")
 
 
 def _fail(message: str) -> None:

@@ -11,6 +11,7 @@ column by column.
 
 from __future__ import annotations
 
+import errno
 import os
 import tempfile
 from collections.abc import Iterable
@@ -109,7 +110,7 @@ def _write_block(handle: BinaryIO, layout: int, columns: list[np.ndarray]) -> No
     buffers = [np.array([len(columns[0]), layout], dtype=np.int64).tobytes(), *columns]
     handle.flush()
     if os.writev(handle.fileno(), buffers) != sum(memoryview(b).nbytes for b in buffers):
-        raise OSError(f"{handle.name}: short write of a part file (is the disk full?)")
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), handle.name)
 
 
 def _read_blocks(path: str, dtype: np.dtype) -> dict[str, np.ndarray]:

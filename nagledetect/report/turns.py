@@ -14,6 +14,7 @@ import io
 import multiprocessing
 import traceback
 from collections.abc import Callable
+from concurrent.futures import BrokenExecutor
 from multiprocessing.connection import wait
 from typing import Any, BinaryIO
 
@@ -26,7 +27,8 @@ def write_in_turns(count: int, render: Callable[[int], Any],
                    write: Callable[[int, Any, BinaryIO], None], fd: int, workers: int) -> None:
     """Pieces 0 to `count` - 1: `render(index)` in a worker, then, in index order,
     `write(index, rendered, out)` to a stream on `fd` (the caller flushes its own stream first).
-    A worker's exception is raised here, after every worker has stopped."""
+    A worker's exception is raised here, after every worker has stopped; a worker that died
+    without one (killed, out of memory) as BrokenExecutor, as a process pool's would be."""
     context = multiprocessing.get_context("fork")
     turn = context.Value("q", 0, lock=False)
     changed = context.Condition()
@@ -39,7 +41,7 @@ def write_in_turns(count: int, render: Callable[[int], Any],
         process.start()
     _await(processes, turn, changed)
     if turn.value == FAILED:
-        raise errors.get() if not errors.empty() else RuntimeError("a writing worker died")
+        raise errors.get() if not errors.empty() else BrokenExecutor("a writing worker died")
 
 
 def _take_turns(first: int, step: int, count: int, render: Callable[[int], Any],

@@ -1,0 +1,170 @@
+"""When the machine, not the capture, fails: a worker process killed (as the kernel's OOM killer
+does), a full disk for the temporary files. Each is one line on stderr and exit status 2, never
+a traceback, and the temporary files are gone afterwards.
+
+The captures are replicas of the lab's seed003-nagle.pcap made with the benchmark's own tool,
+large enough (53 MB) to be analysed in parts, with worker processes to kill. The workers are
+found and killed for real (SIGKILL), from outside, while the command runs.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import PROJECT, SAMPLE_TRACES
+
+REPLICA_PACKETS = 600_000
+POLL_S = 0.002
+
+
+@pytest.fixture(scope="module")
+def replicas(tmp_path_factory) -> list[Path]:
+    folder = tmp_path_factory.mktemp("replicas")
+    paths = [folder / "first.pcap", folder / "second.pcap"]
+    for path in paths:
+        _replica(path)
+    return paths
+
+
+@pytest.fixture(scope="module")
+def many_connections(tmp_path_factory) -> Path:
+    """20,000 connections: their JSON entries come to 10 pieces of 2,048, enough for the
+    document to be written by forked workers."""
+    path = tmp_path_factory.mktemp("replicas") / "many.pcap"
+    _replica(path, "--connections", "20000")
+    return path
+
+
+def _replica(path: Path, *options: str) -> None:
+    subprocess.run([sys.executable, str(PROJECT / "benchmarks" / "make_large_capture.py"),
+                    str(SAMPLE_TRACES / "seed003-nagle.pcap"), str(path),
+                    "--packets", str(REPLICA_PACKETS), *options], check=True,
+                   capture_output=True)
+
+
+def _start(args: list[str], temporary: Path, stdout: Path) -> subprocess.Popen:
+    temporary.mkdir(exist_ok=True)
+    with open(stdout, "wb") as out:
+        return subprocess.Popen([sys.executable, "-m", "nagledetect", *args], stdout=out,
+                                stderr=subprocess.PIPE, text=True,
+                                env={**os.environ, "TMPDIR": str(temporary)})
+
+
+def _children(pid: int) -> list[int]:
+    """The live child processes of `pid` (not those that ended and wait to be reaped)."""
+    tasks = Path(f"/proc/{pid}/task")
+    found: list[int] = []
+    for task in tasks.iterdir() if tasks.exists() else []:
+        try:
+            found += [int(child) for child in (task / "children").read_text().split()]
+        except OSError:
+            continue
+    return [child for child in found if _state(child) not in ("Z", "X", "")]
+
+
+def _state(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return ""
+
+
+def _first_child(process: subprocess.Popen, ready=lambda: True) -> int:
+    """The first child process of `process` once `ready()` holds, polled until it ends."""
+    while process.poll() is None:
+        children = _children(process.pid)
+        if children and ready():
+            return children[0]
+        time.sleep(POLL_S)
+    pytest.fail(f"the command ended before it had a worker to kill: {process.stderr.read()}")
+
+
+def _assert_one_line_and_clean(process: subprocess.Popen, fragment: str, temporary: Path) -> None:
+    stderr = process.communicate(timeout=120)[1]
+    assert process.returncode == 2, stderr
+    lines = stderr.strip().splitlines()
+    assert len(lines) == 1 and fragment in lines[0], stderr
+    assert "Traceback" not in stderr
+    assert list(temporary.iterdir()) == []
+
+
+def test_a_killed_worker_of_a_parallel_run_is_one_line_and_leaves_no_files(replicas,
+                                                                             tmp_path) -> None:
+    """`-j 2` over two captures: one process each. Killing one breaks the pool; the part files
+    and spill file of the killed worker (which could not remove them) are in the run's own
+    temporary folder, removed by the parent."""
+    temporary = tmp_path / "tmp"
+    process = _start(["analyze", "-j", "2", "--format", "json", *map(str, replicas)], temporary,
+                     tmp_path / "out.json")
+    os.kill(_first_child(process, lambda: any(temporary.iterdir())), signal.SIGKILL)
+    _assert_one_line_and_clean(process, "a worker process was killed (out of memory, or by a "
+                               "signal); fewer jobs (-j) need less memory", temporary)
+
+
+def test_a_killed_part_worker_is_one_line_naming_the_capture(replicas, tmp_path) -> None:
+    """One capture in parts: its parts run in worker processes, started once the capture is
+    routed; the first of them is killed."""
+    temporary = tmp_path / "tmp"
+    process = _start(["analyze", "--format", "json", str(replicas[0])], temporary,
+                     tmp_path / "out.json")
+    os.kill(_first_child(process), signal.SIGKILL)
+    _assert_one_line_and_clean(process, f"{replicas[0]}: a worker process was killed",
+                               temporary)
+
+
+def test_a_killed_writing_worker_is_one_line_saying_the_output_is_incomplete(many_connections,
+                                                                            tmp_path) -> None:
+    """The JSON document is rendered and written by forked workers taking turns. Once the
+    first bytes are out, the command and its workers are stopped (so none finishes meanwhile),
+    one worker is killed and the others go on: they stop, and the command says the document is
+    incomplete rather than ending as if it were whole."""
+    temporary, out = tmp_path / "tmp", tmp_path / "out.json"
+    process = _start(["analyze", "-j", "2", "--format", "json", str(many_connections)],
+                     temporary, out)
+    victim = _first_child(process, lambda: out.stat().st_size > 0)
+    stopped = [process.pid, *_children(process.pid)]
+    for pid in stopped:
+        os.kill(pid, signal.SIGSTOP)
+    os.kill(victim, signal.SIGKILL)
+    for pid in stopped:
+        os.kill(pid, signal.SIGCONT)
+    _assert_one_line_and_clean(process, "the JSON document on stdout is incomplete", temporary)
+
+
+@pytest.fixture
+def small_disk(tmp_path) -> Path:
+    """A 4 MB tmpfs (root only): the replica's part files need about 48 MB."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a small tmpfs needs root")
+    folder = tmp_path / "small"
+    folder.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(folder)],
+                             capture_output=True, text=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
+    yield folder
+    subprocess.run(["umount", str(folder)], check=True)
+
+
+@pytest.mark.parametrize("jobs", [["-j", "1"], ["-j", "2"]])
+def test_a_full_disk_for_temporary_files_names_the_folder_to_change(replicas, small_disk,
+                                                                    tmp_path, jobs) -> None:
+    """The part files fill the small TMPDIR: the line names that folder (not a worker's own
+    folder inside it) and what to set."""
+    captures = [str(replicas[0])] if jobs == ["-j", "1"] else list(map(str, replicas))
+    result = subprocess.run([sys.executable, "-m", "nagledetect", "analyze", *jobs, "--format",
+                             "json", *captures], capture_output=True, text=True, timeout=120,
+                            env={**os.environ, "TMPDIR": str(small_disk)})
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert f"no room for temporary files in {small_disk} (No space left on device); set TMPDIR" \
+        in lines[0]
+    assert list(small_disk.iterdir()) == []
