@@ -201,7 +201,7 @@ def _analyze_on_dask(captures: tuple[str, ...], bpf_filter: str | None, address:
     the same paths); take the results here as they come (each one's findings and tables spilled
     to disk), and return them in order."""
     try:
-        from distributed import Client, as_completed
+        from distributed import Client, KilledWorker, as_completed
     except ImportError:
         _fail("--dask needs the distributed package: pip install 'nagledetect[dask]'")
     try:
@@ -211,8 +211,14 @@ def _analyze_on_dask(captures: tuple[str, ...], bpf_filter: str | None, address:
                                  pure=False)
             position = {future.key: index for index, future in enumerate(futures)}
             spill = SpillFile()
-            analyses = {position[future.key]: kept_on_disk(future.result(), spill)
-                        for future in as_completed(futures)}
+            analyses = {}
+            for future in as_completed(futures):
+                index = position[future.key]
+                try:
+                    analyses[index] = kept_on_disk(future.result(), spill)
+                except KilledWorker:
+                    raise InputError(f"{captures[index]}: the Dask workers analysing it died "
+                                     "(out of memory, or by a signal)") from None
             return [analyses[index] for index in range(len(captures))]
     except OSError as error:
         _fail(f"cannot reach the Dask scheduler at {address}: {error}")

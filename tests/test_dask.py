@@ -54,3 +54,43 @@ def test_html_report_on_dask_is_the_local_one(tmp_path) -> None:
                                   out.read_text())
     assert "Time-sequence graph" in pages["local"]
     assert pages["dask"] == pages["local"]
+
+
+def test_a_dask_worker_killed_while_analysing_is_one_line_naming_the_capture(tmp_path) -> None:
+    """A LocalCluster of one worker process whose scheduler gives a task no second try; the
+    worker is killed (SIGKILL) once it has the capture open, as the OOM killer would. The
+    capture: seed003-nagle.pcap replicated to 600,000 packets by the benchmark's tool, so that
+    the worker is still reading it when it is found."""
+    import os
+    import signal
+    import time
+    from pathlib import Path
+
+    import dask
+
+    from tests.conftest import PROJECT
+
+    capture = tmp_path / "replica.pcap"
+    subprocess.run([sys.executable, str(PROJECT / "benchmarks" / "make_large_capture.py"),
+                    str(SAMPLE_TRACES / "seed003-nagle.pcap"), str(capture), "--packets",
+                    "600000"], check=True, capture_output=True)
+    with dask.config.set({"distributed.scheduler.allowed-failures": 0}), \
+            distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=True,
+                                     dashboard_address=None) as cluster, \
+            distributed.Client(cluster) as client:
+        worker_pid = next(iter(client.run(os.getpid).values()))
+        run = subprocess.Popen([sys.executable, "-m", "nagledetect", "analyze", "--format",
+                                "json", "--dask", cluster.scheduler_address, str(capture)],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        descriptors = Path(f"/proc/{worker_pid}/fd")
+        while run.poll() is None and not any(
+                os.path.realpath(fd) == str(capture) for fd in descriptors.iterdir()):
+            time.sleep(0.002)
+        assert run.poll() is None, "the run ended before its worker could be killed"
+        os.kill(worker_pid, signal.SIGKILL)
+        stderr = run.communicate(timeout=120)[1]
+    assert run.returncode == 2, stderr
+    assert "Traceback" not in stderr
+    assert stderr.strip().splitlines() == [
+        f"nagledetect: error: {capture}: the Dask workers analysing it died (out of memory, or "
+        "by a signal)"]
