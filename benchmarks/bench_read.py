@@ -40,6 +40,9 @@ STAGES = {
 }
 
 
+NEUTRAL_FOLDER = "/"
+"""Where the commands run: `python3 -m` puts its working folder first on `sys.path`, so run
+from a checkout it would import that checkout, whatever `PYTHONPATH` says."""
 SAMPLE_INTERVAL_S = 0.1
 """Reading PSS makes the kernel walk the page tables: sampled more often, it slows the run."""
 
@@ -66,7 +69,8 @@ def _tree_memory_kib(pid: int) -> int:
 def _timed(command: list[str]) -> tuple[float, int]:
     """Wall seconds and peak memory (KiB, summed over the process tree) of a command."""
     start = time.perf_counter()
-    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                               cwd=NEUTRAL_FOLDER)
     peak_tree = 0
     while process.poll() is None:
         peak_tree = max(peak_tree, _tree_memory_kib(process.pid))
@@ -94,6 +98,7 @@ def run(path: Path, repeats: int, only: list[str] | None = None) -> dict:
 
 
 def _run(path: Path, repeats: int, only: list[str] | None, html_path: Path) -> dict:
+    path = path.resolve()
     packets = _count_packets(path)
     commands = {
         "tcpdump -r FILE -w /dev/null": ["tcpdump", "-r", str(path), "-w", "/dev/null"],
