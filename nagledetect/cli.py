@@ -229,6 +229,8 @@ def _write_tables(analyses: list[Analysis], folder: Path, table_format: str) -> 
         written = write_tables(analyses, folder, table_format)
     except InputError as error:
         _fail(str(error))
+    except OSError as error:
+        _fail(f"{folder}: cannot write the tables ({error.strerror})")
     click.echo(f"nagledetect: wrote {', '.join(str(p) for p in written)}", err=True)
 
 
