@@ -20,7 +20,7 @@ import multiprocessing
 import os
 import zlib
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, BrokenExecutor, Future, ProcessPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,9 +38,10 @@ from nagledetect.collector import collector_paused
 from nagledetect.detectors import nagle_stall, phase_lock
 from nagledetect.detectors.delack_timer import fingerprint_hosts
 from nagledetect.detectors.model import Finding, HostProfile
+from nagledetect.errors import InputError
 from nagledetect.flows.build import build_flows
 from nagledetect.flows.grouped import group_starts
-from nagledetect.flows.partition import PartitionedPackets, load_part
+from nagledetect.flows.partition import PartitionedPackets, load_part, part_packets
 from nagledetect.ordering import as_text, factorize_in_name_order, name_order
 from nagledetect.part_tables import PartTables, SpilledTables
 from nagledetect.pipeline import (
@@ -70,6 +71,9 @@ PART_BYTES = 32 * 1024 * 1024
 PART_FILE_BYTES_IN_FLIGHT = 4 * PART_BYTES
 """Part files analysed at once (a part's work takes about 7 times its file's size in memory)."""
 MAX_PARTS = 400
+BYTES_PER_PART_PACKET = 400
+"""About what a worker holds for each packet of the part it analyses: a part is its
+connections whole (docs/performance.md, the eighth round)."""
 """Two open files per part: stay well inside the usual limit of 1,024 (parts grow instead)."""
 PARTS_PER_HOST_BUCKET = 4
 """A host bucket holds about as many samples as this many parts yield, over the number of
@@ -125,6 +129,8 @@ def analyze_in_parts(path: str, bpf_filter: str | None, progress: ProgressCallba
         for done, (index, result) in enumerate(results, start=1):
             collected.add(index, result)
             stages(PARTS_STAGE, done, len(files))
+    except PartWorkersKilled as killed:
+        raise InputError(f"{path}: {killed.advice()}") from None
     finally:
         partitioned.close()
     if not collected.connections:
@@ -156,7 +162,33 @@ def _parts_in_parallel(files: list[tuple[str, str, np.dtype]], buckets: int, wor
                 running[pool.submit(part_result, files[index], buckets, wanted)] = index
             done, _ = wait(running, return_when=FIRST_COMPLETED)
             for future in done:
-                yield running.pop(future), future.result()
+                index = running.pop(future)
+                try:
+                    result = future.result()
+                except BrokenExecutor:
+                    raise PartWorkersKilled([part_packets(files[part])
+                                             for part in (index, *running.values())]) from None
+                yield index, result
+
+
+class PartWorkersKilled(BrokenExecutor):
+    """A worker analysing parts died without a word (the OOM killer, a signal): what was running
+    then says what to change."""
+
+    def __init__(self, running_packets: list[int]) -> None:
+        super().__init__("a worker process analysing parts was killed")
+        self.running_packets = running_packets
+
+    def advice(self) -> str:
+        largest = max(self.running_packets)
+        text = "a worker process was killed (out of memory, or by a signal) while analysing "
+        if len(self.running_packets) > 1:
+            return text + (f"{len(self.running_packets)} parts of up to {largest:,} packets; "
+                           "fewer jobs (-j) need less memory")
+        return text + (f"a part of {largest:,} packets alone: a connection is analysed whole, in "
+                       f"about {largest * BYTES_PER_PART_PACKET / 1e9:.1f} GB for this part; "
+                       "leave its largest connections out with --filter, or use a machine with "
+                       "more memory")
 
 
 def _fitting(waiting: list[int], sizes: list[int], running: Iterable[int],

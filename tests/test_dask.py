@@ -56,7 +56,8 @@ def test_html_report_on_dask_is_the_local_one(tmp_path) -> None:
     assert pages["dask"] == pages["local"]
 
 
-def test_a_dask_worker_killed_while_analysing_is_one_line_naming_the_capture(tmp_path) -> None:
+def test_a_dask_worker_killed_while_analysing_is_one_line_naming_the_capture(tmp_path,
+                                                                            monkeypatch) -> None:
     """A LocalCluster of one worker process whose scheduler gives a task no second try; the
     worker is killed (SIGKILL) once it has the capture open, as the OOM killer would. The
     capture: seed003-nagle.pcap replicated to 600,000 packets by the benchmark's tool, so that
@@ -70,6 +71,7 @@ def test_a_dask_worker_killed_while_analysing_is_one_line_naming_the_capture(tmp
 
     from tests.conftest import PROJECT
 
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
     capture = tmp_path / "replica.pcap"
     subprocess.run([sys.executable, str(PROJECT / "benchmarks" / "make_large_capture.py"),
                     str(SAMPLE_TRACES / "seed003-nagle.pcap"), str(capture), "--packets",

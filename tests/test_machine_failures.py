@@ -10,6 +10,7 @@ found and killed for real (SIGKILL), from outside, while the command runs.
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -42,11 +43,10 @@ def many_connections(tmp_path_factory) -> Path:
     return path
 
 
-def _replica(path: Path, *options: str) -> None:
+def _replica(path: Path, *options: str, packets: int = REPLICA_PACKETS) -> None:
     subprocess.run([sys.executable, str(PROJECT / "benchmarks" / "make_large_capture.py"),
                     str(SAMPLE_TRACES / "seed003-nagle.pcap"), str(path),
-                    "--packets", str(REPLICA_PACKETS), *options], check=True,
-                   capture_output=True)
+                    "--packets", str(packets), *options], check=True, capture_output=True)
 
 
 def _start(args: list[str], temporary: Path, stdout: Path) -> subprocess.Popen:
@@ -108,15 +108,45 @@ def test_a_killed_worker_of_a_parallel_run_is_one_line_and_leaves_no_files(repli
                                "signal); fewer jobs (-j) need less memory", temporary)
 
 
-def test_a_killed_part_worker_is_one_line_naming_the_capture(replicas, tmp_path) -> None:
-    """One capture in parts: its parts run in worker processes, started once the capture is
-    routed; the first of them is killed."""
+def test_a_killed_part_worker_is_one_line_naming_the_capture_and_its_parts(replicas,
+                                                                           tmp_path) -> None:
+    """One capture in parts: its two parts (53 MB of capture over 32 MB a part) run at once in
+    two worker processes, submitted together once the capture is routed; the first worker is
+    killed. The line counts the parts that were running and the larger one's packets: the
+    replica's 570,960 TCP packets (`tcpdump -n -r FILE tcp | wc -l`; the other 29,280 of its
+    600,240 are not TCP) are split between the two, so the larger holds at least half."""
     temporary = tmp_path / "tmp"
     process = _start(["analyze", "--format", "json", str(replicas[0])], temporary,
                      tmp_path / "out.json")
     os.kill(_first_child(process), signal.SIGKILL)
-    _assert_one_line_and_clean(process, f"{replicas[0]}: a worker process was killed",
-                               temporary)
+    stderr = process.communicate(timeout=120)[1]
+    assert process.returncode == 2, stderr
+    found = re.fullmatch(rf"nagledetect: error: {re.escape(str(replicas[0]))}: a worker process "
+                         r"was killed \(out of memory, or by a signal\) while analysing 2 parts "
+                         r"of up to ([\d,]+) packets; fewer jobs \(-j\) need less memory\n",
+                         stderr)
+    assert found, stderr
+    assert 570_960 // 2 <= int(found.group(1).replace(",", "")) <= 570_960
+    assert list(temporary.iterdir()) == []
+
+
+def test_a_killed_worker_of_a_huge_connection_says_what_it_needed(tmp_path) -> None:
+    """Two connections of 2,300,000 packets each (`make_large_capture.py --connections 2`: the
+    lab's exchange repeated end to end; counted with `tcpdump -n -r FILE tcp` by 4-tuple,
+    1,341,665 + 958,335 packets each), so two parts of about 140 MB, each more than the parts
+    allowed in flight: each runs alone, and fewer jobs would not help. The line says so, with
+    the part's packets and about 400 bytes each."""
+    capture = tmp_path / "two.pcap"
+    _replica(capture, "--connections", "2", packets=4_600_000)
+    temporary = tmp_path / "tmp"
+    process = _start(["analyze", "--format", "json", str(capture)], temporary,
+                     tmp_path / "out.json")
+    os.kill(_first_child(process), signal.SIGKILL)
+    _assert_one_line_and_clean(
+        process, f"{capture}: a worker process was killed (out of memory, or by a signal) while "
+        "analysing a part of 2,300,000 packets alone: a connection is analysed whole, in about "
+        "0.9 GB for this part; leave its largest connections out with --filter, or use a "
+        "machine with more memory", temporary)
 
 
 def test_a_killed_writing_worker_is_one_line_saying_the_output_is_incomplete(many_connections,

@@ -113,6 +113,23 @@ def _write_block(handle: BinaryIO, layout: int, columns: list[np.ndarray]) -> No
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), handle.name)
 
 
+def part_packets(files: tuple[str, str, np.dtype]) -> int:
+    """The packets in a part file, from its block headers alone (a seek per block)."""
+    packets_path, _, dtype = files
+    packets = 0
+    with open(packets_path, "rb") as handle:
+        while header := handle.read(16):
+            rows, layout = np.frombuffer(header, dtype=np.int64).tolist()
+            packets += rows
+            handle.seek(rows * _row_bytes(dtype, layout), os.SEEK_CUR)
+    return packets
+
+
+def _row_bytes(dtype: np.dtype, layout: int) -> int:
+    return sum(dtype[name].itemsize for name in dtype.names
+               if layout == FULL_LAYOUT or name not in IPV4_MAPPED_WORDS)
+
+
 def _read_blocks(path: str, dtype: np.dtype) -> dict[str, np.ndarray]:
     """A part file's blocks joined column by column."""
     raw = np.fromfile(path, dtype=np.uint8)
