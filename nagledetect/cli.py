@@ -11,7 +11,7 @@ import json
 import os
 import sys
 import tempfile
-from concurrent.futures import FIRST_COMPLETED, BrokenExecutor, ProcessPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, BrokenExecutor, Future, ProcessPoolExecutor, wait
 from pathlib import Path
 
 import click
@@ -314,31 +314,40 @@ def _analyze_in_processes(captures: tuple[str, ...], bpf_filter: str | None, wan
     analyses: dict[int, Analysis] = {}
     failures: dict[int, InputError] = {}
     spill = SpillFile()
-    with (tempfile.TemporaryDirectory(prefix=HANDOVER_PREFIX) as handover,
-          ProcessPoolExecutor(max_workers=workers, initializer=_temporaries_in,
-                              initargs=(handover,)) as pool):
-        pending = {pool.submit(_analyze_for_parent, path, bpf_filter, wanted, workers=1,
-                               show_progress=False, handover_folder=handover): index
-                   for index, path in enumerate(captures)}
-        progress = ProgressLine(f"{len(captures)} captures")
-        try:
-            progress.stage("analysed", 0, len(captures))
-            while pending:
-                done, _ = wait(pending, timeout=PROGRESS_TICK_S, return_when=FIRST_COMPLETED)
-                for future in done:
-                    index = pending.pop(future)
-                    try:
-                        analyses[index] = kept_on_disk(future.result(), spill)
-                    except InputError as error:
-                        failures[index] = error
-                    except BrokenExecutor:
-                        raise InputError(KILLED_WORKER_TEXT) from None
-                progress.stage("analysed", len(captures) - len(pending), len(captures))
-        finally:
-            progress.done()
+    try:
+        with (tempfile.TemporaryDirectory(prefix=HANDOVER_PREFIX) as handover,
+              ProcessPoolExecutor(max_workers=workers, initializer=_temporaries_in,
+                                  initargs=(handover,)) as pool):
+            pending = {pool.submit(_analyze_for_parent, path, bpf_filter, wanted, workers=1,
+                                   show_progress=False, handover_folder=handover): index
+                       for index, path in enumerate(captures)}
+            _take_results(pending, spill, analyses, failures)
+    except BrokenExecutor:
+        raise InputError(KILLED_WORKER_TEXT) from None
     if failures:
         raise failures[min(failures)]
     return [analyses[index] for index in range(len(captures))]
+
+
+def _take_results(pending: dict[Future, int], spill: SpillFile, analyses: dict[int, Analysis],
+                  failures: dict[int, InputError]) -> None:
+    """Each capture's result as it comes, kept on disk (or its failure), counted on the
+    progress line."""
+    total = len(pending)
+    progress = ProgressLine(f"{total} captures")
+    try:
+        progress.stage("analysed", 0, total)
+        while pending:
+            done, _ = wait(pending, timeout=PROGRESS_TICK_S, return_when=FIRST_COMPLETED)
+            for future in done:
+                index = pending.pop(future)
+                try:
+                    analyses[index] = kept_on_disk(future.result(), spill)
+                except InputError as error:
+                    failures[index] = error
+            progress.stage("analysed", total - len(pending), total)
+    finally:
+        progress.done()
 
 
 def _temporaries_in(folder: str) -> None:

@@ -120,7 +120,7 @@ def analyze_in_parts(path: str, bpf_filter: str | None, progress: ProgressCallba
     try:
         partitioned.add(batches)
         files = partitioned.part_files()
-        if workers > 1 and len(files) > 1:
+        if workers > 1:
             results = _parts_in_parallel(files, collected.buckets, workers, wanted)
         else:
             results = ((index, part_result(part, collected.buckets, wanted))
@@ -145,7 +145,8 @@ def _no_stages(name: str, done: int, total: int) -> None:
 
 def _parts_in_parallel(files: list[tuple[str, str, np.dtype]], buckets: int, workers: int,
                        wanted: Wanted) -> Iterator[tuple[int, PartResult]]:
-    """Each part in a worker process, largest first, with at most `workers` parts and
+    """Each part in a worker process (a lone part too: killed for want of memory, a worker
+    leaves this process to say so and clean up), largest first, with at most `workers` parts and
     PART_FILE_BYTES_IN_FLIGHT of part files in flight, so that the parts of a capture of a few
     huge connections do not all run at once (a part larger than that runs alone). Results are
     yielded as they come, with their part's index. The cyclic collector is paused here while
@@ -157,18 +158,19 @@ def _parts_in_parallel(files: list[tuple[str, str, np.dtype]], buckets: int, wor
     with collector_paused(), ProcessPoolExecutor(max_workers=min(workers, len(files)),
                                                  initializer=gc.enable) as pool:
         while waiting or running:
-            for index in _fitting(waiting, sizes, running.values(), workers):
-                waiting.remove(index)
-                running[pool.submit(part_result, files[index], buckets, wanted)] = index
-            done, _ = wait(running, return_when=FIRST_COMPLETED)
+            starting = _fitting(waiting, sizes, running.values(), workers)
+            try:
+                for index in starting:
+                    waiting.remove(index)
+                    running[pool.submit(part_result, files[index], buckets, wanted)] = index
+                done, _ = wait(running, return_when=FIRST_COMPLETED)
+                results = [(running[future], future.result()) for future in done]
+            except BrokenExecutor:
+                in_flight = sorted({*starting, *running.values()})
+                raise PartWorkersKilled([part_packets(files[part]) for part in in_flight]) from None
             for future in done:
-                index = running.pop(future)
-                try:
-                    result = future.result()
-                except BrokenExecutor:
-                    raise PartWorkersKilled([part_packets(files[part])
-                                             for part in (index, *running.values())]) from None
-                yield index, result
+                del running[future]
+            yield from results
 
 
 class PartWorkersKilled(BrokenExecutor):
@@ -514,15 +516,18 @@ def _forked_call(item: int) -> Any:
 
 def _forked_map(work: Callable[[int], Any], items: range, workers: int) -> Iterator[Any]:
     """`work` of each item, in order: in `workers` forked processes when there are several
-    items (they read the parent's state as it was at the fork), else here."""
+    items (they read the parent's state as it was at the fork), else here. A process pool,
+    not a `multiprocessing.Pool`: that one waits for ever for the item of a worker that was
+    killed, where this one raises BrokenExecutor."""
     if workers <= 1 or len(items) <= 1:
         yield from map(work, items)
         return
     global _FORKED_WORK
     _FORKED_WORK = work
     try:
-        with multiprocessing.get_context("fork").Pool(min(workers, len(items))) as pool:
-            yield from pool.imap(_forked_call, items)
+        with ProcessPoolExecutor(min(workers, len(items)),
+                                 mp_context=multiprocessing.get_context("fork")) as pool:
+            yield from pool.map(_forked_call, items)
     finally:
         _FORKED_WORK = None
 

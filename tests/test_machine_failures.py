@@ -23,6 +23,7 @@ from tests.conftest import PROJECT, SAMPLE_TRACES
 
 REPLICA_PACKETS = 600_000
 POLL_S = 0.002
+HOST_STEP_KILL_AFTER_S = 0.02
 
 
 @pytest.fixture(scope="module")
@@ -81,13 +82,34 @@ def _first_child(process: subprocess.Popen, ready=lambda: True) -> int:
     while process.poll() is None:
         children = _children(process.pid)
         if children and ready():
-            return children[0]
+            return min(children)
         time.sleep(POLL_S)
     pytest.fail(f"the command ended before it had a worker to kill: {process.stderr.read()}")
 
 
+def _first_of_second_set(process: subprocess.Popen) -> int:
+    """The first child of `process` started after all of its first children had ended."""
+    first_set: set[int] = set()
+    while process.poll() is None:
+        children = set(_children(process.pid))
+        if first_set and children and not first_set & children:
+            return min(children)
+        first_set |= children
+        time.sleep(POLL_S)
+    pytest.fail(f"the command ended before a second set of workers: {process.stderr.read()}")
+
+
+def _stderr_within_a_minute(process: subprocess.Popen) -> str:
+    try:
+        return process.communicate(timeout=60)[1]
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.communicate()
+        pytest.fail("the command hung after its worker was killed")
+
+
 def _assert_one_line_and_clean(process: subprocess.Popen, fragment: str, temporary: Path) -> None:
-    stderr = process.communicate(timeout=120)[1]
+    stderr = _stderr_within_a_minute(process)
     assert process.returncode == 2, stderr
     lines = stderr.strip().splitlines()
     assert len(lines) == 1 and fragment in lines[0], stderr
@@ -119,7 +141,7 @@ def test_a_killed_part_worker_is_one_line_naming_the_capture_and_its_parts(repli
     process = _start(["analyze", "--format", "json", str(replicas[0])], temporary,
                      tmp_path / "out.json")
     os.kill(_first_child(process), signal.SIGKILL)
-    stderr = process.communicate(timeout=120)[1]
+    stderr = _stderr_within_a_minute(process)
     assert process.returncode == 2, stderr
     found = re.fullmatch(rf"nagledetect: error: {re.escape(str(replicas[0]))}: a worker process "
                          r"was killed \(out of memory, or by a signal\) while analysing 2 parts "
@@ -130,23 +152,29 @@ def test_a_killed_part_worker_is_one_line_naming_the_capture_and_its_parts(repli
     assert list(temporary.iterdir()) == []
 
 
-def test_a_killed_worker_of_a_huge_connection_says_what_it_needed(tmp_path) -> None:
-    """Two connections of 2,300,000 packets each (`make_large_capture.py --connections 2`: the
-    lab's exchange repeated end to end; counted with `tcpdump -n -r FILE tcp` by 4-tuple,
-    1,341,665 + 958,335 packets each), so two parts of about 140 MB, each more than the parts
-    allowed in flight: each runs alone, and fewer jobs would not help. The line says so, with
-    the part's packets and about 400 bytes each."""
-    capture = tmp_path / "two.pcap"
-    _replica(capture, "--connections", "2", packets=4_600_000)
+@pytest.mark.parametrize(("connections", "packets", "part_packets", "gigabytes"), [
+    (2, 4_600_000, 2_300_000, "0.9"),
+    (1, 1_600_000, 1_600_000, "0.6"),
+])
+def test_a_killed_worker_of_a_huge_connection_says_what_it_needed(
+        tmp_path, connections: int, packets: int, part_packets: int, gigabytes: str) -> None:
+    """Huge connections (`make_large_capture.py --connections N`: the lab's exchange repeated
+    end to end), each its own part. Two of 2,300,000 packets (counted with `tcpdump -n -r FILE
+    tcp` by 4-tuple: 1,341,665 + 958,335 each) make parts of 140 MB, each more than the parts
+    allowed in flight, so each runs alone; one of 1,600,000 (666,669 + 933,331) is the only
+    part, and runs in a worker all the same, so that its death can be told. Fewer jobs would
+    not help: the line says so, with the part's packets and about 400 bytes each."""
+    capture = tmp_path / "huge.pcap"
+    _replica(capture, "--connections", str(connections), packets=packets)
     temporary = tmp_path / "tmp"
     process = _start(["analyze", "--format", "json", str(capture)], temporary,
                      tmp_path / "out.json")
     os.kill(_first_child(process), signal.SIGKILL)
     _assert_one_line_and_clean(
         process, f"{capture}: a worker process was killed (out of memory, or by a signal) while "
-        "analysing a part of 2,300,000 packets alone: a connection is analysed whole, in about "
-        "0.9 GB for this part; leave its largest connections out with --filter, or use a "
-        "machine with more memory", temporary)
+        f"analysing a part of {part_packets:,} packets alone: a connection is analysed whole, in "
+        f"about {gigabytes} GB for this part; leave its largest connections out with --filter, "
+        "or use a machine with more memory", temporary)
 
 
 def test_a_killed_writing_worker_is_one_line_saying_the_output_is_incomplete(many_connections,
@@ -166,6 +194,25 @@ def test_a_killed_writing_worker_is_one_line_saying_the_output_is_incomplete(man
     for pid in stopped:
         os.kill(pid, signal.SIGCONT)
     _assert_one_line_and_clean(process, "the JSON document on stdout is incomplete", temporary)
+
+
+def test_a_killed_host_step_worker_is_one_line_not_a_hang(tmp_path) -> None:
+    """100,000 connections between 200,000 hosts in 1,200,000 packets (101 MB: four parts, so
+    two host buckets, fingerprinted in two forked workers once the parts' workers are gone).
+    The first worker of that second set is killed 20 ms after it starts, holding its bucket
+    (the pair of workers lives about 0.26 s): the host step ran on a `multiprocessing.Pool`,
+    which waited for ever for the killed worker's bucket."""
+    capture = tmp_path / "hosts.pcap"
+    _replica(capture, "--connections", "100000", packets=1_200_000)
+    temporary = tmp_path / "tmp"
+    process = _start(["analyze", "--format", "json", str(capture)], temporary,
+                     tmp_path / "out.json")
+    victim = _first_of_second_set(process)
+    time.sleep(HOST_STEP_KILL_AFTER_S)
+    os.kill(victim, signal.SIGKILL)
+    _assert_one_line_and_clean(process, f"{capture}: a worker process was killed (out of "
+                               "memory, or by a signal); fewer jobs (-j) need less memory",
+                               temporary)
 
 
 @pytest.fixture
