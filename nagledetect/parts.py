@@ -71,10 +71,10 @@ PART_BYTES = 32 * 1024 * 1024
 PART_FILE_BYTES_IN_FLIGHT = 4 * PART_BYTES
 """Part files analysed at once (a part's work takes about 7 times its file's size in memory)."""
 MAX_PARTS = 400
+"""Two open files per part: stay well inside the usual limit of 1,024 (parts grow instead)."""
 BYTES_PER_PART_PACKET = 400
 """About what a worker holds for each packet of the part it analyses: a part is its
 connections whole (docs/performance.md, the eighth round)."""
-"""Two open files per part: stay well inside the usual limit of 1,024 (parts grow instead)."""
 PARTS_PER_HOST_BUCKET = 4
 """A host bucket holds about as many samples as this many parts yield, over the number of
 workers: buckets run that many at a time, so the memory in flight stays the same."""
@@ -120,7 +120,7 @@ def analyze_in_parts(path: str, bpf_filter: str | None, progress: ProgressCallba
     try:
         partitioned.add(batches)
         files = partitioned.part_files()
-        if workers > 1:
+        if workers > 1 and files:
             results = _parts_in_parallel(files, collected.buckets, workers, wanted)
         else:
             results = ((index, part_result(part, collected.buckets, wanted))

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from tests.conftest import corpus_file, require_tool
+from tests.conftest import PROJECT, SAMPLE_TRACES, corpus_file, require_tool
 
 SMB = "zeek/smb__smb2.pcap"
 
@@ -210,3 +210,20 @@ def test_parallel_run_writes_the_serial_runs_tables(tmp_path) -> None:
         serial = (tmp_path / "1" / f"{name}.csv").read_bytes()
         assert serial.count(b"\n") > 1, name
         assert (tmp_path / "2" / f"{name}.csv").read_bytes() == serial, name
+
+
+def test_a_capture_in_parts_whose_filter_keeps_no_packet(tmp_path) -> None:
+    """seed003-nagle.pcap replicated to 600,240 packets (53 MB, so analysed in parts) under a
+    filter no packet passes: nothing to analyse, and every packet counted as excluded (checked
+    with tcpdump: `tcpdump -n -r FILE 'tcp port 1' | wc -l` gives 0, `tcpdump -n -r FILE | wc
+    -l` 600,240)."""
+    capture = tmp_path / "replica.pcap"
+    subprocess.run([sys.executable, str(PROJECT / "benchmarks" / "make_large_capture.py"),
+                    str(SAMPLE_TRACES / "seed003-nagle.pcap"), str(capture), "--packets",
+                    "600000"], check=True, capture_output=True)
+    result = run("analyze", "--format", "json", "--filter", "tcp port 1", str(capture))
+    assert result.returncode == 0, result.stderr
+    document = json.loads(result.stdout)
+    assert document["captures"][0]["packets"] == 600_240
+    assert document["captures"][0]["skipped"] == {"excluded by filter": 600_240}
+    assert document["connections"] == [] and document["findings"] == []
