@@ -6,12 +6,16 @@ progress and errors to stderr; bad input is one line on stderr and exit status 2
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import os
+import shutil
+import signal
 import sys
 import tempfile
 from concurrent.futures import FIRST_COMPLETED, BrokenExecutor, Future, ProcessPoolExecutor, wait
+from functools import partial
 from pathlib import Path
 
 import click
@@ -47,8 +51,14 @@ REPORT_MODE = 0o644
 EXIT_INPUT_ERROR = 2
 PROGRESS_TICK_S = 0.5
 """How often a parallel run's progress line is drawn again while no capture finishes."""
+RUN_FOLDER_PREFIX = "nagledetect-run-"
+"""Every temporary file of a run goes in one folder of this name in TMPDIR."""
 HANDOVER_PREFIX = "nagledetect-handover-"
+USER_TEMPORARY_ROOT = tempfile.gettempdir()
+"""Where temporary files go, as the user set it (TMPDIR), before the run's folder in it."""
 NO_SPACE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+TERMINATED_EXIT = 128 + signal.SIGTERM
+"""The exit status of a run stopped by SIGTERM, as the shell reports a process it ended."""
 KILLED_WORKER_TEXT = ("a worker process was killed (out of memory, or by a signal); "
                       "fewer jobs (-j) need less memory")
 
@@ -75,6 +85,41 @@ def main() -> None:
       nagledetect analyze --format json a.pcap b.pcapng
       nagledetect analyze --filter 'tcp port 443' capture.pcap
     """
+    run_folder = click.get_current_context().with_resource(
+        tempfile.TemporaryDirectory(prefix=RUN_FOLDER_PREFIX))
+    tempfile.tempdir = run_folder
+    signal.signal(signal.SIGTERM, partial(_terminate_cleanly, os.getpid(), run_folder))
+    os.register_at_fork(after_in_child=_default_sigterm)
+
+
+def _terminate_cleanly(main_pid: int, run_folder: str, signum: int, frame: object) -> None:
+    """SIGTERM (a CI job's time limit, `timeout`, a cancelled run): kill the worker processes,
+    remove the run's temporary files (80 bytes a packet of a large capture, all in one folder),
+    then end. Unwinding instead, from wherever the signal came, could stop in a lock held at a
+    fork. The workers are found in /proc, not in multiprocessing's books (a worker forked just
+    now is not in them yet), and killed outright: they have nothing of their own to remove. A
+    worker signalled before `_default_sigterm` ran in it just ends."""
+    if os.getpid() == main_pid:
+        for child in _child_processes():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(child, signal.SIGKILL)
+        shutil.rmtree(run_folder, ignore_errors=True)
+    os._exit(TERMINATED_EXIT)
+
+
+def _default_sigterm() -> None:
+    """A forked worker ends at SIGTERM as any process does (its pool may terminate it): with the
+    handler above it would end only once it ran Python again, and one waiting on a lock would
+    not, and hang its pool."""
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def _child_processes() -> list[int]:
+    children = []
+    for task in Path("/proc/self/task").iterdir():
+        with contextlib.suppress(OSError):
+            children += [int(pid) for pid in (task / "children").read_text().split()]
+    return children
 
 
 @main.command()
@@ -397,19 +442,12 @@ def _analyze_one(path: str, bpf_filter: str | None, wanted: Wanted | None = None
         progress.done()
 
 
-def _temporary_root() -> str:
-    """The folder temporary files go in, as the user set it (TMPDIR): in a worker of a parallel
-    run, the parent of the run's own folder."""
-    folder = Path(tempfile.gettempdir())
-    return str(folder.parent if folder.name.startswith(HANDOVER_PREFIX) else folder)
-
-
 def _os_error(path: str, error: OSError) -> InputError:
     """A full disk (or a file size limit) for the temporary files is the user's to mend; any
     other system error while analysing is ours."""
     if error.errno not in NO_SPACE_ERRNOS:
         return _unexpected(path, error)
-    return InputError(f"{path}: no room for temporary files in {_temporary_root()} "
+    return InputError(f"{path}: no room for temporary files in {USER_TEMPORARY_ROOT} "
                       f"({error.strerror}); set TMPDIR to a folder with about 80 bytes a packet "
                       "free")
 

@@ -1,6 +1,7 @@
 """When the machine, not the capture, fails: a worker process killed (as the kernel's OOM killer
 does), a full disk for the temporary files. Each is one line on stderr and exit status 2, never
-a traceback, and the temporary files are gone afterwards.
+a traceback, and the temporary files are gone afterwards; so are they when the run itself is
+stopped by SIGTERM.
 
 The captures are replicas of the lab's seed003-nagle.pcap made with the benchmark's own tool,
 large enough (53 MB) to be analysed in parts, with worker processes to kill. The workers are
@@ -54,7 +55,7 @@ def _start(args: list[str], temporary: Path, stdout: Path) -> subprocess.Popen:
     temporary.mkdir(exist_ok=True)
     with open(stdout, "wb") as out:
         return subprocess.Popen([sys.executable, "-m", "nagledetect", *args], stdout=out,
-                                stderr=subprocess.PIPE, text=True,
+                                stderr=subprocess.PIPE, text=True, start_new_session=True,
                                 env={**os.environ, "TMPDIR": str(temporary)})
 
 
@@ -103,7 +104,7 @@ def _stderr_within_a_minute(process: subprocess.Popen) -> str:
     try:
         return process.communicate(timeout=60)[1]
     except subprocess.TimeoutExpired:
-        process.kill()
+        os.killpg(process.pid, signal.SIGKILL)
         process.communicate()
         pytest.fail("the command hung after its worker was killed")
 
@@ -213,6 +214,29 @@ def test_a_killed_host_step_worker_is_one_line_not_a_hang(tmp_path) -> None:
     _assert_one_line_and_clean(process, f"{capture}: a worker process was killed (out of "
                                "memory, or by a signal); fewer jobs (-j) need less memory",
                                temporary)
+
+
+@pytest.mark.parametrize("captures", [1, 2])
+def test_sigterm_stops_the_run_its_workers_and_removes_its_files(replicas, tmp_path,
+                                                                 captures: int) -> None:
+    """SIGTERM (a CI job's time limit, `timeout`) to the command, not to its workers, while
+    they run: one capture's two parts, or two captures at once. It ends with 143, as the shell
+    reports a process SIGTERM ended, its workers end too, and its 48 MB of part files per
+    capture go: they were left in TMPDIR, and the workers went on."""
+    temporary = tmp_path / "tmp"
+    process = _start(["analyze", "--format", "json", *map(str, replicas[:captures])],
+                     temporary, tmp_path / "out.json")
+    workers = [_first_child(process, lambda: any(temporary.iterdir()))]
+    workers += _children(process.pid)
+    process.send_signal(signal.SIGTERM)
+    stderr = _stderr_within_a_minute(process)
+    assert process.returncode == 128 + signal.SIGTERM, stderr
+    assert "Traceback" not in stderr
+    assert list(temporary.iterdir()) == []
+    deadline = time.monotonic() + 5
+    while any(_state(worker) not in ("", "Z") for worker in workers):
+        assert time.monotonic() < deadline, f"workers {workers} still running"
+        time.sleep(POLL_S)
 
 
 @pytest.fixture
