@@ -106,7 +106,7 @@ def _stderr_within_a_minute(process: subprocess.Popen) -> str:
     except subprocess.TimeoutExpired:
         os.killpg(process.pid, signal.SIGKILL)
         process.communicate()
-        pytest.fail("the command hung after its worker was killed")
+        pytest.fail("the command (or a worker holding its stderr) did not end within a minute")
 
 
 def _assert_one_line_and_clean(process: subprocess.Popen, fragment: str, temporary: Path) -> None:
