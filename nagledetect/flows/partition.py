@@ -80,7 +80,7 @@ class PartitionedPackets:
         elif dtype != self._dtype:
             raise RuntimeError("decoded batches changed their columns")
         return [values[order] for name, values in columns.items()
-                if layout == FULL_LAYOUT or name not in IPV4_MAPPED_WORDS]
+                if _written(name, layout)]
 
     def part_files(self) -> list[tuple[str, str, np.dtype]]:
         """Finish writing; then each non-empty part as (packets file, SACK file, record dtype),
@@ -126,8 +126,12 @@ def part_packets(files: tuple[str, str, np.dtype]) -> int:
 
 
 def _row_bytes(dtype: np.dtype, layout: int) -> int:
-    return sum(dtype[name].itemsize for name in dtype.names
-               if layout == FULL_LAYOUT or name not in IPV4_MAPPED_WORDS)
+    return sum(dtype[name].itemsize for name in dtype.names if _written(name, layout))
+
+
+def _written(name: str, layout: int) -> bool:
+    """Whether a block of this layout holds the column's values (else they are implied)."""
+    return layout == FULL_LAYOUT or name not in IPV4_MAPPED_WORDS
 
 
 def _read_blocks(path: str, dtype: np.dtype) -> dict[str, np.ndarray]:
@@ -139,7 +143,7 @@ def _read_blocks(path: str, dtype: np.dtype) -> dict[str, np.ndarray]:
         rows, layout = raw[position:position + 16].view(np.int64).tolist()
         position += 16
         for name in dtype.names:
-            if layout == IPV4_LAYOUT and name in IPV4_MAPPED_WORDS:
+            if not _written(name, layout):
                 pieces[name].append(np.full(rows, IPV4_MAPPED_WORDS[name], dtype=dtype[name]))
                 continue
             size = rows * dtype[name].itemsize
