@@ -34,6 +34,7 @@ from typing import Any
 from nagledetect import parts, pipeline
 from nagledetect.analysis import Wanted, analyze_capture
 from nagledetect.detectors import CONNECTION_DETECTORS, segment_parity
+from nagledetect.flows import partition
 from nagledetect.read.capture import decoded_batches
 from nagledetect.report.document import build_document, write_json
 
@@ -92,7 +93,7 @@ def stage_times(path: str, workers: int) -> StageClock:
 
 
 STEPS: list[tuple[Any, str, str]] = [
-    (parts, "load_part", "read the part file"),
+    (partition, "load_part", "read the part file"),
     (parts, "build_flows", "build connections"),
     (parts, "pickle_findings", "pickle findings"),
     (parts, "host_buckets", "bucket hosts"),

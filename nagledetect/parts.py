@@ -41,7 +41,7 @@ from nagledetect.detectors.model import Finding, HostProfile
 from nagledetect.errors import InputError
 from nagledetect.flows.build import build_flows
 from nagledetect.flows.grouped import group_starts
-from nagledetect.flows.partition import PartitionedPackets, load_part, part_packets
+from nagledetect.flows.partition import PartitionedPackets, part_batches, part_packets
 from nagledetect.ordering import as_text, factorize_in_name_order, name_order
 from nagledetect.part_tables import PartTables, SpilledTables
 from nagledetect.pipeline import (
@@ -210,22 +210,27 @@ def _fitting(waiting: list[int], sizes: list[int], running: Iterable[int],
 
 
 def part_result(files: tuple[str, str, np.dtype], buckets: int, wanted: Wanted) -> PartResult:
-    """Connection-level results of one part, with what else is `wanted` of it; its packet,
-    segment and message tables are let go here unless they are wanted. The cyclic collector is
+    """Connection-level results of one part, with what else is `wanted` of it. Its packet,
+    segment and message tables are let go before its findings are pickled (a part of one huge
+    connection holds hundreds of MB in each), unless they are wanted. The cyclic collector is
     paused for the part and runs between parts."""
     with collector_paused():
-        flows = build_flows([load_part(files)])
+        flows = build_flows(part_batches(files))
         level = connection_level(flows.packets, flows.connections, fingerprint=False)
+        charts = (connection_charts(flows.packets, level.connections, level.messages,
+                                    level.findings) if wanted.charts else None)
+        tables = (flows.packets, level.messages) if wanted.tables else None
+        del flows
+        connections, parity, findings = level.connections, level.parity, level.findings
         samples = level.samples
+        del level
         rows = np.zeros(len(samples), dtype=SAMPLE_ROW)
         for name in SAMPLE_ROW.names[1:]:
             rows[name] = samples[name].to_numpy()
-        return PartResult(level.connections, level.parity, rows,
-                          host_buckets(samples["host"].to_numpy(), buckets),
-                          pickle_findings(level.findings),
-                          connection_charts(flows.packets, level.connections, level.messages,
-                                            level.findings) if wanted.charts else None,
-                          (flows.packets, level.messages) if wanted.tables else None)
+        sample_bucket = host_buckets(samples["host"].to_numpy(), buckets)
+        del samples
+        return PartResult(connections, parity, rows, sample_bucket, pickle_findings(findings),
+                          charts, tables)
 
 
 def host_buckets(hosts: np.ndarray, buckets: int) -> np.ndarray:

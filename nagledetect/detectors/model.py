@@ -264,6 +264,13 @@ class DetectorInput:
             self._shared[name] = make(self)
         return self._shared[name]
 
+    def taken(self, name: str, make: Callable[[DetectorInput], Any]) -> Any:
+        """A shared table for its last reader in the registry: forgotten here, so its memory
+        goes when that reader is done (a table of a part of one huge connection's stall
+        candidates holds about 40 bytes a packet); a reader after it would make it again."""
+        table = self._shared.pop(name, None)
+        return make(self) if table is None else table
+
     def direction_names(self) -> DirectionNames:
         """(connection, direction) -> (sender, receiver) endpoint names, for all detectors (see
         `events.endpoints.DirectionNames`)."""

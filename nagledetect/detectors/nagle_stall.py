@@ -183,7 +183,7 @@ def _events(stalls: pd.DataFrame) -> dict[tuple, StallEvents]:
 
 
 def detect(columns: DetectorInput) -> list[Finding]:
-    stalls = stall_candidates(columns)
+    stalls = columns.taken("stall_candidates", _stall_candidates)
     names = columns.direction_names()
     streams = {(f.connection, f.sender) for f in columns.earlier_findings
                if f.kind == STREAM_COALESCING_KIND}

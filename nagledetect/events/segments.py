@@ -156,12 +156,11 @@ def _segment_rows(selected, context, columns, connection, direction) -> pd.DataF
     peer = context["peer_latest"]
 
     def packet_at(prefix: str, index: np.ndarray) -> dict[str, np.ndarray]:
-        """Frame, time, role, payload and ACK of the packets at `index` (none where -1)."""
+        """Frame, time, role and ACK of the packets at `index` (none where -1)."""
         return {f"{prefix}_frame": columns["frame"][index],
                 f"{prefix}_time_us": columns["time_us"][index],
                 f"{prefix}_role": pd.Categorical.from_codes(columns["role"][index],
                                                            categories=_ROLE_NAMES),
-                f"{prefix}_payload_bytes": columns["payload_bytes"][index],
                 f"{prefix}_ack": columns["rel_ack"][index]}
 
     return pd.DataFrame({
@@ -177,7 +176,6 @@ def _segment_rows(selected, context, columns, connection, direction) -> pd.DataF
         "prev_frame": columns["frame"][previous],
         "prev_time_us": columns["time_us"][previous],
         "prev_payload_bytes": columns["payload_bytes"][previous],
-        "prev_end_seq": columns["end"][previous],
         **packet_at("peer", peer),
         "peer_window_bytes": columns["window_bytes"][peer],
         "peer_data_between": context["peer_data_between"],

@@ -14,7 +14,7 @@ from __future__ import annotations
 import errno
 import os
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import BinaryIO
 
@@ -150,6 +150,13 @@ def _read_blocks(path: str, dtype: np.dtype) -> dict[str, np.ndarray]:
             pieces[name].append(raw[position:position + size].view(dtype[name]))
             position += size
     return {name: np.concatenate(values) for name, values in pieces.items()}
+
+
+def part_batches(files: tuple[str, str, np.dtype]) -> Iterator[DecodedColumns]:
+    """A part as `build_flows` takes its batches: one batch, which nothing else holds while the
+    connections are built (a list would keep its address columns, 38 bytes a packet, to the
+    end)."""
+    yield load_part(files)
 
 
 def load_part(files: tuple[str, str, np.dtype]) -> DecodedColumns:
