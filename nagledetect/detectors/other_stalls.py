@@ -48,12 +48,12 @@ def _gaps(columns: DetectorInput) -> pd.DataFrame:
     connection, frame, time_us, direction = (
         segments[name].to_numpy()[order] for name in ("connection", "frame", "time_us",
                                                       "direction"))
-    same = connection[1:] == connection[:-1]
     gap_us = np.diff(time_us)
-    rtt_ms = np.nan_to_num(by_connection(columns.connections, "rtt_ms", connection[1:]), nan=0.0)
-    threshold_us = np.maximum(GAP_MIN_MS, RTT_MULTIPLE * rtt_ms) * 1000
-    before = np.flatnonzero(same & (gap_us > threshold_us))
+    before = np.flatnonzero((connection[1:] == connection[:-1]) & (gap_us > GAP_MIN_MS * 1000))
     after = before + 1
+    rtt_ms = np.nan_to_num(by_connection(columns.connections, "rtt_ms", connection[after]), nan=0.0)
+    above = gap_us[before] > np.maximum(GAP_MIN_MS, RTT_MULTIPLE * rtt_ms) * 1000
+    before, after = before[above], after[above]
     return pd.DataFrame({
         "connection": connection[after],
         "before_frame": frame[before], "after_frame": frame[after],

@@ -9,7 +9,9 @@ packet before it, what was outstanding, and whether the peer sent data in betwee
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -44,18 +46,22 @@ def data_segments(packets: pd.DataFrame, connections: pd.DataFrame) -> pd.DataFr
     connection = packets["connection"].to_numpy()[order]
     starts = group_starts(connection)
     direction = packets["direction"].to_numpy()[order]
-    columns = {name: _with_none_slot(packets[name].to_numpy(), order, NONE) for name in
-               ("frame", "time_us", "payload_bytes", "rel_seq", "rel_ack", "window_bytes",
-                "wire_segments")}
-    columns["role"] = _with_none_slot(packets["role"].cat.codes.to_numpy(), order, len(ROLES))
-    columns["end"] = columns["rel_seq"] + columns["payload_bytes"]
-    columns["end"][-1] = NONE
-    role, payload, end = (columns[name][:-1] for name in ("role", "payload_bytes", "end"))
-    is_new_data = (role == ROLE["data"]) & (payload > 0)
+    role = _with_none_slot(packets["role"].cat.codes.to_numpy(), order, len(ROLES))
+    payload = _with_none_slot(packets["payload_bytes"].to_numpy(), order, NONE)
+    end = _with_none_slot(packets["rel_seq"].to_numpy(), order, NONE)
+    end[:-1] += payload[:-1]
+    is_new_data = (role[:-1] == ROLE["data"]) & (payload[:-1] > 0)
     selected = np.flatnonzero(is_new_data)
-    selected = selected[np.argsort(columns["frame"][selected], kind="stable")]
-    context = _context_by_direction(selected, direction, starts, role, payload, end, is_new_data)
-    table = _segment_rows(selected, context, columns, connection, direction)
+    selected = selected[np.argsort(packets["frame"].to_numpy()[order[selected]], kind="stable")]
+    context = _context_by_direction(selected, direction, starts, role[:-1], payload[:-1],
+                                    end[:-1], is_new_data)
+    del is_new_data, starts
+    context["segment"] = selected
+    table = _segment_rows(context, {"role": role, "payload_bytes": payload, "end": end},
+                          lambda name: _with_none_slot(packets[name].to_numpy(), order, NONE))
+    del role, payload, end
+    table.insert(2, "connection", connection[selected])
+    table.insert(3, "direction", direction[selected])
     table["mss"] = by_connection(connections, "effective_mss", table["connection"].to_numpy())
     full = np.maximum(table["mss"].to_numpy(), 1)
     table["tail_bytes"] = np.where(table["payload_bytes"] % full == 0, np.where(
@@ -149,38 +155,45 @@ def _with_none_slot(values: np.ndarray, order: np.ndarray, missing: int) -> np.n
     return padded
 
 
-def _segment_rows(selected, context, columns, connection, direction) -> pd.DataFrame:
-    """The segments' columns, and those of their context packets (read through the slot for
-    -1, see `_with_none_slot`)."""
+SEGMENT_COLUMNS = (
+    ("frame", "frame", "segment"), ("time_us", "time_us", "segment"),
+    ("payload_bytes", "payload_bytes", "segment"), ("rel_seq", "rel_seq", "segment"),
+    ("end_seq", "end", "segment"), ("wire_segments", "wire_segments", "segment"),
+    ("sent_max_before", None, "sent_max"), ("prev_frame", "frame", "previous_data"),
+    ("prev_time_us", "time_us", "previous_data"),
+    ("prev_payload_bytes", "payload_bytes", "previous_data"),
+    ("peer_frame", "frame", "peer_latest"), ("peer_time_us", "time_us", "peer_latest"),
+    ("peer_role", "role", "peer_latest"), ("peer_ack", "rel_ack", "peer_latest"),
+    ("peer_window_bytes", "window_bytes", "peer_latest"),
+    ("peer_data_between", None, "peer_data_between"),
+    ("next_peer_frame", "frame", "peer_next"), ("next_peer_time_us", "time_us", "peer_next"),
+    ("next_peer_role", "role", "peer_next"), ("next_peer_ack", "rel_ack", "peer_next"),
+    ("next_own_data_time_us", "time_us", "own_next_data"),
+    ("own_retransmissions_between", None, "own_retransmissions_between"),
+)
+"""The segment table's columns (after frame and time_us come connection and direction): each
+is a packet column read at the segment or at one of its context packets (-1: none), or a
+context count (no packet column)."""
+
+
+def _segment_rows(context: dict[str, np.ndarray], made: dict[str, np.ndarray],
+                  padded: Callable[[str], np.ndarray]) -> pd.DataFrame:
+    """The segments' columns: each packet column is read at every row that needs it, through
+    the slot for -1 (see `_with_none_slot`), then let go, so a part of one huge connection holds
+    one packet-sized copy at a time instead of seven (`made`: those already at hand, `padded`
+    makes the others)."""
+    by_source: dict[str, list[tuple[str, str]]] = {}
+    for name, source, at in SEGMENT_COLUMNS:
+        by_source.setdefault(source or "", []).append((name, at))
+    table: dict[str, Any] = {name: context[at] for name, at in by_source.pop("")}
+    for source, uses in by_source.items():
+        values = made[source] if source in made else padded(source)
+        for name, at in uses:
+            table[name] = values[context[at]]
+            if source == "role":
+                table[name] = pd.Categorical.from_codes(table[name], categories=_ROLE_NAMES)
+        del values
     previous = context["previous_data"]
-    peer = context["peer_latest"]
-
-    def packet_at(prefix: str, index: np.ndarray) -> dict[str, np.ndarray]:
-        """Frame, time, role and ACK of the packets at `index` (none where -1)."""
-        return {f"{prefix}_frame": columns["frame"][index],
-                f"{prefix}_time_us": columns["time_us"][index],
-                f"{prefix}_role": pd.Categorical.from_codes(columns["role"][index],
-                                                           categories=_ROLE_NAMES),
-                f"{prefix}_ack": columns["rel_ack"][index]}
-
-    return pd.DataFrame({
-        "frame": columns["frame"][selected],
-        "time_us": columns["time_us"][selected],
-        "connection": connection[selected],
-        "direction": direction[selected],
-        "payload_bytes": columns["payload_bytes"][selected],
-        "rel_seq": columns["rel_seq"][selected],
-        "end_seq": columns["end"][selected],
-        "wire_segments": columns["wire_segments"][selected],
-        "sent_max_before": context["sent_max"],
-        "prev_frame": columns["frame"][previous],
-        "prev_time_us": columns["time_us"][previous],
-        "prev_payload_bytes": columns["payload_bytes"][previous],
-        **packet_at("peer", peer),
-        "peer_window_bytes": columns["window_bytes"][peer],
-        "peer_data_between": context["peer_data_between"],
-        **packet_at("next_peer", context["peer_next"]),
-        "next_own_data_time_us": columns["time_us"][context["own_next_data"]],
-        "own_retransmissions_between": np.where(
-            previous >= 0, context["own_retransmissions_between"], 0),
-    }, copy=False)
+    table["own_retransmissions_between"] = np.where(
+        previous >= 0, table["own_retransmissions_between"], 0)
+    return pd.DataFrame({name: table[name] for name, _, _ in SEGMENT_COLUMNS}, copy=False)
