@@ -3,6 +3,7 @@ time, and each step's share of a part's CPU.
 
     python3 benchmarks/bench_stages.py --capture /tmp/mix10.pcap
     python3 benchmarks/bench_stages.py --capture /tmp/mix10.pcap --part-steps 6
+    python3 benchmarks/bench_stages.py --capture /tmp/s10m_2.pcap --part-memory
 
 The first runs the analysis the way the CLI does (parts on `--workers` processes, then the JSON
 document to /dev/null) and prints, per stage, its wall time, the main process's CPU and its
@@ -13,6 +14,10 @@ The second routes the capture, then runs its first N parts one after another in 
 (after one part to warm up, not counted) and prints the CPU of each step of a part: reading
 the part file, building connections, data segments, messages, delayed-ACK samples, each
 detector, the parity table, pickling findings and bucketing hosts.
+
+The third routes the capture, then runs its largest part in this process with `tracemalloc`
+on (numpy reports its arrays to it) and prints, for each step, the bytes per packet of the part
+held when it starts, at its peak and when it ends: what a worker's memory is made of.
 
 Both wrap the functions that run the stages and steps, looked up by name where they are
 called (`nagledetect.parts`, `nagledetect.pipeline`, the detector modules), so they time the
@@ -26,6 +31,7 @@ import math
 import os
 import resource
 import time
+import tracemalloc
 from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -114,8 +120,7 @@ def part_step_times(path: str, count: int) -> tuple[Counter, int]:
     originals = [(module, name, getattr(module, name)) for module, name, _ in STEPS]
     for (module, name, original), (_, _, label) in zip(originals, STEPS):
         setattr(module, name, _timed(original, label, spent, inner))
-    part_count = min(parts.MAX_PARTS, max(1, math.ceil(os.path.getsize(path) / parts.PART_BYTES)))
-    routed = parts.PartitionedPackets(part_count)
+    routed = parts.PartitionedPackets(_part_count(path))
     try:
         _, batches = decoded_batches(path)
         routed.add(batches)
@@ -129,6 +134,58 @@ def part_step_times(path: str, count: int) -> tuple[Counter, int]:
         for module, name, original in originals:
             setattr(module, name, original)
     return spent, min(count, len(files) - 1)
+
+
+def part_memory(path: str) -> tuple[list[tuple[str, int, float, float, float]], int]:
+    """Traced bytes per packet of the largest part held at the start, peak and end of each
+    step (with its nesting depth), in the order the steps ended; and the part's packets."""
+    rows: list[tuple[str, int, float, float, float]] = []
+    peaks: list[int] = []
+    originals = [(module, name, getattr(module, name)) for module, name, _ in STEPS]
+    for (module, name, original), (_, _, label) in zip(originals, STEPS):
+        setattr(module, name, _traced(original, label, rows, peaks))
+    routed = parts.PartitionedPackets(_part_count(path))
+    try:
+        _, batches = decoded_batches(path)
+        routed.add(batches)
+        files = max(routed.part_files(), key=lambda files: os.path.getsize(files[0]))
+        tracemalloc.start()
+        parts.part_result(files, 1, Wanted())
+        tracemalloc.stop()
+        packets = partition.part_packets(files)
+    finally:
+        routed.close()
+        for module, name, original in originals:
+            setattr(module, name, original)
+    return [(label, level, start / packets, peak / packets, end / packets)
+            for label, level, start, peak, end in rows], packets
+
+
+def _traced(function: Callable[..., Any], label: str,
+            rows: list[tuple[str, int, float, float, float]], peaks: list[int]
+            ) -> Callable[..., Any]:
+    """`function`, noting the traced memory held when it starts, at its peak and when it ends.
+    `peaks` holds the peak so far of each step under way (tracemalloc keeps one peak, reset at
+    each step's start), so a step's peak counts the steps inside it."""
+    def traced(*args: Any, **kwargs: Any) -> Any:
+        start, peak_so_far = tracemalloc.get_traced_memory()
+        if peaks:
+            peaks[-1] = max(peaks[-1], peak_so_far)
+        peaks.append(start)
+        tracemalloc.reset_peak()
+        try:
+            return function(*args, **kwargs)
+        finally:
+            end, peak = tracemalloc.get_traced_memory()
+            peak = max(peaks.pop(), peak)
+            if peaks:
+                peaks[-1] = max(peaks[-1], peak)
+            rows.append((label, len(peaks), start, peak, end))
+    return traced
+
+
+def _part_count(path: str) -> int:
+    return min(parts.MAX_PARTS, max(1, math.ceil(os.path.getsize(path) / parts.PART_BYTES)))
 
 
 def _timed(function: Callable[..., Any], label: str, spent: Counter,
@@ -155,7 +212,16 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--part-steps", type=int, metavar="N",
                         help="time the steps of N parts in this process instead of the stages")
+    parser.add_argument("--part-memory", action="store_true",
+                        help="trace the memory of the largest part's steps in this process")
     arguments = parser.parse_args()
+    if arguments.part_memory:
+        rows, packets = part_memory(str(arguments.capture))
+        print(f"the largest part, {packets:,} packets: traced bytes per packet")
+        print(f"{'step':42} {'start':>6} {'peak':>6} {'end':>6}")
+        for label, level, start, peak, end in rows:
+            print(f"{'  ' * level + label:42} {start:6.0f} {peak:6.0f} {end:6.0f}")
+        return
     if arguments.part_steps:
         spent, timed_parts = part_step_times(str(arguments.capture), arguments.part_steps)
         total = sum(spent.values())

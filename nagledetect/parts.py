@@ -72,9 +72,9 @@ PART_FILE_BYTES_IN_FLIGHT = 4 * PART_BYTES
 """Part files analysed at once (a part's work takes about 7 times its file's size in memory)."""
 MAX_PARTS = 400
 """Two open files per part: stay well inside the usual limit of 1,024 (parts grow instead)."""
-BYTES_PER_PART_PACKET = 400
+BYTES_PER_PART_PACKET = 260
 """About what a worker holds for each packet of the part it analyses: a part is its
-connections whole (docs/performance.md, the eighth round)."""
+connections whole (docs/performance.md, the ninth round)."""
 PARTS_PER_HOST_BUCKET = 4
 """A host bucket holds about as many samples as this many parts yield, over the number of
 workers: buckets run that many at a time, so the memory in flight stays the same."""
@@ -215,12 +215,11 @@ def part_result(files: tuple[str, str, np.dtype], buckets: int, wanted: Wanted) 
     connection holds hundreds of MB in each), unless they are wanted. The cyclic collector is
     paused for the part and runs between parts."""
     with collector_paused():
-        flows = build_flows(part_batches(files))
-        level = connection_level(flows.packets, flows.connections, fingerprint=False)
-        charts = (connection_charts(flows.packets, level.connections, level.messages,
+        level = connection_level(build_flows(part_batches(files)), fingerprint=False,
+                                 keep_packets=wanted.charts or wanted.tables)
+        charts = (connection_charts(level.packets, level.connections, level.messages,
                                     level.findings) if wanted.charts else None)
-        tables = (flows.packets, level.messages) if wanted.tables else None
-        del flows
+        tables = (level.packets, level.messages) if wanted.tables else None
         connections, parity, findings = level.connections, level.parity, level.findings
         samples = level.samples
         del level

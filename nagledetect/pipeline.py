@@ -16,10 +16,15 @@ from nagledetect.api import Capture
 from nagledetect.chart_data import ChartData, busiest_hosts, connection_charts
 from nagledetect.detectors import CONNECTION_DETECTORS, nagle_stall, phase_lock, segment_parity
 from nagledetect.detectors.delack_timer import delack_samples, fingerprint_hosts
-from nagledetect.detectors.model import DetectorInput, Finding, HostProfile
+from nagledetect.detectors.model import (
+    DETECTOR_PACKET_COLUMNS,
+    DetectorInput,
+    Finding,
+    HostProfile,
+)
 from nagledetect.events.messages import messages, number_messages
 from nagledetect.events.segments import data_segments
-from nagledetect.flows.build import build_flows
+from nagledetect.flows.build import FlowTables, build_flows
 from nagledetect.part_tables import PartTables, TablesInMemory
 from nagledetect.read.capture import Accounting
 
@@ -64,6 +69,8 @@ class Analysis:
 class ConnectionLevel:
     """What one part (or a whole capture) yields before the capture-wide host step."""
 
+    packets: pd.DataFrame
+    """The whole packet table when it was kept, else only `DETECTOR_PACKET_COLUMNS`."""
     connections: pd.DataFrame
     segments: pd.DataFrame
     messages: pd.DataFrame
@@ -72,23 +79,34 @@ class ConnectionLevel:
     parity: pd.DataFrame
 
 
-def connection_level(packets: pd.DataFrame, connections: pd.DataFrame,
-                     fingerprint: bool = True) -> ConnectionLevel:
+def connection_level(flows: FlowTables, fingerprint: bool = True,
+                     keep_packets: bool = True) -> ConnectionLevel:
     """Events and connection detectors. Without `fingerprint` (a part of a capture) stalls are
-    scored without host timers: the capture-wide step scores them again with all samples."""
+    scored without host timers: the capture-wide step scores them again with all samples, which
+    are then made after the detectors, out of their peak. The flow tables are taken over:
+    without `keep_packets`, and with no other holder of the packet table, only the columns the
+    detectors read are held once the segments are made (a part of one huge connection: 17 of
+    the table's 78 bytes a packet)."""
+    packets, connections = flows.packets, flows.connections
+    del flows
     if packets.empty:
-        return ConnectionLevel(connections, pd.DataFrame(), pd.DataFrame(), no_samples(), [],
-                               pd.DataFrame())
+        return ConnectionLevel(packets, connections, pd.DataFrame(), pd.DataFrame(), no_samples(),
+                               [], pd.DataFrame())
     segments = data_segments(packets, connections)
+    detector_packets = packets[list(DETECTOR_PACKET_COLUMNS)]
+    if not keep_packets:
+        packets = detector_packets
     segments["message"] = number_messages(segments)
     message_table = messages(segments)
-    samples = delack_samples(segments, connections)
-    columns = DetectorInput(packets, connections, segments, message_table,
-                            fingerprint_hosts(samples) if fingerprint else {})
+    samples = delack_samples(segments, connections) if fingerprint else None
+    columns = DetectorInput(detector_packets, connections, segments, message_table,
+                            {} if samples is None else fingerprint_hosts(samples))
     for detector in CONNECTION_DETECTORS:
         columns.earlier_findings.extend(detector.detect(columns))
     parity = segment_parity.parity_table(columns)
-    return ConnectionLevel(connections, segments, message_table, samples,
+    if samples is None:
+        samples = delack_samples(segments, connections)
+    return ConnectionLevel(packets, connections, segments, message_table, samples,
                            columns.earlier_findings, parity)
 
 
@@ -104,7 +122,7 @@ def host_level(samples: pd.DataFrame, findings: list[Finding]
 def run_detectors(capture: Capture, charts: bool = True) -> Analysis:
     """Run every detector over one capture held whole in memory; with `charts`, also gather
     what the HTML report draws."""
-    level = connection_level(capture.packets, capture.connections)
+    level = connection_level(FlowTables(capture.packets, capture.connections, capture.sack_blocks))
     hosts, phase_findings = host_level(level.samples, level.findings)
     chart_data = None
     if charts:

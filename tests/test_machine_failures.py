@@ -154,8 +154,8 @@ def test_a_killed_part_worker_is_one_line_naming_the_capture_and_its_parts(repli
 
 
 @pytest.mark.parametrize(("connections", "packets", "part_packets", "gigabytes"), [
-    (2, 4_600_000, 2_300_000, "0.9"),
-    (1, 1_600_000, 1_600_000, "0.6"),
+    (2, 4_600_000, 2_300_000, "0.6"),
+    (1, 1_600_000, 1_600_000, "0.4"),
 ])
 def test_a_killed_worker_of_a_huge_connection_says_what_it_needed(
         tmp_path, connections: int, packets: int, part_packets: int, gigabytes: str) -> None:
@@ -164,7 +164,7 @@ def test_a_killed_worker_of_a_huge_connection_says_what_it_needed(
     tcp` by 4-tuple: 1,341,665 + 958,335 each) make parts of 140 MB, each more than the parts
     allowed in flight, so each runs alone; one of 1,600,000 (666,669 + 933,331) is the only
     part, and runs in a worker all the same, so that its death can be told. Fewer jobs would
-    not help: the line says so, with the part's packets and about 400 bytes each."""
+    not help: the line says so, with the part's packets and about 260 bytes each."""
     capture = tmp_path / "huge.pcap"
     _replica(capture, "--connections", str(connections), packets=packets)
     temporary = tmp_path / "tmp"

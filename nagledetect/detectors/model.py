@@ -243,11 +243,17 @@ class HostProfile:
     phase_lock: dict[str, Any] | None = None
 
 
+DETECTOR_PACKET_COLUMNS = ("frame", "connection", "role", "window_bytes")
+"""The packet columns detectors read (what lies inside a gap); the rest of the packet table is
+let go before they run in a part, so a detector that needs another column adds it here."""
+
+
 @dataclass
 class DetectorInput:
     """The columns every detector reads, for all connections of one capture."""
 
     packets: pd.DataFrame
+    """The packet table's `DETECTOR_PACKET_COLUMNS`."""
     connections: pd.DataFrame
     segments: pd.DataFrame
     messages: pd.DataFrame
