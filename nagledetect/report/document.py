@@ -353,17 +353,24 @@ def _write_json(document: dict[str, Any], stream: BinaryIO, workers: int) -> Non
 
 @dataclass(frozen=True)
 class _Piece:
-    """Entries [start, stop) of a list, dumped together; `alone`: one finding too large for
-    that, written a slice of evidence rows at a time."""
+    """Entries [start, stop) of a list, dumped together; or, with `rows`, the evidence rows
+    [rows[0], rows[1]) of the one finding `start`, too many for one piece: its slices are pieces
+    of their own, so that workers render them side by side (the first also holds the finding's
+    text before its rows, the last the text after them)."""
 
     start: int
     stop: int
-    alone: bool = False
+    rows: tuple[int, int] | None = None
+
+    @property
+    def continues_entry(self) -> bool:
+        """Whether it goes on with the entry the piece before it began (no comma before it)."""
+        return self.rows is not None and self.rows[0] > 0
 
 
 def _pieces(key: str, entries: Sequence[Any]) -> list[_Piece]:
     """Chunks of ENTRIES_PER_CHUNK entries; findings also of at most EVIDENCE_ROWS_PER_CHUNK
-    evidence rows, a finding with more coming alone."""
+    evidence rows, a finding with more coming in slices of that many rows."""
     if key != "findings":
         return [_Piece(start, min(start + ENTRIES_PER_CHUNK, len(entries)))
                 for start in range(0, len(entries), ENTRIES_PER_CHUNK)]
@@ -377,7 +384,9 @@ def _pieces(key: str, entries: Sequence[Any]) -> list[_Piece]:
             pieces.append(_Piece(start, position))
             start, rows = position, 0
         if size > EVIDENCE_ROWS_PER_CHUNK:
-            pieces.append(_Piece(position, position + 1, alone=True))
+            pieces += [_Piece(position, position + 1,
+                              (first, min(first + EVIDENCE_ROWS_PER_CHUNK, size)))
+                       for first in range(0, size, EVIDENCE_ROWS_PER_CHUNK)]
             start = position + 1
             continue
         rows += size
@@ -402,17 +411,17 @@ def _write_list(key: str, entries: Sequence[Any], stream: BinaryIO, workers: int
     """A list's entries, a piece at a time: here, or rendered and written by `workers` forked
     processes taking turns (`turns`) when the stream has a file descriptor."""
     pieces = _pieces(key, entries)
+    large = _LargeFinding(entries)
 
-    def render(index: int) -> bytes | None:
+    def render(index: int) -> bytes:
         piece = pieces[index]
-        return None if piece.alone else _render(key, entries[piece.start:piece.stop])
+        if piece.rows is not None:
+            return large.slice_text(piece.start, *piece.rows)
+        return _render(key, entries[piece.start:piece.stop])
 
-    def write(index: int, rendered: bytes | None, out: BinaryIO) -> None:
-        out.write(b"," if index else b"")
-        if rendered is None:
-            _write_large_finding(entries[pieces[index].start], out)
-        else:
-            out.write(rendered)
+    def write(index: int, rendered: bytes, out: BinaryIO) -> None:
+        out.write(b"," if index and not pieces[index].continues_entry else b"")
+        out.write(rendered)
 
     fd = _file_descriptor(stream)
     if workers <= 1 or len(pieces) < 4 * workers or fd is None:
@@ -440,20 +449,32 @@ def _findings_text(chunk: list[dict[str, Any]]) -> bytes:
     return b"".join([piece for pair in zip(around, texts) for piece in pair] + around[-1:])
 
 
-def _write_large_finding(finding: dict[str, Any], stream: BinaryIO) -> None:
-    """One finding whose evidence rows are made and written a slice at a time, as the same
-    bytes as when it is dumped whole (a stall per packet pair of a huge connection would
-    otherwise be one JSON string of a gigabyte)."""
-    wrapped = orjson.dumps({"findings": [dict(finding, events=_EVENTS_MARKER)]},
-                           option=orjson.OPT_INDENT_2)
-    before, after = wrapped[len(_FINDINGS_HEAD):-len(_LIST_TAIL)].split(_MARKER_TEXT, 1)
-    stream.write(before + b"[")
-    events = finding["events"]
-    for start in range(0, len(events), EVIDENCE_ROWS_PER_CHUNK):
-        rows_slice = StallEvents(events.rows[start:start + EVIDENCE_ROWS_PER_CHUNK])
-        text = evidence_texts([rows_slice])[0]
-        stream.write((b"," if start else b"") + text[1:-len(EVENTS_CLOSE)])
-    stream.write(EVENTS_CLOSE + after)
+class _LargeFinding:
+    """The text of one finding whose evidence rows come in slices, a slice at a time, as the
+    same bytes as when it is dumped whole (a stall per packet pair of a huge connection would
+    otherwise be one JSON string of a gigabyte). The finding last asked for is kept, so a
+    process reads it once for all the slices it renders."""
+
+    def __init__(self, entries: Sequence[Any]) -> None:
+        self._entries = entries
+        self._position = -1
+        self._finding: dict[str, Any] = {}
+
+    def slice_text(self, position: int, first: int, stop: int) -> bytes:
+        if position != self._position:
+            self._finding, self._position = self._entries[position], position
+        events = self._finding["events"]
+        rows = evidence_texts([StallEvents(events.rows[first:stop])])[0][1:-len(EVENTS_CLOSE)]
+        before, after = self._around() if first == 0 or stop == len(events) else (b"", b"")
+        return b"".join((before + b"[" if first == 0 else b",", rows,
+                         EVENTS_CLOSE + after if stop == len(events) else b""))
+
+    def _around(self) -> tuple[bytes, bytes]:
+        """The finding's text before and after its evidence rows."""
+        wrapped = orjson.dumps({"findings": [dict(self._finding, events=_EVENTS_MARKER)]},
+                               option=orjson.OPT_INDENT_2)
+        before, after = wrapped[len(_FINDINGS_HEAD):-len(_LIST_TAIL)].split(_MARKER_TEXT, 1)
+        return before, after
 
 
 _EVENTS_MARKER = "nagledetect: evidence rows go here"
