@@ -116,13 +116,18 @@ def _write_block(handle: BinaryIO, layout: int, columns: list[np.ndarray]) -> No
 def part_packets(files: tuple[str, str, np.dtype]) -> int:
     """The packets in a part file, from its block headers alone (a seek per block)."""
     packets_path, _, dtype = files
-    packets = 0
-    with open(packets_path, "rb") as handle:
+    return sum(rows for rows, _ in _block_headers(packets_path, dtype))
+
+
+def _block_headers(path: str, dtype: np.dtype) -> list[tuple[int, int]]:
+    """Each block's row count and layout, in file order (a seek per block)."""
+    headers = []
+    with open(path, "rb") as handle:
         while header := handle.read(16):
             rows, layout = np.frombuffer(header, dtype=np.int64).tolist()
-            packets += rows
+            headers.append((rows, layout))
             handle.seek(rows * _row_bytes(dtype, layout), os.SEEK_CUR)
-    return packets
+    return headers
 
 
 def _row_bytes(dtype: np.dtype, layout: int) -> int:
@@ -135,21 +140,34 @@ def _written(name: str, layout: int) -> bool:
 
 
 def _read_blocks(path: str, dtype: np.dtype) -> dict[str, np.ndarray]:
-    """A part file's blocks joined column by column."""
-    raw = np.fromfile(path, dtype=np.uint8)
-    pieces: dict[str, list[np.ndarray]] = {name: [] for name in dtype.names}
-    position = 0
-    while position < len(raw):
-        rows, layout = raw[position:position + 16].view(np.int64).tolist()
-        position += 16
-        for name in dtype.names:
-            if not _written(name, layout):
-                pieces[name].append(np.full(rows, IPV4_MAPPED_WORDS[name], dtype=dtype[name]))
-                continue
-            size = rows * dtype[name].itemsize
-            pieces[name].append(raw[position:position + size].view(dtype[name]))
-            position += size
-    return {name: np.concatenate(values) for name, values in pieces.items()}
+    """A part file's blocks joined column by column: each block's values are read straight into
+    their place in the joined columns (one copy; reading the file whole and then joining held
+    the part twice)."""
+    headers = _block_headers(path, dtype)
+    total = sum(rows for rows, _ in headers)
+    columns = {name: np.empty(total, dtype=dtype[name]) for name in dtype.names}
+    start = 0
+    with open(path, "rb", buffering=0) as handle:
+        for rows, layout in headers:
+            handle.seek(16, os.SEEK_CUR)
+            for name in dtype.names:
+                place = columns[name][start:start + rows]
+                if _written(name, layout):
+                    _read_exactly(handle, place, path)
+                else:
+                    place[:] = IPV4_MAPPED_WORDS[name]
+            start += rows
+    return columns
+
+
+def _read_exactly(handle: BinaryIO, place: np.ndarray, path: str) -> None:
+    """Fill `place` from the file (a read may return less than asked)."""
+    view = memoryview(place).cast("B")
+    while len(view):
+        got = handle.readinto(view)
+        if not got:
+            raise OSError(errno.EIO, "part file ends early", path)
+        view = view[got:]
 
 
 def part_batches(files: tuple[str, str, np.dtype]) -> Iterator[DecodedColumns]:
