@@ -44,7 +44,7 @@ DESCRIPTIONS = {
 def _gaps(columns: DetectorInput) -> pd.DataFrame:
     """Gaps between consecutive new-data segments of each connection above the threshold."""
     segments = columns.segments
-    order = np.lexsort((segments["frame"].to_numpy(), segments["connection"].to_numpy()))
+    order = np.argsort(segments["connection"].to_numpy(), kind="stable")  # segments: frame order
     connection, frame, time_us, direction = (
         segments[name].to_numpy()[order] for name in ("connection", "frame", "time_us",
                                                       "direction"))

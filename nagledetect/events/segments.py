@@ -57,11 +57,13 @@ def data_segments(packets: pd.DataFrame, connections: pd.DataFrame) -> pd.DataFr
                                     end[:-1], is_new_data)
     del is_new_data, starts
     context["segment"] = selected
-    table = _segment_rows(context, {"role": role, "payload_bytes": payload, "end": end},
-                          lambda name: _with_none_slot(packets[name].to_numpy(), order, NONE))
+    made = {"role": role, "payload_bytes": payload, "end": end}
     del role, payload, end
-    table.insert(2, "connection", connection[selected])
-    table.insert(3, "direction", direction[selected])
+    connection, direction = connection[selected], direction[selected]
+    table = _segment_rows(context, made,
+                          lambda name: _with_none_slot(packets[name].to_numpy(), order, NONE))
+    table.insert(2, "connection", connection)
+    table.insert(3, "direction", direction)
     table["mss"] = by_connection(connections, "effective_mss", table["connection"].to_numpy())
     full = np.maximum(table["mss"].to_numpy(), 1)
     table["tail_bytes"] = np.where(table["payload_bytes"] % full == 0, np.where(
@@ -180,14 +182,14 @@ def _segment_rows(context: dict[str, np.ndarray], made: dict[str, np.ndarray],
                   padded: Callable[[str], np.ndarray]) -> pd.DataFrame:
     """The segments' columns: each packet column is read at every row that needs it, through
     the slot for -1 (see `_with_none_slot`), then let go, so a part of one huge connection holds
-    one packet-sized copy at a time instead of seven (`made`: those already at hand, `padded`
-    makes the others)."""
+    one packet-sized copy at a time instead of seven. `made`: those already at hand, taken over
+    and read first, so they go first; `padded` makes the others."""
     by_source: dict[str, list[tuple[str, str]]] = {}
     for name, source, at in SEGMENT_COLUMNS:
         by_source.setdefault(source or "", []).append((name, at))
     table: dict[str, Any] = {name: context[at] for name, at in by_source.pop("")}
-    for source, uses in by_source.items():
-        values = made[source] if source in made else padded(source)
+    for source, uses in sorted(by_source.items(), key=lambda item: item[0] not in made):
+        values = made.pop(source) if source in made else padded(source)
         for name, at in uses:
             table[name] = values[context[at]]
             if source == "role":
