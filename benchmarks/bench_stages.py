@@ -34,6 +34,7 @@ import time
 import tracemalloc
 from collections import Counter
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -117,22 +118,12 @@ def part_step_times(path: str, count: int) -> tuple[Counter, int]:
     """CPU seconds of each step over the first `count` parts (after one to warm up)."""
     spent: Counter = Counter()
     inner: list[float] = []
-    originals = [(module, name, getattr(module, name)) for module, name, _ in STEPS]
-    for (module, name, original), (_, _, label) in zip(originals, STEPS):
-        setattr(module, name, _timed(original, label, spent, inner))
-    routed = parts.PartitionedPackets(_part_count(path))
-    try:
-        _, batches = decoded_batches(path)
-        routed.add(batches)
-        files = routed.part_files()
+    with (_wrapped_steps(lambda function, label: _timed(function, label, spent, inner)),
+          _routed(path) as files):
         parts.part_result(files[0], 1, Wanted())
         spent.clear()
         for files_of_part in files[1:count + 1]:
             parts.part_result(files_of_part, 1, Wanted())
-    finally:
-        routed.close()
-        for module, name, original in originals:
-            setattr(module, name, original)
     return spent, min(count, len(files) - 1)
 
 
@@ -141,24 +132,41 @@ def part_memory(path: str) -> tuple[list[tuple[str, int, float, float, float]], 
     step (with its nesting depth), in the order the steps ended; and the part's packets."""
     rows: list[tuple[str, int, float, float, float]] = []
     peaks: list[int] = []
+    with (_wrapped_steps(lambda function, label: _traced(function, label, rows, peaks)),
+          _routed(path) as files):
+        largest = max(files, key=lambda part: os.path.getsize(part[0]))
+        tracemalloc.start()
+        parts.part_result(largest, 1, Wanted())
+        tracemalloc.stop()
+        packets = partition.part_packets(largest)
+    return [(label, level, start / packets, peak / packets, end / packets)
+            for label, level, start, peak, end in rows], packets
+
+
+@contextmanager
+def _wrapped_steps(wrap: Callable[[Callable[..., Any], str], Callable[..., Any]]
+                   ) -> Iterator[None]:
+    """Each of STEPS replaced by `wrap(function, label)` for the block, where it is called."""
     originals = [(module, name, getattr(module, name)) for module, name, _ in STEPS]
     for (module, name, original), (_, _, label) in zip(originals, STEPS):
-        setattr(module, name, _traced(original, label, rows, peaks))
+        setattr(module, name, wrap(original, label))
+    try:
+        yield
+    finally:
+        for module, name, original in originals:
+            setattr(module, name, original)
+
+
+@contextmanager
+def _routed(path: str) -> Iterator[list[tuple[str, str, Any]]]:
+    """The capture routed into part files as the analysis routes it; removed after the block."""
     routed = parts.PartitionedPackets(_part_count(path))
     try:
         _, batches = decoded_batches(path)
         routed.add(batches)
-        files = max(routed.part_files(), key=lambda files: os.path.getsize(files[0]))
-        tracemalloc.start()
-        parts.part_result(files, 1, Wanted())
-        tracemalloc.stop()
-        packets = partition.part_packets(files)
+        yield routed.part_files()
     finally:
         routed.close()
-        for module, name, original in originals:
-            setattr(module, name, original)
-    return [(label, level, start / packets, peak / packets, end / packets)
-            for label, level, start, peak, end in rows], packets
 
 
 def _traced(function: Callable[..., Any], label: str,
