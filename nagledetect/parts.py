@@ -36,7 +36,7 @@ from nagledetect.chart_data import (
 )
 from nagledetect.collector import collector_paused
 from nagledetect.detectors import nagle_stall, phase_lock
-from nagledetect.detectors.delack_timer import fingerprint_hosts
+from nagledetect.detectors.delack_timer import fingerprint_hosts, host_fingerprints
 from nagledetect.detectors.model import Finding, HostProfile
 from nagledetect.errors import InputError
 from nagledetect.flows.build import build_flows
@@ -445,10 +445,10 @@ class _HostStep:
         """One bucket's host profiles, their timers before phase locking refines them, and its
         phase-lock findings."""
         samples = self._bucket_samples(bucket)
-        profiles = fingerprint_hosts(samples)
-        timers_ms = [profile.delack_timer_ms for profile in profiles.values()]
-        phase_findings = phase_lock.detect_hosts(profiles, samples, self._stall_seconds)
-        return _BucketHosts(host_rows(list(profiles.values())), timers_ms, phase_findings)
+        fingerprints = host_fingerprints(samples)
+        timers_ms = fingerprints.timers_ms()
+        phase_findings = phase_lock.detect_hosts(fingerprints, samples, self._stall_seconds)
+        return _BucketHosts(host_rows(*fingerprints.columns()), timers_ms, phase_findings)
 
     def _bucket_samples(self, bucket: int) -> pd.DataFrame:
         rows = self._collected.bucket_samples(bucket)

@@ -337,12 +337,13 @@ class HostRows:
     lock_lengths: np.ndarray
 
 
-def host_rows(profiles: Sequence[HostProfile]) -> HostRows:
-    records, lengths = pickled([profile.phase_lock for profile in profiles if profile.phase_lock])
-    return HostRows({name: [getattr(profile, name) for profile in profiles]
-                     for name in _HOST_COLUMNS},
-                    np.array([bool(profile.phase_lock) for profile in profiles], dtype=bool),
-                    records, lengths)
+def host_rows(columns: dict[str, list[Any]], phase_locks: list[dict[str, Any] | None]
+              ) -> HostRows:
+    """Rows of hosts from their profiles' columns (`_HOST_COLUMNS`, as
+    `HostFingerprints.columns` gives them) and their phase-lock tests (None: not tested)."""
+    records, lengths = pickled([lock for lock in phase_locks if lock])
+    return HostRows({name: columns[name] for name in _HOST_COLUMNS},
+                    np.array([bool(lock) for lock in phase_locks], dtype=bool), records, lengths)
 
 
 def _as_float(values: list[float | None]) -> np.ndarray:

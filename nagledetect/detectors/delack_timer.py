@@ -11,6 +11,8 @@ minimum, BSD/macOS about 100 ms, Windows 200 ms.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator, Mapping
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -144,32 +146,105 @@ def host_codes(host: pd.Series) -> tuple[np.ndarray, list[str]]:
 
 def fingerprint_hosts(samples: pd.DataFrame) -> dict[str, HostProfile]:
     """One profile per host that acknowledged a lone segment at least once."""
+    return host_fingerprints(samples).profiles()
+
+
+def host_fingerprints(samples: pd.DataFrame) -> HostFingerprints:
+    """Every host's fingerprint as columns (see `HostFingerprints`), hosts in name order."""
     if samples.empty:
-        return {}
+        return HostFingerprints([], np.zeros(0), np.zeros(0), np.zeros(0, np.int64), np.zeros(0),
+                                np.zeros(0, np.int64), np.zeros(0), np.zeros(0, np.int64),
+                                np.zeros(0, np.int64))
     codes, addresses = host_codes(samples["host"])
     order = np.argsort(codes, kind="stable")
     ordered = samples.take(order)
     code = codes[order]
-    starts = np.searchsorted(code, np.arange(len(addresses)))
+    starts = np.searchsorted(code, np.arange(len(addresses) + 1))
     hold_ms = ordered["hold_ms"].to_numpy()
     delayed = ordered["delayed"].to_numpy()
-    timer_ms, spread_ms = _modal_timers(code[delayed], hold_ms[delayed], len(starts))
-    delayed_count = np.bincount(code[delayed], minlength=len(starts))
-    ack_time_s = ordered["ack_time_s"].to_numpy()[delayed]
-    connection = ordered["connection"].to_numpy().astype(np.int64)[delayed]
-    rounded_ms = np.round(hold_ms, 3)
-    delayed_starts = np.cumsum(delayed_count) - delayed_count
-    profiles: dict[str, HostProfile] = {}
-    per_host = zip(addresses, starts.tolist(), np.r_[starts[1:], len(code)].tolist(),
-                   delayed_starts.tolist(), timer_ms.tolist(), spread_ms.tolist(),
-                   delayed_count.tolist())
-    for address, begin, end, first_delayed, timer, spread, samples_delayed in per_host:
-        timer = None if math.isnan(timer) else timer
-        after_delayed = first_delayed + samples_delayed
-        profiles[address] = HostProfile(
-            address=address, delack_timer_ms=timer,
-            delack_spread_ms=None if timer is None else spread,
-            delack_samples=samples_delayed, stack_family=stack_family(timer),
-            delays_ms=rounded_ms[begin:end], ack_times_s=ack_time_s[first_delayed:after_delayed],
-            ack_connections=connection[first_delayed:after_delayed])
-    return profiles
+    timer_ms, spread_ms = _modal_timers(code[delayed], hold_ms[delayed], len(addresses))
+    delayed_count = np.bincount(code[delayed], minlength=len(addresses))
+    return HostFingerprints(
+        addresses, timer_ms, spread_ms, delayed_count, np.round(hold_ms, 3), starts,
+        ordered["ack_time_s"].to_numpy()[delayed],
+        ordered["connection"].to_numpy().astype(np.int64)[delayed],
+        np.concatenate(([0], np.cumsum(delayed_count))))
+
+
+class HostFingerprints(Mapping[str, HostProfile]):
+    """Every host's delayed-ACK fingerprint as columns, one entry per host, and its samples
+    grouped by host (entry i's holding times are `rounded_ms[starts[i]:starts[i + 1]]`, its
+    delayed ACKs' times and connections the same slice of the delayed ones).
+
+    Read as a mapping it gives each host's `HostProfile`, made when first asked for and kept,
+    so that a change made to it (phase locking refines a locked host's timer) shows in
+    `columns`: a capture in parts fingerprints up to millions of hosts, and making a profile
+    for each took most of its host step, where only the hosts phase locking tests need one.
+    """
+
+    def __init__(self, addresses: list[str], timer_ms: np.ndarray, spread_ms: np.ndarray,
+                 delayed_samples: np.ndarray, rounded_ms: np.ndarray, starts: np.ndarray,
+                 ack_time_s: np.ndarray, ack_connections: np.ndarray,
+                 delayed_starts: np.ndarray) -> None:
+        self.addresses = addresses
+        self._timer_ms = timer_ms
+        self._spread_ms = spread_ms
+        self._delayed_samples = delayed_samples
+        self._rounded_ms = rounded_ms
+        self._starts = starts
+        self._ack_time_s = ack_time_s
+        self._ack_connections = ack_connections
+        self._delayed_starts = delayed_starts
+        self._made: dict[int, HostProfile] = {}
+        self._index: dict[str, int] = {}
+
+    def __len__(self) -> int:
+        return len(self.addresses)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.addresses)
+
+    def __getitem__(self, address: str) -> HostProfile:
+        if not self._index:
+            self._index = {name: index for index, name in enumerate(self.addresses)}
+        return self._profile(self._index[address])
+
+    def timers_ms(self) -> list[float | None]:
+        """Each host's timer as fingerprinted (None: no delayed ACK)."""
+        return [None if math.isnan(timer) else timer for timer in self._timer_ms.tolist()]
+
+    def profiles(self) -> dict[str, HostProfile]:
+        """Every host's profile, in order."""
+        return {address: self._profile(index) for index, address in enumerate(self.addresses)}
+
+    def columns(self) -> tuple[dict[str, list[Any]], list[dict[str, Any] | None]]:
+        """The profiles' address, timer, spread, sample count and stack family, by column, as
+        the profiles hold them now; and their phase-lock tests (None: not tested)."""
+        timers = self.timers_ms()
+        columns: dict[str, list[Any]] = {
+            "address": list(self.addresses), "delack_timer_ms": timers,
+            "delack_spread_ms": [None if timer is None else spread
+                                 for timer, spread in zip(timers, self._spread_ms.tolist())],
+            "delack_samples": self._delayed_samples.tolist(),
+            "stack_family": [stack_family(timer) for timer in timers]}
+        locks: list[dict[str, Any] | None] = [None] * len(self.addresses)
+        for index, profile in self._made.items():
+            for name, values in columns.items():
+                values[index] = getattr(profile, name)
+            locks[index] = profile.phase_lock
+        return columns, locks
+
+    def _profile(self, index: int) -> HostProfile:
+        if index not in self._made:
+            timer = self._timer_ms[index]
+            timer = None if math.isnan(timer) else float(timer)
+            begin, end = self._starts[index], self._starts[index + 1]
+            first, after = self._delayed_starts[index], self._delayed_starts[index + 1]
+            self._made[index] = HostProfile(
+                address=self.addresses[index], delack_timer_ms=timer,
+                delack_spread_ms=None if timer is None else float(self._spread_ms[index]),
+                delack_samples=int(self._delayed_samples[index]),
+                stack_family=stack_family(timer), delays_ms=self._rounded_ms[begin:end],
+                ack_times_s=self._ack_time_s[first:after],
+                ack_connections=self._ack_connections[first:after])
+        return self._made[index]

@@ -137,16 +137,16 @@ def stall_seconds_by_receiver(stall_findings: list[Finding]) -> Callable[[str], 
 
 def detect_hosts(hosts: Mapping[str, HostProfile], samples: pd.DataFrame,
                  stall_seconds: Callable[[str], np.ndarray]) -> list[Finding]:
-    """Test every host on its delayed-ACK samples; a phase-lock finding for each locked one (its
-    time is already counted in the stall findings, so it adds none to the ranking).
+    """Test every host with enough delayed-ACK samples (its profile's `phase_lock` is set to its
+    test; the others are left alone); a phase-lock finding for each locked one (its time is
+    already counted in the stall findings, so it adds none to the ranking).
     `stall_seconds` gives the durations of the stalls a host caused as receiver."""
-    tests = lock_tests(hosts, samples)
     findings = []
-    for address, host in hosts.items():
-        host.phase_lock = tests.get(address)
-        if not host.phase_lock or not host.phase_lock["locked"]:
+    for address, lock in lock_tests(hosts, samples).items():
+        host = hosts[address]
+        host.phase_lock = lock
+        if not lock["locked"]:
             continue
-        lock = host.phase_lock
         host.delack_timer_ms = lock["period_ms"]
         host.stack_family = f"BSD-like ({lock['period_ms']:.0f} ms global tick)"
         stalls_ms = 1000 * stall_seconds(address)
