@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -60,14 +61,12 @@ def data_segments(packets: pd.DataFrame, connections: pd.DataFrame) -> pd.DataFr
     made = {"role": role, "payload_bytes": payload, "end": end}
     del role, payload, end
     connection, direction = connection[selected], direction[selected]
-    table = _segment_rows(context, made,
-                          lambda name: _with_none_slot(packets[name].to_numpy(), order, NONE))
+    table = _segment_rows(context, made, partial(_padded_column, packets, order))
+    del context, order
     table.insert(2, "connection", connection)
     table.insert(3, "direction", direction)
-    table["mss"] = by_connection(connections, "effective_mss", table["connection"].to_numpy())
-    full = np.maximum(table["mss"].to_numpy(), 1)
-    table["tail_bytes"] = np.where(table["payload_bytes"] % full == 0, np.where(
-        table["payload_bytes"] < full, table["payload_bytes"], 0), table["payload_bytes"] % full)
+    table["mss"] = by_connection(connections, "effective_mss", connection)
+    table["tail_bytes"] = table["payload_bytes"].to_numpy() % np.maximum(table["mss"].to_numpy(), 1)
     table["is_small"] = table["tail_bytes"] > 0
     return table
 
@@ -95,14 +94,15 @@ class _SelectedRows:
 
     def latest_before(self, mask: np.ndarray) -> np.ndarray:
         """The latest row with `mask` strictly before each one, in its connection (else NONE)."""
-        latest = np.maximum.accumulate(np.where(mask, np.arange(self.count), NONE))
+        latest = np.where(mask, np.arange(self.count), NONE)
+        np.maximum.accumulate(latest, out=latest)
         found = latest[np.maximum(self.at - 1, 0)]
         return np.where((self.at > self.low) & (found >= self.low), found, NONE)
 
     def earliest_after(self, mask: np.ndarray) -> np.ndarray:
         """The earliest row with `mask` strictly after each one, in its connection (else NONE)."""
-        flipped = np.where(mask, np.arange(self.count), self.count)[::-1]
-        earliest = np.minimum.accumulate(flipped)[::-1]
+        earliest = np.where(mask, np.arange(self.count), self.count)
+        np.minimum.accumulate(earliest[::-1], out=earliest[::-1])
         found = earliest[np.minimum(self.at + 1, self.count - 1)]
         return np.where((self.at + 1 < self.high) & (found < self.high), found, NONE)
 
@@ -146,6 +146,11 @@ def _context_by_direction(selected, direction, starts, role, payload, end, is_ne
                 ("own_retransmissions_between", at.since(mine & retransmitted, previous))):
             context[name][rows] = values
     return context
+
+
+def _padded_column(packets: pd.DataFrame, order: np.ndarray, name: str) -> np.ndarray:
+    """A packet column in connection order with the slot for -1 (see `_with_none_slot`)."""
+    return _with_none_slot(packets[name].to_numpy(), order, NONE)
 
 
 def _with_none_slot(values: np.ndarray, order: np.ndarray, missing: int) -> np.ndarray:
