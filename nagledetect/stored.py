@@ -354,6 +354,34 @@ def _joined(pieces: list[np.ndarray]) -> np.ndarray:
     return np.concatenate(pieces) if pieces else np.zeros(0, dtype=np.int64)
 
 
+@dataclass
+class HostValues:
+    """Hosts' profile values column by column, without their per-sample arrays: what the
+    document writes of each host, read without making a `HostProfile` per host (a capture of a
+    million connections has up to two million hosts)."""
+
+    address: list[str]
+    delack_timer_ms: list[float | None]
+    delack_spread_ms: list[float | None]
+    delack_samples: list[int]
+    stack_family: list[str]
+    phase_lock: list[dict[str, Any] | None]
+
+    def columns(self) -> tuple[list[Any], ...]:
+        return (self.address, self.delack_timer_ms, self.delack_spread_ms, self.delack_samples,
+                self.stack_family, self.phase_lock)
+
+
+def host_values(hosts: Sequence[HostProfile] | StoredHosts, start: int, stop: int
+                ) -> HostValues:
+    """Hosts [start, stop) of stored hosts or of a sequence of profiles, as columns."""
+    if isinstance(hosts, StoredHosts):
+        return hosts.host_values(start, stop)
+    chunk = hosts[start:stop]
+    return HostValues(*([getattr(profile, name) for profile in chunk]
+                        for name in (*_HOST_COLUMNS, "phase_lock")))
+
+
 class StoredHosts(Mapping):
     """Host profiles by address, in address order: columns in memory, phase-lock tests read
     from disk; profiles are made when read (without the per-sample arrays, which only the HTML
@@ -390,18 +418,22 @@ class StoredHosts(Mapping):
         return _Profiles(self)
 
     def profiles(self, start: int, stop: int) -> list[HostProfile]:
+        values = self.host_values(start, stop)
+        return [HostProfile(address=address, delack_timer_ms=timer, delack_spread_ms=spread,
+                            delack_samples=samples, stack_family=family, delays_ms=_NO_FLOATS,
+                            ack_times_s=_NO_FLOATS, ack_connections=_NO_INTS, phase_lock=lock)
+                for address, timer, spread, samples, family, lock in zip(*values.columns())]
+
+    def host_values(self, start: int, stop: int) -> HostValues:
+        """Hosts [start, stop) as columns, without making their profiles."""
         timer, spread, samples = (column[start:stop].tolist() for column in self._numbers)
         offsets, lengths = (column[start:stop].tolist() for column in self._lock)
         with collector_paused():
             locks = [pickle.loads(self._spill.read(offset, length)) if offset >= 0 else None
                      for offset, length in zip(offsets, lengths)]
-        return [HostProfile(address=address, delack_timer_ms=_optional(t),
-                            delack_spread_ms=_optional(d), delack_samples=n, stack_family=family,
-                            delays_ms=_NO_FLOATS, ack_times_s=_NO_FLOATS,
-                            ack_connections=_NO_INTS, phase_lock=lock)
-                for address, t, d, n, family, lock in zip(
-                    self._address[start:stop].tolist(), timer, spread, samples,
-                    self._stack_family[start:stop].tolist(), locks)]
+        return HostValues(self._address[start:stop].tolist(), [_optional(t) for t in timer],
+                          [_optional(d) for d in spread], samples,
+                          self._stack_family[start:stop].tolist(), locks)
 
     def __reduce__(self) -> tuple:
         if self._spill.sent_by_reference:

@@ -19,12 +19,19 @@ from nagledetect.advice import ADVICE
 from nagledetect.analysis import Analysis
 from nagledetect.api import Capture
 from nagledetect.collector import collector_paused
-from nagledetect.detectors.model import Finding, HostProfile, StallEvents
+from nagledetect.detectors.model import Finding, StallEvents
 from nagledetect.events.endpoints import endpoint
 from nagledetect.read.decode import LINKTYPE_NAMES
 from nagledetect.report.evidence_text import EVENTS_CLOSE, evidence_texts
 from nagledetect.report.turns import write_in_turns
-from nagledetect.stored import ChunkedSequence, ranking_columns, take
+from nagledetect.stored import (
+    ChunkedSequence,
+    HostValues,
+    StoredHosts,
+    host_values,
+    ranking_columns,
+    take,
+)
 
 SCHEMA = "nagledetect/1"
 ENTRIES_PER_CHUNK = 2048
@@ -166,17 +173,18 @@ class HostEntries(ChunkedSequence):
     """The document's hosts: each capture's, in address order, made when read."""
 
     def __init__(self, analyses: list[Analysis], first_ids: list[int]) -> None:
-        self._profiles = [_as_sequence(analysis.hosts.values()) for analysis in analyses]
+        self._hosts = [analysis.hosts if isinstance(analysis.hosts, StoredHosts)
+                       else list(analysis.hosts.values()) for analysis in analyses]
         self._first_ids = first_ids
-        self._bounds: list[int] = np.cumsum([0] + [len(p) for p in self._profiles]).tolist()
+        self._bounds: list[int] = np.cumsum([0] + [len(h) for h in self._hosts]).tolist()
 
     def __len__(self) -> int:
         return self._bounds[-1]
 
     def items(self, start: int, stop: int) -> list[dict[str, Any]]:
-        return [_host_entry(host, capture, self._first_ids[capture])
-                for capture, _, begin, end in _spans(self._bounds, start, stop)
-                for host in self._profiles[capture][begin:end]]
+        return [entry for capture, _, begin, end in _spans(self._bounds, start, stop)
+                for entry in _host_entries(host_values(self._hosts[capture], begin, end),
+                                           capture, self._first_ids[capture])]
 
 
 def _spans(bounds: list[int], start: int, stop: int) -> Iterator[tuple[int, int, int, int]]:
@@ -238,10 +246,6 @@ class FindingEntries(ChunkedSequence):
         return [made[slot] for slot in range(len(positions))]
 
 
-def _as_sequence(profiles: Any) -> Sequence[HostProfile]:
-    return profiles if isinstance(profiles, Sequence) else list(profiles)
-
-
 def _finding_entry(finding: Finding, capture_index: int, first_id: int) -> dict[str, Any]:
     return {
         "kind": finding.kind,
@@ -261,20 +265,21 @@ def _finding_entry(finding: Finding, capture_index: int, first_id: int) -> dict[
     }
 
 
-def _host_entry(host: HostProfile, capture_index: int, first_id: int) -> dict[str, Any]:
-    phase_lock = None
-    if host.phase_lock:
-        phase_lock = dict(host.phase_lock)
-        phase_lock["connections"] = [first_id + c for c in phase_lock.get("connections", [])]
-    return {
-        "address": host.address,
-        "capture": capture_index,
-        "delack_timer_ms": _number(host.delack_timer_ms),
-        "delack_spread_ms": _number(host.delack_spread_ms),
-        "delack_samples": host.delack_samples,
-        "stack_family": host.stack_family,
-        "phase_lock": phase_lock,
-    }
+def _host_entries(values: HostValues, capture_index: int, first_id: int
+                  ) -> list[dict[str, Any]]:
+    """The entries of a chunk of hosts, from their columns."""
+    return [{"address": address, "capture": capture_index, "delack_timer_ms": _number(timer),
+             "delack_spread_ms": _number(spread), "delack_samples": samples,
+             "stack_family": family, "phase_lock": _phase_lock_entry(lock, first_id)}
+            for address, timer, spread, samples, family, lock in zip(*values.columns())]
+
+
+def _phase_lock_entry(lock: dict[str, Any] | None, first_id: int) -> dict[str, Any] | None:
+    if not lock:
+        return None
+    entry = dict(lock)
+    entry["connections"] = [first_id + c for c in entry.get("connections", [])]
+    return entry
 
 
 def _advice_entries(findings: FindingEntries) -> dict[str, Any]:
