@@ -448,7 +448,7 @@ class _HostStep:
         fingerprints = host_fingerprints(samples)
         timers_ms = fingerprints.timers_ms()
         phase_findings = phase_lock.detect_hosts(fingerprints, samples, self._stall_seconds)
-        return _BucketHosts(host_rows(*fingerprints.columns()), timers_ms, phase_findings)
+        return _BucketHosts(host_rows(fingerprints.host_values()), timers_ms, phase_findings)
 
     def _bucket_samples(self, bucket: int) -> pd.DataFrame:
         rows = self._collected.bucket_samples(bucket)

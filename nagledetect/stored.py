@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from nagledetect.collector import collector_paused
-from nagledetect.detectors.model import Finding, HostProfile
+from nagledetect.detectors.model import Finding, HostProfile, HostValues
 from nagledetect.ordering import name_order
 
 RECORDS_PER_CHUNK = 2048
@@ -322,8 +322,9 @@ class HostColumns:
             _joined(self._lock_offsets)[order], _joined(self._lock_lengths)[order])
 
 
-_HOST_COLUMNS = ("address", "delack_timer_ms", "delack_spread_ms", "delack_samples",
-                 "stack_family")
+_HOST_COLUMNS = tuple(field.name for field in dataclasses.fields(HostValues)
+                      if field.name != "phase_lock")
+"""The host values kept as columns in memory (the phase-lock tests are spilled)."""
 
 
 @dataclass
@@ -337,13 +338,12 @@ class HostRows:
     lock_lengths: np.ndarray
 
 
-def host_rows(columns: dict[str, list[Any]], phase_locks: list[dict[str, Any] | None]
-              ) -> HostRows:
-    """Rows of hosts from their profiles' columns (`_HOST_COLUMNS`, as
-    `HostFingerprints.columns` gives them) and their phase-lock tests (None: not tested)."""
-    records, lengths = pickled([lock for lock in phase_locks if lock])
-    return HostRows({name: columns[name] for name in _HOST_COLUMNS},
-                    np.array([bool(lock) for lock in phase_locks], dtype=bool), records, lengths)
+def host_rows(values: HostValues) -> HostRows:
+    """Rows of hosts from their values (as `HostFingerprints.host_values` gives them)."""
+    locks = values.phase_lock
+    records, lengths = pickled([lock for lock in locks if lock])
+    return HostRows({name: getattr(values, name) for name in _HOST_COLUMNS},
+                    np.array([bool(lock) for lock in locks], dtype=bool), records, lengths)
 
 
 def _as_float(values: list[float | None]) -> np.ndarray:
@@ -354,32 +354,12 @@ def _joined(pieces: list[np.ndarray]) -> np.ndarray:
     return np.concatenate(pieces) if pieces else np.zeros(0, dtype=np.int64)
 
 
-@dataclass
-class HostValues:
-    """Hosts' profile values column by column, without their per-sample arrays: what the
-    document writes of each host, read without making a `HostProfile` per host (a capture of a
-    million connections has up to two million hosts)."""
-
-    address: list[str]
-    delack_timer_ms: list[float | None]
-    delack_spread_ms: list[float | None]
-    delack_samples: list[int]
-    stack_family: list[str]
-    phase_lock: list[dict[str, Any] | None]
-
-    def columns(self) -> tuple[list[Any], ...]:
-        return (self.address, self.delack_timer_ms, self.delack_spread_ms, self.delack_samples,
-                self.stack_family, self.phase_lock)
-
-
 def host_values(hosts: Sequence[HostProfile] | StoredHosts, start: int, stop: int
                 ) -> HostValues:
     """Hosts [start, stop) of stored hosts or of a sequence of profiles, as columns."""
     if isinstance(hosts, StoredHosts):
         return hosts.host_values(start, stop)
-    chunk = hosts[start:stop]
-    return HostValues(*([getattr(profile, name) for profile in chunk]
-                        for name in (*_HOST_COLUMNS, "phase_lock")))
+    return HostValues.of(hosts[start:stop])
 
 
 class StoredHosts(Mapping):

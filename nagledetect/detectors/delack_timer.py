@@ -12,12 +12,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator, Mapping
-from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from nagledetect.detectors.model import HostProfile
+from nagledetect.detectors.model import HostProfile, HostValues
 from nagledetect.events.segments import PURE_ACK_ROLES
 from nagledetect.flows.connections import by_connection
 from nagledetect.ordering import factorize_in_name_order
@@ -178,7 +177,7 @@ class HostFingerprints(Mapping[str, HostProfile]):
 
     Read as a mapping it gives each host's `HostProfile`, made when first asked for and kept,
     so that a change made to it (phase locking refines a locked host's timer) shows in
-    `columns`: a capture in parts fingerprints up to millions of hosts, and making a profile
+    `host_values`: a capture in parts fingerprints up to millions of hosts, and making a profile
     for each took most of its host step, where only the hosts phase locking tests need one.
     """
 
@@ -217,22 +216,19 @@ class HostFingerprints(Mapping[str, HostProfile]):
         """Every host's profile, in order."""
         return {address: self._profile(index) for index, address in enumerate(self.addresses)}
 
-    def columns(self) -> tuple[dict[str, list[Any]], list[dict[str, Any] | None]]:
-        """The profiles' address, timer, spread, sample count and stack family, by column, as
-        the profiles hold them now; and their phase-lock tests (None: not tested)."""
+    def host_values(self) -> HostValues:
+        """Every host's values as its profile holds them now (the phase-lock test None where
+        none was made), without making the profiles not made yet."""
         timers = self.timers_ms()
-        columns: dict[str, list[Any]] = {
-            "address": list(self.addresses), "delack_timer_ms": timers,
-            "delack_spread_ms": [None if timer is None else spread
-                                 for timer, spread in zip(timers, self._spread_ms.tolist())],
-            "delack_samples": self._delayed_samples.tolist(),
-            "stack_family": [stack_family(timer) for timer in timers]}
-        locks: list[dict[str, Any] | None] = [None] * len(self.addresses)
+        values = HostValues(
+            list(self.addresses), timers,
+            [None if timer is None else spread
+             for timer, spread in zip(timers, self._spread_ms.tolist())],
+            self._delayed_samples.tolist(), [stack_family(timer) for timer in timers],
+            [None] * len(self.addresses))
         for index, profile in self._made.items():
-            for name, values in columns.items():
-                values[index] = getattr(profile, name)
-            locks[index] = profile.phase_lock
-        return columns, locks
+            values.set_row(index, profile)
+        return values
 
     def _profile(self, index: int) -> HostProfile:
         if index not in self._made:

@@ -8,7 +8,7 @@ findings of detectors that ran earlier in the registry (the stall-cause detector
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, fields
 from functools import lru_cache
 from operator import attrgetter
@@ -241,6 +241,36 @@ class HostProfile:
     ack_times_s: np.ndarray = field(default_factory=lambda: np.zeros(0))
     ack_connections: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     phase_lock: dict[str, Any] | None = None
+
+
+@dataclass
+class HostValues:
+    """Hosts' profile values column by column, without their per-sample arrays: what is spilled
+    and written of each host, handled without a `HostProfile` per host (a capture of a million
+    connections has up to two million hosts)."""
+
+    address: list[str]
+    delack_timer_ms: list[float | None]
+    delack_spread_ms: list[float | None]
+    delack_samples: list[int]
+    stack_family: list[str]
+    phase_lock: list[dict[str, Any] | None]
+
+    @classmethod
+    def of(cls, profiles: Sequence[HostProfile]) -> HostValues:
+        return cls(*([getattr(profile, name) for profile in profiles] for name in _HOST_VALUES))
+
+    def columns(self) -> tuple[list[Any], ...]:
+        """The columns in field order."""
+        return tuple(getattr(self, name) for name in _HOST_VALUES)
+
+    def set_row(self, index: int, profile: HostProfile) -> None:
+        """Row `index` as `profile` holds it."""
+        for name in _HOST_VALUES:
+            getattr(self, name)[index] = getattr(profile, name)
+
+
+_HOST_VALUES = tuple(field.name for field in fields(HostValues))
 
 
 DETECTOR_PACKET_COLUMNS = ("frame", "connection", "role", "window_bytes")

@@ -19,14 +19,13 @@ from nagledetect.advice import ADVICE
 from nagledetect.analysis import Analysis
 from nagledetect.api import Capture
 from nagledetect.collector import collector_paused
-from nagledetect.detectors.model import Finding, StallEvents
+from nagledetect.detectors.model import Finding, HostValues, StallEvents
 from nagledetect.events.endpoints import endpoint
 from nagledetect.read.decode import LINKTYPE_NAMES
 from nagledetect.report.evidence_text import EVENTS_CLOSE, evidence_texts
 from nagledetect.report.turns import write_in_turns
 from nagledetect.stored import (
     ChunkedSequence,
-    HostValues,
     StoredHosts,
     host_values,
     ranking_columns,
