@@ -446,11 +446,17 @@ def _file_descriptor(stream: BinaryIO) -> int | None:
 def _findings_text(chunk: list[dict[str, Any]]) -> bytes:
     """Findings dumped by orjson with a marker for their evidence, then each marker replaced
     by the finding's evidence text (`evidence_text`)."""
-    wrapped = orjson.dumps({"findings": [dict(finding, events=_EVENTS_MARKER)
-                                         for finding in chunk]}, option=orjson.OPT_INDENT_2)
-    around = wrapped[len(_FINDINGS_HEAD):-len(_LIST_TAIL)].split(_MARKER_TEXT)
+    around = _around_evidence(chunk)
     texts = evidence_texts([finding["events"] for finding in chunk])
     return b"".join([piece for pair in zip(around, texts) for piece in pair] + around[-1:])
+
+
+def _around_evidence(findings: list[dict[str, Any]]) -> list[bytes]:
+    """The findings' text between the list's brackets, cut where each one's evidence rows go
+    (one more piece than findings)."""
+    wrapped = orjson.dumps({"findings": [dict(finding, events=_EVENTS_MARKER)
+                                         for finding in findings]}, option=orjson.OPT_INDENT_2)
+    return wrapped[len(_FINDINGS_HEAD):-len(_LIST_TAIL)].split(_MARKER_TEXT)
 
 
 class _LargeFinding:
@@ -469,16 +475,10 @@ class _LargeFinding:
             self._finding, self._position = self._entries[position], position
         events = self._finding["events"]
         rows = evidence_texts([StallEvents(events.rows[first:stop])])[0][1:-len(EVENTS_CLOSE)]
-        before, after = self._around() if first == 0 or stop == len(events) else (b"", b"")
+        ends = first == 0 or stop == len(events)
+        before, after = _around_evidence([self._finding]) if ends else (b"", b"")
         return b"".join((before + b"[" if first == 0 else b",", rows,
                          EVENTS_CLOSE + after if stop == len(events) else b""))
-
-    def _around(self) -> tuple[bytes, bytes]:
-        """The finding's text before and after its evidence rows."""
-        wrapped = orjson.dumps({"findings": [dict(self._finding, events=_EVENTS_MARKER)]},
-                               option=orjson.OPT_INDENT_2)
-        before, after = wrapped[len(_FINDINGS_HEAD):-len(_LIST_TAIL)].split(_MARKER_TEXT, 1)
-        return before, after
 
 
 _EVENTS_MARKER = "nagledetect: evidence rows go here"
