@@ -181,6 +181,8 @@ SEGMENT_COLUMNS = (
 """The segment table's columns (after frame and time_us come connection and direction): each
 is a packet column read at the segment or at one of its context packets (-1: none), or a
 context count (no packet column)."""
+_CODED_SOURCES = {"role": _ROLE_NAMES}
+"""Packet columns held as codes: the columns read from them are categoricals of these names."""
 
 
 def _segment_rows(context: dict[str, np.ndarray], made: dict[str, np.ndarray],
@@ -195,10 +197,11 @@ def _segment_rows(context: dict[str, np.ndarray], made: dict[str, np.ndarray],
     table: dict[str, Any] = {name: context[at] for name, at in by_source.pop("")}
     for source, uses in sorted(by_source.items(), key=lambda item: item[0] not in made):
         values = made.pop(source) if source in made else padded(source)
+        categories = _CODED_SOURCES.get(source)
         for name, at in uses:
             table[name] = values[context[at]]
-            if source == "role":
-                table[name] = pd.Categorical.from_codes(table[name], categories=_ROLE_NAMES)
+            if categories is not None:
+                table[name] = pd.Categorical.from_codes(table[name], categories=categories)
         del values
     previous = context["previous_data"]
     table["own_retransmissions_between"] = np.where(
