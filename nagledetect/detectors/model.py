@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 
 from nagledetect.events.endpoints import DirectionNames
+from nagledetect.flows.grouped import KeyGroups
 
 EVIDENCE_KEYS = ("last_data_frame", "delayed_ack_frame", "released_frame", "stall_s", "start_s",
                  "ack_delay_ms", "reaction_ms")
@@ -141,22 +142,14 @@ def split_events(table: pd.DataFrame, keys: list[str],
     """
     if table.empty:
         return {}
-    raw_keys = [_sortable(table[key].to_numpy()) for key in keys]
-    order = np.lexsort(raw_keys[::-1])
-    key_values = [values[order] for values in raw_keys]
-    change = np.zeros(len(order), dtype=bool)
-    change[0] = True
-    for values in key_values:
-        change[1:] |= values[1:] != values[:-1]
-    starts = np.flatnonzero(change)
-    ends = np.append(starts[1:], len(order))
-    nan = np.full(len(order), np.nan)
-    arrays = [table[name].to_numpy()[order] if name else nan for name in columns]
+    groups = KeyGroups(*(_sortable(table[key].to_numpy()) for key in keys))
+    nan = np.full(len(table), np.nan)
+    arrays = [groups.rows_of(table[name].to_numpy()) if name else nan for name in columns]
     arrays[4] = arrays[4] * start_scale
     block = StallEvents.of(*arrays).rows
-    group_keys = zip(*(values[starts].tolist() for values in key_values))
-    return {key: StallEvents(block[start:end])
-            for key, start, end in zip(group_keys, starts.tolist(), ends.tolist())}
+    group_keys = zip(*(values.tolist() for values in groups.keys))
+    return {key: StallEvents(block[start:start + size])
+            for key, start, size in zip(group_keys, groups.first.tolist(), groups.sizes.tolist())}
 
 
 def _sortable(values: np.ndarray) -> np.ndarray:

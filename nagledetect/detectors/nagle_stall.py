@@ -32,6 +32,7 @@ from nagledetect.detectors.model import (
 )
 from nagledetect.events.segments import PURE_ACK_ROLES
 from nagledetect.flows.connections import by_connection
+from nagledetect.flows.grouped import KeyGroups
 
 KIND = "nagle-delack-stall"
 STREAM_COALESCING_KIND = "stream-coalescing"
@@ -106,16 +107,23 @@ def _stall_candidates(columns: DetectorInput) -> pd.DataFrame:
 
 
 def _group_stats(stalls: pd.DataFrame) -> pd.DataFrame:
-    """One row per (connection, direction): the medians and shares the finding reports."""
-    return stalls.assign(
-        previous_small=stalls["prev_payload_bytes"] < stalls["mss"],
-        previous_full=stalls["prev_payload_bytes"] == stalls["mss"],
-    ).groupby(["connection", "direction"], sort=True).agg(
-        count=("frame", "size"), lost_s=("stall_s", "sum"), median_stall_s=("stall_s", "median"),
-        median_hold_ms=("hold_ms", "median"), median_reaction_ms=("reaction_ms", "median"),
-        median_limit_ms=("reaction_limit_ms", "median"), median_held_bytes=("tail_bytes", "median"),
-        median_first_bytes=("prev_payload_bytes", "median"),
-        previous_small=("previous_small", "mean"), previous_full=("previous_full", "mean"))
+    """One row per (connection, direction), in that order: the medians and shares the finding
+    reports."""
+    groups = KeyGroups(stalls["connection"].to_numpy(), stalls["direction"].to_numpy())
+    previous_bytes = stalls["prev_payload_bytes"].to_numpy()
+    mss = stalls["mss"].to_numpy()
+
+    def median(name: str) -> np.ndarray:
+        return groups.median(stalls[name].to_numpy())
+
+    return pd.DataFrame({
+        "connection": groups.keys[0], "direction": groups.keys[1], "count": groups.sizes,
+        "lost_s": groups.sum(stalls["stall_s"].to_numpy()), "median_stall_s": median("stall_s"),
+        "median_hold_ms": median("hold_ms"), "median_reaction_ms": median("reaction_ms"),
+        "median_limit_ms": median("reaction_limit_ms"), "median_held_bytes": median("tail_bytes"),
+        "median_first_bytes": median("prev_payload_bytes"),
+        "previous_small": groups.mean(previous_bytes < mss),
+        "previous_full": groups.mean(previous_bytes == mss)})
 
 
 def _subkind(stats) -> str:
@@ -191,7 +199,7 @@ def detect(columns: DetectorInput) -> list[Finding]:
     streams = {(f.connection, f.sender) for f in columns.earlier_findings
                if f.kind == STREAM_COALESCING_KIND}
     events = _events(stalls)
-    table = _group_stats(stalls).reset_index()
+    table = _group_stats(stalls)
     connections, directions = table["connection"].to_numpy(), table["direction"].to_numpy()
     senders, receivers = names.of(connections, directions)
     table_connections = columns.connections

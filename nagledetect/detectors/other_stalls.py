@@ -24,6 +24,7 @@ from nagledetect.detectors.model import (
 from nagledetect.detectors.nagle_stall import KIND as STALL_KIND
 from nagledetect.detectors.stream_coalescing import KIND as STREAM_KIND
 from nagledetect.flows.connections import by_connection
+from nagledetect.flows.grouped import KeyGroups
 from nagledetect.flows.roles import ROLE
 
 GAP_MIN_MS = 10.0
@@ -94,25 +95,35 @@ def classify_gaps(columns: DetectorInput) -> pd.DataFrame:
 
 def detect(columns: DetectorInput) -> list[Finding]:
     gaps = classify_gaps(columns)
-    gaps = gaps[gaps["cause"].isin(CAUSES)]
+    cause = gaps["cause"].cat.codes.to_numpy()
+    named_here = np.isin(cause, [_CAUSE_CODE[name] for name in CAUSES])
+    gaps = gaps[named_here].assign(cause=cause[named_here])
     events = split_events(gaps, ["connection", "cause"],
                           ("before_frame", "after_frame", "after_frame", "gap_s", "before_time_us",
                            None, None))
-    stats = gaps.groupby(["connection", "cause"], sort=True, observed=True).agg(
-        count=("gap_s", "size"), lost_s=("gap_s", "sum"), median_gap_s=("gap_s", "median"))
+    stats = _gap_stats(gaps)
     findings = []
-    stats = stats.reset_index()
     durations_s = by_connection(columns.connections, "duration_s",
                                 stats["connection"].to_numpy()).tolist()
     for row, duration_s in zip(stats.itertuples(index=False), durations_s):
-        connection, cause = int(row.connection), str(row.cause)
+        connection, cause = int(row.connection), GAP_CAUSES[row.cause]
         findings.append(Finding(
             kind=cause, connection=connection, sender=None, receiver=None,
             count=int(row.count), time_lost_s=float(row.lost_s),
             share=float(row.lost_s) / duration_s if duration_s > 0 else 0.0,
             confidence="high", confidence_reasons=["named by what ended each gap"],
-            events=events[(connection, cause)], advice=ADVICE[cause],
+            events=events[(connection, row.cause)], advice=ADVICE[cause],
             details={"median_gap_ms": round(float(row.median_gap_s) * 1000, 3)},
             summary=(f"{counted_ms(int(row.count), 'gap', row.median_gap_s)}: "
                      f"the connection {DESCRIPTIONS[cause]}")))
     return findings
+
+
+def _gap_stats(gaps: pd.DataFrame) -> pd.DataFrame:
+    """One row per (connection, cause), in that order: the gaps' count, sum and median (the
+    gaps' cause as its code in `GAP_CAUSES`, in name order as the categories)."""
+    gap_s = gaps["gap_s"].to_numpy()
+    groups = KeyGroups(gaps["connection"].to_numpy(), gaps["cause"].to_numpy())
+    return pd.DataFrame({"connection": groups.keys[0], "cause": groups.keys[1],
+                         "count": groups.sizes, "lost_s": groups.sum(gap_s),
+                         "median_gap_s": groups.median(gap_s)})

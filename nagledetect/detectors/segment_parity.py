@@ -16,6 +16,8 @@ import pandas as pd
 
 from nagledetect.detectors.model import DetectorInput, Finding, released_frames
 from nagledetect.detectors.nagle_stall import KIND as STALL_KIND
+from nagledetect.flows.connections import direction_key
+from nagledetect.flows.grouped import KeyGroups
 
 KIND = "segment-parity"
 MIN_MESSAGES = 3
@@ -44,16 +46,19 @@ def parity_table(columns: DetectorInput) -> pd.DataFrame:
 
 def _parity_table(columns: DetectorInput) -> pd.DataFrame:
     messages = columns.messages
-    if messages.empty:
-        return pd.DataFrame(columns=["connection", "direction", "segments", "last_segment",
-                                     "messages", "stalled", "stall_rate"])
-    stalled = stalled_messages(columns)
-    classed = messages[messages["segments_needed"] >= 2].assign(
-        segments=lambda t: t["odd_segments"].map({True: "odd", False: "even"}),
-        last_segment=lambda t: t["last_segment_full"].map({True: "full", False: "partial"}),
-        stalled=lambda t: t["message"].isin(stalled))
-    table = classed.groupby(["connection", "direction", "segments", "last_segment"]).agg(
-        messages=("message", "size"), stalled=("stalled", "sum")).reset_index()
+    classed = messages[messages["segments_needed"].to_numpy() >= 2]
+    odd = classed["odd_segments"].to_numpy().astype(bool)
+    partial = ~classed["last_segment_full"].to_numpy().astype(bool)
+    groups = KeyGroups(classed["connection"].to_numpy(), classed["direction"].to_numpy(),
+                       odd, partial)
+    table = pd.DataFrame({
+        "connection": groups.keys[0], "direction": groups.keys[1],
+        "segments": np.where(groups.keys[2], "odd", "even").astype(object),
+        "last_segment": np.where(groups.keys[3], "partial", "full").astype(object),
+        "messages": groups.sizes.astype(np.int64),
+        "stalled": groups.sum(np.isin(classed["message"].to_numpy(),
+                                      list(stalled_messages(columns)))),
+    })
     table["stall_rate"] = table["stalled"] / table["messages"]
     return table
 
@@ -73,45 +78,59 @@ def fixed_size_arithmetic(sizes: pd.Series, mss: int) -> dict | None:
             "nearest_smaller_ok_bytes": full * mss, "nearest_larger_ok_bytes": (full + 1) * mss}
 
 
-def _stalled_directions(table: pd.DataFrame) -> pd.DataFrame:
-    """The table's rows of directions with enough classed messages and at least one stall, the
-    only ones that can make a finding (found for all at once: most directions have none)."""
-    totals = table.groupby(["connection", "direction"])[["messages", "stalled"]].transform("sum")
-    return table[(totals["messages"] >= MIN_MESSAGES) & (totals["stalled"] != 0)]
-
-
 def detect(columns: DetectorInput) -> list[Finding]:
     table = parity_table(columns)
-    names = columns.direction_names()
+    directions = KeyGroups(table["connection"].to_numpy(), table["direction"].to_numpy())
+    stalled = directions.sum(table["stalled"].to_numpy())
+    kept = np.flatnonzero((directions.sum(table["messages"].to_numpy()) >= MIN_MESSAGES)
+                          & (stalled != 0))
+    kept_keys = directions.keys[0][kept].astype(np.int64) * 2 + directions.keys[1][kept]
+    messages = columns.messages
+    messages = messages[np.isin(direction_key(messages), kept_keys)]
+    by_direction = KeyGroups(messages["connection"].to_numpy(), messages["direction"].to_numpy())
+    in_direction_order = by_direction.rows_of(np.arange(len(messages)))
     findings = []
-    for (connection, direction), rows in _stalled_directions(table).groupby(
-            ["connection", "direction"]):
-        worst = rows.sort_values("stall_rate", ascending=False).iloc[0]
-        others = rows.drop(worst.name)
-        other_rate = (others["stalled"].sum() / others["messages"].sum()) if len(others) else 0.0
-        if worst["stall_rate"] < CONCENTRATION or other_rate > 1 - CONCENTRATION:
-            continue
-        messages = columns.messages[(columns.messages["connection"] == connection)
-                                    & (columns.messages["direction"] == direction)]
-        mss = int(messages["mss"].iloc[0])
-        arithmetic = fixed_size_arithmetic(messages["bytes"], mss)
-        sender, receiver = names[(int(connection), int(direction))]
-        summary = (f"{int(worst['stalled'])} of {int(worst['messages'])} messages with "
-                   f"{worst['segments']} segment counts and a {worst['last_segment']} last segment "
-                   f"stalled, against {other_rate * 100:.0f}% of the others")
-        if arithmetic:
-            summary += (f"; {arithmetic['message_bytes']:,} bytes = {arithmetic['full_segments']} x "
-                        f"{mss} + {arithmetic['remainder_bytes']}: "
-                        f"{arithmetic['nearest_smaller_ok_bytes']:,} or "
-                        f"{arithmetic['nearest_larger_ok_bytes']:,} bytes would not stall")
-        findings.append(Finding(
-            kind=KIND, connection=int(connection), sender=sender, receiver=receiver,
-            count=int(worst["stalled"]), time_lost_s=0.0, share=0.0,
-            confidence="high" if worst["messages"] >= 10 else "medium",
-            confidence_reasons=[f"stall rate {worst['stall_rate'] * 100:.0f}% in one class, "
-                                f"{other_rate * 100:.0f}% in the others"],
-            advice=["double-buffer", "resize-message", "single-write-nodelay"],
-            details={"classes": rows.drop(columns=["connection", "direction"]).to_dict("records"),
-                     "arithmetic": arithmetic},
-            summary=summary))
+    for index, first, count in zip(kept.tolist(), by_direction.first.tolist(),
+                                   by_direction.sizes.tolist()):
+        start = int(directions.first[index])
+        classes = table.iloc[start:start + int(directions.sizes[index])]
+        finding = _finding(columns, classes, messages.iloc[in_direction_order[first:first + count]])
+        if finding:
+            findings.append(finding)
     return findings
+
+
+def _finding(columns: DetectorInput, classes: pd.DataFrame, messages: pd.DataFrame
+             ) -> Finding | None:
+    """The finding of one direction whose stalls concentrate in one class (`classes`: its
+    rows of the parity table), or None."""
+    rates = classes["stall_rate"].to_numpy()
+    worst_row = int(np.argmax(rates))
+    others = np.arange(len(classes)) != worst_row
+    worst = classes.iloc[worst_row]
+    other_rate = (classes["stalled"].to_numpy()[others].sum()
+                  / classes["messages"].to_numpy()[others].sum()) if others.any() else 0.0
+    if worst["stall_rate"] < CONCENTRATION or other_rate > 1 - CONCENTRATION:
+        return None
+    connection, direction = int(worst["connection"]), int(worst["direction"])
+    mss = int(messages["mss"].iloc[0])
+    arithmetic = fixed_size_arithmetic(messages["bytes"], mss)
+    sender, receiver = columns.direction_names()[(connection, direction)]
+    summary = (f"{int(worst['stalled'])} of {int(worst['messages'])} messages with "
+               f"{worst['segments']} segment counts and a {worst['last_segment']} last segment "
+               f"stalled, against {other_rate * 100:.0f}% of the others")
+    if arithmetic:
+        summary += (f"; {arithmetic['message_bytes']:,} bytes = {arithmetic['full_segments']} x "
+                    f"{mss} + {arithmetic['remainder_bytes']}: "
+                    f"{arithmetic['nearest_smaller_ok_bytes']:,} or "
+                    f"{arithmetic['nearest_larger_ok_bytes']:,} bytes would not stall")
+    return Finding(
+        kind=KIND, connection=connection, sender=sender, receiver=receiver,
+        count=int(worst["stalled"]), time_lost_s=0.0, share=0.0,
+        confidence="high" if worst["messages"] >= 10 else "medium",
+        confidence_reasons=[f"stall rate {worst['stall_rate'] * 100:.0f}% in one class, "
+                            f"{other_rate * 100:.0f}% in the others"],
+        advice=["double-buffer", "resize-message", "single-write-nodelay"],
+        details={"classes": classes.drop(columns=["connection", "direction"]).to_dict("records"),
+                 "arithmetic": arithmetic},
+        summary=summary)

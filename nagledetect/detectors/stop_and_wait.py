@@ -17,6 +17,7 @@ import pandas as pd
 from nagledetect.detectors.model import DetectorInput, Finding
 from nagledetect.detectors.nagle_stall import KIND as STALL_KIND
 from nagledetect.flows.connections import by_connection
+from nagledetect.flows.grouped import KeyGroups
 
 KIND = "stop-and-wait"
 MIN_EXCHANGES = 10
@@ -25,17 +26,30 @@ WAITING_SHARE = 0.5
 
 
 def exchange_table(messages: pd.DataFrame) -> pd.DataFrame:
-    """Per connection: exchanges, how often messages alternate, and the time spent between them."""
-    ordered = messages.sort_values(["connection", "first_frame"], kind="stable")
-    connection = ordered["connection"].to_numpy()
+    """The connections with enough strictly alternating exchanges, in connection order: their
+    exchanges, how often messages alternate, and the time spent between them (medians are
+    taken for these connections only)."""
+    in_order = KeyGroups(messages["connection"].to_numpy(),
+                         messages["first_frame"].to_numpy()).rows_of
+    connection, direction, start_us, end_us = (
+        in_order(messages[name].to_numpy())
+        for name in ("connection", "direction", "start_us", "end_us"))
     same = np.r_[False, connection[1:] == connection[:-1]]
-    turn = np.r_[False, ordered["direction"].to_numpy()[1:] != ordered["direction"].to_numpy()[:-1]]
-    wait_s = np.r_[0.0, (ordered["start_us"].to_numpy()[1:] - ordered["end_us"].to_numpy()[:-1]) / 1e6]
+    turn = np.r_[False, direction[1:] != direction[:-1]]
+    wait_s = np.r_[0.0, (start_us[1:] - end_us[:-1]) / 1e6]
     wait_s = np.where(same, np.maximum(wait_s, 0.0), np.nan)
-    return ordered.assign(turn=np.where(same, turn, np.nan), wait_s=wait_s,
-                          request=ordered["direction"] == 0).groupby("connection").agg(
-        messages=("message", "size"), exchanges=("request", "sum"), alternation=("turn", "mean"),
-        waiting_s=("wait_s", "sum"), median_wait_s=("wait_s", "median"))
+    per_connection = KeyGroups(connection)
+    table = pd.DataFrame({
+        "connection": per_connection.keys[0], "messages": per_connection.sizes,
+        "exchanges": per_connection.sum(direction == 0),
+        "alternation": per_connection.mean(np.where(same, turn, np.nan)),
+        "waiting_s": per_connection.sum(wait_s)})
+    qualifies = ((table["exchanges"].to_numpy() >= MIN_EXCHANGES)
+                 & (table["messages"].to_numpy() >= 2 * MIN_EXCHANGES - 1)
+                 & (table["alternation"].to_numpy() >= ALTERNATION))
+    kept = np.repeat(qualifies, per_connection.sizes)
+    return table[qualifies].assign(
+        median_wait_s=KeyGroups(connection[kept]).median(wait_s[kept]))
 
 
 def detect(columns: DetectorInput) -> list[Finding]:
@@ -46,9 +60,6 @@ def detect(columns: DetectorInput) -> list[Finding]:
     names = columns.direction_names()
     findings = []
     table = exchange_table(messages)
-    table = table[(table["exchanges"] >= MIN_EXCHANGES) & (table["messages"] >= 2 * MIN_EXCHANGES - 1)
-                  & (table["alternation"] >= ALTERNATION)]
-    table = table.reset_index()
     connections = table["connection"].to_numpy()
     durations_s = by_connection(columns.connections, "duration_s", connections).tolist()
     clients, servers = names.of(connections, np.zeros(len(connections), dtype=np.int8))

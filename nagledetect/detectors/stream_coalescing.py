@@ -16,6 +16,7 @@ import pandas as pd
 from nagledetect.detectors.model import DetectorInput, Finding
 from nagledetect.detectors.nagle_stall import stall_candidates
 from nagledetect.flows.connections import by_connection, direction_key
+from nagledetect.flows.grouped import KeyGroups
 
 KIND = "stream-coalescing"
 MIN_PACKETS = 20
@@ -51,25 +52,34 @@ def _of_pairs(table: pd.DataFrame, pairs: list[tuple[int, int]], kept: list[str]
     return table.loc[np.isin(direction_key(table), wanted), ["connection", "direction", *kept]]
 
 
+def _rows_by_direction(table: pd.DataFrame) -> dict[tuple[int, int], np.ndarray]:
+    """The positions of the table's rows of each (connection, direction) present, in table
+    order (a table is cut out only for the directions that pass the counts)."""
+    groups = KeyGroups(table["connection"].to_numpy(), table["direction"].to_numpy())
+    rows = groups.rows_of(np.arange(len(table)))
+    return {(connection, direction): rows[first:first + size]
+            for connection, direction, first, size in zip(
+                *(key.tolist() for key in groups.keys), groups.first.tolist(),
+                groups.sizes.tolist())}
+
+
 def detect(columns: DetectorInput) -> list[Finding]:
     pairs = one_way_directions(columns)
     if not pairs:
         return []
-    released = dict(tuple(_of_pairs(stall_candidates(columns), pairs,
-                                    ["payload_bytes", "stall_s", "hold_ms"])
-                          .groupby(["connection", "direction"])))
-    by_direction = _of_pairs(columns.segments, pairs,
-                             ["payload_bytes", "mss"]).groupby(["connection", "direction"])
+    candidates = _of_pairs(stall_candidates(columns), pairs, ["payload_bytes", "stall_s", "hold_ms"])
+    released = _rows_by_direction(candidates)
+    sent = _of_pairs(columns.segments, pairs, ["payload_bytes", "mss"])
+    by_direction = _rows_by_direction(sent)
     names = columns.direction_names()
     findings = []
     for connection, direction in pairs:
-        if (connection, direction) not in by_direction.groups:
+        rows = by_direction.get((connection, direction), ())
+        if len(rows) < MIN_PACKETS or (connection, direction) not in released:
             continue
-        segments = by_direction.get_group((connection, direction))
-        if len(segments) < MIN_PACKETS or (connection, direction) not in released:
-            continue
+        segments = sent.iloc[rows]
         write_bytes = _write_size(segments["payload_bytes"].to_numpy())
-        mine = released[(connection, direction)]
+        mine = candidates.iloc[released[(connection, direction)]]
         accumulated = mine[mine["payload_bytes"] >= ACCUMULATION_FACTOR * write_bytes]
         if len(accumulated) < ACCUMULATED_SHARE * len(segments):
             continue

@@ -14,6 +14,7 @@ import pandas as pd
 
 from nagledetect.detectors.model import DetectorInput, Finding
 from nagledetect.flows.connections import direction_key
+from nagledetect.flows.grouped import KeyGroups
 
 KIND = "tinygram-flood"
 MIN_PACKETS_PER_MESSAGE = 4
@@ -28,31 +29,41 @@ def detect(columns: DetectorInput) -> list[Finding]:
     if messages.empty:
         return []
     names = columns.direction_names()
-    flooded = ((messages["packets"] >= MIN_PACKETS_PER_MESSAGE)
-               & (messages["packets"] >= EXCESS_FACTOR * messages["segments_needed"])
-               & (messages["median_payload_bytes"] <= SMALL_PAYLOAD_SHARE * messages["mss"]))
-    candidate = _in_directions_with(messages, flooded.to_numpy(), MIN_FLOODED_MESSAGES)
+    packets = messages["packets"].to_numpy()
+    flooded = ((packets >= MIN_PACKETS_PER_MESSAGE)
+               & (packets >= EXCESS_FACTOR * messages["segments_needed"].to_numpy())
+               & (messages["median_payload_bytes"].to_numpy()
+                  <= SMALL_PAYLOAD_SHARE * messages["mss"].to_numpy()))
+    candidate = _in_directions_with(messages, flooded, MIN_FLOODED_MESSAGES)
     if not candidate.any():
         return []
-    messages, flooded = messages[candidate], flooded[candidate]
-    table = messages.assign(
-        flooded=flooded, multi=messages["packets"] > 1,
-        flooded_packets=messages["packets"].where(flooded),
-        flooded_needed=messages["segments_needed"].where(flooded))
-    stats = table.groupby(["connection", "direction"], sort=True).agg(
-        messages=("message", "size"), packets=("packets", "sum"), needed=("segments_needed", "sum"),
-        flooded=("flooded", "sum"), multi=("multi", "sum"), median_bytes=("bytes", "median"),
-        flooded_packets=("flooded_packets", "median"), flooded_needed=("flooded_needed", "median"))
+    stats = _direction_stats(messages[candidate], flooded[candidate])
     stats = stats[(stats["flooded"] >= MIN_FLOODED_MESSAGES)
                   & (stats["flooded"] >= FLOODED_SHARE * stats["multi"])]
     if stats.empty:
         return []
     segments = columns.segments
-    flooding = direction_key(stats.index.to_frame(index=False))
-    payloads = segments[np.isin(direction_key(segments), flooding)].groupby(
-        ["connection", "direction"])["payload_bytes"].median()
-    return [_finding(row, names, float(payloads.loc[(row.connection, row.direction)]))
-            for row in stats.reset_index().itertuples(index=False)]
+    flooding = segments[np.isin(direction_key(segments), direction_key(stats))]
+    payloads = KeyGroups(flooding["connection"].to_numpy(), flooding["direction"].to_numpy())
+    median_payloads = dict(zip(zip(*(key.tolist() for key in payloads.keys)),
+                               payloads.median(flooding["payload_bytes"].to_numpy()).tolist()))
+    return [_finding(row, names, median_payloads[(row.connection, row.direction)])
+            for row in stats.itertuples(index=False)]
+
+
+def _direction_stats(messages: pd.DataFrame, flooded: np.ndarray) -> pd.DataFrame:
+    """One row per (connection, direction), in that order: messages, packets, and the medians of
+    its flooded messages."""
+    groups = KeyGroups(messages["connection"].to_numpy(), messages["direction"].to_numpy())
+    packets = messages["packets"].to_numpy()
+    needed = messages["segments_needed"].to_numpy()
+    return pd.DataFrame({
+        "connection": groups.keys[0], "direction": groups.keys[1], "messages": groups.sizes,
+        "packets": groups.sum(packets), "needed": groups.sum(needed),
+        "flooded": groups.sum(flooded), "multi": groups.sum(packets > 1),
+        "median_bytes": groups.median(messages["bytes"].to_numpy()),
+        "flooded_packets": groups.median(np.where(flooded, packets, np.nan)),
+        "flooded_needed": groups.median(np.where(flooded, needed, np.nan))})
 
 
 def _in_directions_with(table: pd.DataFrame, marked: np.ndarray, at_least: int) -> np.ndarray:
