@@ -79,31 +79,29 @@ def _stall_candidates(columns: DetectorInput) -> pd.DataFrame:
         & (segments["peer_data_between"].to_numpy() == 0)
         & (segments["own_retransmissions_between"].to_numpy() == 0)
         & (segments["peer_window_bytes"].to_numpy() > 0))
-    found = segments.iloc[passed][list(STALL_COLUMNS)]
-    connection = found["connection"].to_numpy()
-    direction = found["direction"].to_numpy()
+    found = {name: segments[name].to_numpy()[passed] for name in STALL_COLUMNS}
+    connection, direction = found["connection"], found["direction"]
     rtt_ms = by_connection(connections, "rtt_ms", connection)
     rtt_known = ~np.isnan(rtt_ms)
     total_rtt_ms = np.nan_to_num(rtt_ms, nan=0.0)
     peer_time_us = segments["peer_time_us"].to_numpy()[passed]
-    reaction_ms = (found["time_us"].to_numpy() - peer_time_us) / 1000
+    reaction_ms = (found["time_us"] - peer_time_us) / 1000
     sender_rtt_ms = sender_side_rtt_ms(connections, connection, direction)
     reaction_limit_ms = np.where(
         rtt_known, np.maximum(MIN_REACTION_LIMIT_MS, REACTION_RTT_FACTOR * sender_rtt_ms + 1.0),
         UNKNOWN_RTT_REACTION_LIMIT_MS)
     reaction_floor_ms = np.where(rtt_known & (sender_rtt_ms > MIN_REACTION_LIMIT_MS),
                                  REACTION_FLOOR_FACTOR * sender_rtt_ms, 0.0)
-    ack_lag_ms = (peer_time_us - found["prev_time_us"].to_numpy()) / 1000
+    ack_lag_ms = (peer_time_us - found["prev_time_us"]) / 1000
     hold_ms = ack_lag_ms - receiver_side_rtt_ms(connections, connection, direction)
     timed = ((reaction_ms >= reaction_floor_ms) & (reaction_ms <= reaction_limit_ms)
              & (hold_ms >= np.maximum(MIN_DELAYED_HOLD_MS, RTT_MULTIPLE * total_rtt_ms))
              & (hold_ms <= MAX_DELAYED_HOLD_MS))
-    found = found[timed]
-    found["reaction_ms"] = reaction_ms[timed]
-    found["reaction_limit_ms"] = reaction_limit_ms[timed]
-    found["hold_ms"] = hold_ms[timed]
-    found["stall_s"] = (found["time_us"] - found["prev_time_us"]) / 1e6
-    return found
+    found = {name: values[timed] for name, values in found.items()}
+    found.update(reaction_ms=reaction_ms[timed], reaction_limit_ms=reaction_limit_ms[timed],
+                 hold_ms=hold_ms[timed],
+                 stall_s=(found["time_us"] - found["prev_time_us"]) / 1e6)
+    return pd.DataFrame(found)
 
 
 def _group_stats(stalls: pd.DataFrame) -> pd.DataFrame:

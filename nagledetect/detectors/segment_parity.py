@@ -86,7 +86,8 @@ def detect(columns: DetectorInput) -> list[Finding]:
                           & (stalled != 0))
     kept_keys = directions.keys[0][kept].astype(np.int64) * 2 + directions.keys[1][kept]
     messages = columns.messages
-    messages = messages[np.isin(direction_key(messages), kept_keys)]
+    messages = messages.loc[np.isin(direction_key(messages), kept_keys),
+                            ["connection", "direction", "mss", "bytes"]]
     by_direction = KeyGroups(messages["connection"].to_numpy(), messages["direction"].to_numpy())
     in_direction_order = by_direction.rows_of(np.arange(len(messages)))
     findings = []

@@ -22,6 +22,7 @@ EXCESS_FACTOR = 3
 SMALL_PAYLOAD_SHARE = 0.25
 FLOODED_SHARE = 0.5
 MIN_FLOODED_MESSAGES = 3
+FLOOD_MESSAGE_COLUMNS = ("connection", "direction", "packets", "segments_needed", "bytes")
 
 
 def detect(columns: DetectorInput) -> list[Finding]:
@@ -37,7 +38,8 @@ def detect(columns: DetectorInput) -> list[Finding]:
     candidate = _in_directions_with(messages, flooded, MIN_FLOODED_MESSAGES)
     if not candidate.any():
         return []
-    stats = _direction_stats(messages[candidate], flooded[candidate])
+    stats = _direction_stats(messages.loc[candidate, list(FLOOD_MESSAGE_COLUMNS)],
+                             flooded[candidate])
     stats = stats[(stats["flooded"] >= MIN_FLOODED_MESSAGES)
                   & (stats["flooded"] >= FLOODED_SHARE * stats["multi"])]
     if stats.empty:
