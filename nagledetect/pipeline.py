@@ -15,7 +15,11 @@ import pandas as pd
 from nagledetect.api import Capture
 from nagledetect.chart_data import ChartData, busiest_hosts, connection_charts
 from nagledetect.detectors import CONNECTION_DETECTORS, nagle_stall, phase_lock, segment_parity
-from nagledetect.detectors.delack_timer import delack_samples, fingerprint_hosts
+from nagledetect.detectors.delack_timer import (
+    delack_samples,
+    fingerprint_hosts,
+    host_fingerprints,
+)
 from nagledetect.detectors.model import (
     DETECTOR_PACKET_COLUMNS,
     DetectorInput,
@@ -100,7 +104,7 @@ def connection_level(flows: FlowTables, fingerprint: bool = True,
     message_table = messages(segments)
     samples = delack_samples(segments, connections) if fingerprint else None
     columns = DetectorInput(detector_packets, connections, segments, message_table,
-                            {} if samples is None else fingerprint_hosts(samples))
+                            {} if samples is None else host_fingerprints(samples))
     for detector in CONNECTION_DETECTORS:
         columns.earlier_findings.extend(detector.detect(columns))
     parity = segment_parity.parity_table(columns)

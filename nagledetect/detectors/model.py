@@ -8,7 +8,7 @@ findings of detectors that ran earlier in the registry (the stall-cause detector
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from functools import lru_cache
 from operator import attrgetter
@@ -280,7 +280,8 @@ class DetectorInput:
     connections: pd.DataFrame
     segments: pd.DataFrame
     messages: pd.DataFrame
-    hosts: dict[str, HostProfile]
+    hosts: Mapping[str, HostProfile]
+    """Each receiving host's fingerprint (profiles made as they are asked for)."""
     earlier_findings: list[Finding] = field(default_factory=list)
     _names: DirectionNames | None = field(default=None, repr=False)
     _shared: dict[str, Any] = field(default_factory=dict, repr=False)
