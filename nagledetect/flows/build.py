@@ -345,11 +345,12 @@ def _connection_endpoints(columns: dict[str, np.ndarray], pair_rows: np.ndarray,
     endpoints = pair_rows[columns.pop("pair")[first_rows]]
     client_is_low = columns.pop("src_is_low")[first_rows] == (columns["direction"][first_rows] == 0)
     table = pd.DataFrame(index=pd.RangeIndex(len(first_rows)))
-    for side, is_low in (("client", client_is_low), ("server", ~client_is_low)):
-        words = np.where(is_low[:, None], endpoints[:, :5], endpoints[:, 5:])
-        table[f"{side}_address"] = _formatted_addresses(words[:, :4])
-        table[f"{side}_port"] = words[:, 4].astype(np.int64)
-    table["ip_version"] = np.where(table["client_address"].str.contains(":"), 6, 4)
+    words = {side: np.where(is_low[:, None], endpoints[:, :5], endpoints[:, 5:])
+             for side, is_low in (("client", client_is_low), ("server", ~client_is_low))}
+    for side, side_words in words.items():
+        table[f"{side}_address"] = _formatted_addresses(side_words[:, :4])
+        table[f"{side}_port"] = side_words[:, 4].astype(np.int64)
+    table["ip_version"] = np.where(_ipv4_mapped(words["client"][:, :4]), 4, 6)
     table["first_frame"] = columns["frame"][first_rows].astype(np.int64)
     return table
 
@@ -369,14 +370,20 @@ def _connection_table(totals: dict[str, np.ndarray], count: int, endpoints: pd.D
     return pd.concat([table, handshake], axis=1)
 
 
+def _ipv4_mapped(words: np.ndarray) -> np.ndarray:
+    """Which of the (n, 4) address words hold an IPv4 address (mapped as ::ffff:a.b.c.d)."""
+    return (words[:, 0] == 0) & (words[:, 1] == 0) & (words[:, 2] == 0xFFFF)
+
+
 def _formatted_addresses(words: np.ndarray) -> list[str]:
     """Addresses from (n, 4) words: IPv4-mapped words as a dotted quad, others as compressed
     IPv6 (`ipaddress`, one by one: rare, and its compression rules are the standard's)."""
-    ipv4 = (words[:, 0] == 0) & (words[:, 1] == 0) & (words[:, 2] == 0xFFFF)
     last = words[:, 3].astype(np.int64)
-    octets = [((last >> shift) & 0xFF).tolist() for shift in (24, 16, 8, 0)]
-    return [f"{a}.{b}.{c}.{d}" if is_ipv4 else _ipv6_text(row)
-            for is_ipv4, a, b, c, d, row in zip(ipv4.tolist(), *octets, words)]
+    texts = [f"{a}.{b}.{c}.{d}" for a, b, c, d in zip(
+        *(((last >> shift) & 0xFF).tolist() for shift in (24, 16, 8, 0)))]
+    for row in np.flatnonzero(~_ipv4_mapped(words)).tolist():
+        texts[row] = _ipv6_text(words[row])
+    return texts
 
 
 def _ipv6_text(words: np.ndarray) -> str:
