@@ -15,11 +15,7 @@ import pandas as pd
 from nagledetect.api import Capture
 from nagledetect.chart_data import ChartData, busiest_hosts, connection_charts
 from nagledetect.detectors import CONNECTION_DETECTORS, nagle_stall, phase_lock, segment_parity
-from nagledetect.detectors.delack_timer import (
-    delack_samples,
-    fingerprint_hosts,
-    host_fingerprints,
-)
+from nagledetect.detectors.delack_timer import delack_samples, host_fingerprints
 from nagledetect.detectors.model import (
     DETECTOR_PACKET_COLUMNS,
     DetectorInput,
@@ -81,6 +77,8 @@ class ConnectionLevel:
     samples: pd.DataFrame
     findings: list[Finding]
     parity: pd.DataFrame
+    hosts: Mapping[str, HostProfile]
+    """The host fingerprints the detectors read (none for a part of a capture)."""
 
 
 def connection_level(flows: FlowTables, fingerprint: bool = True,
@@ -95,7 +93,7 @@ def connection_level(flows: FlowTables, fingerprint: bool = True,
     del flows
     if packets.empty:
         return ConnectionLevel(packets, connections, pd.DataFrame(), pd.DataFrame(), no_samples(),
-                               [], pd.DataFrame())
+                               [], pd.DataFrame(), {})
     segments = data_segments(packets, connections)
     detector_packets = packets[list(DETECTOR_PACKET_COLUMNS)]
     if not keep_packets:
@@ -103,21 +101,21 @@ def connection_level(flows: FlowTables, fingerprint: bool = True,
     segments["message"] = number_messages(segments)
     message_table = messages(segments)
     samples = delack_samples(segments, connections) if fingerprint else None
-    columns = DetectorInput(detector_packets, connections, segments, message_table,
-                            {} if samples is None else host_fingerprints(samples))
+    hosts = {} if samples is None else host_fingerprints(samples)
+    columns = DetectorInput(detector_packets, connections, segments, message_table, hosts)
     for detector in CONNECTION_DETECTORS:
         columns.earlier_findings.extend(detector.detect(columns))
     parity = segment_parity.parity_table(columns)
     if samples is None:
         samples = delack_samples(segments, connections)
     return ConnectionLevel(packets, connections, segments, message_table, samples,
-                           columns.earlier_findings, parity)
+                           columns.earlier_findings, parity, hosts)
 
 
-def host_level(samples: pd.DataFrame, findings: list[Finding]
-               ) -> tuple[dict[str, HostProfile], list[Finding]]:
-    """Host fingerprints and phase locking, from every connection's delayed-ACK samples."""
-    hosts = fingerprint_hosts(samples)
+def host_level(level: ConnectionLevel) -> tuple[dict[str, HostProfile], list[Finding]]:
+    """Every host's profile (the fingerprints the detectors read) and phase locking, from every
+    connection's delayed-ACK samples."""
+    hosts, samples, findings = dict(level.hosts), level.samples, level.findings
     stalls = [f for f in findings if f.kind == nagle_stall.KIND]
     return hosts, phase_lock.detect_hosts(hosts, samples,
                                           phase_lock.stall_seconds_by_receiver(stalls))
@@ -127,7 +125,7 @@ def run_detectors(capture: Capture, charts: bool = True) -> Analysis:
     """Run every detector over one capture held whole in memory; with `charts`, also gather
     what the HTML report draws."""
     level = connection_level(FlowTables(capture.packets, capture.connections, capture.sack_blocks))
-    hosts, phase_findings = host_level(level.samples, level.findings)
+    hosts, phase_findings = host_level(level)
     chart_data = None
     if charts:
         chart_data = connection_charts(capture.packets, level.connections, level.messages,

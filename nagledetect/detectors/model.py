@@ -147,9 +147,7 @@ def split_events(table: pd.DataFrame, keys: list[str],
     arrays = [groups.rows_of(table[name].to_numpy()) if name else nan for name in columns]
     arrays[4] = arrays[4] * start_scale
     block = StallEvents.of(*arrays).rows
-    group_keys = zip(*(values.tolist() for values in groups.keys))
-    return {key: StallEvents(block[start:start + size])
-            for key, start, size in zip(group_keys, groups.first.tolist(), groups.sizes.tolist())}
+    return groups.by_key([StallEvents(block[rows]) for rows in groups.slices()])
 
 
 def _sortable(values: np.ndarray) -> np.ndarray:

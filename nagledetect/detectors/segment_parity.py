@@ -84,18 +84,17 @@ def detect(columns: DetectorInput) -> list[Finding]:
     stalled = directions.sum(table["stalled"].to_numpy())
     kept = np.flatnonzero((directions.sum(table["messages"].to_numpy()) >= MIN_MESSAGES)
                           & (stalled != 0))
-    kept_keys = directions.keys[0][kept].astype(np.int64) * 2 + directions.keys[1][kept]
     messages = columns.messages
-    messages = messages.loc[np.isin(direction_key(messages), kept_keys),
+    messages = messages.loc[np.isin(direction_key(messages),
+                                    direction_key(table)[directions.first[kept]]),
                             ["connection", "direction", "mss", "bytes"]]
     by_direction = KeyGroups(messages["connection"].to_numpy(), messages["direction"].to_numpy())
     in_direction_order = by_direction.rows_of(np.arange(len(messages)))
+    class_rows = directions.slices()
     findings = []
-    for index, first, count in zip(kept.tolist(), by_direction.first.tolist(),
-                                   by_direction.sizes.tolist()):
-        start = int(directions.first[index])
-        classes = table.iloc[start:start + int(directions.sizes[index])]
-        finding = _finding(columns, classes, messages.iloc[in_direction_order[first:first + count]])
+    for index, rows in zip(kept.tolist(), by_direction.slices()):
+        finding = _finding(columns, table.iloc[class_rows[index]],
+                           messages.iloc[in_direction_order[rows]])
         if finding:
             findings.append(finding)
     return findings

@@ -17,7 +17,7 @@ import pandas as pd
 from nagledetect.detectors.model import DetectorInput, Finding
 from nagledetect.detectors.nagle_stall import KIND as STALL_KIND
 from nagledetect.flows.connections import by_connection
-from nagledetect.flows.grouped import KeyGroups
+from nagledetect.flows.grouped import KeyGroups, key_order
 
 KIND = "stop-and-wait"
 MIN_EXCHANGES = 10
@@ -29,10 +29,9 @@ def exchange_table(messages: pd.DataFrame) -> pd.DataFrame:
     """The connections with enough strictly alternating exchanges, in connection order: their
     exchanges, how often messages alternate, and the time spent between them (medians are
     taken for these connections only)."""
-    in_order = KeyGroups(messages["connection"].to_numpy(),
-                         messages["first_frame"].to_numpy()).rows_of
+    order = key_order(messages["connection"].to_numpy(), messages["first_frame"].to_numpy())
     connection, direction, start_us, end_us = (
-        in_order(messages[name].to_numpy())
+        messages[name].to_numpy() if order is None else messages[name].to_numpy()[order]
         for name in ("connection", "direction", "start_us", "end_us"))
     same = np.r_[False, connection[1:] == connection[:-1]]
     turn = np.r_[False, direction[1:] != direction[:-1]]

@@ -57,10 +57,7 @@ def _rows_by_direction(table: pd.DataFrame) -> dict[tuple[int, int], np.ndarray]
     order (a table is cut out only for the directions that pass the counts)."""
     groups = KeyGroups(table["connection"].to_numpy(), table["direction"].to_numpy())
     rows = groups.rows_of(np.arange(len(table)))
-    return {(connection, direction): rows[first:first + size]
-            for connection, direction, first, size in zip(
-                *(key.tolist() for key in groups.keys), groups.first.tolist(),
-                groups.sizes.tolist())}
+    return groups.by_key([rows[part] for part in groups.slices()])
 
 
 def detect(columns: DetectorInput) -> list[Finding]:

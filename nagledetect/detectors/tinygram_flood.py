@@ -47,8 +47,7 @@ def detect(columns: DetectorInput) -> list[Finding]:
     segments = columns.segments
     flooding = segments[np.isin(direction_key(segments), direction_key(stats))]
     payloads = KeyGroups(flooding["connection"].to_numpy(), flooding["direction"].to_numpy())
-    median_payloads = dict(zip(zip(*(key.tolist() for key in payloads.keys)),
-                               payloads.median(flooding["payload_bytes"].to_numpy()).tolist()))
+    median_payloads = payloads.by_key(payloads.median(flooding["payload_bytes"].to_numpy()).tolist())
     return [_finding(row, names, median_payloads[(row.connection, row.direction)])
             for row in stats.itertuples(index=False)]
 

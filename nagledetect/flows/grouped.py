@@ -7,6 +7,8 @@ contiguous run in time order; these helpers then compute per-group running sums,
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 
@@ -75,7 +77,6 @@ def first_occurrences(codes: np.ndarray) -> np.ndarray:
     return np.flatnonzero(steps)
 
 
-
 class KeyGroups:
     """Rows grouped by equal integer keys, reduced group by group with numpy.
 
@@ -88,7 +89,7 @@ class KeyGroups:
 
     def __init__(self, *keys: np.ndarray) -> None:
         rows = len(keys[0])
-        self.order = None if _in_key_order(keys) else np.lexsort(keys[::-1])
+        self.order = key_order(*keys)
         ordered = [self.rows_of(key) for key in keys]
         change = np.zeros(rows, dtype=bool)
         change[:1] = True
@@ -104,6 +105,15 @@ class KeyGroups:
     def rows_of(self, values: np.ndarray) -> np.ndarray:
         """`values` (one per row) in group order."""
         return values if self.order is None else values[self.order]
+
+    def slices(self) -> list[slice]:
+        """Each group's rows, as a slice of the group order (`rows_of`)."""
+        return [slice(first, first + size)
+                for first, size in zip(self.first.tolist(), self.sizes.tolist())]
+
+    def by_key(self, per_group: list[Any]) -> dict[tuple, Any]:
+        """Each group's keys, as a tuple of Python values, mapped to its item of `per_group`."""
+        return dict(zip(zip(*(key.tolist() for key in self.keys)), per_group))
 
     def sum(self, values: np.ndarray) -> np.ndarray:
         """Each group's sum (of counts, for a mask)."""
@@ -156,11 +166,12 @@ def _sorted_within(values: np.ndarray, sizes: np.ndarray) -> np.ndarray:
     return values[by_value][rows]
 
 
-def _in_key_order(keys: tuple[np.ndarray, ...]) -> bool:
-    """Whether the rows are sorted by the keys (the first key first)."""
+def key_order(*keys: np.ndarray) -> np.ndarray | None:
+    """The rows' positions sorted by the keys (the first key first, ties in row order), or None
+    when they are in that order already (checked in one pass, cheaper than sorting)."""
     tied = np.ones(max(len(keys[0]) - 1, 0), dtype=bool)
     for key in keys:
         if (tied & (key[1:] < key[:-1])).any():
-            return False
+            return np.lexsort(keys[::-1])
         tied &= key[1:] == key[:-1]
-    return True
+    return None
