@@ -1,4 +1,4 @@
-"""A text report over several captures names the file of each finding and connection: frame
+"""A report over several captures names the file of each finding and connection: frame
 numbers are each file's own, so "frame 40" means nothing without it.
 
 Checked by hand in tshark (`-T fields -e frame.number -e frame.time_relative -e tcp.len`):
@@ -37,3 +37,12 @@ def test_one_capture_needs_no_file_name() -> None:
     text = _text(FIRST)
     assert "on connection 0: 1.619 s lost" in text
     assert f" in {FIRST}" not in text
+
+
+def test_the_html_report_names_each_finding_s_capture(tmp_path) -> None:
+    page = tmp_path / "report.html"
+    subprocess.run([sys.executable, "-m", "nagledetect", "report", "-j", "1", FIRST, SECOND,
+                    "-o", str(page)], capture_output=True, text=True, check=True)
+    html = page.read_text()
+    assert f"on connection 0 in {FIRST} &mdash;" in html
+    assert f"on connection 1 in {SECOND} &mdash;" in html

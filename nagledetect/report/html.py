@@ -28,7 +28,7 @@ from nagledetect.chart_data import (
     Trace,
 )
 from nagledetect.detectors.model import HostProfile
-from nagledetect.report.text import KIND_TITLES, capped_findings, noting_stalls
+from nagledetect.report.text import KIND_TITLES, capped_findings, in_capture, noting_stalls
 
 MAX_TABLE_ROWS = 2_000
 MAX_FINDINGS_SHOWN = 50
@@ -231,6 +231,7 @@ def _findings(document: dict[str, Any], stalls: list[dict[str, Any]], notes: lis
                         for k in finding["advice"] if k in document["advice"])
         parts.append(
             f"<div class='finding'><b>{rank}. {_e(title)}</b> on connection {finding['connection']}"
+            f"{_e(in_capture(document, finding))}"
             f" &mdash; {finding['time_lost_s']:.3f} s lost, confidence "
             f"{_e(finding['confidence']['level'])}<br>{_e(finding['summary'])}."
             + (f"<br><span class='note'>Evidence frames (last data &rarr; ACK &rarr; next): "

@@ -166,7 +166,7 @@ def _finding_lines(rank: int, finding: dict[str, Any], document: dict[str, Any],
     cost = (f"{_duration(finding['time_lost_s'])} lost ({finding['share'] * 100:.0f}% of the "
             f"connection)" if finding["time_lost_s"] > 0 else "no extra time counted")
     lines = [style.alert(f"{rank:>2}. {title}") +
-             f" on connection {finding['connection']}{_in_capture(document, finding)}: {cost}, "
+             f" on connection {finding['connection']}{in_capture(document, finding)}: {cost}, "
              f"confidence "
              f"{finding['confidence']['level']}",
              f"     {finding['summary']}."]
@@ -188,7 +188,7 @@ def _finding_lines(rank: int, finding: dict[str, Any], document: dict[str, Any],
     return lines
 
 
-def _in_capture(document: dict[str, Any], entry: dict[str, Any]) -> str:
+def in_capture(document: dict[str, Any], entry: dict[str, Any]) -> str:
     """" in FILE" for an entry of a run over several captures (its frame numbers are that
     file's), else nothing."""
     captures = document["captures"]
@@ -294,9 +294,9 @@ def _connections(document: dict[str, Any], style: _Style, verbose: bool) -> list
     shown, left_out = _worst_connections(document["connections"], stalls, verbose)
     capture = None
     for connection in shown:
-        if _in_capture(document, connection) and connection["capture"] != capture:
+        if in_capture(document, connection) and connection["capture"] != capture:
             capture = connection["capture"]
-            lines.append(f" {_in_capture(document, connection).strip()}:")
+            lines.append(f" {in_capture(document, connection).strip()}:")
         cells = _connection_row(connection, stalls)
         lines.append(" ".join(f"{cell:{spec}}" for cell, (_, spec) in zip(cells, CONNECTION_COLUMNS)))
     lines += left_out
