@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from functools import partial
+from functools import cached_property, partial
 from typing import Any
 
 import numpy as np
@@ -27,8 +27,6 @@ of the peer role columns (categorical, as the packets' role: made from codes, co
 PURE_ACK_ROLES = ("pure_ack", "dup_ack", "window_update")
 RETRANSMISSION_ROLES = ("retransmission", "out_of_order")
 NONE = -1
-CONTEXT_NAMES = ("previous_data", "peer_latest", "peer_next", "own_next_data", "sent_max",
-                 "peer_data_between", "own_retransmissions_between")
 
 
 def data_segments(packets: pd.DataFrame, connections: pd.DataFrame) -> pd.DataFrame:
@@ -54,8 +52,8 @@ def data_segments(packets: pd.DataFrame, connections: pd.DataFrame) -> pd.DataFr
     is_new_data = (role[:-1] == ROLE["data"]) & (payload[:-1] > 0)
     selected = np.flatnonzero(is_new_data)
     selected = selected[np.argsort(packets["frame"].to_numpy()[order[selected]], kind="stable")]
-    context = _context_by_direction(selected, direction, starts, role[:-1], payload[:-1],
-                                    end[:-1], is_new_data)
+    context = _context(selected, direction, starts, role[:-1], payload[:-1], end[:-1],
+                       is_new_data)
     del is_new_data, starts
     context["segment"] = selected
     made = {"role": role, "payload_bytes": payload, "end": end}
@@ -79,73 +77,110 @@ def _connection_order(packets: pd.DataFrame) -> np.ndarray:
     return np.argsort(packets["connection"].to_numpy(), kind="stable")
 
 
+OWN, PEER = 0, 1
+"""Which direction's running value a segment reads: its own, or its peer's."""
+
+
 @dataclass(frozen=True)
 class _SelectedRows:
-    """Rows of the packets in connection order (`at`), each with its connection's first row
-    (`low`) and the row after its last (`high`), read in running values over all packets: a
-    running value read just before a row belongs to the row's connection when it does not lie
-    before `low` (just after: when it lies before `high`), so no pass has to restart the running
-    values at every connection."""
+    """Rows of the packets in connection order (`at`), each with its direction (`side`), its
+    connection's first row (`low`) and the row after its last (`high`), read in running values
+    over all packets: a running value read just before a row belongs to the row's connection
+    when it does not lie before `low` (just after: when it lies before `high`), so no pass has
+    to restart the running values at every connection. The running values of both directions
+    are the two rows of one (2, count) array, and each segment reads its own direction's row or
+    its peer's at one flat position: one gather for all segments, none split by direction."""
 
     at: np.ndarray
+    side: np.ndarray
     low: np.ndarray
     high: np.ndarray
     count: int
 
-    def latest_before(self, mask: np.ndarray) -> np.ndarray:
-        """The latest row with `mask` strictly before each one, in its connection (else NONE)."""
-        latest = np.where(mask, np.arange(self.count), NONE)
-        np.maximum.accumulate(latest, out=latest)
-        found = latest[np.maximum(self.at - 1, 0)]
-        return np.where((self.at > self.low) & (found >= self.low), found, NONE)
+    def _flat(self, whose: int, positions: np.ndarray) -> np.ndarray:
+        """Flat positions in a (2, count) array: `positions` in the row of each segment's own
+        direction (OWN) or its peer's (PEER)."""
+        return self._row_starts[whose] + positions
 
-    def earliest_after(self, mask: np.ndarray) -> np.ndarray:
-        """The earliest row with `mask` strictly after each one, in its connection (else NONE)."""
-        earliest = np.where(mask, np.arange(self.count), self.count)
-        np.minimum.accumulate(earliest[::-1], out=earliest[::-1])
-        found = earliest[np.minimum(self.at + 1, self.count - 1)]
-        return np.where((self.at + 1 < self.high) & (found < self.high), found, NONE)
+    @cached_property
+    def _row_starts(self) -> tuple[np.ndarray, np.ndarray]:
+        """Where each segment's own direction's row starts in a flat (2, count) array, and
+        where its peer's does."""
+        own = self.side.astype(np.int64) * self.count
+        return own, self.count - own
 
-    def since(self, mask: np.ndarray, previous: np.ndarray) -> np.ndarray:
-        """How many rows with `mask` lie between `previous` (one per row, NONE: the connection's
-        start) and each row, that row included."""
-        running = np.cumsum(mask, dtype=np.int64)
+    def _positions(self, masks: np.ndarray, missing: int) -> np.ndarray:
+        """Each packet's position where `masks` (2, count) holds, else `missing`: 32-bit
+        where positions fit (half the bytes to scan)."""
+        kind = self._positions_kind
+        return np.where(masks, np.arange(self.count, dtype=kind), kind(missing))
+
+    @property
+    def _positions_kind(self) -> type:
+        """32-bit where positions (and counts of packets) fit."""
+        return np.int32 if self.count < np.iinfo(np.int32).max else np.int64
+
+    def latest_before(self, masks: np.ndarray, whose: int) -> np.ndarray:
+        """The latest row of `whose` direction with its mask (`masks`: a row per direction)
+        strictly before each one, in its connection (else NONE)."""
+        latest = self._positions(masks, NONE)
+        np.maximum.accumulate(latest, axis=1, out=latest)
+        found = latest.ravel()[self._flat(whose, np.maximum(self.at - 1, 0))]
+        return np.where((self.at > self.low) & (found >= self.low), found, np.int64(NONE))
+
+    def earliest_after(self, masks: np.ndarray, whose: int) -> np.ndarray:
+        """The earliest row of `whose` direction with its mask strictly after each one, in its
+        connection (else NONE)."""
+        earliest = self._positions(masks, self.count)
+        np.minimum.accumulate(earliest[:, ::-1], axis=1, out=earliest[:, ::-1])
+        found = earliest.ravel()[self._flat(whose, np.minimum(self.at + 1, self.count - 1))]
+        return np.where((self.at + 1 < self.high) & (found < self.high), found, np.int64(NONE))
+
+    def since(self, masks: np.ndarray, previous: np.ndarray, whose: int) -> np.ndarray:
+        """How many rows of `whose` direction with its mask lie between `previous` (one per
+        segment, NONE: the connection's start) and each segment, that segment included."""
+        running = np.cumsum(masks, axis=1, dtype=self._positions_kind).ravel()
         before = np.where(previous >= 0, previous, self.low - 1)
-        return running[self.at] - np.where(before >= 0, running[np.maximum(before, 0)], 0)
+        counted_before = np.where(before >= 0, running[self._flat(whose, np.maximum(before, 0))], 0)
+        return (running[self._flat(whose, self.at)] - counted_before).astype(np.int64)
 
-    def highest_before(self, values: np.ndarray, starts: np.ndarray) -> np.ndarray:
-        """The highest of `values` strictly before each row, in its connection (else NONE)."""
-        highest = grouped_cummax(values, starts)[np.maximum(self.at - 1, 0)]
+    def highest_before(self, end: np.ndarray, direction: np.ndarray,
+                       starts: np.ndarray) -> np.ndarray:
+        """The highest `end` of its own direction strictly before each segment, in its
+        connection (else NONE): a direction at a time (sequence ends need 64 bits, so a
+        (2, count) array of them would hold twice the bytes)."""
+        before = np.maximum(self.at - 1, 0)
+        highest = np.empty(len(self.at), dtype=np.int64)
+        for side in (0, 1):
+            running = grouped_cummax(np.where(direction == side, end, NONE), starts)
+            np.copyto(highest, running[before], where=self.side == side)
         return np.where(self.at > self.low, highest, NONE)
 
 
-def _context_by_direction(selected, direction, starts, role, payload, end, is_new_data) -> dict:
+def _context(selected, direction, starts, role, payload, end, is_new_data) -> dict:
     """For each selected segment, from its own direction's view of the connection: the previous
     new-data segment, the peer's latest and next packets, its own next data segment, the peer
     data segments and own retransmissions since the previous one, and the highest sequence end
-    sent before it. Each is a running value over all packets for one direction, read only at
-    that direction's selected rows (`_SelectedRows`)."""
+    sent before it. Each is a running value over all packets of each direction, read only at
+    the selected rows (`_SelectedRows`)."""
     first = np.flatnonzero(starts)
     within = np.searchsorted(first, selected, side="right") - 1
-    group_first = first[within]
-    group_end = np.append(first[1:], len(direction))[within]
-    retransmitted = np.isin(role, [ROLE[name] for name in RETRANSMISSION_ROLES])
-    context = {name: np.empty(len(selected), dtype=np.int64) for name in CONTEXT_NAMES}
-    for side in (0, 1):
-        mine = direction == side
-        rows = np.flatnonzero(direction[selected] == side)
-        at = _SelectedRows(selected[rows], group_first[rows], group_end[rows], len(direction))
-        previous = at.latest_before(mine & is_new_data)
-        for name, values in (
-                ("previous_data", previous),
-                ("peer_latest", at.latest_before(~mine)),
-                ("peer_next", at.earliest_after(~mine)),
-                ("own_next_data", at.earliest_after(mine & (payload > 0))),
-                ("sent_max", at.highest_before(np.where(mine, end, NONE), starts)),
-                ("peer_data_between", at.since(~mine & (payload > 0), previous)),
-                ("own_retransmissions_between", at.since(mine & retransmitted, previous))):
-            context[name][rows] = values
-    return context
+    count = len(direction)
+    at = _SelectedRows(selected, direction[selected], first[within],
+                       np.append(first[1:], count)[within], count)
+    by_direction = np.stack((direction == 0, direction == 1))
+    carries_data = by_direction & (payload > 0)
+    retransmitted = by_direction & np.isin(role, [ROLE[name] for name in RETRANSMISSION_ROLES])
+    previous = at.latest_before(by_direction & is_new_data, OWN)
+    return {
+        "previous_data": previous,
+        "peer_latest": at.latest_before(by_direction, PEER),
+        "peer_next": at.earliest_after(by_direction, PEER),
+        "own_next_data": at.earliest_after(carries_data, OWN),
+        "sent_max": at.highest_before(end, direction, starts),
+        "peer_data_between": at.since(carries_data, previous, PEER),
+        "own_retransmissions_between": at.since(retransmitted, previous, OWN),
+    }
 
 
 def _padded_column(packets: pd.DataFrame, order: np.ndarray, name: str) -> np.ndarray:
