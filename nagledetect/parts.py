@@ -460,7 +460,7 @@ class _HostStep:
             "host": self._receiving_hosts(connection, direction),
             "connection": connection, "direction": direction,
             "ack_time_s": rows["ack_time_s"], "hold_ms": rows["hold_ms"],
-            "delayed": rows["delayed"]})
+            "delayed": rows["delayed"]}, copy=False)
 
     def _receiving_hosts(self, connection: np.ndarray, direction: np.ndarray) -> pd.Categorical:
         """The receiving host of each sample (`connection` sorted), categorical with its

@@ -71,7 +71,7 @@ def delack_samples(segments: pd.DataFrame, connections: pd.DataFrame) -> pd.Data
         "ack_time_s": ack_time_us / 1e6,
         "hold_ms": hold_ms,
         "delayed": hold_ms >= np.maximum(MIN_DELAYED_HOLD_MS, RTT_MULTIPLE * total_rtt_ms),
-    })
+    }, copy=False)
     return samples
 
 

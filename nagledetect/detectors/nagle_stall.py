@@ -101,7 +101,7 @@ def _stall_candidates(columns: DetectorInput) -> pd.DataFrame:
     found.update(reaction_ms=reaction_ms[timed], reaction_limit_ms=reaction_limit_ms[timed],
                  hold_ms=hold_ms[timed],
                  stall_s=(found["time_us"] - found["prev_time_us"]) / 1e6)
-    return pd.DataFrame(found)
+    return pd.DataFrame(found, copy=False)
 
 
 def _group_stats(stalls: pd.DataFrame) -> pd.DataFrame:
@@ -121,7 +121,7 @@ def _group_stats(stalls: pd.DataFrame) -> pd.DataFrame:
         "median_limit_ms": median("reaction_limit_ms"), "median_held_bytes": median("tail_bytes"),
         "median_first_bytes": median("prev_payload_bytes"),
         "previous_small": groups.mean(previous_bytes < mss),
-        "previous_full": groups.mean(previous_bytes == mss)})
+        "previous_full": groups.mean(previous_bytes == mss)}, copy=False)
 
 
 def _subkind(stats) -> str:

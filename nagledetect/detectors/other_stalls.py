@@ -60,7 +60,7 @@ def _gaps(columns: DetectorInput) -> pd.DataFrame:
         "before_frame": frame[before], "after_frame": frame[after],
         "before_time_us": time_us[before], "after_time_us": time_us[after],
         "before_direction": direction[before], "after_direction": direction[after],
-    })
+    }, copy=False)
 
 
 def _packets_within(packets: pd.DataFrame, gaps: pd.DataFrame, mask: np.ndarray) -> np.ndarray:

@@ -58,7 +58,7 @@ def _parity_table(columns: DetectorInput) -> pd.DataFrame:
         "messages": groups.sizes.astype(np.int64),
         "stalled": groups.sum(np.isin(classed["message"].to_numpy(),
                                       list(stalled_messages(columns)))),
-    })
+    }, copy=False)
     table["stall_rate"] = table["stalled"] / table["messages"]
     return table
 

@@ -42,7 +42,7 @@ def exchange_table(messages: pd.DataFrame) -> pd.DataFrame:
         "connection": per_connection.keys[0], "messages": per_connection.sizes,
         "exchanges": per_connection.sum(direction == 0),
         "alternation": per_connection.mean(np.where(same, turn, np.nan)),
-        "waiting_s": per_connection.sum(wait_s)})
+        "waiting_s": per_connection.sum(wait_s)}, copy=False)
     qualifies = ((table["exchanges"].to_numpy() >= MIN_EXCHANGES)
                  & (table["messages"].to_numpy() >= 2 * MIN_EXCHANGES - 1)
                  & (table["alternation"].to_numpy() >= ALTERNATION))

@@ -64,7 +64,7 @@ def _direction_stats(messages: pd.DataFrame, flooded: np.ndarray) -> pd.DataFram
         "flooded": groups.sum(flooded), "multi": groups.sum(packets > 1),
         "median_bytes": groups.median(messages["bytes"].to_numpy()),
         "flooded_packets": groups.median(np.where(flooded, packets, np.nan)),
-        "flooded_needed": groups.median(np.where(flooded, needed, np.nan))})
+        "flooded_needed": groups.median(np.where(flooded, needed, np.nan))}, copy=False)
 
 
 def _in_directions_with(table: pd.DataFrame, marked: np.ndarray, at_least: int) -> np.ndarray:

@@ -57,7 +57,7 @@ def messages(segments: pd.DataFrame) -> pd.DataFrame:
         "wire_segments": np.add.reduceat(column("wire_segments")[by_message], starts),
         "mss": column("mss")[first],
         "median_payload_bytes": _median_per_message(payload, message, starts, ends),
-    })
+    }, copy=False)
     mss = np.maximum(table["mss"].to_numpy(), 1)
     table["segments_needed"] = -(-table["bytes"].to_numpy() // mss)
     table["last_segment_full"] = table["bytes"].to_numpy() % mss == 0
