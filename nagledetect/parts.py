@@ -18,6 +18,7 @@ import dataclasses
 import gc
 import multiprocessing
 import os
+import pickle
 import zlib
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import FIRST_COMPLETED, BrokenExecutor, Future, ProcessPoolExecutor, wait
@@ -42,6 +43,7 @@ from nagledetect.errors import InputError
 from nagledetect.flows.build import build_flows
 from nagledetect.flows.grouped import group_starts
 from nagledetect.flows.partition import PartitionedPackets, part_batches, part_packets
+from nagledetect.memory import give_back_free_memory
 from nagledetect.ordering import as_text, factorize_in_name_order, name_order
 from nagledetect.part_tables import PartTables, SpilledTables
 from nagledetect.pipeline import (
@@ -80,6 +82,11 @@ connections whole (docs/performance.md, the ninth round)."""
 PARTS_PER_HOST_BUCKET = 4
 """A host bucket holds about as many samples as this many parts yield, over the number of
 workers: buckets run that many at a time, so the memory in flight stays the same."""
+LARGE_PART_FILE_BYTES = 2 * PART_BYTES
+"""A part file larger than this holds a connection larger than a part is meant to be: the worker
+hands back what it freed once the part is done."""
+RESULT_SUFFIX = ".result"
+"""A part's result file is its packets file's name and this."""
 PARTS_STAGE = "parts analysed"
 HOST_STAGE = "host buckets fingerprinted"
 StageCallback = Callable[[str, int, int], None]
@@ -164,9 +171,9 @@ def _parts_in_parallel(files: list[tuple[str, str, np.dtype]], buckets: int, wor
             try:
                 for index in starting:
                     waiting.remove(index)
-                    running[pool.submit(part_result, files[index], buckets, wanted)] = index
+                    running[pool.submit(_part_result_file, files[index], buckets, wanted)] = index
                 done, _ = wait(running, return_when=FIRST_COMPLETED)
-                results = [(running[future], future.result()) for future in done]
+                results = [(running[future], _taken_result(future.result())) for future in done]
             except BrokenExecutor:
                 in_flight = sorted({*starting, *running.values()})
                 raise PartWorkersKilled([part_packets(files[part]) for part in in_flight]) from None
@@ -232,6 +239,31 @@ def part_result(files: tuple[str, str, np.dtype], buckets: int, wanted: Wanted) 
         del samples
         return PartResult(connections, parity, rows, sample_bucket, pickle_findings(findings),
                           charts, tables)
+
+
+def _part_result_file(files: tuple[str, str, np.dtype], buckets: int, wanted: Wanted) -> str:
+    """`part_result` in a worker process, pickled to a file beside the part's (its name is
+    returned): the worker pool would pickle a result of hundreds of MB into buffers the worker
+    then goes on holding, while another worker analyses the next part. After a part larger
+    than most (a huge connection), everything it held is freed (tables caught in reference
+    cycles too) and handed back to the system (`memory`) before the worker waits for its next
+    part; after the others, the allocator keeps what they freed for the next (handing it back
+    made the next part fault in fresh pages: the 10 M mix took 5 % longer)."""
+    path = files[0] + RESULT_SUFFIX
+    with open(path, "wb") as out:
+        pickle.dump(part_result(files, buckets, wanted), out, protocol=pickle.HIGHEST_PROTOCOL)
+    if os.path.getsize(files[0]) > LARGE_PART_FILE_BYTES:
+        gc.collect()
+        give_back_free_memory()
+    return path
+
+
+def _taken_result(path: str) -> PartResult:
+    """A part's result from the file a worker wrote, which is removed."""
+    with open(path, "rb") as handle:
+        result = pickle.load(handle)
+    os.unlink(path)
+    return result
 
 
 def host_buckets(hosts: np.ndarray, buckets: int) -> np.ndarray:

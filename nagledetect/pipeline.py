@@ -15,7 +15,11 @@ import pandas as pd
 from nagledetect.api import Capture
 from nagledetect.chart_data import ChartData, busiest_hosts, connection_charts
 from nagledetect.detectors import CONNECTION_DETECTORS, nagle_stall, phase_lock, segment_parity
-from nagledetect.detectors.delack_timer import delack_samples, host_fingerprints
+from nagledetect.detectors.delack_timer import (
+    SAMPLE_SEGMENT_COLUMNS,
+    delack_samples,
+    host_fingerprints,
+)
 from nagledetect.detectors.model import (
     DETECTOR_PACKET_COLUMNS,
     DetectorInput,
@@ -70,10 +74,12 @@ class ConnectionLevel:
     """What one part (or a whole capture) yields before the capture-wide host step."""
 
     packets: pd.DataFrame
-    """The whole packet table when it was kept, else only `DETECTOR_PACKET_COLUMNS`."""
+    """The whole packet table when it was kept, else empty."""
     connections: pd.DataFrame
     segments: pd.DataFrame
+    """Every column when the packet table was kept, else only `SAMPLE_SEGMENT_COLUMNS`."""
     messages: pd.DataFrame
+    """Empty when the packet table was not kept."""
     samples: pd.DataFrame
     findings: list[Finding]
     parity: pd.DataFrame
@@ -88,7 +94,8 @@ def connection_level(flows: FlowTables, fingerprint: bool = True,
     are then made after the detectors, out of their peak. The flow tables are taken over:
     without `keep_packets`, and with no other holder of the packet table, only the columns the
     detectors read are held once the segments are made (a part of one huge connection: 17 of
-    the table's 78 bytes a packet)."""
+    the table's 78 bytes a packet), and once the detectors are done, only the segment columns
+    the samples read."""
     packets, connections = flows.packets, flows.connections
     del flows
     if packets.empty:
@@ -106,10 +113,20 @@ def connection_level(flows: FlowTables, fingerprint: bool = True,
     for detector in CONNECTION_DETECTORS:
         columns.earlier_findings.extend(detector.detect(columns))
     parity = segment_parity.parity_table(columns)
+    findings = columns.earlier_findings
+    del columns
+    if not keep_packets:
+        packets, message_table = _emptied(packets), _emptied(message_table)
+        segments = segments[list(SAMPLE_SEGMENT_COLUMNS)]
     if samples is None:
         samples = delack_samples(segments, connections)
-    return ConnectionLevel(packets, connections, segments, message_table, samples,
-                           columns.earlier_findings, parity, hosts)
+    return ConnectionLevel(packets, connections, segments, message_table, samples, findings,
+                           parity, hosts)
+
+
+def _emptied(table: pd.DataFrame) -> pd.DataFrame:
+    """The table's columns with no rows, holding none of its memory."""
+    return table.iloc[:0].copy()
 
 
 def host_level(level: ConnectionLevel) -> tuple[dict[str, HostProfile], list[Finding]]:

@@ -40,6 +40,13 @@ def receiver_side_rtt_ms(connections: pd.DataFrame, connection: np.ndarray,
     return np.nan_to_num(np.where(direction == 0, to_server, to_client), nan=0.0)
 
 
+SAMPLE_SEGMENT_COLUMNS = ("connection", "direction", "frame", "time_us", "rel_seq", "end_seq",
+                          "peer_ack", "next_peer_frame", "next_peer_time_us", "next_peer_role",
+                          "next_peer_ack", "next_own_data_time_us")
+"""The segment columns `delack_samples` reads: a part keeps only these for it, once its
+detectors are done."""
+
+
 def delack_samples(segments: pd.DataFrame, connections: pd.DataFrame) -> pd.DataFrame:
     """Delayed-ACK holding times, one row per lone segment answered by a pure ACK."""
     lone = np.flatnonzero(
