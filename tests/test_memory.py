@@ -1,0 +1,44 @@
+"""Freed memory handed back to the system (`nagledetect.memory`), as a part worker does after a
+large part: glibc keeps freed heap blocks that lie below a live one, and `malloc_trim` returns
+their pages. Run in a fresh interpreter, so the heap holds only what the test made."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from nagledetect.memory import _malloc_trim
+
+pytestmark = pytest.mark.skipif(_malloc_trim() is None or not sys.platform.startswith("linux"),
+                                reason="needs glibc's malloc_trim and /proc")
+
+HEAP_BLOCKS = textwrap.dedent("""
+    from nagledetect.memory import give_back_free_memory
+
+    def rss_mb():
+        for line in open("/proc/self/status"):
+            if line.startswith("VmRSS"):
+                return int(line.split()[1]) // 1024
+
+    blocks, pins = [], []
+    for _ in range(2000):
+        blocks.append(b"x" * 100_000)  # under the mmap threshold: from the heap
+        pins.append(b"y" * 600)  # a live block after each, so the heap cannot shrink from its top
+    held = rss_mb()
+    del blocks
+    freed = rss_mb()
+    give_back_free_memory()
+    print(held, freed, rss_mb())
+""")
+
+
+def test_freed_heap_blocks_go_back_to_the_system() -> None:
+    held, freed, given = map(int, subprocess.run(
+        [sys.executable, "-c", HEAP_BLOCKS], capture_output=True, text=True,
+        check=True).stdout.split())
+    assert held >= 190  # 2,000 blocks of 100 kB
+    assert freed >= held // 2  # freed, but mostly still held by the process
+    assert given <= freed - 90  # handed back
