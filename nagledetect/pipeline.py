@@ -27,7 +27,7 @@ from nagledetect.detectors.model import (
     HostProfile,
 )
 from nagledetect.events.messages import messages, number_messages
-from nagledetect.events.segments import data_segments
+from nagledetect.events.segments import SEGMENT_PACKET_COLUMNS, data_segments
 from nagledetect.flows.build import FlowTables, build_flows
 from nagledetect.part_tables import PartTables, TablesInMemory
 from nagledetect.read.capture import Accounting
@@ -93,14 +93,16 @@ def connection_level(flows: FlowTables, fingerprint: bool = True,
     scored without host timers: the capture-wide step scores them again with all samples, which
     are then made after the detectors, out of their peak. The flow tables are taken over:
     without `keep_packets`, and with no other holder of the packet table, only the columns the
-    detectors read are held once the segments are made (a part of one huge connection: 17 of
-    the table's 78 bytes a packet), and once the detectors are done, only the segment columns
-    the samples read."""
+    segments are made from are held from the start (50 of the table's 78 bytes a packet), only
+    those the detectors read once the segments are made (17), and once the detectors are done,
+    only the segment columns the samples read."""
     packets, connections = flows.packets, flows.connections
     del flows
     if packets.empty:
         return ConnectionLevel(packets, connections, pd.DataFrame(), pd.DataFrame(), no_samples(),
                                [], pd.DataFrame(), {})
+    if not keep_packets:
+        packets = packets[list(SEGMENT_PACKET_COLUMNS)]
     segments = data_segments(packets, connections)
     detector_packets = packets[list(DETECTOR_PACKET_COLUMNS)]
     if not keep_packets:

@@ -27,6 +27,10 @@ of the peer role columns (categorical, as the packets' role: made from codes, co
 PURE_ACK_ROLES = ("pure_ack", "dup_ack", "window_update")
 RETRANSMISSION_ROLES = ("retransmission", "out_of_order")
 NONE = -1
+SEGMENT_PACKET_COLUMNS = ("frame", "time_us", "connection", "direction", "role", "payload_bytes",
+                          "rel_seq", "rel_ack", "window_bytes", "wire_segments")
+"""The packet columns the segments are made from: a part that keeps no packet table lets the
+others go before they are made."""
 
 
 def data_segments(packets: pd.DataFrame, connections: pd.DataFrame) -> pd.DataFrame:
