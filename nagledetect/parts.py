@@ -76,9 +76,9 @@ PART_FILE_BYTES_IN_FLIGHT = 6 * PART_BYTES
 800 MB in flight."""
 MAX_PARTS = 400
 """Two open files per part: stay well inside the usual limit of 1,024 (parts grow instead)."""
-BYTES_PER_PART_PACKET = 260
+BYTES_PER_PART_PACKET = 240
 """About what a worker holds for each packet of the part it analyses: a part is its
-connections whole (docs/performance.md, the ninth round)."""
+connections whole (docs/performance.md, the eleventh round)."""
 PARTS_PER_HOST_BUCKET = 4
 """A host bucket holds about as many samples as this many parts yield, over the number of
 workers: buckets run that many at a time, so the memory in flight stays the same."""
@@ -248,7 +248,7 @@ def _part_result_file(files: tuple[str, str, np.dtype], buckets: int, wanted: Wa
     than most (a huge connection), everything it held is freed (tables caught in reference
     cycles too) and handed back to the system (`memory`) before the worker waits for its next
     part; after the others, the allocator keeps what they freed for the next (handing it back
-    made the next part fault in fresh pages: the 10 M mix took 5 % longer)."""
+    made the next part fault in fresh pages: the 10 M mix took 3-13 % longer)."""
     path = files[0] + RESULT_SUFFIX
     with open(path, "wb") as out:
         pickle.dump(part_result(files, buckets, wanted), out, protocol=pickle.HIGHEST_PROTOCOL)

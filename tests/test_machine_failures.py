@@ -164,7 +164,7 @@ def test_a_killed_worker_of_a_huge_connection_says_what_it_needed(
     tcp` by 4-tuple: 1,341,665 + 958,335 each) make parts of 140 MB, each more than the parts
     allowed in flight, so each runs alone; one of 1,600,000 (666,669 + 933,331) is the only
     part, and runs in a worker all the same, so that its death can be told. Fewer jobs would
-    not help: the line says so, with the part's packets and about 260 bytes each."""
+    not help: the line says so, with the part's packets and about 240 bytes each."""
     capture = tmp_path / "huge.pcap"
     _replica(capture, "--connections", str(connections), packets=packets)
     temporary = tmp_path / "tmp"
