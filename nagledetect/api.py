@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+from contextlib import closing
 from dataclasses import dataclass
 
 import pandas as pd
@@ -38,5 +39,6 @@ def load_capture(path: str, bpf_filter: str | None = None,
     `progress(packets_read, bytes_read)` is called after every batch of packets.
     """
     accounting, batches = decoded_batches(path, bpf_filter, progress)
-    flows = build_flows(batches, expected_tcp_packets(path))
+    with closing(batches):
+        flows = build_flows(batches, expected_tcp_packets(path))
     return Capture(path, flows.packets, flows.connections, flows.sack_blocks, accounting)

@@ -22,6 +22,7 @@ import pickle
 import zlib
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import FIRST_COMPLETED, BrokenExecutor, Future, ProcessPoolExecutor, wait
+from contextlib import closing
 from dataclasses import dataclass
 from typing import Any
 
@@ -127,7 +128,8 @@ def analyze_in_parts(path: str, bpf_filter: str | None, progress: ProgressCallba
     collected = _Collected(max(1, parts * max(1, workers) // PARTS_PER_HOST_BUCKET), workers,
                            wanted, spill or SpillFile())
     try:
-        partitioned.add(batches)
+        with closing(batches):
+            partitioned.add(batches)
         files = partitioned.part_files()
         if workers > 1 and files:
             results = _parts_in_parallel(files, collected.buckets, workers, wanted)

@@ -65,7 +65,10 @@ def decoded_batches(path: str, bpf_filter: str | None = None,
     batch, `left_raw`, `right_raw`). `progress(packets, bytes)` is called after each batch
     (bytes estimated as pcap records: 16-byte headers plus captured bytes). The accounting is
     complete once the generator is exhausted. Opening happens now, so a file that cannot be
-    read fails here, before any output.
+    read fails here, before any output. A caller that may stop early closes the generator
+    (`contextlib.closing`): its reading and decoding threads are then shut down in the
+    caller's thread, not by whichever thread the garbage collector runs in (the decoding
+    thread cannot join itself).
     """
     reader = CaptureReader(path, bpf_filter)
     accounting = Accounting(path=path, linktype=reader.linktype)
