@@ -161,7 +161,9 @@ class _SelectedRows:
         return np.where(self.at > self.low, highest, NONE)
 
 
-def _context(selected, direction, starts, role, payload, end, is_new_data) -> dict:
+def _context(selected: np.ndarray, direction: np.ndarray, starts: np.ndarray, role: np.ndarray,
+             payload: np.ndarray, end: np.ndarray, is_new_data: np.ndarray
+             ) -> dict[str, np.ndarray]:
     """For each selected segment, from its own direction's view of the connection: the previous
     new-data segment, the peer's latest and next packets, its own next data segment, the peer
     data segments and own retransmissions since the previous one, and the highest sequence end
