@@ -105,16 +105,17 @@ def detect(columns: DetectorInput) -> list[Finding]:
     findings = []
     durations_s = by_connection(columns.connections, "duration_s",
                                 stats["connection"].to_numpy()).tolist()
-    for row, duration_s in zip(stats.itertuples(index=False), durations_s):
-        connection, cause = int(row.connection), GAP_CAUSES[row.cause]
+    for connection, code, count, lost_s, median_gap_s, duration_s in zip(
+            *(stats[name].tolist() for name in ("connection", "cause", "count", "lost_s",
+                                                 "median_gap_s")), durations_s):
+        cause = GAP_CAUSES[code]
         findings.append(Finding(
-            kind=cause, connection=connection, sender=None, receiver=None,
-            count=int(row.count), time_lost_s=float(row.lost_s),
-            share=float(row.lost_s) / duration_s if duration_s > 0 else 0.0,
+            kind=cause, connection=connection, sender=None, receiver=None, count=count,
+            time_lost_s=lost_s, share=lost_s / duration_s if duration_s > 0 else 0.0,
             confidence="high", confidence_reasons=["named by what ended each gap"],
-            events=events[(connection, row.cause)], advice=ADVICE[cause],
-            details={"median_gap_ms": round(float(row.median_gap_s) * 1000, 3)},
-            summary=(f"{counted_ms(int(row.count), 'gap', row.median_gap_s)}: "
+            events=events[(connection, code)], advice=ADVICE[cause],
+            details={"median_gap_ms": round(median_gap_s * 1000, 3)},
+            summary=(f"{counted_ms(count, 'gap', median_gap_s)}: "
                      f"the connection {DESCRIPTIONS[cause]}")))
     return findings
 
