@@ -27,10 +27,6 @@ of the peer role columns (categorical, as the packets' role: made from codes, co
 PURE_ACK_ROLES = ("pure_ack", "dup_ack", "window_update")
 RETRANSMISSION_ROLES = ("retransmission", "out_of_order")
 NONE = -1
-SEGMENT_PACKET_COLUMNS = ("frame", "time_us", "connection", "direction", "role", "payload_bytes",
-                          "rel_seq", "rel_ack", "window_bytes", "wire_segments")
-"""The packet columns the segments are made from: a part that keeps no packet table lets the
-others go before they are made."""
 
 
 def data_segments(packets: pd.DataFrame, connections: pd.DataFrame) -> pd.DataFrame:
@@ -224,6 +220,10 @@ is a packet column read at the segment or at one of its context packets (-1: non
 context count (no packet column)."""
 _CODED_SOURCES = {"role": _ROLE_NAMES}
 """Packet columns held as codes: the columns read from them are categoricals of these names."""
+SEGMENT_PACKET_COLUMNS = ("connection", "direction", *dict.fromkeys(
+    source for _, source, _ in SEGMENT_COLUMNS if source not in (None, "end")))
+"""The packet columns the segments are made from (`end` is made of two of them): a part that
+keeps no packet table lets the others go before they are made."""
 
 
 def _segment_rows(context: dict[str, np.ndarray], made: dict[str, np.ndarray],

@@ -25,6 +25,7 @@ from nagledetect.flows.roles import ROLES, assign_roles
 from nagledetect.flows.sequence import relative_ack, relative_sequence
 from nagledetect.flows.vantage import ack_lags_us, vantage_table
 from nagledetect.read.capture import DecodedColumns
+from nagledetect.read.decode import ipv4_mapped
 
 CHUNK_PACKETS = 1 << 20
 """Packets numbered and classified at a time (whole connections): bounds the temporaries."""
@@ -350,7 +351,7 @@ def _connection_endpoints(columns: dict[str, np.ndarray], pair_rows: np.ndarray,
     for side, side_words in words.items():
         table[f"{side}_address"] = _formatted_addresses(side_words[:, :4])
         table[f"{side}_port"] = side_words[:, 4].astype(np.int64)
-    table["ip_version"] = np.where(_ipv4_mapped(words["client"][:, :4]), 4, 6)
+    table["ip_version"] = np.where(ipv4_mapped(*words["client"][:, :3].T), 4, 6)
     table["first_frame"] = columns["frame"][first_rows].astype(np.int64)
     return table
 
@@ -370,18 +371,13 @@ def _connection_table(totals: dict[str, np.ndarray], count: int, endpoints: pd.D
     return pd.concat([table, handshake], axis=1)
 
 
-def _ipv4_mapped(words: np.ndarray) -> np.ndarray:
-    """Which of the (n, 4) address words hold an IPv4 address (mapped as ::ffff:a.b.c.d)."""
-    return (words[:, 0] == 0) & (words[:, 1] == 0) & (words[:, 2] == 0xFFFF)
-
-
 def _formatted_addresses(words: np.ndarray) -> list[str]:
     """Addresses from (n, 4) words: IPv4-mapped words as a dotted quad, others as compressed
     IPv6 (`ipaddress`, one by one: rare, and its compression rules are the standard's)."""
     last = words[:, 3].astype(np.int64)
     texts = [f"{a}.{b}.{c}.{d}" for a, b, c, d in zip(
         *(((last >> shift) & 0xFF).tolist() for shift in (24, 16, 8, 0)))]
-    for row in np.flatnonzero(~_ipv4_mapped(words)).tolist():
+    for row in np.flatnonzero(~ipv4_mapped(*words[:, :3].T)).tolist():
         texts[row] = _ipv6_text(words[row])
     return texts
 

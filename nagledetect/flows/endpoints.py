@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 
 from nagledetect.flows.grouped import first_occurrences
+from nagledetect.read.decode import ipv4_mapped
 
 ENDPOINT_WORDS = 5  # four 32-bit address words (IPv4 mapped as ::ffff:a.b.c.d) and the port
 _WORD_MULTIPLIERS = np.array(
@@ -45,8 +46,7 @@ def endpoint_key(columns: dict[str, np.ndarray], side: str) -> np.ndarray:
     (IPv4-mapped words), else a hash of the four words and the port with the top bit set."""
     port = columns[f"{side}_port"].astype(np.uint64)
     key = (columns[f"{side}_3"].astype(np.uint64) << np.uint64(16)) | port
-    ipv4 = ((columns[f"{side}_0"] == 0) & (columns[f"{side}_1"] == 0)
-            & (columns[f"{side}_2"] == 0xFFFF))
+    ipv4 = ipv4_mapped(*(columns[f"{side}_{index}"] for index in range(3)))
     if ipv4.all():
         return key
     with np.errstate(over="ignore"):

@@ -22,6 +22,7 @@ import numpy as np
 
 from nagledetect.flows.endpoints import pair_hashes
 from nagledetect.read.capture import DecodedColumns
+from nagledetect.read.decode import IPV4_MAPPED_WORDS
 
 SACK_DTYPE = np.dtype([("frame", "<u4"), ("left_raw", "<u4"), ("right_raw", "<u4")])
 FULL_LAYOUT = 0
@@ -29,8 +30,9 @@ FULL_LAYOUT = 0
 IPV4_LAYOUT = 1
 """A block of IPv4 packets only: the address words that are the same in every IPv4-mapped
 address are left out (24 of a row's 85 bytes) and filled in when the part is read."""
-IPV4_MAPPED_WORDS = {"src_0": 0, "src_1": 0, "src_2": 0xFFFF, "dst_0": 0, "dst_1": 0,
-                     "dst_2": 0xFFFF}
+IMPLIED_IPV4_WORDS = {f"{side}_{index}": word for side in ("src", "dst")
+                      for index, word in enumerate(IPV4_MAPPED_WORDS)}
+"""The columns an IPv4 block leaves out, and the value each holds there."""
 
 
 class PartitionedPackets:
@@ -101,7 +103,7 @@ class PartitionedPackets:
 
 def _ipv4_only(columns: dict[str, np.ndarray]) -> bool:
     """Whether every row's address words 0-2 are those of an IPv4-mapped address."""
-    return all((columns[name] == value).all() for name, value in IPV4_MAPPED_WORDS.items())
+    return all((columns[name] == value).all() for name, value in IMPLIED_IPV4_WORDS.items())
 
 
 def _write_block(handle: BinaryIO, layout: int, columns: list[np.ndarray]) -> None:
@@ -136,7 +138,7 @@ def _row_bytes(dtype: np.dtype, layout: int) -> int:
 
 def _written(name: str, layout: int) -> bool:
     """Whether a block of this layout holds the column's values (else they are implied)."""
-    return layout == FULL_LAYOUT or name not in IPV4_MAPPED_WORDS
+    return layout == FULL_LAYOUT or name not in IMPLIED_IPV4_WORDS
 
 
 def _read_blocks(path: str, dtype: np.dtype) -> dict[str, np.ndarray]:
@@ -155,7 +157,7 @@ def _read_blocks(path: str, dtype: np.dtype) -> dict[str, np.ndarray]:
                 if _written(name, layout):
                     _read_exactly(handle, place, path)
                 else:
-                    place[:] = IPV4_MAPPED_WORDS[name]
+                    place[:] = IMPLIED_IPV4_WORDS[name]
             start += rows
     return columns
 

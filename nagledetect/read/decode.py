@@ -31,6 +31,9 @@ from nagledetect.read.layout import (
 )
 from nagledetect.read.tcp_options import decode_tcp_options
 
+IPV4_MAPPED_WORDS = (0, 0, 0xFFFF)
+"""Words 0-2 of an IPv4 address: every address is held as four 32-bit words, IPv4 ones mapped
+as ::ffff:a.b.c.d (the fourth word is the IPv4 address)."""
 PAD_BYTES = 512
 MAX_VLAN_TAGS = 8
 MAX_IPV6_EXTENSIONS = 8
@@ -186,6 +189,12 @@ def _plain_first(buf: np.ndarray, offsets: np.ndarray, caplens: np.ndarray,
     return merged, skip
 
 
+def ipv4_mapped(word_0: np.ndarray, word_1: np.ndarray, word_2: np.ndarray) -> np.ndarray:
+    """Which addresses hold IPv4 (mapped) addresses, from their words 0-2."""
+    return ((word_0 == IPV4_MAPPED_WORDS[0]) & (word_1 == IPV4_MAPPED_WORDS[1])
+            & (word_2 == IPV4_MAPPED_WORDS[2]))
+
+
 def _plain_columns(header: HeaderValues, offsets: np.ndarray,
                    caplens: np.ndarray) -> dict[str, np.ndarray]:
     """The fixed-header columns of plain Ethernet/IPv4/TCP packets, from their stacked header."""
@@ -193,7 +202,7 @@ def _plain_columns(header: HeaderValues, offsets: np.ndarray,
     tcp_header_bytes = header["tcp_header_words"].astype(np.int64) * 4
     start = offsets.astype(np.int64) + 14 + 20
     zeros = np.zeros(count, dtype=np.uint32)
-    mapped = np.full(count, 0xFFFF, dtype=np.uint32)
+    mapped = np.full(count, IPV4_MAPPED_WORDS[2], dtype=np.uint32)
     return {
         "ip_version": np.full(count, 4, dtype=np.uint8),
         "src_0": zeros, "src_1": zeros.copy(), "src_2": mapped, "src_3": header["ipv4_src"],
@@ -316,7 +325,7 @@ def _ipv4(buf: np.ndarray, cursor: _Cursor) -> dict[str, np.ndarray]:
     payload = np.where(from_capture, cursor.captured_end - start - header_bytes, total - header_bytes)
     cursor.reject(~from_capture & (payload < 0), skips.BAD_IP_HEADER)
     cursor.position += header_bytes
-    mapped = np.full(len(start), 0xFFFF, dtype=np.uint32)
+    mapped = np.full(len(start), IPV4_MAPPED_WORDS[2], dtype=np.uint32)
     return {"protocol": header["protocol"], "ip_payload_bytes": payload,
             "ip_length_from_capture": from_capture, "src_2": mapped, "src_3": header["src"],
             "dst_2": mapped, "dst_3": header["dst"]}
