@@ -15,6 +15,7 @@ import dataclasses
 import os
 import pickle
 import tempfile
+import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -44,16 +45,24 @@ class SpillFile:
     again), and that process `adopt`s the bytes into its own spill file."""
 
     def __init__(self, folder: str | None = None) -> None:
-        self.path: str | None = None
+        handle, path = tempfile.mkstemp(prefix=SPILL_PREFIX, dir=folder)
+        self.path: str | None = path
         if folder is None:
-            self._file = tempfile.TemporaryFile(prefix=SPILL_PREFIX)
-        else:
-            handle, self.path = tempfile.mkstemp(prefix=SPILL_PREFIX, dir=folder)
-            self._file = os.fdopen(handle, "w+b")
+            os.unlink(path)
+            self.path = None
+        self._open(handle)
         self.size = 0
         self._base = 0
-        """Where this spill's bytes begin in `_file` (not 0 once another spill adopted them)."""
+        """Where this spill's bytes begin in the file (not 0 once another spill adopted them)."""
         self._moved = False
+
+    def _open(self, handle: int) -> None:
+        """Read and write through `handle`, closed when this spill is let go (or adopted), not
+        by the collector finding a file object left open."""
+        self._handle = handle
+        self._adopter: SpillFile | None = None
+        """The spill whose file this one reads once adopted, kept alive as long as this one."""
+        self._close = weakref.finalize(self, os.close, handle)
 
     @property
     def sent_by_reference(self) -> bool:
@@ -70,19 +79,20 @@ class SpillFile:
         if self.path is not None:
             os.unlink(self.path)
             self.path = None
-        self._file.close()
+        self._close()
 
     def adopt(self, other: SpillFile) -> None:
         """Copy `other`'s bytes to the end of this file and let `other` read them from here,
         closing its own file: a run over many captures keeps one open file, not one per
         capture. `other` takes no more appends."""
-        if other._file is self._file:
+        if other._handle == self._handle:
             return
         base = self.size
         for start in range(0, other.size, COPY_BYTES):
             self.append([other.read(start, min(COPY_BYTES, other.size - start))])
-        other._file.close()
-        other._file, other._base, other.path, other._moved = self._file, base, None, True
+        other._close()
+        other._handle, other._adopter = self._handle, self
+        other._base, other.path, other._moved = base, None, True
 
     def append(self, pieces: list[bytes]) -> int:
         """Write the pieces one after another at the end (a system call per IOV_MAX pieces, no
@@ -108,7 +118,7 @@ class SpillFile:
     def _write_all(self, views: list[memoryview], position: int) -> int:
         total = sum(len(view) for view in views)
         while views:
-            done = os.pwritev(self._file.fileno(), views, position)
+            done = os.pwritev(self._handle, views, position)
             position += done
             while views and done >= len(views[0]):
                 done -= len(views[0])
@@ -124,7 +134,7 @@ class SpillFile:
         pieces = []
         offset += self._base
         while length > 0:
-            piece = os.pread(self._file.fileno(), length, offset)
+            piece = os.pread(self._handle, length, offset)
             if not piece:
                 raise OSError(f"spill file ends before offset {offset}")
             pieces.append(piece)
@@ -141,7 +151,7 @@ def _taken_over(path: str, size: int) -> SpillFile:
     when this process lets it go, or adopts its bytes into another."""
     spill = SpillFile.__new__(SpillFile)
     spill.path, spill.size, spill._base, spill._moved = None, size, 0, False
-    spill._file = open(path, "r+b")  # noqa: SIM115 - kept open by the spill, closed by adopt
+    spill._open(os.open(path, os.O_RDWR))
     os.unlink(path)
     return spill
 

@@ -122,25 +122,29 @@ def run_in_lab(scenario: Scenario, pcap: Path) -> tuple[list[dict[str, Any]], li
         result_path = Path(folder) / "result.json"
         holds_path = Path(folder) / "holds.json"
         spec_path.write_text(json.dumps(peer_spec(scenario)))
-        peer = [sys.executable, "-m", "nagledetect.lab.peer"]
-        server = subprocess.Popen(_server_command(lab, scenario, spec_path, holds_path),
-                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        try:
-            _wait_for_line(server, "stdout", "ready")
-            capture = _start_capture(lab, scenario.side, pcap)
+        with subprocess.Popen(_server_command(lab, scenario, spec_path, holds_path),
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as server:
             try:
-                client = subprocess.run(lab.command("client", *peer, "client", str(spec_path),
-                                                    str(result_path)),
-                                        capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
-                if client.returncode != 0:
-                    raise LabError(f"client failed: {client.stderr.strip().splitlines()[-1:]}")
-                time.sleep(CAPTURE_DRAIN_S)
+                _wait_for_line(server, "stdout", "ready")
+                with _start_capture(lab, scenario.side, pcap) as capture:
+                    try:
+                        _run_client(lab, spec_path, result_path)
+                    finally:
+                        _stop(capture)
             finally:
-                _stop(capture)
-        finally:
-            _finish(server)
+                _finish(server)
         holds = json.loads(holds_path.read_text()) if holds_path.exists() else []
         return json.loads(result_path.read_text()), holds
+
+
+def _run_client(lab: Lab, spec_path: Path, result_path: Path) -> None:
+    """The client's side of the traffic, then a moment for the capture to take its last packets."""
+    client = subprocess.run(lab.command("client", sys.executable, "-m", "nagledetect.lab.peer",
+                                        "client", str(spec_path), str(result_path)),
+                            capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
+    if client.returncode != 0:
+        raise LabError(f"client failed: {client.stderr.strip().splitlines()[-1:]}")
+    time.sleep(CAPTURE_DRAIN_S)
 
 
 def _finish(server: subprocess.Popen) -> None:
