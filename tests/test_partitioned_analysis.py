@@ -135,3 +135,45 @@ def test_sack_blocks_follow_their_packets_into_parts() -> None:
                           .to_numpy().tolist()))
     assert len(whole) == 87
     assert rows(pd.concat(parts)) == rows(whole)
+
+
+def test_a_huge_part_runs_beside_ordinary_parts_and_never_beside_another_huge_one() -> None:
+    """Which parts start together, by part file size (largest first). A part larger than all
+    the part files allowed in flight holds a huge connection: it starts when nothing runs or
+    beside ordinary parts of up to COMPANION_PART_FILE_BYTES in all, which keep the other
+    workers busy while it runs, and a second huge part waits for it. Measured on the 10 M mix
+    with a 3 M-packet connection appended (docs/performance.md, the twelfth round), the parts'
+    wall time fell from 10.0 to 7.4 s (bench_stages.py), the whole run from 16.9 to 14.1 s."""
+    from nagledetect.parts import (
+        COMPANION_PART_FILE_BYTES,
+        PART_BYTES,
+        PART_FILE_BYTES_IN_FLIGHT,
+        _fitting,
+    )
+
+    huge, ordinary = PART_FILE_BYTES_IN_FLIGHT + 1, PART_BYTES
+    assert COMPANION_PART_FILE_BYTES == 2 * ordinary
+    sizes = [huge, huge, ordinary, ordinary, ordinary]
+    assert _fitting([0, 1, 2, 3, 4], sizes, [], workers=2) == [0, 2]
+    assert _fitting([1, 3, 4], sizes, [0], workers=4) == [3, 4]
+    assert _fitting([1, 4], sizes, [0, 2, 3], workers=8) == []
+    assert _fitting([1, 4], sizes, [2, 3], workers=8) == [1]
+    assert _fitting([1], sizes, [], workers=2) == [1]
+    mice = [ordinary] * 8
+    assert _fitting(list(range(8)), mice, [], workers=8) == list(range(6))
+    assert _fitting([6, 7], mice, [0, 1, 2, 3, 4], workers=8) == [6]
+
+
+def test_a_killed_worker_beside_a_huge_part_names_the_huge_connection() -> None:
+    """A worker killed while a huge connection's part ran beside ordinary ones: fewer jobs
+    alone would not help, since -j 1 still analyses that part whole (5,000,000 packets at
+    BYTES_PER_PART_PACKET = 240 bytes: 1.2 GB); without a huge part, fewer jobs do."""
+    from nagledetect.parts import PartWorkersKilled
+
+    beside = PartWorkersKilled([5_000_000, 310_000], huge=True).advice()
+    assert beside.endswith(
+        "analysing 2 parts of up to 5,000,000 packets; -j 1 analyses the largest without the "
+        "others, but a connection is analysed whole, in about 1.2 GB for that part; leave its "
+        "largest connections out with --filter, or use a machine with more memory")
+    ordinary = PartWorkersKilled([310_000, 290_000], huge=False).advice()
+    assert ordinary.endswith("2 parts of up to 310,000 packets; fewer jobs (-j) need less memory")
