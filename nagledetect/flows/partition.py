@@ -144,10 +144,15 @@ def _written(name: str, layout: int) -> bool:
 def _read_blocks(path: str, dtype: np.dtype) -> dict[str, np.ndarray]:
     """A part file's blocks joined column by column: each block's values are read straight into
     their place in the joined columns (one copy; reading the file whole and then joining held
-    the part twice)."""
+    the part twice). When every block is IPv4, the address words that only say so are one
+    read-only value each, not a column (24 bytes a packet the part never fills)."""
     headers = _block_headers(path, dtype)
     total = sum(rows for rows, _ in headers)
-    columns = {name: np.empty(total, dtype=dtype[name]) for name in dtype.names}
+    implied = {} if any(layout == FULL_LAYOUT for _, layout in headers) else {
+        name: np.broadcast_to(dtype[name].type(value), total)
+        for name, value in IMPLIED_IPV4_WORDS.items()}
+    columns = {name: implied.get(name, np.empty(total, dtype=dtype[name]))
+               for name in dtype.names}
     start = 0
     with open(path, "rb", buffering=0) as handle:
         for rows, layout in headers:
@@ -156,7 +161,7 @@ def _read_blocks(path: str, dtype: np.dtype) -> dict[str, np.ndarray]:
                 place = columns[name][start:start + rows]
                 if _written(name, layout):
                     _read_exactly(handle, place, path)
-                else:
+                elif name not in implied:
                     place[:] = IMPLIED_IPV4_WORDS[name]
             start += rows
     return columns
