@@ -91,6 +91,9 @@ connection): the other workers go on with ordinary parts instead of waiting for 
 LARGE_PART_FILE_BYTES = 2 * PART_BYTES
 """A part file larger than this holds a connection larger than a part is meant to be: the worker
 hands back what it freed once the part is done."""
+PIECES_PER_PART = 4
+"""Pieces suggested for a capture whose huge connection's part was too large: each then needs
+about a quarter of its memory (docs/user-guide.md, "A capture of a few huge connections")."""
 RESULT_SUFFIX = ".result"
 """A part's result file is its packets file's name and this."""
 PARTS_STAGE = "parts analysed"
@@ -215,8 +218,11 @@ class PartWorkersKilled(BrokenExecutor):
         return text + "; fewer jobs (-j) need less memory"
 
     def _whole(self, which: str) -> str:
-        gigabytes = max(self.running_packets) * BYTES_PER_PART_PACKET / 1e9
+        largest = max(self.running_packets)
+        gigabytes = largest * BYTES_PER_PART_PACKET / 1e9
+        piece = max(largest // PIECES_PER_PART // 100_000, 1) * 100_000
         return (f"a connection is analysed whole, in about {gigabytes:.1f} GB for {which} part; "
+                f"cut the capture into pieces (editcap -c {piece}) and analyse them one at a time (-j 1), "
                 "leave its largest connections out with --filter, or use a machine with more "
                 "memory")
 

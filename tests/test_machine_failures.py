@@ -153,18 +153,21 @@ def test_a_killed_part_worker_is_one_line_naming_the_capture_and_its_parts(repli
     assert list(temporary.iterdir()) == []
 
 
-@pytest.mark.parametrize(("connections", "packets", "part_packets", "gigabytes"), [
-    (2, 4_600_000, 2_300_000, "0.6"),
-    (1, 1_600_000, 1_600_000, "0.4"),
+@pytest.mark.parametrize(("connections", "packets", "part_packets", "gigabytes", "piece"), [
+    (2, 4_600_000, 2_300_000, "0.6", 500_000),
+    (1, 1_600_000, 1_600_000, "0.4", 400_000),
 ])
 def test_a_killed_worker_of_a_huge_connection_says_what_it_needed(
-        tmp_path, connections: int, packets: int, part_packets: int, gigabytes: str) -> None:
+        tmp_path, connections: int, packets: int, part_packets: int, gigabytes: str,
+        piece: int) -> None:
     """Huge connections (`make_large_capture.py --connections N`: the lab's exchange repeated
     end to end), each its own part. Two of 2,300,000 packets (counted with `tcpdump -n -r FILE
     tcp` by 4-tuple: 1,341,665 + 958,335 each) make parts of 140 MB, each more than the parts
     allowed in flight, so each runs alone; one of 1,600,000 (666,669 + 933,331) is the only
     part, and runs in a worker all the same, so that its death can be told. Fewer jobs would
-    not help: the line says so, with the part's packets and about 240 bytes each."""
+    not help: the line says so, with the part's packets and about 240 bytes each, and suggests
+    pieces of a quarter of them, rounded down to 100,000s (2,300,000 / 4 = 575,000 -> 500,000;
+    1,600,000 / 4 = 400,000)."""
     capture = tmp_path / "huge.pcap"
     _replica(capture, "--connections", str(connections), packets=packets)
     temporary = tmp_path / "tmp"
@@ -174,8 +177,9 @@ def test_a_killed_worker_of_a_huge_connection_says_what_it_needed(
     _assert_one_line_and_clean(
         process, f"{capture}: a worker process was killed (out of memory, or by a signal) while "
         f"analysing a part of {part_packets:,} packets alone: a connection is analysed whole, in "
-        f"about {gigabytes} GB for this part; leave its largest connections out with --filter, "
-        "or use a machine with more memory", temporary)
+        f"about {gigabytes} GB for this part; cut the capture into pieces (editcap -c {piece}) "
+        "and analyse them one at a time (-j 1), leave its largest connections out with --filter, or use a "
+        "machine with more memory", temporary)
 
 
 def test_a_killed_writing_worker_is_one_line_saying_the_output_is_incomplete(many_connections,
