@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import subprocess
 from pathlib import Path
 
 import pandas as pd
@@ -178,3 +179,39 @@ def test_a_killed_worker_beside_a_huge_part_names_the_huge_connection() -> None:
         "connections out with --filter, or use a machine with more memory")
     ordinary = PartWorkersKilled([310_000, 290_000], huge=False).advice()
     assert ordinary.endswith("2 parts of up to 310,000 packets; fewer jobs (-j) need less memory")
+
+
+def test_pieces_of_a_capture_find_its_stalls_where_they_keep_the_handshake(tmp_path) -> None:
+    """What docs/user-guide.md says of a capture cut in time (`editcap`) when its huge
+    connection does not fit in memory. seed003 (246 packets, its handshake at frames 5-7, 39
+    stalls) cut after frame 120: the first piece finds exactly the whole capture's stalls whose
+    three frames lie in it. The second piece starts mid-connection: its round trip is taken
+    from ACK lags, and here every ACK is delayed or answered late (10 ms, not 13 us), so none of
+    its stalls passes the hold test, and its report warns of that. Given the handshake's frames
+    too (`editcap -r FILE OUT 1-8 121-240`), it finds every stall of frames 121-240, the same
+    frames less the 112 packets left out."""
+    from tests.conftest import require_tool
+
+    editcap = require_tool("editcap")
+    whole_path = str(SAMPLE_TRACES / "seed003-nagle.pcap")
+    first, second, kept = (str(tmp_path / name) for name in ("first.pcap", "second.pcap",
+                                                             "kept.pcap"))
+    for arguments in (["-r", whole_path, first, "1-120"], ["-r", whole_path, second, "121-240"],
+                      ["-r", whole_path, kept, "1-8", "121-240"]):
+        subprocess.run([editcap, "-F", "pcap", *arguments], check=True, capture_output=True)
+
+    def stall_frames(path: str, offset: int = 0) -> list[tuple[int, int, int]]:
+        found = [f for f in analyze_capture(path).findings if f.kind == "nagle-delack-stall"]
+        return [(a + offset, b + offset, c + offset) for f in found for a, b, c in zip(
+            *(column.tolist() for column in f.events.columns()[:3]))]
+
+    whole = stall_frames(whole_path)
+    assert len(whole) == 39
+    assert stall_frames(first) == [frames for frames in whole if max(frames) <= 120]
+    assert len(stall_frames(first)) == 15
+    assert stall_frames(second) == []
+    warnings = build_document([analyze_capture(second)])["captures"][0]["warnings"]
+    assert any("round trip taken from ACK lags" in warning for warning in warnings)
+    assert stall_frames(kept, offset=112) == [frames for frames in whole if min(frames) >= 121
+                                              and max(frames) <= 240]
+    assert len(stall_frames(kept)) == 23

@@ -54,8 +54,10 @@ def _connection_warnings(connections: Any) -> list[str]:
     if len(connections) == 0:
         return []
     checks = (
-        (~connections["handshake"], "without a handshake in the capture: MSS estimated, client "
-                                    "and server roles may be guessed"),
+        (~connections["handshake"], "without a handshake in the capture: MSS estimated, round "
+                                    "trip taken from ACK lags (too long where every ACK is "
+                                    "delayed or answered late, which hides stalls), client and "
+                                    "server roles may be guessed"),
         ((connections["packets_client_to_server"] == 0)
          | (connections["packets_server_to_client"] == 0),
          "with one direction only (the capture missed the other)"),
