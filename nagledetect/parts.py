@@ -168,10 +168,9 @@ def _parts_in_parallel(files: list[tuple[str, str, np.dtype]], buckets: int, wor
     leaves this process to say so and clean up), largest first, with at most `workers` parts and
     PART_FILE_BYTES_IN_FLIGHT of part files in flight, so that the parts of a capture of a few
     huge connections do not all run at once (a part larger than that runs with ordinary parts
-    only, up to COMPANION_PART_FILE_BYTES of them). Results are
-    yielded as they come, with their part's index. The cyclic collector is paused here while
-    results are unpickled; the workers, forked meanwhile, start with it on and pause it for
-    each part."""
+    only, up to COMPANION_PART_FILE_BYTES of them). Results are yielded as they come, with their
+    part's index. The cyclic collector is paused here while results are unpickled; the workers,
+    forked meanwhile, start with it on and pause it for each part."""
     sizes = [os.path.getsize(packets_file) for packets_file, _, _ in files]
     waiting = sorted(range(len(files)), key=lambda index: -sizes[index])
     running: dict[Future, int] = {}
@@ -222,9 +221,9 @@ class PartWorkersKilled(BrokenExecutor):
         gigabytes = largest * BYTES_PER_PART_PACKET / 1e9
         piece = max(largest // PIECES_PER_PART // 100_000, 1) * 100_000
         return (f"a connection is analysed whole, in about {gigabytes:.1f} GB for {which} part; "
-                f"cut the capture into pieces (editcap -c {piece}) and analyse them one at a time (-j 1), "
-                "leave its largest connections out with --filter, or use a machine with more "
-                "memory")
+                f"cut the capture into pieces (editcap -c {piece}) and analyse them one at a "
+                "time (-j 1), leave its largest connections out with --filter, or use a machine "
+                "with more memory")
 
 
 def _fitting(waiting: list[int], sizes: list[int], running: Iterable[int],

@@ -84,9 +84,12 @@ class SpillFile:
     def adopt(self, other: SpillFile) -> None:
         """Copy `other`'s bytes to the end of this file and let `other` read them from here,
         closing its own file: a run over many captures keeps one open file, not one per
-        capture. `other` takes no more appends."""
+        capture. `other` takes no more appends, and this spill can no longer be adopted itself
+        (`other` reads this spill's descriptor)."""
         if other._handle == self._handle:
             return
+        if self._moved:
+            raise ValueError("this spill's bytes were adopted by another spill file")
         base = self.size
         for start in range(0, other.size, COPY_BYTES):
             self.append([other.read(start, min(COPY_BYTES, other.size - start))])

@@ -178,8 +178,8 @@ def test_a_killed_worker_of_a_huge_connection_says_what_it_needed(
         process, f"{capture}: a worker process was killed (out of memory, or by a signal) while "
         f"analysing a part of {part_packets:,} packets alone: a connection is analysed whole, in "
         f"about {gigabytes} GB for this part; cut the capture into pieces (editcap -c {piece}) "
-        "and analyse them one at a time (-j 1), leave its largest connections out with --filter, or use a "
-        "machine with more memory", temporary)
+        "and analyse them one at a time (-j 1), leave its largest connections out with "
+        "--filter, or use a machine with more memory", temporary)
 
 
 def test_a_killed_writing_worker_is_one_line_saying_the_output_is_incomplete(many_connections,

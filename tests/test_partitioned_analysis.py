@@ -175,8 +175,8 @@ def test_a_killed_worker_beside_a_huge_part_names_the_huge_connection() -> None:
     assert beside.endswith(
         "analysing 2 parts of up to 5,000,000 packets; -j 1 analyses the largest without the "
         "others, but a connection is analysed whole, in about 1.2 GB for that part; cut the "
-        "capture into pieces (editcap -c 1200000) and analyse them one at a time (-j 1), leave its largest "
-        "connections out with --filter, or use a machine with more memory")
+        "capture into pieces (editcap -c 1200000) and analyse them one at a time (-j 1), leave "
+        "its largest connections out with --filter, or use a machine with more memory")
     ordinary = PartWorkersKilled([310_000, 290_000], huge=False).advice()
     assert ordinary.endswith("2 parts of up to 310,000 packets; fewer jobs (-j) need less memory")
 

@@ -169,3 +169,14 @@ def test_captures_in_parts_one_after_another_share_one_spill_file() -> None:
     assert all(spills_read_by(analysis) == [shared] for analysis in kept)
     alone = [analyze_capture(path, part_bytes=os.path.getsize(path) // 4 + 1) for path in paths]
     assert [list(a.findings) for a in kept] == [list(a.findings) for a in alone]
+
+
+def test_a_spill_whose_bytes_were_adopted_cannot_adopt_another() -> None:
+    """An adopted spill reads its adopter's descriptor and has closed its own: adopting into it
+    would hand a third spill a descriptor about to be reused, so it is refused."""
+    first, second, third = SpillFile(), SpillFile(), SpillFile()
+    second.append([b"second"])
+    first.adopt(second)
+    with pytest.raises(ValueError, match="adopted"):
+        second.adopt(third)
+    assert second.read(0, 6) == b"second"
