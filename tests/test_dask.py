@@ -84,13 +84,19 @@ def test_a_dask_worker_killed_while_analysing_is_one_line_naming_the_capture(tmp
         run = subprocess.Popen([sys.executable, "-m", "nagledetect", "analyze", "--format",
                                 "json", "--dask", cluster.scheduler_address, str(capture)],
                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        descriptors = Path(f"/proc/{worker_pid}/fd")
-        while run.poll() is None and not any(
-                os.path.realpath(fd) == str(capture) for fd in descriptors.iterdir()):
-            time.sleep(0.002)
-        assert run.poll() is None, "the run ended before its worker could be killed"
-        os.kill(worker_pid, signal.SIGKILL)
-        stderr = run.communicate(timeout=120)[1]
+        try:
+            descriptors = Path(f"/proc/{worker_pid}/fd")
+            while run.poll() is None and not any(
+                    os.path.realpath(fd) == str(capture) for fd in descriptors.iterdir()):
+                time.sleep(0.002)
+            assert run.poll() is None, ("the run ended before its worker could be killed",
+                                        run.stderr.read())
+            os.kill(worker_pid, signal.SIGKILL)
+            stderr = run.communicate(timeout=120)[1]
+        finally:
+            if run.poll() is None:
+                run.kill()
+            run.communicate()
     assert run.returncode == 2, stderr
     assert "Traceback" not in stderr
     assert stderr.strip().splitlines() == [
