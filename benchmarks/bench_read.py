@@ -92,23 +92,26 @@ def _count_packets(path: Path) -> int:
                               check=True).stdout)
 
 
-def run(path: Path, repeats: int, only: list[str] | None = None) -> dict:
+def run(path: Path, repeats: int, only: list[str] | None = None,
+        memory: str | None = None) -> dict:
     with tempfile.TemporaryDirectory(prefix="bench-report-") as scratch:
-        return _run(path, repeats, only, Path(scratch) / "report.html")
+        return _run(path, repeats, only, Path(scratch) / "report.html", memory)
 
 
-def _run(path: Path, repeats: int, only: list[str] | None, html_path: Path) -> dict:
+def _run(path: Path, repeats: int, only: list[str] | None, html_path: Path,
+         memory: str | None) -> dict:
     path = path.resolve()
     packets = _count_packets(path)
+    memory_option = ["--memory", memory] if memory else []
     commands = {
         "tcpdump -r FILE -w /dev/null": ["tcpdump", "-r", str(path), "-w", "/dev/null"],
         "tcptrace -n -l FILE": ["tcptrace", "-n", "-l", str(path)],
         "nagledetect read+decode": _python_stage("decode", path),
         "nagledetect read+decode+connections": _python_stage("flows", path),
         "nagledetect analyze --format json": [sys.executable, "-m", "nagledetect", "analyze",
-                                              "--format", "json", str(path)],
+                                              "--format", "json", *memory_option, str(path)],
         "nagledetect report -o FILE.html": [sys.executable, "-m", "nagledetect", "report",
-                                            str(path), "-o", str(html_path)],
+                                            *memory_option, str(path), "-o", str(html_path)],
     }
     results = {}
     for name, command in commands.items():
@@ -137,6 +140,8 @@ def main() -> None:
                         help="run only the commands whose name contains WORD (repeatable), e.g. "
                              "--only tcpdump --only tcptrace --only analyze on 100 M packets, "
                              "where the in-memory stages would need tens of GB")
+    parser.add_argument("--memory", metavar="SIZE",
+                        help="pass --memory SIZE to nagledetect analyze and report")
     arguments = parser.parse_args()
     sys.path.insert(0, str(HERE))
     from make_large_capture import build
@@ -146,7 +151,7 @@ def main() -> None:
         if path is None:
             path = Path(folder) / "large.pcap"
             build(arguments.source, path, arguments.packets, 128)
-        report = run(path, arguments.repeats, arguments.only)
+        report = run(path, arguments.repeats, arguments.only, arguments.memory)
     if arguments.json:
         print(json.dumps(report, indent=2))
         return

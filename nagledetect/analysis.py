@@ -18,7 +18,13 @@ import pandas as pd
 
 from nagledetect.api import load_capture
 from nagledetect.part_tables import PartTables, TablesInMemory, tables_on_disk
-from nagledetect.parts import MAX_PARTS, PART_BYTES, StageCallback, analyze_in_parts
+from nagledetect.parts import (
+    MAX_PARTS,
+    PART_BYTES,
+    PARTS_MEMORY_BYTES,
+    StageCallback,
+    analyze_in_parts,
+)
 from nagledetect.pipeline import Analysis, Wanted, no_samples, run_detectors, without_packets
 from nagledetect.read.capture import ProgressCallback
 from nagledetect.stored import SpillFile, StoredFindings, StoredHosts, stored_findings, without_samples
@@ -31,19 +37,22 @@ def analyze_capture(path: str, bpf_filter: str | None = None,
                     progress: ProgressCallback | None = None, keep_tables: bool = False,
                     part_bytes: int = PART_BYTES, workers: int = 1,
                     stages: StageCallback | None = None, charts: bool = True,
-                    spill: SpillFile | None = None) -> Analysis:
+                    spill: SpillFile | None = None,
+                    parts_memory_bytes: int = PARTS_MEMORY_BYTES) -> Analysis:
     """Read and analyse one capture, in parts when it is larger than `part_bytes`; `workers`
     processes take the parts in parallel. `keep_tables` keeps the packet and message tables (for
     --tables): held whole for a capture of one part, spilled part by part for a larger one.
     `progress` hears how the read gets on, `stages` how the parts and the host step of a capture
     in parts do. `charts`: also gather what the HTML report draws (a few per cent of the time
     of a large capture). `spill`: where a capture in parts spills (by default a file of its
-    own; a run over many captures shares one, or hands one over to another process)."""
+    own; a run over many captures shares one, or hands one over to another process).
+    `parts_memory_bytes`: about what the parts analysed at once may take (`--memory`)."""
     parts = min(MAX_PARTS, max(1, math.ceil(_size(path) / part_bytes)))
     if parts == 1:
         return run_detectors(load_capture(path, bpf_filter, progress), charts)
     return analyze_in_parts(path, bpf_filter, progress, parts, workers,
-                            Wanted(tables=keep_tables, charts=charts), stages, spill)
+                            Wanted(tables=keep_tables, charts=charts), stages, spill,
+                            parts_memory_bytes)
 
 
 def _size(path: str) -> int:

@@ -10,6 +10,7 @@ import contextlib
 import errno
 import json
 import os
+import re
 import shutil
 import signal
 import sys
@@ -32,6 +33,7 @@ from nagledetect.analysis import (
 from nagledetect.errors import InputError
 from nagledetect.gate import budgets_from, evaluate, load_config
 from nagledetect.lab.cli import lab
+from nagledetect.parts import PARTS_MEMORY_BYTES
 from nagledetect.progress import ProgressLine
 from nagledetect.report.ci import github_annotations, junit_xml, summary_lines
 from nagledetect.report.document import SCHEMA, build_document, write_json
@@ -45,6 +47,29 @@ JOBS_OPTION = click.option("-j", "--jobs", type=click.IntRange(1),
                                 "capture (default: all cores).")
 DASK_OPTION = click.option("--dask", "dask_address", metavar="SCHEDULER_ADDRESS",
                            help="Run the per-file analysis on this Dask cluster (tcp://host:8786).")
+BYTE_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+
+
+class ByteSize(click.ParamType):
+    """A size in bytes written as sort(1) and Docker take it: 800M, 1.5G, 4096."""
+
+    name = "size"
+
+    def convert(self, value: object, param: click.Parameter | None,
+                ctx: click.Context | None) -> int:
+        if isinstance(value, int):
+            return value
+        found = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(?:i?b)?\s*", str(value), re.I)
+        if not found or float(found[1]) * BYTE_UNITS[found[2].upper()] < 1:
+            self.fail(f"{value!r} is not a size (e.g. 800M, 4G)", param, ctx)
+        return int(float(found[1]) * BYTE_UNITS[found[2].upper()])
+
+
+MEMORY_OPTION = click.option(
+    "--memory", "parts_memory", type=ByteSize(), default=PARTS_MEMORY_BYTES, metavar="SIZE",
+    help=f"About what the parts of a large capture analysed at once may take (default "
+         f"{PARTS_MEMORY_BYTES >> 20}M). More lets the parts of a few huge connections run at "
+         "once, each in about 240 bytes a packet of its connections.")
 DASK_CONNECT_TIMEOUT_S = 30
 EXIT_BUDGET_EXCEEDED = 1
 REPORT_MODE = 0o644
@@ -138,10 +163,12 @@ def _child_processes() -> list[int]:
 @click.option("--html", "html_path", type=click.Path(dir_okay=False, path_type=Path),
               help="Also write the self-contained HTML report to this file.")
 @JOBS_OPTION
+@MEMORY_OPTION
 @DASK_OPTION
 def analyze(captures: tuple[str, ...], bpf_filter: str | None, output_format: str,
             verbose: bool, tables_dir: Path | None, tables_format: str,
-            html_path: Path | None, jobs: int | None, dask_address: str | None) -> None:
+            html_path: Path | None, jobs: int | None, parts_memory: int,
+            dask_address: str | None) -> None:
     """Analyse pcap/pcapng CAPTURES and print the diagnosis.
 
     Frame numbers are 1-based positions in the file, as Wireshark shows them (also with
@@ -153,7 +180,7 @@ def analyze(captures: tuple[str, ...], bpf_filter: str | None, output_format: st
       nagledetect analyze --format json capture.pcapng > result.json
     """
     analyses = _analyze_all(captures, bpf_filter, jobs, dask_address,
-                            Wanted(tables=bool(tables_dir), charts=bool(html_path)))
+                            Wanted(tables=bool(tables_dir), charts=bool(html_path)), parts_memory)
     document = build_document(analyses)
     if tables_dir:
         _write_tables(analyses, tables_dir, tables_format)
@@ -180,18 +207,21 @@ def _write_document(document: dict, jobs: int | None) -> None:
 
 
 def _analyze_all(captures: tuple[str, ...], bpf_filter: str | None, jobs: int | None = None,
-                 dask_address: str | None = None, wanted: Wanted | None = None
-                 ) -> list[Analysis]:
+                 dask_address: str | None = None, wanted: Wanted | None = None,
+                 parts_memory: int = PARTS_MEMORY_BYTES) -> list[Analysis]:
     """Analyse every capture, in parallel processes when there are several (one per core by
     default) or on a Dask cluster; results come back in the order given, each identical to a
-    single-file run. `wanted`: what the command's reporters need besides the document."""
+    single-file run. `wanted`: what the command's reporters need besides the document;
+    `parts_memory`: what the parts of a lone capture analysed at once may take (several
+    captures run one process each, their parts one after another)."""
     wanted = wanted or Wanted()
     workers = min(jobs or os.cpu_count() or 1, len(captures))
     try:
         if dask_address:
             analyses = _analyze_on_dask(captures, bpf_filter, dask_address, wanted)
         elif len(captures) == 1:
-            analyses = [_analyze_one(captures[0], bpf_filter, wanted, jobs or os.cpu_count() or 1)]
+            analyses = [_analyze_one(captures[0], bpf_filter, wanted, jobs or os.cpu_count() or 1,
+                                     parts_memory=parts_memory)]
         elif workers <= 1:
             analyses = _analyze_one_by_one(captures, bpf_filter, wanted)
         else:
@@ -212,9 +242,10 @@ def _analyze_all(captures: tuple[str, ...], bpf_filter: str | None, jobs: int | 
               default=Path("nagledetect-report.html"), show_default=True, help="The HTML file.")
 @click.option("--filter", "bpf_filter", metavar="EXPR", help="BPF expression, as in tcpdump.")
 @JOBS_OPTION
+@MEMORY_OPTION
 @DASK_OPTION
 def report(captures: tuple[str, ...], html_path: Path, bpf_filter: str | None,
-           jobs: int | None, dask_address: str | None) -> None:
+           jobs: int | None, parts_memory: int, dask_address: str | None) -> None:
     """Write a self-contained HTML report (works offline) for ops teams.
 
     \b
@@ -222,7 +253,8 @@ def report(captures: tuple[str, ...], html_path: Path, bpf_filter: str | None,
       nagledetect report capture.pcap -o report.html
       nagledetect report traces/*.pcap -o nagle.html
     """
-    analyses = _analyze_all(captures, bpf_filter, jobs, dask_address, Wanted(charts=True))
+    analyses = _analyze_all(captures, bpf_filter, jobs, dask_address, Wanted(charts=True),
+                            parts_memory)
     _write_html(build_document(analyses), analyses, html_path)
 
 
@@ -294,11 +326,12 @@ def _write_tables(analyses: list[Analysis], folder: Path, table_format: str) -> 
 @click.option("--junit", type=click.Path(dir_okay=False, path_type=Path), help="Write JUnit XML here.")
 @click.option("--github", is_flag=True, help="Print GitHub Actions annotations for failures.")
 @JOBS_OPTION
+@MEMORY_OPTION
 @DASK_OPTION
 def check(captures: tuple[str, ...], bpf_filter: str | None, max_stalls: int | None,
           max_stall_time: float | None, max_stall_share: float | None, fail_on: str | None,
           baseline: Path | None, tolerance: float | None, junit: Path | None, github: bool,
-          jobs: int | None, dask_address: str | None) -> None:
+          jobs: int | None, parts_memory: int, dask_address: str | None) -> None:
     """Gate CI on recorded CAPTURES: exit 1 when a budget is exceeded.
 
     Budgets also come from [tool.nagledetect] in pyproject.toml or from nagledetect.toml in the
@@ -318,7 +351,8 @@ def check(captures: tuple[str, ...], bpf_filter: str | None, max_stalls: int | N
         previous = _read_baseline(baseline) if baseline else None
     except InputError as error:
         _fail(str(error))
-    document = build_document(_analyze_all(captures, bpf_filter, jobs, dask_address))
+    document = build_document(_analyze_all(captures, bpf_filter, jobs, dask_address,
+                                           parts_memory=parts_memory))
     results = evaluate(document, budgets, previous)
     for line in summary_lines(results, [c["path"] for c in document["captures"]]):
         click.echo(line)
@@ -420,14 +454,16 @@ def _analyze_for_parent(path: str, bpf_filter: str | None, wanted: Wanted, worke
 
 def _analyze_one(path: str, bpf_filter: str | None, wanted: Wanted | None = None,
                  workers: int = 1, show_progress: bool = True,
-                 spill: SpillFile | None = None) -> Analysis:
+                 spill: SpillFile | None = None,
+                 parts_memory: int = PARTS_MEMORY_BYTES) -> Analysis:
     """Load and analyse one capture. Every way it can fail is raised as one line's InputError,
     so that a worker process or a Dask worker hands it back rather than exiting."""
     progress = ProgressLine(path, quiet=not show_progress)
     try:
         wanted = wanted or Wanted()
         return analyze_capture(path, bpf_filter, progress, wanted.tables, workers=workers,
-                               stages=progress.stage, charts=wanted.charts, spill=spill)
+                               stages=progress.stage, charts=wanted.charts, spill=spill,
+                               parts_memory_bytes=parts_memory)
     except InputError:
         raise
     except MemoryError:

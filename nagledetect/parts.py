@@ -71,10 +71,13 @@ from nagledetect.stored import (
 
 PART_BYTES = 32 * 1024 * 1024
 """Capture bytes per part: about 300,000 packets at a snaplen of 128, about 80 MB of work."""
+WORK_PER_PART_FILE_BYTE = 4
+"""A part's work takes about this many times its file's size in memory (BYTES_PER_PART_PACKET
+against the file's 61 bytes a packet of IPv4, 85 of IPv6)."""
 PART_FILE_BYTES_IN_FLIGHT = 6 * PART_BYTES
-"""Part files analysed at once: a part's work takes about 4 times its file's size in memory
-(BYTES_PER_PART_PACKET against the file's 61 bytes a packet of IPv4, 85 of IPv6), so about
-800 MB in flight."""
+"""Part files analysed at once by default."""
+PARTS_MEMORY_BYTES = PART_FILE_BYTES_IN_FLIGHT * WORK_PER_PART_FILE_BYTE
+"""What the parts analysed at once may take by default (`--memory`): about 800 MB."""
 MAX_PARTS = 400
 """Two open files per part: stay well inside the usual limit of 1,024 (parts grow instead)."""
 BYTES_PER_PART_PACKET = 240
@@ -84,7 +87,7 @@ PARTS_PER_HOST_BUCKET = 4
 """A host bucket holds about as many samples as this many parts yield, over the number of
 workers: buckets run that many at a time, so the memory in flight stays the same."""
 COMPANION_PART_FILE_BYTES = 2 * PART_BYTES
-"""Part files that may run beside a part too large for PART_FILE_BYTES_IN_FLIGHT (a huge
+"""Part files that may run beside a part too large for the part files in flight (a huge
 connection): the other workers go on with ordinary parts instead of waiting for it, for about
 250 MB more (the 10 M mix with a 3 M-packet connection appended: 16.9 -> 14.1 s, 909 ->
 1,014 MB)."""
@@ -124,12 +127,13 @@ class PartResult:
 def analyze_in_parts(path: str, bpf_filter: str | None, progress: ProgressCallback | None,
                      parts: int, workers: int, wanted: Wanted,
                      stages: StageCallback | None = None,
-                     spill: SpillFile | None = None) -> Analysis:
-    """Route the capture into `parts` part files, analyse them (`workers` processes at once),
-    then run the host step and rank the findings, keeping what else is `wanted` (the tables
-    spilled, see `part_tables`). `progress` hears how the read gets on, `stages` how the parts
-    and the host step do. Findings, samples and tables go to `spill` (by default a new unnamed
-    file)."""
+                     spill: SpillFile | None = None,
+                     parts_memory_bytes: int = PARTS_MEMORY_BYTES) -> Analysis:
+    """Route the capture into `parts` part files, analyse them (`workers` processes at once,
+    taking about `parts_memory_bytes` between them), then run the host step and rank the
+    findings, keeping what else is `wanted` (the tables spilled, see `part_tables`). `progress`
+    hears how the read gets on, `stages` how the parts and the host step do. Findings, samples
+    and tables go to `spill` (by default a new unnamed file)."""
     stages = stages or _no_stages
     accounting, batches = decoded_batches(path, bpf_filter, progress)
     partitioned = PartitionedPackets(parts)
@@ -140,7 +144,8 @@ def analyze_in_parts(path: str, bpf_filter: str | None, progress: ProgressCallba
             partitioned.add(batches)
         files = partitioned.part_files()
         if workers > 1 and files:
-            results = _parts_in_parallel(files, collected.buckets, workers, wanted)
+            results = _parts_in_parallel(files, collected.buckets, workers, wanted,
+                                         parts_memory_bytes // WORK_PER_PART_FILE_BYTE)
         else:
             results = ((index, part_result(part, collected.buckets, wanted))
                        for index, part in enumerate(files))
@@ -163,10 +168,10 @@ def _no_stages(name: str, done: int, total: int) -> None:
 
 
 def _parts_in_parallel(files: list[tuple[str, str, np.dtype]], buckets: int, workers: int,
-                       wanted: Wanted) -> Iterator[tuple[int, PartResult]]:
+                       wanted: Wanted, in_flight_bytes: int) -> Iterator[tuple[int, PartResult]]:
     """Each part in a worker process (a lone part too: killed for want of memory, a worker
     leaves this process to say so and clean up), largest first, with at most `workers` parts and
-    PART_FILE_BYTES_IN_FLIGHT of part files in flight, so that the parts of a capture of a few
+    `in_flight_bytes` of part files in flight, so that the parts of a capture of a few
     huge connections do not all run at once (a part larger than that runs with ordinary parts
     only, up to COMPANION_PART_FILE_BYTES of them). Results are yielded as they come, with their
     part's index. The cyclic collector is paused here while results are unpickled; the workers,
@@ -177,7 +182,7 @@ def _parts_in_parallel(files: list[tuple[str, str, np.dtype]], buckets: int, wor
     with collector_paused(), ProcessPoolExecutor(max_workers=min(workers, len(files)),
                                                  initializer=gc.enable) as pool:
         while waiting or running:
-            starting = _fitting(waiting, sizes, running.values(), workers)
+            starting = _fitting(waiting, sizes, running.values(), workers, in_flight_bytes)
             try:
                 for index in starting:
                     waiting.remove(index)
@@ -186,7 +191,7 @@ def _parts_in_parallel(files: list[tuple[str, str, np.dtype]], buckets: int, wor
                 results = [(running[future], _taken_result(future.result())) for future in done]
             except BrokenExecutor:
                 in_flight = sorted({*starting, *running.values()})
-                huge = any(sizes[part] > PART_FILE_BYTES_IN_FLIGHT for part in in_flight)
+                huge = any(sizes[part] > in_flight_bytes for part in in_flight)
                 raise PartWorkersKilled([part_packets(files[part]) for part in in_flight],
                                         huge) from None
             for future in done:
@@ -226,29 +231,29 @@ class PartWorkersKilled(BrokenExecutor):
                 "with more memory")
 
 
-def _fitting(waiting: list[int], sizes: list[int], running: Iterable[int],
-             workers: int) -> list[int]:
+def _fitting(waiting: list[int], sizes: list[int], running: Iterable[int], workers: int,
+             in_flight_bytes: int) -> list[int]:
     """The waiting parts (largest first) that can start now within the limits."""
     in_flight = list(running)
     chosen: list[int] = []
     for index in waiting:
         if len(in_flight) >= workers:
             break
-        if _fits([sizes[part] for part in in_flight], sizes[index]):
+        if _fits([sizes[part] for part in in_flight], sizes[index], in_flight_bytes):
             chosen.append(index)
             in_flight.append(index)
     return chosen
 
 
-def _fits(in_flight: list[int], size: int) -> bool:
+def _fits(in_flight: list[int], size: int, in_flight_bytes: int) -> bool:
     """Whether a part file of `size` bytes can start beside those of `in_flight`: when none
-    runs, when all fit in PART_FILE_BYTES_IN_FLIGHT, or as a companion of a larger part (a
-    huge connection) that does not."""
+    runs, when all fit in `in_flight_bytes`, or as a companion of a larger part (a huge
+    connection) that does not."""
     if not in_flight:
         return True
     together = sum(in_flight) + size
     largest = max(*in_flight, size)
-    return together <= max(PART_FILE_BYTES_IN_FLIGHT, largest + COMPANION_PART_FILE_BYTES)
+    return together <= max(in_flight_bytes, largest + COMPANION_PART_FILE_BYTES)
 
 
 def part_result(files: tuple[str, str, np.dtype], buckets: int, wanted: Wanted) -> PartResult:

@@ -227,3 +227,23 @@ def test_a_capture_in_parts_whose_filter_keeps_no_packet(tmp_path) -> None:
     assert document["captures"][0]["packets"] == 600_240
     assert document["captures"][0]["skipped"] == {"excluded by filter": 600_240}
     assert document["connections"] == [] and document["findings"] == []
+
+
+@pytest.mark.parametrize("size", ["abc", "0", "-1", "2X", "0.5"])
+def test_memory_that_is_not_a_size_is_a_usage_error(size: str) -> None:
+    result = run("analyze", "--memory", size, str(SAMPLE_TRACES / "seed003-nagle.pcap"))
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr
+    assert f"Invalid value for '--memory': '{size}' is not a size (e.g. 800M, 4G)" in result.stderr
+
+
+def test_memory_sizes_read_as_sort_and_docker_write_them() -> None:
+    """Binary units, any case, an optional B or iB; the default is the parts' default."""
+    from nagledetect.cli import ByteSize
+    from nagledetect.parts import PARTS_MEMORY_BYTES
+
+    size = ByteSize()
+    assert [size.convert(text, None, None) for text in ("4096", "800M", "1.5g", "4GiB", "2kb")] == [
+        4096, 800 << 20, 3 << 29, 4 << 30, 2048]
+    assert PARTS_MEMORY_BYTES == 768 << 20
+    assert "(default 768M)" in " ".join(run("analyze", "--help").stdout.split())

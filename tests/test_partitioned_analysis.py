@@ -142,7 +142,8 @@ def test_a_huge_part_runs_beside_ordinary_parts_and_never_beside_another_huge_on
     """Which parts start together, by part file size (largest first). A part larger than all
     the part files allowed in flight holds a huge connection: it starts when nothing runs or
     beside ordinary parts of up to COMPANION_PART_FILE_BYTES in all, which keep the other
-    workers busy while it runs, and a second huge part waits for it. Measured on the 10 M mix
+    workers busy while it runs, and a second huge part waits for it (unless `--memory` makes
+    room for both). Measured on the 10 M mix
     with a 3 M-packet connection appended (docs/performance.md, the twelfth round), the parts'
     wall time fell from 10.0 to 7.4 s (bench_stages.py), the whole run from 16.9 to 14.1 s."""
     from nagledetect.parts import (
@@ -152,17 +153,20 @@ def test_a_huge_part_runs_beside_ordinary_parts_and_never_beside_another_huge_on
         _fitting,
     )
 
-    huge, ordinary = PART_FILE_BYTES_IN_FLIGHT + 1, PART_BYTES
+    limit = PART_FILE_BYTES_IN_FLIGHT
+    huge, ordinary = limit + 1, PART_BYTES
     assert COMPANION_PART_FILE_BYTES == 2 * ordinary
     sizes = [huge, huge, ordinary, ordinary, ordinary]
-    assert _fitting([0, 1, 2, 3, 4], sizes, [], workers=2) == [0, 2]
-    assert _fitting([1, 3, 4], sizes, [0], workers=4) == [3, 4]
-    assert _fitting([1, 4], sizes, [0, 2, 3], workers=8) == []
-    assert _fitting([1, 4], sizes, [2, 3], workers=8) == [1]
-    assert _fitting([1], sizes, [], workers=2) == [1]
+    assert _fitting([0, 1, 2, 3, 4], sizes, [], 2, limit) == [0, 2]
+    assert _fitting([1, 3, 4], sizes, [0], 4, limit) == [3, 4]
+    assert _fitting([1, 4], sizes, [0, 2, 3], 8, limit) == []
+    assert _fitting([1, 4], sizes, [2, 3], 8, limit) == [1]
+    assert _fitting([1], sizes, [], 2, limit) == [1]
     mice = [ordinary] * 8
-    assert _fitting(list(range(8)), mice, [], workers=8) == list(range(6))
-    assert _fitting([6, 7], mice, [0, 1, 2, 3, 4], workers=8) == [6]
+    assert _fitting(list(range(8)), mice, [], 8, limit) == list(range(6))
+    assert _fitting([6, 7], mice, [0, 1, 2, 3, 4], 8, limit) == [6]
+    more = 2 * huge  # --memory raised: the two huge parts run at once
+    assert _fitting([0, 1, 2, 3, 4], sizes, [], 2, more) == [0, 1]
 
 
 def test_a_killed_worker_beside_a_huge_part_names_the_huge_connection() -> None:
