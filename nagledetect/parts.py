@@ -219,7 +219,7 @@ class PartWorkersKilled(BrokenExecutor):
         if self.huge:
             return text + "; -j 1 analyses the largest without the others, but " + self._whole(
                 "that")
-        return text + "; fewer jobs (-j) need less memory"
+        return text + "; fewer jobs (-j) or a smaller --memory need less memory"
 
     def _whole(self, which: str) -> str:
         largest = max(self.running_packets)

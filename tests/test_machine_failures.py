@@ -146,7 +146,8 @@ def test_a_killed_part_worker_is_one_line_naming_the_capture_and_its_parts(repli
     assert process.returncode == 2, stderr
     found = re.fullmatch(rf"nagledetect: error: {re.escape(str(replicas[0]))}: a worker process "
                          r"was killed \(out of memory, or by a signal\) while analysing 2 parts "
-                         r"of up to ([\d,]+) packets; fewer jobs \(-j\) need less memory\n",
+                         r"of up to ([\d,]+) packets; fewer jobs \(-j\) or a smaller --memory "
+                         r"need less memory\n",
                          stderr)
     assert found, stderr
     assert 570_960 // 2 <= int(found.group(1).replace(",", "")) <= 570_960

@@ -182,7 +182,8 @@ def test_a_killed_worker_beside_a_huge_part_names_the_huge_connection() -> None:
         "capture into pieces (editcap -c 1200000) and analyse them one at a time (-j 1), leave "
         "its largest connections out with --filter, or use a machine with more memory")
     ordinary = PartWorkersKilled([310_000, 290_000], huge=False).advice()
-    assert ordinary.endswith("2 parts of up to 310,000 packets; fewer jobs (-j) need less memory")
+    assert ordinary.endswith("2 parts of up to 310,000 packets; fewer jobs (-j) or a smaller "
+                             "--memory need less memory")
 
 
 def test_pieces_of_a_capture_find_its_stalls_where_they_keep_the_handshake(tmp_path) -> None:
