@@ -60,9 +60,10 @@ class ByteSize(click.ParamType):
         if isinstance(value, int):
             return value
         found = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(?:i?b)?\s*", str(value), re.I)
-        if not found or float(found[1]) * BYTE_UNITS[found[2].upper()] < 1:
+        size = float(found[1]) * BYTE_UNITS[found[2].upper()] if found else 0.0
+        if size < 1:
             self.fail(f"{value!r} is not a size (e.g. 800M, 4G)", param, ctx)
-        return int(float(found[1]) * BYTE_UNITS[found[2].upper()])
+        return int(size)
 
 
 MEMORY_OPTION = click.option(
