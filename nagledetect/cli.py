@@ -181,7 +181,8 @@ def analyze(captures: tuple[str, ...], bpf_filter: str | None, output_format: st
       nagledetect analyze --format json capture.pcapng > result.json
     """
     analyses = _analyze_all(captures, bpf_filter, jobs, dask_address,
-                            Wanted(tables=bool(tables_dir), charts=bool(html_path)), parts_memory)
+                            Wanted(tables=bool(tables_dir), charts=bool(html_path)),
+                            parts_memory=parts_memory)
     document = build_document(analyses)
     if tables_dir:
         _write_tables(analyses, tables_dir, tables_format)
@@ -255,7 +256,7 @@ def report(captures: tuple[str, ...], html_path: Path, bpf_filter: str | None,
       nagledetect report traces/*.pcap -o nagle.html
     """
     analyses = _analyze_all(captures, bpf_filter, jobs, dask_address, Wanted(charts=True),
-                            parts_memory)
+                            parts_memory=parts_memory)
     _write_html(build_document(analyses), analyses, html_path)
 
 

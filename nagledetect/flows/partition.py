@@ -22,7 +22,7 @@ import numpy as np
 
 from nagledetect.flows.endpoints import pair_hashes
 from nagledetect.read.capture import DecodedColumns
-from nagledetect.read.decode import IPV4_MAPPED_WORDS
+from nagledetect.read.decode import IPV4_MAPPED_WORDS, ipv4_mapped
 
 SACK_DTYPE = np.dtype([("frame", "<u4"), ("left_raw", "<u4"), ("right_raw", "<u4")])
 FULL_LAYOUT = 0
@@ -102,8 +102,9 @@ class PartitionedPackets:
 
 
 def _ipv4_only(columns: dict[str, np.ndarray]) -> bool:
-    """Whether every row's address words 0-2 are those of an IPv4-mapped address."""
-    return all((columns[name] == value).all() for name, value in IMPLIED_IPV4_WORDS.items())
+    """Whether every row's source and destination are IPv4 (mapped) addresses."""
+    return all(ipv4_mapped(*(columns[f"{side}_{index}"] for index in range(3))).all()
+               for side in ("src", "dst"))
 
 
 def _write_block(handle: BinaryIO, layout: int, columns: list[np.ndarray]) -> None:

@@ -167,8 +167,7 @@ def _finding_lines(rank: int, finding: dict[str, Any], document: dict[str, Any],
             f"connection)" if finding["time_lost_s"] > 0 else "no extra time counted")
     lines = [style.alert(f"{rank:>2}. {title}") +
              f" on connection {finding['connection']}{in_capture(document, finding)}: {cost}, "
-             f"confidence "
-             f"{finding['confidence']['level']}",
+             f"confidence {finding['confidence']['level']}",
              f"     {finding['summary']}."]
     if finding["confidence"]["reasons"]:
         lines.append(f"     Why we think so: {'; '.join(finding['confidence']['reasons'])}.")
