@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import partial
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -26,6 +26,7 @@ from nagledetect.flows.sequence import relative_ack, relative_sequence
 from nagledetect.flows.vantage import ack_lags_us, vantage_table
 from nagledetect.read.capture import DecodedColumns
 from nagledetect.read.decode import ipv4_mapped
+from nagledetect.read.threads import executor
 
 CHUNK_PACKETS = 1 << 20
 """Packets numbered and classified at a time (whole connections): bounds the temporaries."""
@@ -142,9 +143,9 @@ def build_flows(batches: Iterable[DecodedColumns], expected_packets: int = 0) ->
     group = _direction_groups(columns)
     totals = _number_and_classify(columns, group, handshake, count)
     del group
-    table = _connection_table(totals, count, endpoints, handshake, guessed)
-    table = pd.concat([table, vantage_table(_handshake_times(columns, count),
-                                            totals["ack_lag_us"])], axis=1)
+    table = _connection_table(totals, count, endpoints, handshake, guessed,
+                              vantage_table(_handshake_times(columns, count),
+                                            totals["ack_lag_us"]))
     packet_frame = pd.DataFrame({name: columns.pop(name) for name in PACKET_COLUMNS}, copy=False)
     packet_frame["role"] = pd.Categorical.from_codes(packet_frame["role"], categories=ROLES)
     return FlowTables(packet_frame, table, _sack_table(sack))
@@ -160,7 +161,7 @@ def _direction_groups(columns: dict[str, np.ndarray]) -> np.ndarray:
 
 
 def _number_and_classify(columns: dict[str, np.ndarray], group: np.ndarray,
-                         handshake: pd.DataFrame, count: int) -> dict[str, np.ndarray]:
+                         handshake: dict[str, np.ndarray], count: int) -> dict[str, np.ndarray]:
     """Relative seq/ack, roles, scaled windows and wire segments, written into `columns`; returns
     the totals of each direction group (index connection * 2 + direction): its packets, payload
     bytes, first and last times, and smallest data -> ACK lag.
@@ -182,7 +183,8 @@ def _number_and_classify(columns: dict[str, np.ndarray], group: np.ndarray,
     chunks = [order[start:stop].astype(index_type)
               for start, stop in _connection_chunks(totals["packets"])]
     del order
-    with ThreadPoolExecutor(max_workers=min(CLASSIFY_THREADS, len(chunks))) as pool:
+    threads = min(CLASSIFY_THREADS, len(chunks))
+    with executor(threads if threads > 1 else 0, "classify") as pool:
         for first_group, chunk_totals in pool.map(partial(_classify_chunk, columns), chunks):
             for name, values in chunk_totals.items():
                 totals[name][first_group:first_group + len(values)] = values
@@ -276,24 +278,23 @@ def _peer_values(view: dict[str, np.ndarray], rows: np.ndarray, group: np.ndarra
 
 
 def _scaled_window(columns: dict[str, np.ndarray], group: np.ndarray,
-                   handshake: pd.DataFrame) -> np.ndarray:
+                   handshake: dict[str, np.ndarray]) -> np.ndarray:
     """Window in bytes: raw << sender's scale when both sides agreed to scaling (not on SYNs)."""
-    scale = np.stack([handshake["window_scale_client"].to_numpy(),
-                      handshake["window_scale_server"].to_numpy()], axis=1)
-    scaling = handshake["window_scaling"].to_numpy(dtype=bool)[:, None]
+    scale = np.stack([handshake["window_scale_client"], handshake["window_scale_server"]], axis=1)
+    scaling = handshake["window_scaling"].astype(bool)[:, None]
     shift = np.where(scaling, np.clip(scale, 0, 14), 0).astype(np.uint8).ravel()[group]
     shift[np.flatnonzero(columns["flags"] & FLAG_SYN)] = 0
     window_bytes = columns["window_raw"].astype(np.int64)
     return np.left_shift(window_bytes, shift, out=window_bytes)
 
 
-def _wire_segments(columns: dict[str, np.ndarray], handshake: pd.DataFrame
+def _wire_segments(columns: dict[str, np.ndarray], handshake: dict[str, np.ndarray]
                    ) -> tuple[np.ndarray, np.ndarray]:
     """Wire segments each packet stands for (its payload over the connection's effective MSS,
     rounded up; 1 where the MSS is unknown) and whether it is a super-segment (longer than
     the MSS). Only super-segments need the division; a block of packets at a time, so the
     temporaries stay small."""
-    effective_mss = handshake["effective_mss"].to_numpy()
+    effective_mss = handshake["effective_mss"]
     unknown = effective_mss <= 0
     mss_floor = np.maximum(effective_mss, 1).astype(np.int32)
     packets = len(columns["connection"])
@@ -313,7 +314,7 @@ def _wire_segments(columns: dict[str, np.ndarray], handshake: pd.DataFrame
     return wire_segments, super_segment
 
 
-def _handshake_times(columns: dict[str, np.ndarray], count: int) -> pd.DataFrame:
+def _handshake_times(columns: dict[str, np.ndarray], count: int) -> dict[str, np.ndarray]:
     """Time of the first SYN, the first SYN/ACK and the client's first ACK after it (looked
     for a block of packets at a time, in file order: the candidates are half the packets)."""
     flags = columns["flags"]
@@ -336,16 +337,16 @@ def _handshake_times(columns: dict[str, np.ndarray], count: int) -> pd.DataFrame
         conn, first = np.unique(connection[rows], return_index=True)
         unseen = times["ack"][conn] < 0
         times["ack"][conn[unseen]] = time_us[rows[first[unseen]]]
-    return pd.DataFrame(times)
+    return times
 
 
 def _connection_endpoints(columns: dict[str, np.ndarray], pair_rows: np.ndarray,
-                          first_rows: np.ndarray) -> pd.DataFrame:
+                          first_rows: np.ndarray) -> dict[str, Any]:
     """Client and server address and port of each connection, from its first packet
     (`first_rows`); the endpoint-pair columns are let go here, their last use."""
     endpoints = pair_rows[columns.pop("pair")[first_rows]]
     client_is_low = columns.pop("src_is_low")[first_rows] == (columns["direction"][first_rows] == 0)
-    table = pd.DataFrame(index=pd.RangeIndex(len(first_rows)))
+    table: dict[str, Any] = {}
     words = {side: np.where(is_low[:, None], endpoints[:, :5], endpoints[:, 5:])
              for side, is_low in (("client", client_is_low), ("server", ~client_is_low))}
     for side, side_words in words.items():
@@ -356,11 +357,14 @@ def _connection_endpoints(columns: dict[str, np.ndarray], pair_rows: np.ndarray,
     return table
 
 
-def _connection_table(totals: dict[str, np.ndarray], count: int, endpoints: pd.DataFrame,
-                      handshake: pd.DataFrame, guessed: np.ndarray) -> pd.DataFrame:
+def _connection_table(totals: dict[str, np.ndarray], count: int, endpoints: dict[str, Any],
+                      handshake: dict[str, np.ndarray], guessed: np.ndarray,
+                      vantage: dict[str, np.ndarray]) -> pd.DataFrame:
     """One row per connection: endpoints, counts each way, handshake options, RTT, vantage
-    (`totals` per direction group, as `_number_and_classify` returns them)."""
-    table = pd.concat([pd.DataFrame({"id": np.arange(count)}), endpoints], axis=1)
+    (`totals` per direction group, as `_number_and_classify` returns them). The columns are
+    made first and framed once: inserting them one by one cost a capture of a few packets
+    more than building its connections."""
+    table = {"id": np.arange(count), **endpoints}
     table["start_us"] = totals["first_us"].reshape(count, 2).min(axis=1)
     table["end_us"] = totals["last_us"].reshape(count, 2).max(axis=1)
     table["duration_s"] = (table["end_us"] - table["start_us"]) / 1e6
@@ -368,7 +372,7 @@ def _connection_table(totals: dict[str, np.ndarray], count: int, endpoints: pd.D
         table[f"packets_{name}"] = totals["packets"][direction::2]
         table[f"bytes_{name}"] = totals["payload_bytes"][direction::2]
     table["client_guessed"] = guessed
-    return pd.concat([table, handshake], axis=1)
+    return pd.DataFrame({**table, **handshake, **vantage}, copy=False)
 
 
 def _formatted_addresses(words: np.ndarray) -> list[str]:

@@ -29,35 +29,47 @@ def _first_per_connection(mask: np.ndarray, connection: np.ndarray, count: int) 
     return first
 
 
-def handshake_table(packets: dict[str, np.ndarray], count: int) -> pd.DataFrame:
-    """One row per connection with the handshake's options and the effective MSS."""
+def handshake_table(packets: dict[str, np.ndarray], count: int) -> dict[str, np.ndarray]:
+    """Columns of one row per connection: the handshake's options and the effective MSS."""
     flags = packets["flags"]
     connection = packets["connection"]
     syn = _first_per_connection((flags & (FLAG_SYN | FLAG_ACK)) == FLAG_SYN, connection, count)
     syn_ack = _first_per_connection((flags & (FLAG_SYN | FLAG_ACK)) == (FLAG_SYN | FLAG_ACK),
                                     connection, count)
-    table = pd.DataFrame({"syn_frame": _take(packets["frame"], syn, 0),
-                          "syn_ack_frame": _take(packets["frame"], syn_ack, 0)})
+    table = {"syn_frame": _take(packets["frame"], syn, 0),
+             "syn_ack_frame": _take(packets["frame"], syn_ack, 0)}
     for side, rows in (("client", syn), ("server", syn_ack)):
         table[f"mss_{side}"] = _take(packets["opt_mss"], rows, 0).astype(np.int64)
         table[f"window_scale_{side}"] = _take(packets["opt_window_scale"], rows, -1)
         table[f"sack_permitted_{side}"] = _take(packets["opt_sack_permitted"], rows, False)
         table[f"timestamps_{side}"] = _take(packets["opt_has_timestamp"], rows, False)
-    table["handshake"] = (syn >= 0) & (syn_ack >= 0)
-    table["timestamps"] = table["timestamps_client"] & table["timestamps_server"] | (
-        ~table["handshake"] & _uses_timestamps(packets, count))
-    table["window_scaling"] = (table["window_scale_client"] >= 0) & (table["window_scale_server"] >= 0)
-    announced = table[["mss_client", "mss_server"]].where(table[["mss_client", "mss_server"]] > 0)
-    smallest = announced.min(axis=1)
+    handshake = (syn >= 0) & (syn_ack >= 0)
+    table["handshake"] = handshake
+    timestamps = table["timestamps_client"] & table["timestamps_server"] | (
+        ~handshake & _uses_timestamps(packets, count))
+    table["timestamps"] = timestamps
+    table["window_scaling"] = (table["window_scale_client"] >= 0) & (
+        table["window_scale_server"] >= 0)
+    smallest = _smallest_announced_mss(table["mss_client"], table["mss_server"])
     seen_syn = (syn >= 0) | (syn_ack >= 0)
-    smallest = smallest.where(smallest.notna() | ~seen_syn, DEFAULT_MSS_BYTES)
-    table["mss_estimated"] = smallest.isna().to_numpy()
-    estimate = _estimated_mss(packets, table["mss_estimated"].to_numpy(),
-                              table["timestamps"].to_numpy())
-    effective = np.where(table["mss_estimated"], estimate,
-                         smallest.fillna(0).to_numpy() - TIMESTAMP_OPTION_BYTES * table["timestamps"])
+    smallest[np.isnan(smallest) & seen_syn] = DEFAULT_MSS_BYTES
+    estimated = np.isnan(smallest)
+    table["mss_estimated"] = estimated
+    estimate = _estimated_mss(packets, estimated, timestamps)
+    effective = np.where(estimated, estimate,
+                         np.nan_to_num(smallest) - TIMESTAMP_OPTION_BYTES * timestamps)
     table["effective_mss"] = effective.astype(np.int64)
     return table
+
+
+def _smallest_announced_mss(client: np.ndarray, server: np.ndarray) -> np.ndarray:
+    """The smaller MSS of the two announced (an MSS of 0 was not announced), NaN where
+    neither side announced one."""
+    announced = np.where(np.stack([client, server]) > 0, np.stack([client, server]), np.nan)
+    smallest = np.full(len(client), np.nan)
+    either = ~np.isnan(announced).all(axis=0)
+    smallest[either] = np.nanmin(announced[:, either], axis=0)
+    return smallest
 
 
 def _take(values: np.ndarray, rows: np.ndarray, missing) -> np.ndarray:

@@ -11,7 +11,6 @@ the tap: "client" or "server"; otherwise "middle".
 from __future__ import annotations
 
 import numpy as np
-import pandas as pd
 
 from nagledetect.flows.grouped import group_starts
 
@@ -58,11 +57,13 @@ def _smaller_known(first_us: np.ndarray, second_us: np.ndarray) -> np.ndarray:
     return np.where(both, np.minimum(first_us, second_us), np.maximum(first_us, second_us))
 
 
-def vantage_table(handshake_times_us: pd.DataFrame, lags_us: np.ndarray) -> pd.DataFrame:
-    """Per connection: RTT to the client side and to the server side of the tap, and vantage."""
+def vantage_table(handshake_times_us: dict[str, np.ndarray], lags_us: np.ndarray
+                  ) -> dict[str, np.ndarray]:
+    """Columns per connection: RTT to the client side and to the server side of the tap, and
+    vantage."""
     client_data_lag = lags_us[0::2]
     server_data_lag = lags_us[1::2]
-    syn, syn_ack, ack = (handshake_times_us[c].to_numpy() for c in ("syn", "syn_ack", "ack"))
+    syn, syn_ack, ack = (handshake_times_us[c] for c in ("syn", "syn_ack", "ack"))
     has_handshake = (syn >= 0) & (syn_ack >= syn) & (ack >= syn_ack)
     server_side = _smaller_known(np.where(has_handshake, syn_ack - syn, -1), client_data_lag)
     client_side = _smaller_known(np.where(has_handshake, ack - syn_ack, -1), server_data_lag)
@@ -73,10 +74,10 @@ def vantage_table(handshake_times_us: pd.DataFrame, lags_us: np.ndarray) -> pd.D
     vantage[middle] = "middle"
     vantage[middle & (client_side < NEAR_SIDE_SHARE * total)] = "client"
     vantage[middle & (server_side < NEAR_SIDE_SHARE * total)] = "server"
-    return pd.DataFrame({
+    return {
         "rtt_client_side_ms": np.where(client_side >= 0, client_side / 1000, np.nan),
         "rtt_server_side_ms": np.where(server_side >= 0, server_side / 1000, np.nan),
         "rtt_ms": np.where(known, total / 1000, np.nan),
         "rtt_source": np.where(has_handshake, "handshake", np.where(known, "ack-lag", "none")),
         "vantage": vantage,
-    })
+    }

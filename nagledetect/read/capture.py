@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -12,6 +12,7 @@ import numpy as np
 from nagledetect.read import skips
 from nagledetect.read.decode import decode_batch
 from nagledetect.read.libpcap import CaptureReader, RawBatch
+from nagledetect.read.threads import executor
 
 RECORD_HEADER_BYTES = 16
 SMALLEST_TCP_RECORD_BYTES = RECORD_HEADER_BYTES + 40
@@ -78,9 +79,10 @@ def decoded_batches(path: str, bpf_filter: str | None = None,
 def _batches(reader: CaptureReader, accounting: Accounting,
              progress: ProgressCallback | None) -> Iterator[DecodedColumns]:
     """Each batch is decoded on a thread of its own while the caller takes in the one before
-    (numpy lets go of the GIL in the gathers), as libpcap reads the one after."""
+    (numpy lets go of the GIL in the gathers), as libpcap reads the one after; in the caller's
+    thread for a capture too small to be `threaded`."""
     bytes_read = 0
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="decode") as decoder:
+    with executor(1 if reader.threaded else 0, "decode") as decoder:
         pending: Future | None = None
         for batch in reader.batches():
             accounting.packets_read += len(batch)

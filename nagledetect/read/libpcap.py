@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
@@ -18,6 +17,7 @@ import pcapy
 
 from nagledetect.errors import InputError
 from nagledetect.read.decode import pad_batch
+from nagledetect.read.threads import THREADED_MIN_BYTES, executor
 
 BATCH_PACKETS = 65_536
 FILTER_SNAPLEN = 262_144
@@ -75,6 +75,8 @@ class CaptureReader:
         self.truncation: str | None = None
         self._salvaged: list[RawBatch] | None = None
         self._filter = self._compile(bpf_filter) if bpf_filter else None
+        self.threaded = os.path.getsize(path) >= THREADED_MIN_BYTES
+        """Whether batches are read, and decoded, on threads of their own."""
 
     def _compile(self, expression: str) -> pcapy.BPFProgram:
         try:
@@ -83,8 +85,9 @@ class CaptureReader:
             raise InputError(f"invalid filter {expression!r}: {error}") from None
 
     def batches(self) -> Iterator[RawBatch]:
-        """Every packet of the file, in file order, in batches; one batch is read ahead."""
-        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="libpcap") as reader:
+        """Every packet of the file, in file order, in batches; one batch is read ahead (on a
+        thread of its own when the file is large enough to be `threaded`)."""
+        with executor(1 if self.threaded else 0, "libpcap") as reader:
             ahead = reader.submit(self._next_batch, 0)
             while True:
                 batch = ahead.result()

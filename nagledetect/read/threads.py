@@ -1,0 +1,42 @@
+"""Work handed to a thread only where there is enough of it to overlap.
+
+Why: reading, decoding and classifying run on threads of their own so that numpy's and libpcap's
+long calls overlap; for a capture of a few packets there is nothing to overlap, and starting the
+threads cost a tenth of its analysis. The same code then runs each call at once in the caller's
+thread, through an executor with the same `submit`/`map` as a thread pool.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Executor, Future, ThreadPoolExecutor
+from typing import Any
+
+THREADED_MIN_BYTES = 4 * 1024 * 1024
+"""Captures smaller than this are read and decoded in the caller's thread (libpcap reads a
+batch of 65,536 packets at a time: a smaller file is one batch or two)."""
+
+
+class InlineExecutor(Executor):
+    """Runs each submitted call at once, in the caller's thread; its future is done on return,
+    holding the result or the exception, as a thread's would."""
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future:
+        future: Future = Future()
+        try:
+            future.set_result(fn(*args, **kwargs))
+        except BaseException as error:  # noqa: BLE001 - raised again by future.result()
+            future.set_exception(error)
+        return future
+
+    def map(self, fn: Callable[..., Any], *iterables: Iterable[Any], timeout: float | None = None,
+            chunksize: int = 1) -> Iterator[Any]:
+        return map(fn, *iterables)
+
+
+def executor(threads: int, name: str) -> Executor:
+    """A pool of `threads` threads named after `name`, or the caller's thread when `threads`
+    is 0 (use it as a context manager either way)."""
+    if threads <= 0:
+        return InlineExecutor()
+    return ThreadPoolExecutor(max_workers=threads, thread_name_prefix=name)
