@@ -132,19 +132,21 @@ def _json_column(values: np.ndarray, decimals: int | None) -> list[Any]:
     return rounded.tolist()
 
 
-def split_events(table: pd.DataFrame, keys: list[str],
+def split_events(table: Mapping[str, Any], keys: list[str],
                  columns: tuple[str, str, str, str, str, str | None, str | None],
                  start_scale: float = 1e-6) -> dict[tuple, StallEvents]:
-    """One `StallEvents` per key group of `table`, in the table's row order within a group.
+    """One `StallEvents` per key group of `table` (a frame, or a dict of columns), in the
+    table's row order within a group.
 
     `columns` names the table's columns in `StallEvents` order (None: not measured); the start
     column is scaled to seconds by `start_scale`.
     """
-    if table.empty:
+    count = len(table[keys[0]])
+    if not count:
         return {}
-    groups = KeyGroups(*(_sortable(table[key].to_numpy()) for key in keys))
-    nan = np.full(len(table), np.nan)
-    arrays = [groups.rows_of(table[name].to_numpy()) if name else nan for name in columns]
+    groups = KeyGroups(*(_sortable(np.asarray(table[key])) for key in keys))
+    nan = np.full(count, np.nan)
+    arrays = [groups.rows_of(np.asarray(table[name])) if name else nan for name in columns]
     arrays[4] = arrays[4] * start_scale
     block = StallEvents.of(*arrays).rows
     return groups.by_key([StallEvents(block[rows]) for rows in groups.slices()])

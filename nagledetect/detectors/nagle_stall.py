@@ -15,6 +15,8 @@ data accumulates is named stream coalescing instead (found first).
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 import pandas as pd
 
@@ -59,13 +61,13 @@ STALL_COLUMNS = ("connection", "direction", "frame", "time_us", "payload_bytes",
 """The segment columns a stall keeps (the others are let go before rows are selected)."""
 
 
-def stall_candidates(columns: DetectorInput) -> pd.DataFrame:
-    """Every segment that passes the stall test, with its ACK delay and reaction time (made
-    once for this detector and stream coalescing)."""
+def stall_candidates(columns: DetectorInput) -> dict[str, np.ndarray]:
+    """Columns of every segment that passes the stall test, with its ACK delay and reaction
+    time (made once for this detector and stream coalescing)."""
     return columns.shared("stall_candidates", _stall_candidates)
 
 
-def _stall_candidates(columns: DetectorInput) -> pd.DataFrame:
+def _stall_candidates(columns: DetectorInput) -> dict[str, np.ndarray]:
     """The packet tests first, then the timing tests on the segments that passed them only
     (most segments fail the first: the timing columns are made for few rows)."""
     segments = columns.segments
@@ -101,30 +103,41 @@ def _stall_candidates(columns: DetectorInput) -> pd.DataFrame:
     found.update(reaction_ms=reaction_ms[timed], reaction_limit_ms=reaction_limit_ms[timed],
                  hold_ms=hold_ms[timed],
                  stall_s=(found["time_us"] - found["prev_time_us"]) / 1e6)
-    return pd.DataFrame(found, copy=False)
+    return found
 
 
-def _group_stats(stalls: pd.DataFrame) -> pd.DataFrame:
-    """One row per (connection, direction), in that order: the medians and shares the finding
-    reports."""
-    groups = KeyGroups(stalls["connection"].to_numpy(), stalls["direction"].to_numpy())
-    previous_bytes = stalls["prev_payload_bytes"].to_numpy()
-    mss = stalls["mss"].to_numpy()
+class StallStats(NamedTuple):
+    """One (connection, direction)'s stalls: the medians and shares its finding reports."""
 
-    def median(name: str) -> np.ndarray:
-        return groups.median(stalls[name].to_numpy())
-
-    return pd.DataFrame({
-        "connection": groups.keys[0], "direction": groups.keys[1], "count": groups.sizes,
-        "lost_s": groups.sum(stalls["stall_s"].to_numpy()), "median_stall_s": median("stall_s"),
-        "median_hold_ms": median("hold_ms"), "median_reaction_ms": median("reaction_ms"),
-        "median_limit_ms": median("reaction_limit_ms"), "median_held_bytes": median("tail_bytes"),
-        "median_first_bytes": median("prev_payload_bytes"),
-        "previous_small": groups.mean(previous_bytes < mss),
-        "previous_full": groups.mean(previous_bytes == mss)}, copy=False)
+    connection: int
+    direction: int
+    count: int
+    lost_s: float
+    median_stall_s: float
+    median_hold_ms: float
+    median_reaction_ms: float
+    median_limit_ms: float
+    median_held_bytes: float
+    median_first_bytes: float
+    previous_small: float
+    previous_full: float
 
 
-def _subkind(stats) -> str:
+def _group_stats(stalls: dict[str, np.ndarray]) -> list[StallStats]:
+    """One row per (connection, direction), in that order."""
+    groups = KeyGroups(stalls["connection"], stalls["direction"])
+    previous_bytes = stalls["prev_payload_bytes"]
+    mss = stalls["mss"]
+    columns = (
+        groups.keys[0], groups.keys[1], groups.sizes, groups.sum(stalls["stall_s"]),
+        *(groups.median(stalls[name]) for name in (
+            "stall_s", "hold_ms", "reaction_ms", "reaction_limit_ms", "tail_bytes",
+            "prev_payload_bytes")),
+        groups.mean(previous_bytes < mss), groups.mean(previous_bytes == mss))
+    return [StallStats(*row) for row in zip(*(column.tolist() for column in columns))]
+
+
+def _subkind(stats: StallStats) -> str:
     """write-write-read when the data before the hold was itself small; a 2N-segment tail when
     it was a full segment; otherwise a small tail after larger data."""
     if stats.previous_small >= 0.5:
@@ -163,7 +176,7 @@ def rescore(finding: Finding, receiver_timer_ms: float | None) -> None:
         reaction_ms, limit_ms, hold_ms, finding.count, receiver_timer_ms, mss_estimated)
 
 
-def _flood_warning(stats) -> list[str]:
+def _flood_warning(stats: StallStats) -> list[str]:
     """Seed 000's conclusion 1: with many tiny writes, TCP_NODELAY alone floods tinygrams.
 
     The trace cannot show write boundaries; a tiny first write followed by a held run of 4 to 16
@@ -184,7 +197,7 @@ def _advice(subkind: str) -> list[str]:
     return ["single-write-nodelay", "writev", "cork", "quickack"]
 
 
-def _events(stalls: pd.DataFrame) -> dict[tuple, StallEvents]:
+def _events(stalls: dict[str, np.ndarray]) -> dict[tuple, StallEvents]:
     """Every stall's evidence, grouped by (connection, direction)."""
     return split_events(stalls, ["connection", "direction"],
                         ("prev_frame", "peer_frame", "frame", "stall_s", "prev_time_us", "hold_ms",
@@ -198,7 +211,8 @@ def detect(columns: DetectorInput) -> list[Finding]:
                if f.kind == STREAM_COALESCING_KIND}
     events = _events(stalls)
     table = _group_stats(stalls)
-    connections, directions = table["connection"].to_numpy(), table["direction"].to_numpy()
+    connections = np.array([stats.connection for stats in table], dtype=np.int64)
+    directions = np.array([stats.direction for stats in table], dtype=np.int64)
     senders, receivers = names.of(connections, directions)
     table_connections = columns.connections
 
@@ -209,7 +223,7 @@ def detect(columns: DetectorInput) -> list[Finding]:
         column("server_address"), column("client_address"), directions.tolist())]
     findings = []
     for stats, sender, receiver, receiver_host, mss_estimated, duration_s in zip(
-            table.itertuples(index=False), senders, receivers, receiver_hosts,
+            table, senders, receivers, receiver_hosts,
             column("mss_estimated"), column("duration_s")):
         connection, direction = int(stats.connection), int(stats.direction)
         if (connection, sender) in streams:

@@ -42,8 +42,9 @@ DESCRIPTIONS = {
 }
 
 
-def _gaps(columns: DetectorInput) -> pd.DataFrame:
-    """Gaps between consecutive new-data segments of each connection above the threshold."""
+def _gaps(columns: DetectorInput) -> dict[str, np.ndarray]:
+    """Gaps between consecutive new-data segments of each connection above the threshold, as
+    columns (a capture has few gaps: a frame of them costs more than their work)."""
     segments = columns.segments
     order = np.argsort(segments["connection"].to_numpy(), kind="stable")  # segments: frame order
     connection, frame, time_us, direction = (
@@ -55,27 +56,29 @@ def _gaps(columns: DetectorInput) -> pd.DataFrame:
     rtt_ms = np.nan_to_num(by_connection(columns.connections, "rtt_ms", connection[after]), nan=0.0)
     above = gap_us[before] > np.maximum(GAP_MIN_MS, RTT_MULTIPLE * rtt_ms) * 1000
     before, after = before[above], after[above]
-    return pd.DataFrame({
-        "connection": connection[after],
-        "before_frame": frame[before], "after_frame": frame[after],
-        "before_time_us": time_us[before], "after_time_us": time_us[after],
-        "before_direction": direction[before], "after_direction": direction[after],
-    }, copy=False)
+    return {"connection": connection[after],
+            "before_frame": frame[before], "after_frame": frame[after],
+            "before_time_us": time_us[before], "after_time_us": time_us[after],
+            "before_direction": direction[before], "after_direction": direction[after]}
 
 
-def _packets_within(packets: pd.DataFrame, gaps: pd.DataFrame, mask: np.ndarray) -> np.ndarray:
+def _packets_within(packets: pd.DataFrame, gaps: dict[str, np.ndarray],
+                    mask: np.ndarray) -> np.ndarray:
     """For each gap: does any packet selected by `mask` lie strictly inside it (same connection)."""
-    selected = packets.loc[mask, ["connection", "frame"]]
-    if selected.empty or gaps.empty:
-        return np.zeros(len(gaps), dtype=bool)
-    key = selected["connection"].to_numpy().astype(np.int64) * (1 << 32) + selected["frame"].to_numpy()
+    rows = np.flatnonzero(mask)
+    if not len(rows) or not len(gaps["connection"]):
+        return np.zeros(len(gaps["connection"]), dtype=bool)
+    key = (packets["connection"].to_numpy()[rows].astype(np.int64) * (1 << 32)
+           + packets["frame"].to_numpy()[rows])
     key.sort()
-    low = gaps["connection"].to_numpy().astype(np.int64) * (1 << 32) + gaps["before_frame"].to_numpy()
-    high = gaps["connection"].to_numpy().astype(np.int64) * (1 << 32) + gaps["after_frame"].to_numpy()
+    gap_connection = gaps["connection"].astype(np.int64) * (1 << 32)
+    low = gap_connection + gaps["before_frame"]
+    high = gap_connection + gaps["after_frame"]
     return np.searchsorted(key, high, side="right") > np.searchsorted(key, low, side="right")
 
 
-def classify_gaps(columns: DetectorInput) -> pd.DataFrame:
+def classify_gaps(columns: DetectorInput) -> dict[str, np.ndarray]:
+    """The gaps, each with its cause (`cause`, its code in `GAP_CAUSES`) and length (`gap_s`)."""
     gaps = _gaps(columns)
     released = released_frames(columns.earlier_findings, (STALL_KIND, STREAM_KIND))
     packets = columns.packets
@@ -88,23 +91,20 @@ def classify_gaps(columns: DetectorInput) -> pd.DataFrame:
     cause = np.where(server_answers, _CAUSE_CODE["think-time"], _CAUSE_CODE["idle"])
     cause = np.where(zero_window, _CAUSE_CODE["zero-window"], cause)
     cause = np.where(retransmitted, _CAUSE_CODE["loss-recovery"], cause)
-    cause = np.where(gaps["after_frame"].isin(released), _CAUSE_CODE[STALL_KIND], cause)
-    return gaps.assign(cause=pd.Categorical.from_codes(cause, categories=GAP_CAUSES),
-                       gap_s=(gaps["after_time_us"] - gaps["before_time_us"]) / 1e6)
+    cause = np.where(np.isin(gaps["after_frame"], released), _CAUSE_CODE[STALL_KIND], cause)
+    return {**gaps, "cause": cause, "gap_s": (gaps["after_time_us"] - gaps["before_time_us"]) / 1e6}
 
 
 def detect(columns: DetectorInput) -> list[Finding]:
     gaps = classify_gaps(columns)
-    cause = gaps["cause"].cat.codes.to_numpy()
-    named_here = np.isin(cause, [_CAUSE_CODE[name] for name in CAUSES])
-    gaps = gaps[named_here].assign(cause=cause[named_here])
+    named_here = np.isin(gaps["cause"], [_CAUSE_CODE[name] for name in CAUSES])
+    gaps = {name: values[named_here] for name, values in gaps.items()}
     events = split_events(gaps, ["connection", "cause"],
                           ("before_frame", "after_frame", "after_frame", "gap_s", "before_time_us",
                            None, None))
     stats = _gap_stats(gaps)
     findings = []
-    durations_s = by_connection(columns.connections, "duration_s",
-                                stats["connection"].to_numpy()).tolist()
+    durations_s = by_connection(columns.connections, "duration_s", stats["connection"]).tolist()
     for connection, code, count, lost_s, median_gap_s, duration_s in zip(
             *(stats[name].tolist() for name in ("connection", "cause", "count", "lost_s",
                                                  "median_gap_s")), durations_s):
@@ -120,11 +120,10 @@ def detect(columns: DetectorInput) -> list[Finding]:
     return findings
 
 
-def _gap_stats(gaps: pd.DataFrame) -> pd.DataFrame:
-    """One row per (connection, cause), in that order: the gaps' count, sum and median (the
-    gaps' cause as its code in `GAP_CAUSES`, in name order as the categories)."""
-    gap_s = gaps["gap_s"].to_numpy()
-    groups = KeyGroups(gaps["connection"].to_numpy(), gaps["cause"].to_numpy())
-    return pd.DataFrame({"connection": groups.keys[0], "cause": groups.keys[1],
-                         "count": groups.sizes, "lost_s": groups.sum(gap_s),
-                         "median_gap_s": groups.median(gap_s)})
+def _gap_stats(gaps: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Columns of one row per (connection, cause), in that order: the gaps' count, sum and
+    median (the gaps' cause as its code in `GAP_CAUSES`, in name order)."""
+    gap_s = gaps["gap_s"]
+    groups = KeyGroups(gaps["connection"], gaps["cause"])
+    return {"connection": groups.keys[0], "cause": groups.keys[1], "count": groups.sizes,
+            "lost_s": groups.sum(gap_s), "median_gap_s": groups.median(gap_s)}

@@ -46,21 +46,21 @@ def parity_table(columns: DetectorInput) -> pd.DataFrame:
 
 def _parity_table(columns: DetectorInput) -> pd.DataFrame:
     messages = columns.messages
-    classed = messages[messages["segments_needed"].to_numpy() >= 2]
-    odd = classed["odd_segments"].to_numpy().astype(bool)
-    partial = ~classed["last_segment_full"].to_numpy().astype(bool)
-    groups = KeyGroups(classed["connection"].to_numpy(), classed["direction"].to_numpy(),
-                       odd, partial)
-    table = pd.DataFrame({
+    classed = np.flatnonzero(messages["segments_needed"].to_numpy() >= 2)
+
+    def column(name: str) -> np.ndarray:
+        return messages[name].to_numpy()[classed]
+
+    groups = KeyGroups(column("connection"), column("direction"),
+                       column("odd_segments").astype(bool),
+                       ~column("last_segment_full").astype(bool))
+    count = groups.sizes.astype(np.int64)
+    stalled = groups.sum(np.isin(column("message"), list(stalled_messages(columns))))
+    return pd.DataFrame({
         "connection": groups.keys[0], "direction": groups.keys[1],
         "segments": np.where(groups.keys[2], "odd", "even").astype(object),
         "last_segment": np.where(groups.keys[3], "partial", "full").astype(object),
-        "messages": groups.sizes.astype(np.int64),
-        "stalled": groups.sum(np.isin(classed["message"].to_numpy(),
-                                      list(stalled_messages(columns)))),
-    }, copy=False)
-    table["stall_rate"] = table["stalled"] / table["messages"]
-    return table
+        "messages": count, "stalled": stalled, "stall_rate": stalled / count}, copy=False)
 
 
 def fixed_size_arithmetic(sizes: pd.Series, mss: int) -> dict | None:
@@ -84,6 +84,8 @@ def detect(columns: DetectorInput) -> list[Finding]:
     stalled = directions.sum(table["stalled"].to_numpy())
     kept = np.flatnonzero((directions.sum(table["messages"].to_numpy()) >= MIN_MESSAGES)
                           & (stalled != 0))
+    if not len(kept):
+        return []
     messages = columns.messages
     messages = messages.loc[np.isin(direction_key(messages),
                                     direction_key(table)[directions.first[kept]]),

@@ -11,6 +11,8 @@ the stall and think-time findings, so it adds none to the ranking.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 import pandas as pd
 
@@ -25,7 +27,20 @@ ALTERNATION = 0.9
 WAITING_SHARE = 0.5
 
 
-def exchange_table(messages: pd.DataFrame) -> pd.DataFrame:
+class Exchanges(NamedTuple):
+    """One connection's strictly alternating exchanges."""
+
+    connection: int
+    messages: int
+    exchanges: int
+    alternation: float
+    """How often a message's direction differs from the one before it."""
+    waiting_s: float
+    """Time between one message's end and the next one's start, summed."""
+    median_wait_s: float
+
+
+def exchange_table(messages: pd.DataFrame) -> list[Exchanges]:
     """The connections with enough strictly alternating exchanges, in connection order: their
     exchanges, how often messages alternate, and the time spent between them (medians are
     taken for these connections only)."""
@@ -38,17 +53,17 @@ def exchange_table(messages: pd.DataFrame) -> pd.DataFrame:
     wait_s = np.r_[0.0, (start_us[1:] - end_us[:-1]) / 1e6]
     wait_s = np.where(same, np.maximum(wait_s, 0.0), np.nan)
     per_connection = KeyGroups(connection)
-    table = pd.DataFrame({
-        "connection": per_connection.keys[0], "messages": per_connection.sizes,
-        "exchanges": per_connection.sum(direction == 0),
-        "alternation": per_connection.mean(np.where(same, turn, np.nan)),
-        "waiting_s": per_connection.sum(wait_s)}, copy=False)
-    qualifies = ((table["exchanges"].to_numpy() >= MIN_EXCHANGES)
-                 & (table["messages"].to_numpy() >= 2 * MIN_EXCHANGES - 1)
-                 & (table["alternation"].to_numpy() >= ALTERNATION))
+    exchanges = per_connection.sum(direction == 0)
+    alternation = per_connection.mean(np.where(same, turn, np.nan))
+    qualifies = ((exchanges >= MIN_EXCHANGES)
+                 & (per_connection.sizes >= 2 * MIN_EXCHANGES - 1)
+                 & (alternation >= ALTERNATION))
     kept = np.repeat(qualifies, per_connection.sizes)
-    return table[qualifies].assign(
-        median_wait_s=KeyGroups(connection[kept]).median(wait_s[kept]))
+    columns = (per_connection.keys[0][qualifies], per_connection.sizes[qualifies],
+               exchanges[qualifies], alternation[qualifies],
+               per_connection.sum(wait_s)[qualifies],
+               KeyGroups(connection[kept]).median(wait_s[kept]))
+    return [Exchanges(*row) for row in zip(*(column.tolist() for column in columns))]
 
 
 def detect(columns: DetectorInput) -> list[Finding]:
@@ -59,11 +74,10 @@ def detect(columns: DetectorInput) -> list[Finding]:
     names = columns.direction_names()
     findings = []
     table = exchange_table(messages)
-    connections = table["connection"].to_numpy()
+    connections = np.array([row.connection for row in table], dtype=np.int64)
     durations_s = by_connection(columns.connections, "duration_s", connections).tolist()
     clients, servers = names.of(connections, np.zeros(len(connections), dtype=np.int8))
-    for row, duration_s, client, server in zip(table.itertuples(index=False), durations_s,
-                                               clients, servers):
+    for row, duration_s, client, server in zip(table, durations_s, clients, servers):
         connection = int(row.connection)
         waiting_share = float(row.waiting_s / duration_s) if duration_s > 0 else 0.0
         if connection not in stalled and waiting_share < WAITING_SHARE:

@@ -64,7 +64,8 @@ def detect(columns: DetectorInput) -> list[Finding]:
     pairs = one_way_directions(columns)
     if not pairs:
         return []
-    candidates = _of_pairs(stall_candidates(columns), pairs, ["payload_bytes", "stall_s", "hold_ms"])
+    candidates = _of_pairs(pd.DataFrame(stall_candidates(columns), copy=False), pairs,
+                           ["payload_bytes", "stall_s", "hold_ms"])
     released = _rows_by_direction(candidates)
     sent = _of_pairs(columns.segments, pairs, ["payload_bytes", "mss"])
     by_direction = _rows_by_direction(sent)

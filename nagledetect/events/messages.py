@@ -48,7 +48,7 @@ def messages(segments: pd.DataFrame) -> pd.DataFrame:
         return segments[name].to_numpy()
 
     payload = column("payload_bytes")
-    table = pd.DataFrame({
+    table = {
         "message": ordered[starts], "connection": column("connection")[first],
         "direction": column("direction")[first], "first_frame": column("frame")[first],
         "last_frame": column("frame")[last], "start_us": column("time_us")[first],
@@ -57,12 +57,12 @@ def messages(segments: pd.DataFrame) -> pd.DataFrame:
         "wire_segments": np.add.reduceat(column("wire_segments")[by_message], starts),
         "mss": column("mss")[first],
         "median_payload_bytes": _median_per_message(payload, message, starts, ends),
-    }, copy=False)
-    mss = np.maximum(table["mss"].to_numpy(), 1)
-    table["segments_needed"] = -(-table["bytes"].to_numpy() // mss)
-    table["last_segment_full"] = table["bytes"].to_numpy() % mss == 0
+    }
+    mss = np.maximum(table["mss"], 1)
+    table["segments_needed"] = -(-table["bytes"] // mss)
+    table["last_segment_full"] = table["bytes"] % mss == 0
     table["odd_segments"] = table["segments_needed"] % 2 == 1
-    return table
+    return pd.DataFrame(table, copy=False)
 
 
 def _median_per_message(payload: np.ndarray, message: np.ndarray, starts: np.ndarray,

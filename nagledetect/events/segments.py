@@ -59,14 +59,17 @@ def data_segments(packets: pd.DataFrame, connections: pd.DataFrame) -> pd.DataFr
     made = {"role": role, "payload_bytes": payload, "end": end}
     del role, payload, end
     connection, direction = connection[selected], direction[selected]
-    table = _segment_rows(context, made, partial(_padded_column, packets, order))
+    rows = _segment_rows(context, made, partial(_padded_column, packets, order))
     del context, order
-    table.insert(2, "connection", connection)
-    table.insert(3, "direction", direction)
-    table["mss"] = by_connection(connections, "effective_mss", connection)
-    table["tail_bytes"] = table["payload_bytes"].to_numpy() % np.maximum(table["mss"].to_numpy(), 1)
+    names = list(rows)
+    table = {name: rows.pop(name) for name in names[:2]}
+    table["connection"], table["direction"] = connection, direction
+    table.update((name, rows.pop(name)) for name in names[2:])
+    mss = by_connection(connections, "effective_mss", connection)
+    table["mss"] = mss
+    table["tail_bytes"] = table["payload_bytes"] % np.maximum(mss, 1)
     table["is_small"] = table["tail_bytes"] > 0
-    return table
+    return pd.DataFrame(table, copy=False)
 
 
 def _connection_order(packets: pd.DataFrame) -> np.ndarray:
@@ -227,11 +230,12 @@ keeps no packet table lets the others go before they are made."""
 
 
 def _segment_rows(context: dict[str, np.ndarray], made: dict[str, np.ndarray],
-                  padded: Callable[[str], np.ndarray]) -> pd.DataFrame:
+                  padded: Callable[[str], np.ndarray]) -> dict[str, Any]:
     """The segments' columns: each packet column is read at every row that needs it, through
     the slot for -1 (see `_with_none_slot`), then let go, so a part of one huge connection holds
     one packet-sized copy at a time instead of seven. `made`: those already at hand, taken over
-    and read first, so they go first; `padded` makes the others."""
+    and read first, so they go first; `padded` makes the others. Returned in
+    `SEGMENT_COLUMNS` order."""
     by_source: dict[str, list[tuple[str, str]]] = {}
     for name, source, at in SEGMENT_COLUMNS:
         by_source.setdefault(source or "", []).append((name, at))
@@ -247,4 +251,4 @@ def _segment_rows(context: dict[str, np.ndarray], made: dict[str, np.ndarray],
     previous = context["previous_data"]
     table["own_retransmissions_between"] = np.where(
         previous >= 0, table["own_retransmissions_between"], 0)
-    return pd.DataFrame({name: table[name] for name, _, _ in SEGMENT_COLUMNS}, copy=False)
+    return {name: table[name] for name, _, _ in SEGMENT_COLUMNS}
