@@ -1,0 +1,77 @@
+"""An archive of many small real captures: nagledetect over all of them, beside tcptrace on each.
+
+    python3 benchmarks/bench_archive.py ../shared/corpora/zeek --min-bytes 2048 --jobs 2 --repeats 3
+
+Every capture (.pcap, .pcapng, .cap) of at least `--min-bytes` under the folders given, in name
+order, is analysed `--repeats` times by each command, in turn:
+  - nagledetect analyze -j JOBS --format json CAPTURES...   (one run, JOBS worker processes)
+  - nagledetect analyze -j 1 --format json CAPTURES...      (one run, one process)
+  - tcptrace -n -l CAPTURE, once per capture, JOBS at a time (xargs -P JOBS)
+  - the same, one at a time
+Outputs go to /dev/null. Printed: medians of wall seconds, captures a second, and the peak PSS
+summed over the process tree (sampled every 100 ms, as `bench_read.py` reads it). Each capture
+is a process of its own to tcptrace, as it is when tcptrace is run over an archive; nagledetect
+starts once (about 0.45 s of imports) and hands the captures to its workers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from bench_many import timed_run  # noqa: E402
+
+CAPTURE_SUFFIXES = (".pcap", ".pcapng", ".cap")
+
+
+def archive_captures(folders: list[Path], min_bytes: int) -> list[str]:
+    """The captures under `folders` of at least `min_bytes`, in name order."""
+    return sorted(str(path.resolve()) for folder in folders for path in folder.rglob("*")
+                  if path.is_file() and path.suffix in CAPTURE_SUFFIXES
+                  and path.stat().st_size >= min_bytes)
+
+
+def commands(captures: list[str], jobs: int) -> dict[str, list[str]]:
+    analyze = [sys.executable, "-m", "nagledetect", "analyze", "--format", "json"]
+    listed = "\n".join(captures)
+
+    def tcptrace_each(at_once: int) -> list[str]:
+        return ["bash", "-c", f"xargs -d '\\n' -P {at_once} -n 1 tcptrace -n -l > /dev/null "
+                              f"2>&1 <<'END'\n{listed}\nEND\ntrue"]
+
+    return {f"nagledetect analyze -j {jobs}": [*analyze, "-j", str(jobs), *captures],
+            "nagledetect analyze -j 1": [*analyze, "-j", "1", *captures],
+            f"tcptrace -n -l, {jobs} at a time": tcptrace_each(jobs),
+            "tcptrace -n -l, one at a time": tcptrace_each(1)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("folders", type=Path, nargs="+")
+    parser.add_argument("--min-bytes", type=int, default=0)
+    parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--repeats", type=int, default=3)
+    arguments = parser.parse_args()
+    captures = archive_captures(arguments.folders, arguments.min_bytes)
+    if not captures:
+        raise SystemExit("no captures found")
+    runs: dict[str, list[tuple[float, int, int]]] = {}
+    for _ in range(arguments.repeats):
+        for name, command in commands(captures, arguments.jobs).items():
+            runs.setdefault(name, []).append(timed_run(command))
+    total_mb = sum(Path(path).stat().st_size for path in captures) / 1e6
+    print(f"{len(captures)} captures, {total_mb:.1f} MB, median of {arguments.repeats}")
+    print(f"{'command':36} {'seconds':>8} {'captures/s':>11} {'peak MB':>8}")
+    for name, timed in runs.items():
+        seconds = statistics.median(run[0] for run in timed)
+        peak_mb = statistics.median(run[2] for run in timed) / 1024
+        print(f"{name:36} {seconds:8.2f} {len(captures) / seconds:11.0f} {peak_mb:8.0f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,84 @@
+"""A small capture is read, decoded and classified in the caller's thread; a large one on threads.
+Either way the result is the same: the threads only overlap work, they never change it."""
+
+from __future__ import annotations
+
+import io
+import threading
+
+import numpy as np
+import pytest
+
+from nagledetect.analysis import analyze_capture
+from nagledetect.read import libpcap
+from nagledetect.read.capture import decoded_batches
+from nagledetect.read.libpcap import CaptureReader
+from nagledetect.read.threads import InlineExecutor
+from nagledetect.report.document import build_document, write_json
+from tests.conftest import SAMPLE_TRACES
+
+SEED003 = SAMPLE_TRACES / "seed003-nagle.pcap"
+"""240 packets in 18 KB: far under `THREADED_MIN_BYTES`."""
+
+
+def _thread_names_while_decoding(path: str) -> set[str]:
+    """The names of the threads alive while each decoded batch is taken in."""
+    names: set[str] = set()
+    _, batches = decoded_batches(path)
+    for _ in batches:
+        names |= {thread.name for thread in threading.enumerate()}
+    return names
+
+
+def _thread_names_while_reading(path: str) -> set[str]:
+    """The same while each raw batch of 16 packets is taken in (a batch is read ahead)."""
+    names: set[str] = set()
+    for _ in CaptureReader(path, batch_packets=16).batches():
+        names |= {thread.name for thread in threading.enumerate()}
+    return names
+
+
+def test_a_small_capture_is_read_and_decoded_without_threads() -> None:
+    assert not any(name.startswith("decode") for name in _thread_names_while_decoding(str(SEED003)))
+    assert not any(name.startswith("libpcap") for name in _thread_names_while_reading(str(SEED003)))
+
+
+def test_a_capture_over_the_threshold_is_read_and_decoded_on_threads(monkeypatch) -> None:
+    monkeypatch.setattr(libpcap, "THREADED_MIN_BYTES", 0)
+    assert "decode_0" in _thread_names_while_decoding(str(SEED003))
+    assert "libpcap_0" in _thread_names_while_reading(str(SEED003))
+
+
+def test_inline_and_threaded_reads_give_the_same_batches() -> None:
+    """Batches of 16 packets, so the reading ahead is exercised over and over."""
+    read = {}
+    for threaded in (False, True):
+        reader = CaptureReader(str(SEED003), batch_packets=16)
+        reader.threaded = threaded
+        read[threaded] = list(reader.batches())
+    assert len(read[False]) > 10
+    assert {len(batch) for batch in read[False][:-1]} == {16}
+    for inline, threaded in zip(read[False], read[True], strict=True):
+        assert inline.first_frame == threaded.first_frame
+        for name in ("buf", "offsets", "caplens", "time_us"):
+            assert np.array_equal(getattr(inline, name), getattr(threaded, name))
+
+
+@pytest.mark.parametrize("name", ["seed003-nagle.pcap", "mixed.pcap", "trap-rpc.pcap"])
+def test_the_document_is_the_same_read_inline_or_on_threads(name, monkeypatch) -> None:
+    def document() -> bytes:
+        out = io.BytesIO()
+        write_json(build_document([analyze_capture(str(SAMPLE_TRACES / name))]), out)
+        return out.getvalue()
+
+    inline = document()
+    monkeypatch.setattr(libpcap, "THREADED_MIN_BYTES", 0)
+    assert document() == inline
+
+
+def test_an_inline_call_that_fails_raises_when_its_result_is_taken() -> None:
+    """As a thread's future does: the caller meets the error where it takes the result."""
+    future = InlineExecutor().submit(int, "not a number")
+    assert future.done()
+    with pytest.raises(ValueError, match="not a number"):
+        future.result()
