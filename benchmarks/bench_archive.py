@@ -12,13 +12,21 @@ Outputs go to /dev/null. Printed: medians of wall seconds, captures a second, an
 summed over the process tree (sampled every 100 ms, as `bench_read.py` reads it). Each capture
 is a process of its own to tcptrace, as it is when tcptrace is run over an archive; nagledetect
 starts once (about 0.45 s of imports) and hands the captures to its workers.
+
+    python3 benchmarks/bench_archive.py ../shared/corpora/zeek --min-bytes 2048 --per-capture
+
+instead analyses every capture in this process (`analyze_capture`, then its JSON document to
+/dev/null), once to warm up and then `--repeats` times, and prints the CPU time a capture
+takes: the fixed cost of a small capture, without start-up or workers.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
+import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -50,16 +58,40 @@ def commands(captures: list[str], jobs: int) -> dict[str, list[str]]:
             "tcptrace -n -l, one at a time": tcptrace_each(1)}
 
 
+def cpu_ms_per_capture(captures: list[str], repeats: int) -> list[float]:
+    """CPU milliseconds a capture takes analysed and written in this process, per pass."""
+    from nagledetect.analysis import analyze_capture
+    from nagledetect.report.document import build_document, write_json
+
+    def one_pass() -> float:
+        start = time.process_time()
+        for path in captures:
+            analysis = analyze_capture(path, workers=1)
+            with open(os.devnull, "wb") as out:
+                write_json(build_document([analysis]), out, workers=1)
+        return (time.process_time() - start) * 1000 / len(captures)
+
+    one_pass()
+    return [one_pass() for _ in range(repeats)]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("folders", type=Path, nargs="+")
     parser.add_argument("--min-bytes", type=int, default=0)
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--per-capture", action="store_true",
+                        help="CPU a capture takes in this process, not whole runs")
     arguments = parser.parse_args()
     captures = archive_captures(arguments.folders, arguments.min_bytes)
     if not captures:
         raise SystemExit("no captures found")
+    if arguments.per_capture:
+        passes = cpu_ms_per_capture(captures, arguments.repeats)
+        print(f"{len(captures)} captures: {statistics.median(passes):.2f} ms of CPU a capture "
+              f"(median of {arguments.repeats}: {', '.join(f'{ms:.2f}' for ms in passes)})")
+        return
     runs: dict[str, list[tuple[float, int, int]]] = {}
     for _ in range(arguments.repeats):
         for name, command in commands(captures, arguments.jobs).items():
