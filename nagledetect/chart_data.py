@@ -17,6 +17,7 @@ import pandas as pd
 
 from nagledetect.detectors import nagle_stall
 from nagledetect.detectors.model import Finding, HostProfile
+from nagledetect.flows.grouped import key_order
 
 MAX_POINTS = 20_000
 """Points of one trace that a browser is asked to draw; more are evenly sampled."""
@@ -173,11 +174,15 @@ def response_gaps_ms(messages: pd.DataFrame) -> np.ndarray:
     connection, sent the other way."""
     if messages.empty:
         return np.zeros(0)
-    ordered = messages.sort_values(["connection", "first_frame"])
-    connection = ordered["connection"].to_numpy()
-    direction = ordered["direction"].to_numpy()
+    order = key_order(messages["connection"].to_numpy(), messages["first_frame"].to_numpy())
+
+    def column(name: str) -> np.ndarray:
+        values = messages[name].to_numpy()
+        return values if order is None else values[order]
+
+    connection, direction = column("connection"), column("direction")
     answer = (connection[1:] == connection[:-1]) & (direction[1:] != direction[:-1])
-    gap_us = ordered["start_us"].to_numpy()[1:] - ordered["end_us"].to_numpy()[:-1]
+    gap_us = column("start_us")[1:] - column("end_us")[:-1]
     return gap_us[answer] / 1000
 
 

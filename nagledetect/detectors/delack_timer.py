@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from nagledetect.detectors.model import HostProfile, HostValues
-from nagledetect.events.segments import PURE_ACK_ROLES
+from nagledetect.events.segments import PURE_ACK_ROLES, role_in
 from nagledetect.flows.connections import by_connection
 from nagledetect.ordering import factorize_in_name_order
 
@@ -51,7 +51,7 @@ def delack_samples(segments: pd.DataFrame, connections: pd.DataFrame) -> pd.Data
     """Delayed-ACK holding times, one row per lone segment answered by a pure ACK."""
     lone = np.flatnonzero(
         (segments["peer_ack"].to_numpy() >= segments["rel_seq"].to_numpy())
-        & segments["next_peer_role"].isin(PURE_ACK_ROLES).to_numpy()
+        & role_in(segments["next_peer_role"], PURE_ACK_ROLES)
         & (segments["next_peer_ack"].to_numpy() >= segments["end_seq"].to_numpy())
         & ((segments["next_own_data_time_us"].to_numpy() < 0)
            | (segments["next_own_data_time_us"].to_numpy()

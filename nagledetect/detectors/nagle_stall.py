@@ -32,7 +32,7 @@ from nagledetect.detectors.model import (
     counted_ms,
     split_events,
 )
-from nagledetect.events.segments import PURE_ACK_ROLES
+from nagledetect.events.segments import PURE_ACK_ROLES, role_in
 from nagledetect.flows.connections import by_connection
 from nagledetect.flows.grouped import KeyGroups
 
@@ -75,7 +75,7 @@ def _stall_candidates(columns: DetectorInput) -> dict[str, np.ndarray]:
     passed = np.flatnonzero(
         segments["is_small"].to_numpy()
         & (segments["prev_frame"].to_numpy() >= 0)
-        & segments["peer_role"].isin(PURE_ACK_ROLES).to_numpy()
+        & role_in(segments["peer_role"], PURE_ACK_ROLES)
         & (segments["peer_time_us"].to_numpy() > segments["prev_time_us"].to_numpy())
         & (segments["peer_ack"].to_numpy() == segments["sent_max_before"].to_numpy())
         & (segments["peer_data_between"].to_numpy() == 0)
