@@ -48,8 +48,9 @@ def detect(columns: DetectorInput) -> list[Finding]:
     flooding = segments[np.isin(direction_key(segments), direction_key(stats))]
     payloads = KeyGroups(flooding["connection"].to_numpy(), flooding["direction"].to_numpy())
     median_payloads = payloads.by_key(payloads.median(flooding["payload_bytes"].to_numpy()).tolist())
-    return [_finding(row, names, median_payloads[(row.connection, row.direction)])
-            for row in stats.itertuples(index=False)]
+    senders, receivers = names.of(stats["connection"].to_numpy(), stats["direction"].to_numpy())
+    return [_finding(row, sender, receiver, median_payloads[(row.connection, row.direction)])
+            for row, sender, receiver in zip(stats.itertuples(index=False), senders, receivers)]
 
 
 def _direction_stats(messages: pd.DataFrame, flooded: np.ndarray) -> pd.DataFrame:
@@ -75,8 +76,7 @@ def _in_directions_with(table: pd.DataFrame, marked: np.ndarray, at_least: int) 
     return np.isin(key, found[counts >= at_least])
 
 
-def _finding(row, names, median_payload: float) -> Finding:
-    sender, receiver = names[(int(row.connection), int(row.direction))]
+def _finding(row, sender: str, receiver: str, median_payload: float) -> Finding:
     packets, needed = int(row.packets), int(row.needed)
     return Finding(
         kind=KIND, connection=int(row.connection), sender=sender, receiver=receiver,
