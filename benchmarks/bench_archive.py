@@ -15,9 +15,10 @@ starts once (about 0.45 s of imports) and hands the captures to its workers.
 
     python3 benchmarks/bench_archive.py ../shared/corpora/zeek --min-bytes 2048 --per-capture
 
-instead analyses every capture in this process (`analyze_capture`, then its JSON document to
-/dev/null), once to warm up and then `--repeats` times, and prints the CPU time a capture
-takes: the fixed cost of a small capture, without start-up or workers.
+instead analyses every capture in this process as `analyze --format json` does
+(`analyze_capture` without the charts, then its JSON document to /dev/null), once to warm up
+and then `--repeats` times, and prints the CPU time a capture takes: the fixed cost of a small
+capture, without start-up or workers.
 """
 
 from __future__ import annotations
@@ -66,7 +67,7 @@ def cpu_ms_per_capture(captures: list[str], repeats: int) -> list[float]:
     def one_pass() -> float:
         start = time.process_time()
         for path in captures:
-            analysis = analyze_capture(path, workers=1)
+            analysis = analyze_capture(path, workers=1, charts=False)
             with open(os.devnull, "wb") as out:
                 write_json(build_document([analysis]), out, workers=1)
         return (time.process_time() - start) * 1000 / len(captures)
