@@ -132,7 +132,7 @@ def _json_column(values: np.ndarray, decimals: int | None) -> list[Any]:
     return rounded.tolist()
 
 
-def split_events(table: Mapping[str, Any], keys: list[str],
+def split_events(table: pd.DataFrame | dict[str, np.ndarray], keys: list[str],
                  columns: tuple[str, str, str, str, str, str | None, str | None],
                  start_scale: float = 1e-6) -> dict[tuple, StallEvents]:
     """One `StallEvents` per key group of `table` (a frame, or a dict of columns), in the
