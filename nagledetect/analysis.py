@@ -3,9 +3,10 @@
 A capture that fits is read whole and every step of `pipeline` runs on it. A larger one is
 analysed in parts that each hold whole connections (see `parts`); the result equals a whole
 run, except that the segment and sample tables are not kept, and the packet and message tables
-only on disk when they are wanted (`part_tables`). Results that travel between processes carry
-what the reporters read (`for_another_process`), and a run over many captures keeps each one's
-findings on disk (`kept_on_disk`).
+only on disk when they are wanted (`part_tables`). Small captures of a run over many are
+analysed together in groups (`capture_groups`, see `batch`) when only the document is wanted.
+Results that travel between processes carry what the reporters read (`for_another_process`),
+and a run over many captures keeps each one's findings on disk (`kept_on_disk`).
 """
 
 from __future__ import annotations
@@ -13,10 +14,13 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+from collections.abc import Sequence
 
 import pandas as pd
 
 from nagledetect.api import load_capture
+from nagledetect.batch import analyze_together
+from nagledetect.batch import capture_groups as batch_groups
 from nagledetect.part_tables import PartTables, TablesInMemory, tables_on_disk
 from nagledetect.parts import (
     MAX_PARTS,
@@ -29,8 +33,8 @@ from nagledetect.pipeline import Analysis, Wanted, no_samples, run_detectors, wi
 from nagledetect.read.capture import ProgressCallback
 from nagledetect.stored import SpillFile, StoredFindings, StoredHosts, stored_findings, without_samples
 
-__all__ = ["Analysis", "Wanted", "analyze_capture", "for_another_process", "kept_on_disk",
-           "run_detectors", "spills_read_by"]
+__all__ = ["Analysis", "Wanted", "analyze_capture", "analyze_together", "capture_groups",
+           "for_another_process", "kept_on_disk", "run_detectors", "spills_read_by"]
 
 
 def analyze_capture(path: str, bpf_filter: str | None = None,
@@ -53,6 +57,15 @@ def analyze_capture(path: str, bpf_filter: str | None = None,
     return analyze_in_parts(path, bpf_filter, progress, parts, workers,
                             Wanted(tables=keep_tables, charts=charts), stages, spill,
                             parts_memory_bytes)
+
+
+def capture_groups(paths: Sequence[str], wanted: Wanted, workers: int) -> list[list[int]]:
+    """The captures' positions in the groups a run over them analyses, each group with
+    `analyze_together` when it holds several: small captures, when only what the document reads
+    is wanted (a batch keeps no tables and gathers no charts); each other capture alone."""
+    if wanted != Wanted():
+        return [[position] for position in range(len(paths))]
+    return batch_groups([_size(path) for path in paths], workers)
 
 
 def _size(path: str) -> int:

@@ -15,6 +15,7 @@ import shutil
 import signal
 import sys
 import tempfile
+from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, BrokenExecutor, Future, ProcessPoolExecutor, wait
 from functools import partial
 from pathlib import Path
@@ -26,6 +27,8 @@ from nagledetect.analysis import (
     Analysis,
     Wanted,
     analyze_capture,
+    analyze_together,
+    capture_groups,
     for_another_process,
     kept_on_disk,
     spills_read_by,
@@ -378,11 +381,37 @@ def _read_baseline(path: Path) -> dict:
 
 def _analyze_one_by_one(captures: tuple[str, ...], bpf_filter: str | None,
                         wanted: Wanted) -> list[Analysis]:
-    """Each capture in turn, in this process; their findings and tables kept in one spill file
-    (not one open file per capture in parts, nor every capture's findings in memory)."""
+    """Each group of captures in turn (`capture_groups`), in this process; their findings and
+    tables kept in one spill file (not one open file per capture in parts, nor every capture's
+    findings in memory). The first capture that fails stops the run."""
     spill = SpillFile()
-    return [kept_on_disk(_analyze_one(path, bpf_filter, wanted, spill=spill), spill)
-            for path in captures]
+    analyses = []
+    for group in capture_groups(captures, wanted, 1):
+        alone = partial(_analyze_one, bpf_filter=bpf_filter, wanted=wanted, spill=spill)
+        for result in _analyze_group([captures[index] for index in group], bpf_filter, alone):
+            if isinstance(result, InputError):
+                raise result
+            analyses.append(kept_on_disk(result, spill))
+    return analyses
+
+
+def _analyze_group(paths: list[str], bpf_filter: str | None,
+                   alone: Callable[[str], Analysis]) -> list[Analysis | InputError]:
+    """Each capture's analysis or its one-line error: several analysed together, else (or
+    when analysing them together fails for any reason) each by `alone`, so that an error names
+    its capture and the others are still analysed."""
+    if len(paths) > 1:
+        try:
+            return analyze_together(paths, bpf_filter)
+        except Exception:  # noqa: BLE001, S110 - each capture alone names the one that fails
+            pass
+    results: list[Analysis | InputError] = []
+    for path in paths:
+        try:
+            results.append(alone(path))
+        except InputError as error:
+            results.append(error)
+    return results
 
 
 def _analyze_in_processes(captures: tuple[str, ...], bpf_filter: str | None, wanted: Wanted,
@@ -399,9 +428,10 @@ def _analyze_in_processes(captures: tuple[str, ...], bpf_filter: str | None, wan
         with (tempfile.TemporaryDirectory(prefix=HANDOVER_PREFIX) as handover,
               ProcessPoolExecutor(max_workers=workers, initializer=_temporaries_in,
                                   initargs=(handover,)) as pool):
-            pending = {pool.submit(_analyze_for_parent, path, bpf_filter, wanted, workers=1,
-                                   show_progress=False, handover_folder=handover): index
-                       for index, path in enumerate(captures)}
+            pending = {pool.submit(_analyze_group_for_parent,
+                                   [captures[index] for index in group], bpf_filter, wanted,
+                                   handover): group
+                       for group in capture_groups(captures, wanted, workers)}
             _take_results(pending, spill, analyses, failures)
     except BrokenExecutor:
         raise InputError(KILLED_WORKER_TEXT) from None
@@ -410,23 +440,26 @@ def _analyze_in_processes(captures: tuple[str, ...], bpf_filter: str | None, wan
     return [analyses[index] for index in range(len(captures))]
 
 
-def _take_results(pending: dict[Future, int], spill: SpillFile, analyses: dict[int, Analysis],
-                  failures: dict[int, InputError]) -> None:
-    """Each capture's result as it comes, kept on disk (or its failure), counted on the
-    progress line."""
-    total = len(pending)
+def _take_results(pending: dict[Future, list[int]], spill: SpillFile,
+                  analyses: dict[int, Analysis], failures: dict[int, InputError]) -> None:
+    """Each group's results as they come (a group's positions among the captures, each its
+    analysis or its failure), kept on disk, the captures done counted on the progress line."""
+    total = sum(len(group) for group in pending.values())
+    done_captures = 0
     progress = ProgressLine(f"{total} captures")
     try:
         progress.stage("analysed", 0, total)
         while pending:
             done, _ = wait(pending, timeout=PROGRESS_TICK_S, return_when=FIRST_COMPLETED)
             for future in done:
-                index = pending.pop(future)
-                try:
-                    analyses[index] = kept_on_disk(future.result(), spill)
-                except InputError as error:
-                    failures[index] = error
-            progress.stage("analysed", total - len(pending), total)
+                group = pending.pop(future)
+                for index, result in zip(group, future.result(), strict=True):
+                    if isinstance(result, InputError):
+                        failures[index] = result
+                    else:
+                        analyses[index] = kept_on_disk(result, spill)
+                done_captures += len(group)
+            progress.stage("analysed", done_captures, total)
     finally:
         progress.done()
 
@@ -435,6 +468,15 @@ def _temporaries_in(folder: str) -> None:
     """A worker's temporary files (its part files and spill file) all go in the run's folder,
     which the run removes at its end, also when a worker was killed and could not."""
     tempfile.tempdir = folder
+
+
+def _analyze_group_for_parent(paths: list[str], bpf_filter: str | None, wanted: Wanted,
+                              handover_folder: str) -> list[Analysis | InputError]:
+    """`_analyze_group` in a worker process: each result as `_analyze_for_parent` sends it."""
+    alone = partial(_analyze_for_parent, bpf_filter=bpf_filter, wanted=wanted,
+                    handover_folder=handover_folder)
+    return [result if isinstance(result, InputError) else for_another_process(result, wanted.tables)
+            for result in _analyze_group(paths, bpf_filter, alone)]
 
 
 def _analyze_for_parent(path: str, bpf_filter: str | None, wanted: Wanted, workers: int = 1,

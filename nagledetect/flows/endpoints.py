@@ -69,6 +69,19 @@ def _pair_value(low: np.ndarray, high: np.ndarray) -> np.ndarray:
         return _mixed(_mixed(low) + high)
 
 
+def _captured_pair_value(low: np.ndarray, high: np.ndarray, capture: np.ndarray | None
+                         ) -> np.ndarray:
+    """The pair value, mixed with the capture's number when a batch holds several captures."""
+    value = _pair_value(low, high)
+    if capture is None:
+        return value
+    with np.errstate(over="ignore"):
+        return _mixed(value + capture.astype(np.uint64) * _CAPTURE_MULTIPLIER)
+
+
+_CAPTURE_MULTIPLIER = np.uint64(0xD6E8FEB86659FD93)
+
+
 def pair_hashes(columns: dict[str, np.ndarray]) -> np.ndarray:
     """64-bit hash of each packet's endpoint pair, the same in both directions."""
     low, high, _ = _ordered_keys(columns)
@@ -87,15 +100,21 @@ class EndpointPairs:
         self._packets_seen = 0
 
     def assign(self, columns: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-        """Pair number and "source is the lower endpoint" for every packet of a batch."""
+        """Pair number and "source is the lower endpoint" for every packet of a batch. A batch
+        of several captures (a `capture` column) keeps each capture's pairs apart: the capture
+        is part of the pair's key, not of the endpoints' (whose order decides the low side)."""
         low, high, src_is_low = _ordered_keys(columns)
-        codes, _ = pd.factorize(_pair_value(low, high))
+        batch_capture = columns.get("capture")
+        codes, _ = pd.factorize(_captured_pair_value(low, high, batch_capture))
         first = first_occurrences(codes)
-        if not (np.array_equal(low, low[first][codes]) and np.array_equal(high, high[first][codes])):
-            codes, first = _grouped_exactly(low, high)
+        capture = (np.zeros(len(low), dtype=np.uint64) if batch_capture is None
+                   else batch_capture.astype(np.uint64))
+        if not all(np.array_equal(key, key[first][codes]) for key in (low, high, capture)):
+            codes, first = _grouped_exactly(low, high, capture)
         known = len(self._number_of)
         numbers = np.array([self._number_of.setdefault(key, len(self._number_of))
-                            for key in zip(low[first].tolist(), high[first].tolist())],
+                            for key in zip(low[first].tolist(), high[first].tolist(),
+                                           capture[first].tolist())],
                            dtype=np.int64)
         new_pairs_first = first[numbers >= known]
         self._add_rows(columns, new_pairs_first, src_is_low)
@@ -137,11 +156,12 @@ def packet_ports(pair_rows: np.ndarray, pair: np.ndarray, src_is_low: np.ndarray
     return np.where(source_low, low_port, high_port), np.where(source_low, high_port, low_port)
 
 
-def _grouped_exactly(low: np.ndarray, high: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Codes by the exact (low, high) keys, numbered in order of first sight, and each code's
-    first row: the slow path taken when two pairs' mixed values collide."""
-    _, first, inverse = np.unique(np.stack([low, high], axis=1), axis=0, return_index=True,
-                                  return_inverse=True)
+def _grouped_exactly(low: np.ndarray, high: np.ndarray, capture: np.ndarray
+                     ) -> tuple[np.ndarray, np.ndarray]:
+    """Codes by the exact (low, high, capture) keys, numbered in order of first sight, and each
+    code's first row: the slow path taken when two pairs' mixed values collide."""
+    _, first, inverse = np.unique(np.stack([low, high, capture], axis=1), axis=0,
+                                  return_index=True, return_inverse=True)
     rank = np.empty(len(first), dtype=np.int64)
     rank[np.argsort(first)] = np.arange(len(first))
     return rank[inverse.ravel()], np.sort(first)

@@ -1,0 +1,134 @@
+"""Small captures analysed together give each capture exactly the document of a run over it
+alone: checked byte for byte against `analyze_capture` on the real captures themselves (the
+sample traces from the lab's Linux stacks, and corpus files of other link types, without a
+handshake, without TCP), so the expected bytes are not the batch's own output."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+
+from nagledetect import batch, cli
+from nagledetect.analysis import analyze_capture, analyze_together, for_another_process
+from nagledetect.batch import capture_groups
+from nagledetect.errors import InputError
+from nagledetect.report.document import build_document, write_json
+from tests.conftest import SAMPLE_TRACES, corpus_file
+
+SAMPLES = [str(path) for path in sorted(SAMPLE_TRACES.glob("*.pcap"))]
+
+
+def _document(analysis) -> bytes:
+    out = io.BytesIO()
+    write_json(build_document([for_another_process(analysis, False)]), out)
+    return out.getvalue()
+
+
+def _alone(path: str, bpf_filter: str | None = None) -> bytes:
+    return _document(analyze_capture(path, bpf_filter, charts=False))
+
+
+def test_every_sample_trace_analysed_together_is_as_analysed_alone() -> None:
+    together = analyze_together(SAMPLES)
+    assert len(together) == len(SAMPLES)
+    for path, analysis in zip(SAMPLES, together):
+        assert _document(analysis) == _alone(path), path
+
+
+def test_the_same_capture_twice_in_a_batch_stays_two_captures() -> None:
+    """Both copies have the same 4-tuples, frames and times: were their pairs not kept apart by
+    the capture, each connection would hold both copies' packets (seed003: one connection of
+    234 packets, `tcpdump -r FILE tcp | wc -l`)."""
+    path = str(SAMPLE_TRACES / "seed003-nagle.pcap")
+    first, second = analyze_together([path, path])
+    for analysis in (first, second):
+        assert _document(analysis) == _alone(path)
+        connections = analysis.capture.connections
+        assert len(connections) == 1
+        assert int(connections["packets_client_to_server"].sum()
+                   + connections["packets_server_to_client"].sum()) == 234
+
+
+def test_frames_and_connection_ids_are_each_captures_own() -> None:
+    """seed003 after mixed.pcap in a batch: its stalls are still at frames 40 -> 41 -> 42
+    (checked in tshark: 2 bytes at 0.274946 s, the pure ACK at 0.315996 s, 28 bytes at
+    0.316018 s) and its connection is still id 0, first seen at frame 5 (its SYN, after four
+    packets that are not TCP, in tshark)."""
+    mixed, seed003 = analyze_together([str(SAMPLE_TRACES / "mixed.pcap"),
+                                       str(SAMPLE_TRACES / "seed003-nagle.pcap")])
+    assert len(mixed.capture.connections) > 1
+    stall = next(f for f in seed003.findings if f.kind == "nagle-delack-stall")
+    assert stall.connection == 0
+    first = stall.events.records()[0]
+    assert (first["last_data_frame"], first["delayed_ack_frame"], first["released_frame"]) == (
+        40, 41, 42)
+    assert seed003.capture.connections["first_frame"].tolist() == [5]
+
+
+def test_errors_and_captures_without_tcp_keep_their_place(tmp_path) -> None:
+    empty = tmp_path / "empty.pcap"
+    empty.write_bytes(b"")
+    no_tcp = str(corpus_file("zeek/arp-who-has-radiotap.pcap"))
+    paths = [SAMPLES[0], str(empty), no_tcp, SAMPLES[1]]
+    results = analyze_together(paths)
+    assert isinstance(results[1], InputError) and "empty file" in str(results[1])
+    with pytest.raises(InputError) as alone:
+        analyze_capture(str(empty))
+    assert str(results[1]) == str(alone.value)
+    for index in (0, 2, 3):
+        assert _document(results[index]) == _alone(paths[index]), paths[index]
+
+
+def test_other_link_types_and_captures_without_a_handshake() -> None:
+    paths = [str(corpus_file(name)) for name in (
+        "tcpdump/beep-oobr.pcap", "tcpdump/bgp-4byte-asn.pcap", "zeek/ssh__ssh.pcap",
+        "zeek/redis__pipeline-with-commands.pcap", "zeek/nflog-http.pcap")]
+    for path, analysis in zip(paths, analyze_together(paths)):
+        assert _document(analysis) == _alone(path), path
+
+
+def test_a_filter_applies_to_each_capture_of_a_batch() -> None:
+    paths = SAMPLES[:6]
+    for path, analysis in zip(paths, analyze_together(paths, "tcp port 9000")):
+        assert _document(analysis) == _alone(path, "tcp port 9000"), path
+
+
+@pytest.mark.parametrize(("sizes", "workers", "groups"), [
+    ([1000] * 4, 1, [[0, 1], [2, 3]]),
+    ([1000] * 8, 2, [[0, 1], [2, 3], [4, 5], [6, 7]]),
+    ([1000, 5_000_000, 1000, 1000], 1, [[0], [1], [2], [3]]),
+    ([1000, 1000, 5_000_000, 1000, 1000, 1000, 1000], 1, [[0, 1], [2], [3, 4, 5], [6]]),
+    ([3_000_000] * 12, 1, [[0, 1, 2, 3, 4], [5, 6, 7, 8, 9], [10, 11]]),
+])
+def test_small_captures_are_grouped_up_to_a_share_of_the_work(sizes, workers, groups) -> None:
+    """Up to BATCH_BYTES (16 MB) a group, or half of what the small captures hold over the
+    workers (two groups each); a capture over BATCHED_CAPTURE_BYTES (4 MB) alone."""
+    assert capture_groups(sizes, workers) == groups
+
+
+def _run_document(analyses) -> bytes:
+    out = io.BytesIO()
+    write_json(build_document(analyses), out)
+    return out.getvalue()
+
+
+def test_a_run_over_many_captures_is_the_same_with_and_without_batches(monkeypatch) -> None:
+    captures = tuple(SAMPLES)
+    batched = _run_document(cli._analyze_one_by_one(captures, None, cli.Wanted()))
+    monkeypatch.setattr(batch, "BATCHED_CAPTURE_BYTES", -1)
+    assert capture_groups([1000, 1000], 1) == [[0], [1]]
+    alone = _run_document(cli._analyze_one_by_one(captures, None, cli.Wanted()))
+    assert batched == alone
+
+
+def test_a_batch_that_fails_is_analysed_capture_by_capture(monkeypatch) -> None:
+    """Whatever goes wrong analysing captures together (here a failure made on purpose), each
+    is then analysed alone: the run's results do not change."""
+    def failing(paths, bpf_filter):
+        raise RuntimeError("made to fail")
+
+    expected = cli._analyze_one_by_one(tuple(SAMPLES[:4]), None, cli.Wanted())
+    monkeypatch.setattr(cli, "analyze_together", failing)
+    again = cli._analyze_one_by_one(tuple(SAMPLES[:4]), None, cli.Wanted())
+    assert [_document(a) for a in again] == [_document(a) for a in expected]
