@@ -110,39 +110,61 @@ def _per_capture(level: ConnectionLevel, captures: list[_Read]) -> Iterator[Anal
     owner = np.searchsorted(offsets, connections["first_frame"].to_numpy(), side="left") - 1
     if len(owner) and (np.diff(owner) < 0).any():
         raise RuntimeError("a batch's connections are not numbered capture by capture")
-    bounds = np.searchsorted(owner, np.arange(len(captures) + 1))
-    finding_connection = np.array([finding.connection for finding in level.findings],
-                                  dtype=np.int64)
-    for number, capture in enumerate(captures):
-        first, stop = int(bounds[number]), int(bounds[number + 1])
-        mine = (finding_connection >= first) & (finding_connection < stop)
-        findings = [_given_back(finding, first, capture.frame_offset)
-                    for finding, kept in zip(level.findings, mine.tolist()) if kept]
-        yield _analysis(capture, _connections(connections, first, stop, capture.frame_offset),
-                        findings, _rows_of(level.samples, first, stop, capture.frame_offset),
-                        _rows_of(level.parity, first, stop, 0))
+    cut = _Cut(owner, np.searchsorted(owner, np.arange(len(captures) + 1)), offsets)
+    tables = zip(cut.connections(connections), cut.rows(level.samples, SAMPLE_FRAMES),
+                 cut.rows(level.parity, ()), cut.findings(level.findings))
+    for capture, (connections_of, samples, parity, findings) in zip(captures, tables):
+        yield _analysis(capture, connections_of, findings, samples, parity)
 
 
-def _connections(table: pd.DataFrame, first: int, stop: int, frame_offset: int) -> pd.DataFrame:
-    mine = table.iloc[first:stop].reset_index(drop=True)
-    mine["id"] = mine["id"].to_numpy() - first
-    for name in CONNECTION_FRAMES:
-        frames = mine[name].to_numpy()
-        mine[name] = np.where(frames > 0, frames - frame_offset, frames).astype(frames.dtype)
-    return mine
+@dataclasses.dataclass
+class _Cut:
+    """Where each capture's connections lie in the batch's: connection `first[k]` to
+    `first[k + 1]` are capture k's (`owner`, by connection), its frames offset by
+    `frame_offset[k]`. Each table is renumbered once for all captures, then sliced."""
 
+    owner: np.ndarray
+    first: np.ndarray
+    frame_offset: np.ndarray
 
-def _rows_of(table: pd.DataFrame, first: int, stop: int, frame_offset: int) -> pd.DataFrame:
-    """A table's rows of connections [first, stop), renumbered from 0, frames given back."""
-    if table.empty:
-        return table
-    connection = table["connection"].to_numpy()
-    mine = table[(connection >= first) & (connection < stop)].reset_index(drop=True)
-    mine["connection"] = mine["connection"].to_numpy() - first
-    for name in SAMPLE_FRAMES:
-        if name in mine:
-            mine[name] = mine[name].to_numpy() - frame_offset
-    return mine
+    def connections(self, table: pd.DataFrame) -> list[pd.DataFrame]:
+        ids = table["id"].to_numpy()
+        renumbered = {"id": (ids - self.first[self.owner]).astype(ids.dtype)}
+        for name in CONNECTION_FRAMES:
+            renumbered[name] = self._frames(table[name].to_numpy(), self.owner)
+        return self._sliced(table.assign(**renumbered), self.owner)
+
+    def rows(self, table: pd.DataFrame, frames: tuple[str, ...]) -> list[pd.DataFrame]:
+        """A table with a connection column, each capture's rows (in the table's order)."""
+        if table.empty:
+            return [table.copy() for _ in range(len(self.first) - 1)]
+        connection = table["connection"].to_numpy()
+        owner = self.owner[connection]
+        renumbered = {"connection": (connection - self.first[owner]).astype(connection.dtype)}
+        for name in frames:
+            renumbered[name] = self._frames(table[name].to_numpy(), owner)
+        return self._sliced(table.assign(**renumbered), owner)
+
+    def findings(self, findings: list[Finding]) -> list[list[Finding]]:
+        mine: list[list[Finding]] = [[] for _ in range(len(self.first) - 1)]
+        for finding in findings:
+            capture = int(self.owner[finding.connection])
+            mine[capture].append(_given_back(finding, int(self.first[capture]),
+                                             int(self.frame_offset[capture])))
+        return mine
+
+    def _frames(self, frames: np.ndarray, owner: np.ndarray) -> np.ndarray:
+        """Frames given back (0 stays 0: no such packet), in their own dtype."""
+        return np.where(frames > 0, frames - self.frame_offset[owner], frames).astype(frames.dtype)
+
+    def _sliced(self, table: pd.DataFrame, owner: np.ndarray) -> list[pd.DataFrame]:
+        """Each capture's rows, in the table's order within a capture."""
+        if (np.diff(owner) < 0).any():
+            order = np.argsort(owner, kind="stable")
+            table, owner = table.iloc[order], owner[order]
+        bounds = np.searchsorted(owner, np.arange(len(self.first))).tolist()
+        return [table.iloc[start:stop].reset_index(drop=True)
+                for start, stop in zip(bounds[:-1], bounds[1:])]
 
 
 def _given_back(finding: Finding, first: int, frame_offset: int) -> Finding:

@@ -163,17 +163,19 @@ def host_fingerprints(samples: pd.DataFrame) -> HostFingerprints:
                                 np.zeros(0, np.int64))
     codes, addresses = host_codes(samples["host"])
     order = np.argsort(codes, kind="stable")
-    ordered = samples.take(order)
+
+    def ordered(name: str) -> np.ndarray:
+        return samples[name].to_numpy()[order]
+
     code = codes[order]
     starts = np.searchsorted(code, np.arange(len(addresses) + 1))
-    hold_ms = ordered["hold_ms"].to_numpy()
-    delayed = ordered["delayed"].to_numpy()
+    hold_ms = ordered("hold_ms")
+    delayed = ordered("delayed")
     timer_ms, spread_ms = _modal_timers(code[delayed], hold_ms[delayed], len(addresses))
     delayed_count = np.bincount(code[delayed], minlength=len(addresses))
     return HostFingerprints(
         addresses, timer_ms, spread_ms, delayed_count, np.round(hold_ms, 3), starts,
-        ordered["ack_time_s"].to_numpy()[delayed],
-        ordered["connection"].to_numpy().astype(np.int64)[delayed],
+        ordered("ack_time_s")[delayed], ordered("connection").astype(np.int64)[delayed],
         np.concatenate(([0], np.cumsum(delayed_count))))
 
 

@@ -88,15 +88,19 @@ def _sharing_connections(times_s: np.ndarray, host: np.ndarray, connection: np.n
 
 def lock_tests(hosts: Mapping[str, HostProfile], samples: pd.DataFrame) -> dict[str, dict]:
     """For every host with enough delayed ACKs: its best tick and whether it is locked to it."""
-    delayed = samples[samples["delayed"].to_numpy()] if len(samples) else samples
-    codes, names = host_codes(delayed["host"])
+    delayed_rows = np.flatnonzero(samples["delayed"].to_numpy()) if len(samples) else []
+    codes, names = host_codes(samples["host"].iloc[delayed_rows])
     enough = np.bincount(codes, minlength=len(names)) >= MIN_SAMPLES
     rows = np.flatnonzero(enough[codes]) if len(codes) else np.zeros(0, dtype=np.int64)
     if len(rows) == 0:
         return {}
+
+    def delayed(name: str) -> np.ndarray:
+        return samples[name].to_numpy()[delayed_rows][rows]
+
     kept = np.flatnonzero(enough)
     host = np.searchsorted(kept, codes[rows])
-    times_s = delayed["ack_time_s"].to_numpy()[rows]
+    times_s = delayed("ack_time_s")
     ticks_ms = _candidate_ticks_ms([hosts[names[code]] for code in kept.tolist()])
     results = [rayleigh(times_s, host, ticks_ms[:, column] / 1000)
                for column in range(ticks_ms.shape[1])]
@@ -107,8 +111,8 @@ def lock_tests(hosts: Mapping[str, HostProfile], samples: pd.DataFrame) -> dict[
     length = np.stack([r[1] for r in results], axis=1)[pick, best]
     phase_s = np.stack([r[3] for r in results], axis=1)[pick, best]
     period_s = ticks_ms[pick, best] / 1000
-    variation = _hold_variation(delayed["hold_ms"].to_numpy()[rows], host, count)
-    connection = delayed["connection"].to_numpy()[rows].astype(np.int64)
+    variation = _hold_variation(delayed("hold_ms"), host, count)
+    connection = delayed("connection").astype(np.int64)
     sharing = _sharing_connections(times_s, host, connection, period_s, phase_s)
     width = int(connection.max()) + 1
     tested = np.bincount(np.unique(host * width + connection) // width, minlength=len(kept))
