@@ -50,7 +50,11 @@ def commands(captures: list[str], jobs: int) -> dict[str, list[str]]:
     listed = "\n".join(captures)
 
     def tcptrace_each(at_once: int) -> list[str]:
-        return ["bash", "-c", f"xargs -d '\\n' -P {at_once} -n 1 tcptrace -n -l > /dev/null "
+        """tcptrace on each capture, `at_once` at a time: xargs hands 50 paths to each shell,
+        which runs tcptrace on them one by one (xargs would stop at the first tcptrace that
+        exits with status 255, as it does on a capture it cannot read)."""
+        loop = "for capture; do tcptrace -n -l \"$capture\"; done; true"
+        return ["bash", "-c", f"xargs -d '\\n' -P {at_once} -n 50 bash -c '{loop}' _ > /dev/null "
                               f"2>&1 <<'END'\n{listed}\nEND\ntrue"]
 
     return {f"nagledetect analyze -j {jobs}": [*analyze, "-j", str(jobs), *captures],

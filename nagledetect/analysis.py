@@ -79,17 +79,19 @@ def for_another_process(analysis: Analysis, tables: bool) -> Analysis:
     """What the reporters read of an analysis, to send it to the process that writes them: the
     packet and message tables only when `tables` are wanted (as chunks, the way a capture in
     parts hands them over), and host profiles without their samples (the charts carry their
-    own). The rest would only be pickled and copied."""
-    part_tables = analysis.part_tables
-    if tables and analysis.tables_kept:
-        part_tables = TablesInMemory([analysis.capture.packets], [analysis.messages])
+    own). The rest would only be pickled and copied; an analysis that kept no tables (in parts,
+    in a batch, or sent already) holds no more than that."""
+    hosts = (analysis.hosts if isinstance(analysis.hosts, StoredHosts) else
+             {address: without_samples(profile) for address, profile in analysis.hosts.items()})
+    if not analysis.tables_kept:
+        return dataclasses.replace(analysis, hosts=hosts,
+                                   part_tables=analysis.part_tables if tables else None)
     capture = analysis.capture
     return dataclasses.replace(
         analysis, capture=without_packets(capture.path, capture.accounting, capture.connections),
         segments=pd.DataFrame(), messages=pd.DataFrame(), delack_samples=no_samples(),
-        hosts=(analysis.hosts if isinstance(analysis.hosts, StoredHosts) else
-               {address: without_samples(profile) for address, profile in analysis.hosts.items()}),
-        tables_kept=False, part_tables=part_tables if tables else None)
+        hosts=hosts, tables_kept=False,
+        part_tables=TablesInMemory([capture.packets], [analysis.messages]) if tables else None)
 
 
 def kept_on_disk(analysis: Analysis, spill: SpillFile) -> Analysis:

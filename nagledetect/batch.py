@@ -197,19 +197,23 @@ def _analysis(capture: _Read, connections: pd.DataFrame, findings: list[Finding]
 def capture_groups(sizes: list[int], workers: int) -> list[list[int]]:
     """The captures' positions (by their sizes in bytes) in groups to analyse together:
     consecutive captures of up to BATCHED_CAPTURE_BYTES each, a group holding up to BATCH_BYTES,
-    or less so that `workers` processes get two groups each; a larger capture alone."""
-    small_bytes = sum(size for size in sizes if size <= BATCHED_CAPTURE_BYTES)
-    budget = min(BATCH_BYTES, max(1, math.ceil(small_bytes / (2 * workers))))
+    or fewer bytes and captures so that `workers` processes get about two groups each (a small
+    capture's cost is mostly fixed: groups are even in captures as well as in bytes); a larger
+    capture alone."""
+    small = [size for size in sizes if size <= BATCHED_CAPTURE_BYTES]
+    byte_budget = min(BATCH_BYTES, max(1, math.ceil(sum(small) / (2 * workers))))
+    capture_budget = max(1, math.ceil(len(small) / (2 * workers)))
     groups: list[list[int]] = []
     held = 0
     joinable = False
     for position, size in enumerate(sizes):
-        small = size <= BATCHED_CAPTURE_BYTES
-        if small and joinable and held + size <= budget:
+        is_small = size <= BATCHED_CAPTURE_BYTES
+        if (is_small and joinable and held + size <= byte_budget
+                and len(groups[-1]) < capture_budget):
             groups[-1].append(position)
             held += size
         else:
             groups.append([position])
             held = size
-        joinable = small
+        joinable = is_small
     return groups

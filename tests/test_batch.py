@@ -100,10 +100,12 @@ def test_a_filter_applies_to_each_capture_of_a_batch() -> None:
     ([1000, 5_000_000, 1000, 1000], 1, [[0], [1], [2], [3]]),
     ([1000, 1000, 5_000_000, 1000, 1000, 1000, 1000], 1, [[0, 1], [2], [3, 4, 5], [6]]),
     ([3_000_000] * 12, 1, [[0, 1, 2, 3, 4], [5, 6, 7, 8, 9], [10, 11]]),
+    ([10] * 6 + [1_000_000], 1, [[0, 1, 2, 3], [4, 5], [6]]),
 ])
 def test_small_captures_are_grouped_up_to_a_share_of_the_work(sizes, workers, groups) -> None:
-    """Up to BATCH_BYTES (16 MB) a group, or half of what the small captures hold over the
-    workers (two groups each); a capture over BATCHED_CAPTURE_BYTES (4 MB) alone."""
+    """Up to BATCH_BYTES (16 MB) a group, or half of the small captures' bytes and of their
+    number over the workers (two groups each); a capture over BATCHED_CAPTURE_BYTES (4 MB)
+    alone."""
     assert capture_groups(sizes, workers) == groups
 
 
