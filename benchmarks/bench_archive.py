@@ -15,10 +15,11 @@ starts once (about 0.45 s of imports) and hands the captures to its workers.
 
     python3 benchmarks/bench_archive.py ../shared/corpora/zeek --min-bytes 2048 --per-capture
 
-instead analyses every capture in this process as `analyze --format json` does
-(`analyze_capture` without the charts, then its JSON document to /dev/null), once to warm up
-and then `--repeats` times, and prints the CPU time a capture takes: the fixed cost of a small
-capture, without start-up or workers.
+instead analyses every capture in this process as `analyze --format json` does (without the
+charts, the JSON document to /dev/null), once to warm up and then `--repeats` times, and
+prints the CPU time a capture takes, without start-up or workers: each alone
+(`analyze_capture`, a document each), and in the groups a run over all of them makes
+(`analyze_together`, one document).
 """
 
 from __future__ import annotations
@@ -63,17 +64,27 @@ def commands(captures: list[str], jobs: int) -> dict[str, list[str]]:
             "tcptrace -n -l, one at a time": tcptrace_each(1)}
 
 
-def cpu_ms_per_capture(captures: list[str], repeats: int) -> list[float]:
-    """CPU milliseconds a capture takes analysed and written in this process, per pass."""
-    from nagledetect.analysis import analyze_capture
+def cpu_ms_per_capture(captures: list[str], repeats: int, together: bool) -> list[float]:
+    """CPU milliseconds a capture takes analysed and written in this process, per pass: each
+    alone, or (`together`) in the groups a run over all of them makes, in one document."""
+    from nagledetect.analysis import Wanted, analyze_capture, analyze_together, capture_groups
     from nagledetect.report.document import build_document, write_json
+
+    def analyses() -> list:
+        if not together:
+            return [analyze_capture(path, workers=1, charts=False) for path in captures]
+        return [analysis for group in capture_groups(captures, Wanted(), 1)
+                for analysis in analyze_together([captures[index] for index in group])]
 
     def one_pass() -> float:
         start = time.process_time()
-        for path in captures:
-            analysis = analyze_capture(path, workers=1, charts=False)
-            with open(os.devnull, "wb") as out:
-                write_json(build_document([analysis]), out, workers=1)
+        made = analyses()
+        with open(os.devnull, "wb") as out:
+            if together:
+                write_json(build_document(made), out, workers=1)
+            else:
+                for analysis in made:
+                    write_json(build_document([analysis]), out, workers=1)
         return (time.process_time() - start) * 1000 / len(captures)
 
     one_pass()
@@ -93,9 +104,11 @@ def main() -> None:
     if not captures:
         raise SystemExit("no captures found")
     if arguments.per_capture:
-        passes = cpu_ms_per_capture(captures, arguments.repeats)
-        print(f"{len(captures)} captures: {statistics.median(passes):.2f} ms of CPU a capture "
-              f"(median of {arguments.repeats}: {', '.join(f'{ms:.2f}' for ms in passes)})")
+        for together in (False, True):
+            passes = cpu_ms_per_capture(captures, arguments.repeats, together)
+            print(f"{len(captures)} captures {'together' if together else 'alone'}: "
+                  f"{statistics.median(passes):.2f} ms of CPU a capture (median of "
+                  f"{arguments.repeats}: {', '.join(f'{ms:.2f}' for ms in passes)})")
         return
     runs: dict[str, list[tuple[float, int, int]]] = {}
     for _ in range(arguments.repeats):
