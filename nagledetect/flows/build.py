@@ -372,7 +372,7 @@ def _connection_table(totals: dict[str, np.ndarray], count: int, endpoints: dict
         table[f"packets_{name}"] = totals["packets"][direction::2]
         table[f"bytes_{name}"] = totals["payload_bytes"][direction::2]
     table["client_guessed"] = guessed
-    return pd.DataFrame({**table, **handshake, **vantage}, copy=False)
+    return pd.DataFrame({**table, **handshake, **vantage})
 
 
 def _formatted_addresses(words: np.ndarray) -> list[str]:
