@@ -363,7 +363,9 @@ def _connection_table(totals: dict[str, np.ndarray], count: int, endpoints: dict
     """One row per connection: endpoints, counts each way, handshake options, RTT, vantage
     (`totals` per direction group, as `_number_and_classify` returns them). The columns are
     made first and framed once: inserting them one by one cost a capture of a few packets
-    more than building its connections."""
+    more than building its connections. The frame copies them into one block per dtype: a
+    table sent to another process (a part's, a small capture's) unpickles in half the time of
+    one with a block per column."""
     table = {"id": np.arange(count), **endpoints}
     table["start_us"] = totals["first_us"].reshape(count, 2).min(axis=1)
     table["end_us"] = totals["last_us"].reshape(count, 2).max(axis=1)
