@@ -279,31 +279,50 @@ def _write_html(document: dict, analyses: list[Analysis], path: Path) -> None:
 
 def _analyze_on_dask(captures: tuple[str, ...], bpf_filter: str | None, address: str,
                      wanted: Wanted) -> list[Analysis]:
-    """Send each file to an existing Dask cluster (the files must be readable by its workers at
-    the same paths); take the results here as they come (each one's findings and tables spilled
-    to disk), and return them in order."""
+    """Send the files to an existing Dask cluster, a group of captures a task
+    (`capture_groups`: small ones together, each other alone; the files must be readable by its
+    workers at the same paths); take the results here as they come (each one's findings and
+    tables spilled to disk), and return them in order. A failing capture is reported after the
+    others, the first in the order given."""
     try:
         from distributed import Client, KilledWorker, as_completed
     except ImportError:
         _fail("--dask needs the distributed package: pip install 'nagledetect[dask]'")
     try:
         with Client(address, timeout=DASK_CONNECT_TIMEOUT_S) as client:
-            futures = client.map(_analyze_for_parent, list(captures),
-                                 [bpf_filter] * len(captures), [wanted] * len(captures),
-                                 pure=False)
-            position = {future.key: index for index, future in enumerate(futures)}
+            groups = capture_groups(captures, wanted, max(1, sum(client.nthreads().values())))
+            futures = client.map(_analyze_group_for_parent,
+                                 [[captures[index] for index in group] for group in groups],
+                                 [bpf_filter] * len(groups), [wanted] * len(groups), pure=False)
+            group_of = {future.key: group for future, group in zip(futures, groups)}
             spill = SpillFile()
-            analyses = {}
+            results: dict[int, Analysis | InputError] = {}
             for future in as_completed(futures):
-                index = position[future.key]
+                group = group_of[future.key]
                 try:
-                    analyses[index] = kept_on_disk(future.result(), spill)
+                    found = future.result()
                 except KilledWorker:
-                    raise InputError(f"{captures[index]}: the Dask workers analysing it died "
-                                     "(out of memory, or by a signal)") from None
-            return [analyses[index] for index in range(len(captures))]
+                    raise InputError(f"{_named(captures, group)}: the Dask workers analysing "
+                                     "it died (out of memory, or by a signal)") from None
+                results.update((index, result if isinstance(result, InputError)
+                                else kept_on_disk(result, spill))
+                               for index, result in zip(group, found, strict=True))
     except OSError as error:
         _fail(f"cannot reach the Dask scheduler at {address}: {error}")
+    analyses = []
+    for index in range(len(captures)):
+        result = results[index]
+        if isinstance(result, InputError):
+            raise result
+        analyses.append(result)
+    return analyses
+
+
+def _named(captures: tuple[str, ...], group: list[int]) -> str:
+    """A group of captures named by its first, and how many were analysed with it."""
+    others = len(group) - 1
+    return captures[group[0]] + (f" (and {others} other captures analysed with it)"
+                                 if others else "")
 
 
 def _write_tables(analyses: list[Analysis], folder: Path, table_format: str) -> None:
@@ -471,8 +490,9 @@ def _temporaries_in(folder: str) -> None:
 
 
 def _analyze_group_for_parent(paths: list[str], bpf_filter: str | None, wanted: Wanted,
-                              handover_folder: str) -> list[Analysis | InputError]:
-    """`_analyze_group` in a worker process: each result as `_analyze_for_parent` sends it."""
+                              handover_folder: str | None = None) -> list[Analysis | InputError]:
+    """`_analyze_group` in a worker process (or on Dask): each result as `_analyze_for_parent`
+    sends it."""
     alone = partial(_analyze_for_parent, bpf_filter=bpf_filter, wanted=wanted,
                     handover_folder=handover_folder)
     return [result if isinstance(result, InputError) else for_another_process(result, wanted.tables)

@@ -29,6 +29,25 @@ def test_dask_cluster_gives_the_local_result() -> None:
     assert json.loads(on_dask.stdout) == json.loads(local.stdout)
 
 
+def test_a_bad_capture_among_small_ones_on_dask_is_the_local_runs_one_line(tmp_path) -> None:
+    """Small captures go to the cluster in groups; an unreadable one in a group is still
+    reported by name, as a local run reports it, and the run exits with status 2."""
+    empty = tmp_path / "empty.pcap"
+    empty.write_bytes(b"")
+    paths = [str(SAMPLE_TRACES / name) for name in ("trap-rpc.pcap", "seed003-nagle.pcap")]
+    paths.insert(1, str(empty))
+    with distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=True,
+                                  dashboard_address=None) as cluster:
+        on_dask = subprocess.run([sys.executable, "-m", "nagledetect", "analyze", "--dask",
+                                  cluster.scheduler_address, *paths],
+                                 capture_output=True, text=True, timeout=300)
+    local = subprocess.run([sys.executable, "-m", "nagledetect", "analyze", "-j", "1", *paths],
+                           capture_output=True, text=True, timeout=300)
+    assert on_dask.returncode == local.returncode == 2
+    assert on_dask.stderr == local.stderr == (f"nagledetect: error: {empty}: empty file, not a "
+                                              "capture\n")
+
+
 def test_unreachable_scheduler_is_one_line() -> None:
     result = subprocess.run([sys.executable, "-m", "nagledetect", "analyze", "--dask",
                              "tcp://127.0.0.1:1", str(SAMPLE_TRACES / "trap-rpc.pcap")],
