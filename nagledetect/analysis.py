@@ -19,8 +19,7 @@ from collections.abc import Sequence
 import pandas as pd
 
 from nagledetect.api import load_capture
-from nagledetect.batch import analyze_together
-from nagledetect.batch import capture_groups as batch_groups
+from nagledetect.batch import analyze_together, groups_by_size
 from nagledetect.part_tables import PartTables, TablesInMemory, tables_on_disk
 from nagledetect.parts import (
     MAX_PARTS,
@@ -65,7 +64,7 @@ def capture_groups(paths: Sequence[str], wanted: Wanted, workers: int) -> list[l
     is wanted (a batch keeps no tables and gathers no charts); each other capture alone."""
     if wanted != Wanted():
         return [[position] for position in range(len(paths))]
-    return batch_groups([_size(path) for path in paths], workers)
+    return groups_by_size([_size(path) for path in paths], workers)
 
 
 def _size(path: str) -> int:

@@ -24,7 +24,7 @@ from contextlib import closing
 import numpy as np
 import pandas as pd
 
-from nagledetect.detectors import nagle_stall, phase_lock
+from nagledetect.detectors import nagle_stall
 from nagledetect.detectors.delack_timer import host_fingerprints
 from nagledetect.detectors.model import Finding, StallEvents
 from nagledetect.errors import InputError
@@ -34,6 +34,7 @@ from nagledetect.pipeline import (
     ConnectionLevel,
     connection_level,
     no_samples,
+    phase_lock_findings,
     rank_key,
     run_detectors,
     without_packets,
@@ -186,15 +187,13 @@ def _analysis(capture: _Read, connections: pd.DataFrame, findings: list[Finding]
         if finding.kind == nagle_stall.KIND:
             host = hosts.get(str(finding.receiver_host))
             nagle_stall.rescore(finding, host.delack_timer_ms if host else None)
-    stalls = [finding for finding in findings if finding.kind == nagle_stall.KIND]
-    phase_findings = phase_lock.detect_hosts(hosts, samples,
-                                             phase_lock.stall_seconds_by_receiver(stalls))
+    phase_findings = phase_lock_findings(hosts, samples, findings)
     return Analysis(without_packets(capture.path, capture.accounting, connections),
                     pd.DataFrame(), pd.DataFrame(), no_samples(), hosts,
                     sorted(findings + phase_findings, key=rank_key), parity, tables_kept=False)
 
 
-def capture_groups(sizes: list[int], workers: int) -> list[list[int]]:
+def groups_by_size(sizes: list[int], workers: int) -> list[list[int]]:
     """The captures' positions (by their sizes in bytes) in groups to analyse together:
     consecutive captures of up to BATCHED_CAPTURE_BYTES each, a group holding up to BATCH_BYTES,
     or fewer bytes and captures so that `workers` processes get about two groups each (a small

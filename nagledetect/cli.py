@@ -404,9 +404,9 @@ def _analyze_one_by_one(captures: tuple[str, ...], bpf_filter: str | None,
     tables kept in one spill file (not one open file per capture in parts, nor every capture's
     findings in memory). The first capture that fails stops the run."""
     spill = SpillFile()
+    alone = partial(_analyze_one, bpf_filter=bpf_filter, wanted=wanted, spill=spill)
     analyses = []
     for group in capture_groups(captures, wanted, 1):
-        alone = partial(_analyze_one, bpf_filter=bpf_filter, wanted=wanted, spill=spill)
         for result in _analyze_group([captures[index] for index in group], bpf_filter, alone):
             if isinstance(result, InputError):
                 raise result

@@ -135,10 +135,16 @@ def _emptied(table: pd.DataFrame) -> pd.DataFrame:
 def host_level(level: ConnectionLevel) -> tuple[dict[str, HostProfile], list[Finding]]:
     """Every host's profile (the fingerprints the detectors read) and phase locking, from every
     connection's delayed-ACK samples."""
-    hosts, samples, findings = dict(level.hosts), level.samples, level.findings
+    hosts = dict(level.hosts)
+    return hosts, phase_lock_findings(hosts, level.samples, level.findings)
+
+
+def phase_lock_findings(hosts: Mapping[str, HostProfile], samples: pd.DataFrame,
+                        findings: list[Finding]) -> list[Finding]:
+    """Every host with enough delayed-ACK samples tested for phase locking (its profile's test
+    set), with the stalls of `findings` it caused as receiver."""
     stalls = [f for f in findings if f.kind == nagle_stall.KIND]
-    return hosts, phase_lock.detect_hosts(hosts, samples,
-                                          phase_lock.stall_seconds_by_receiver(stalls))
+    return phase_lock.detect_hosts(hosts, samples, phase_lock.stall_seconds_by_receiver(stalls))
 
 
 def run_detectors(capture: Capture, charts: bool = True) -> Analysis:

@@ -11,7 +11,7 @@ import pytest
 
 from nagledetect import batch, cli
 from nagledetect.analysis import analyze_capture, analyze_together, for_another_process
-from nagledetect.batch import capture_groups
+from nagledetect.batch import groups_by_size
 from nagledetect.errors import InputError
 from nagledetect.report.document import build_document, write_json
 from tests.conftest import SAMPLE_TRACES, corpus_file
@@ -106,7 +106,7 @@ def test_small_captures_are_grouped_up_to_a_share_of_the_work(sizes, workers, gr
     """Up to BATCH_BYTES (16 MB) a group, or half of the small captures' bytes and of their
     number over the workers (two groups each); a capture over BATCHED_CAPTURE_BYTES (4 MB)
     alone."""
-    assert capture_groups(sizes, workers) == groups
+    assert groups_by_size(sizes, workers) == groups
 
 
 def _run_document(analyses) -> bytes:
@@ -119,7 +119,7 @@ def test_a_run_over_many_captures_is_the_same_with_and_without_batches(monkeypat
     captures = tuple(SAMPLES)
     batched = _run_document(cli._analyze_one_by_one(captures, None, cli.Wanted()))
     monkeypatch.setattr(batch, "BATCHED_CAPTURE_BYTES", -1)
-    assert capture_groups([1000, 1000], 1) == [[0], [1]]
+    assert groups_by_size([1000, 1000], 1) == [[0], [1]]
     alone = _run_document(cli._analyze_one_by_one(captures, None, cli.Wanted()))
     assert batched == alone
 

@@ -69,14 +69,14 @@ def _pair_value(low: np.ndarray, high: np.ndarray) -> np.ndarray:
         return _mixed(_mixed(low) + high)
 
 
-def _captured_pair_value(low: np.ndarray, high: np.ndarray, capture: np.ndarray | None
-                         ) -> np.ndarray:
-    """The pair value, mixed with the capture's number when a batch holds several captures."""
-    value = _pair_value(low, high)
-    if capture is None:
+def _captured_pair_value(keys: tuple[np.ndarray, ...]) -> np.ndarray:
+    """The pair value of (low, high) keys, mixed with the capture's number when there is one
+    (a batch of several captures)."""
+    value = _pair_value(*keys[:2])
+    if len(keys) == 2:
         return value
     with np.errstate(over="ignore"):
-        return _mixed(value + capture.astype(np.uint64) * _CAPTURE_MULTIPLIER)
+        return _mixed(value + keys[2] * _CAPTURE_MULTIPLIER)
 
 
 _CAPTURE_MULTIPLIER = np.uint64(0xD6E8FEB86659FD93)
@@ -93,7 +93,7 @@ class EndpointPairs:
     (low endpoint, high endpoint), `first_packets` where each was first seen."""
 
     def __init__(self) -> None:
-        self._number_of: dict[tuple[int, int], int] = {}
+        self._number_of: dict[tuple[int, ...], int] = {}
         self._rows: list[np.ndarray] = []
         """Blocks of (pairs, 10) endpoint rows, in number order."""
         self._first_packets: list[np.ndarray] = []
@@ -104,17 +104,15 @@ class EndpointPairs:
         of several captures (a `capture` column) keeps each capture's pairs apart: the capture
         is part of the pair's key, not of the endpoints' (whose order decides the low side)."""
         low, high, src_is_low = _ordered_keys(columns)
-        batch_capture = columns.get("capture")
-        codes, _ = pd.factorize(_captured_pair_value(low, high, batch_capture))
+        keys = (low, high) if "capture" not in columns else (
+            low, high, columns["capture"].astype(np.uint64))
+        codes, _ = pd.factorize(_captured_pair_value(keys))
         first = first_occurrences(codes)
-        capture = (np.zeros(len(low), dtype=np.uint64) if batch_capture is None
-                   else batch_capture.astype(np.uint64))
-        if not all(np.array_equal(key, key[first][codes]) for key in (low, high, capture)):
-            codes, first = _grouped_exactly(low, high, capture)
+        if not all(np.array_equal(key, key[first][codes]) for key in keys):
+            codes, first = _grouped_exactly(keys)
         known = len(self._number_of)
         numbers = np.array([self._number_of.setdefault(key, len(self._number_of))
-                            for key in zip(low[first].tolist(), high[first].tolist(),
-                                           capture[first].tolist())],
+                            for key in zip(*(key[first].tolist() for key in keys))],
                            dtype=np.int64)
         new_pairs_first = first[numbers >= known]
         self._add_rows(columns, new_pairs_first, src_is_low)
@@ -156,12 +154,11 @@ def packet_ports(pair_rows: np.ndarray, pair: np.ndarray, src_is_low: np.ndarray
     return np.where(source_low, low_port, high_port), np.where(source_low, high_port, low_port)
 
 
-def _grouped_exactly(low: np.ndarray, high: np.ndarray, capture: np.ndarray
-                     ) -> tuple[np.ndarray, np.ndarray]:
-    """Codes by the exact (low, high, capture) keys, numbered in order of first sight, and each
-    code's first row: the slow path taken when two pairs' mixed values collide."""
-    _, first, inverse = np.unique(np.stack([low, high, capture], axis=1), axis=0,
-                                  return_index=True, return_inverse=True)
+def _grouped_exactly(keys: tuple[np.ndarray, ...]) -> tuple[np.ndarray, np.ndarray]:
+    """Codes by the exact (low, high[, capture]) keys, numbered in order of first sight, and
+    each code's first row: the slow path taken when two pairs' mixed values collide."""
+    _, first, inverse = np.unique(np.stack(keys, axis=1), axis=0, return_index=True,
+                                  return_inverse=True)
     rank = np.empty(len(first), dtype=np.int64)
     rank[np.argsort(first)] = np.arange(len(first))
     return rank[inverse.ravel()], np.sort(first)

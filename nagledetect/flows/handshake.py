@@ -65,7 +65,8 @@ def handshake_table(packets: dict[str, np.ndarray], count: int) -> dict[str, np.
 def _smallest_announced_mss(client: np.ndarray, server: np.ndarray) -> np.ndarray:
     """The smaller MSS of the two announced (an MSS of 0 was not announced), NaN where
     neither side announced one."""
-    announced = np.where(np.stack([client, server]) > 0, np.stack([client, server]), np.nan)
+    both = np.stack([client, server])
+    announced = np.where(both > 0, both, np.nan)
     smallest = np.full(len(client), np.nan)
     either = ~np.isnan(announced).all(axis=0)
     smallest[either] = np.nanmin(announced[:, either], axis=0)
