@@ -16,8 +16,6 @@ import math
 import os
 from collections.abc import Sequence
 
-import pandas as pd
-
 from nagledetect.api import load_capture
 from nagledetect.batch import analyze_together, groups_by_size
 from nagledetect.part_tables import PartTables, TablesInMemory, tables_on_disk
@@ -28,7 +26,7 @@ from nagledetect.parts import (
     StageCallback,
     analyze_in_parts,
 )
-from nagledetect.pipeline import Analysis, Wanted, no_samples, run_detectors, without_packets
+from nagledetect.pipeline import Analysis, Wanted, run_detectors, shared_empty_tables
 from nagledetect.read.capture import ProgressCallback
 from nagledetect.stored import SpillFile, StoredFindings, StoredHosts, stored_findings, without_samples
 
@@ -82,15 +80,17 @@ def for_another_process(analysis: Analysis, tables: bool) -> Analysis:
     in a batch, or sent already) holds no more than that."""
     hosts = (analysis.hosts if isinstance(analysis.hosts, StoredHosts) else
              {address: without_samples(profile) for address, profile in analysis.hosts.items()})
-    if not analysis.tables_kept:
-        return dataclasses.replace(analysis, hosts=hosts,
-                                   part_tables=analysis.part_tables if tables else None)
     capture = analysis.capture
+    if not analysis.tables_kept:
+        part_tables = analysis.part_tables if tables else None
+    else:
+        part_tables = TablesInMemory([capture.packets], [analysis.messages]) if tables else None
+    empty = shared_empty_tables()
     return dataclasses.replace(
-        analysis, capture=without_packets(capture.path, capture.accounting, capture.connections),
-        segments=pd.DataFrame(), messages=pd.DataFrame(), delack_samples=no_samples(),
-        hosts=hosts, tables_kept=False,
-        part_tables=TablesInMemory([capture.packets], [analysis.messages]) if tables else None)
+        analysis, capture=dataclasses.replace(capture, packets=empty.packets,
+                                              sack_blocks=empty.sack_blocks),
+        segments=empty.segments, messages=empty.messages, delack_samples=empty.samples,
+        hosts=hosts, tables_kept=False, part_tables=part_tables)
 
 
 def kept_on_disk(analysis: Analysis, spill: SpillFile) -> Analysis:

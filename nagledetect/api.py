@@ -7,8 +7,11 @@
 
 from __future__ import annotations
 
+import pickle
 from contextlib import closing
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
+from functools import lru_cache
+from typing import Any
 
 import pandas as pd
 
@@ -30,6 +33,56 @@ class Capture:
     connections: pd.DataFrame
     sack_blocks: pd.DataFrame
     accounting: Accounting
+
+    def __reduce__(self) -> tuple:
+        return Capture, sent_fields(self)
+
+
+def sent_fields(record: Any) -> tuple:
+    """A dataclass's fields, in order, its empty tables as `sent_table` sends them."""
+    return tuple(sent_table(getattr(record, field.name)) for field in fields(record))
+
+
+def sent_table(value: Any) -> Any:
+    """`value` as pickled for another process: an empty table as a reference to one frame of
+    its columns that the receiving process makes once and shares. Why: a run over many small
+    captures sends thousands of results from its workers, most of whose tables are empty, and
+    unpickling an empty frame takes longer than the rest of a small capture's result. The
+    shared frames are only read there (reporters never change a table)."""
+    if not isinstance(value, pd.DataFrame) or not value.empty:
+        return value
+    known = _SHARED_TABLES.get(id(value))
+    if known is not None and known[0] is value:
+        return known[1]
+    return _EmptyTable(pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL))
+
+
+def shared_table(table: pd.DataFrame) -> pd.DataFrame:
+    """`table`, an empty table made once and never changed, noted so that it is pickled once,
+    not each time it is sent."""
+    _SHARED_TABLES.setdefault(id(table), (table, _EmptyTable(
+        pickle.dumps(table, protocol=pickle.HIGHEST_PROTOCOL))))
+    return table
+
+
+class _EmptyTable:
+    """An empty table on its way to another process: its pickled bytes name its columns."""
+
+    def __init__(self, pickled: bytes) -> None:
+        self.pickled = pickled
+
+    def __reduce__(self) -> tuple:
+        return shared_empty_table, (self.pickled,)
+
+
+_SHARED_TABLES: dict[int, tuple[pd.DataFrame, _EmptyTable]] = {}
+"""The tables `shared_table` noted (kept here, so that no other table takes their ids)."""
+
+
+@lru_cache(maxsize=64)
+def shared_empty_table(pickled: bytes) -> Any:
+    """The one frame of this process for an empty table pickled as `pickled`."""
+    return pickle.loads(pickled)  # noqa: S301 - bytes this program's own worker pickled
 
 
 def load_capture(path: str, bpf_filter: str | None = None,

@@ -6,6 +6,7 @@ whole, `parts` runs the connection level part by part and the host step host buc
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
@@ -13,7 +14,7 @@ from functools import cache
 import numpy as np
 import pandas as pd
 
-from nagledetect.api import Capture
+from nagledetect.api import Capture, sent_fields, shared_table
 from nagledetect.chart_data import ChartData, busiest_hosts, connection_charts
 from nagledetect.detectors import CONNECTION_DETECTORS, nagle_stall, phase_lock, segment_parity
 from nagledetect.detectors.delack_timer import (
@@ -68,6 +69,9 @@ class Analysis:
     part_tables: PartTables | TablesInMemory | None = None
     """The packet and message tables when they were asked for (`--tables`) and `tables_kept`
     is False, read a chunk at a time."""
+
+    def __reduce__(self) -> tuple:
+        return Analysis, sent_fields(self)
 
 
 @dataclass
@@ -162,6 +166,22 @@ def run_detectors(capture: Capture, charts: bool = True) -> Analysis:
                     charts=chart_data)
 
 
+def without_tcp(path: str, accounting: Accounting) -> Analysis:
+    """The analysis of a capture without one TCP packet (charts not wanted). It is the same for
+    every such capture, so it is made once and handed out with each capture's path and
+    accounting: an archive can hold a thousand of them, and running every step on empty tables
+    cost more than reading one. Its empty tables are shared: they are only read."""
+    template = _without_tcp()
+    return dataclasses.replace(
+        template, capture=dataclasses.replace(template.capture, path=path, accounting=accounting),
+        hosts={}, findings=[])
+
+
+@cache
+def _without_tcp() -> Analysis:
+    return run_detectors(without_packets("", Accounting("", 0), None), False)
+
+
 def rank_key(finding: Finding) -> tuple:
     """Most time lost first; ties by connection, then kind and sender, so the order never
     depends on how the work was split."""
@@ -179,6 +199,26 @@ def _no_samples() -> pd.DataFrame:
     return pd.DataFrame({"host": np.zeros(0, dtype=object), "connection": np.zeros(0, np.int64),
                          "direction": np.zeros(0, np.int8), "ack_time_s": np.zeros(0),
                          "hold_ms": np.zeros(0), "delayed": np.zeros(0, dtype=bool)})
+
+
+@dataclass(frozen=True)
+class EmptyTables:
+    """The tables of an analysis that kept none (`Analysis.tables_kept` False)."""
+
+    packets: pd.DataFrame
+    sack_blocks: pd.DataFrame
+    segments: pd.DataFrame
+    messages: pd.DataFrame
+    samples: pd.DataFrame
+
+
+@cache
+def shared_empty_tables() -> EmptyTables:
+    """One set of empty tables for every analysis sent to another process, which only reads
+    them (copies cost more than the rest of a small capture's result to make and send)."""
+    flows = _empty_flows()
+    return EmptyTables(*(shared_table(table) for table in (
+        flows.packets, flows.sack_blocks, pd.DataFrame(), pd.DataFrame(), _no_samples())))
 
 
 def without_packets(path: str, accounting: Accounting,
