@@ -11,12 +11,14 @@ connections, the captures share it. Each capture's result equals a run over it a
     (the captures come one after another), which is cut out and renumbered from 0;
   - its hosts are fingerprinted from its own delayed-ACK samples only, and its stalls scored
     again with them, as a capture in parts is (`connection_level(fingerprint=False)`).
-Only what the document reads is made: no packet or message tables, no charts.
+No packet or message tables are kept; with `charts` (the HTML report), each capture's charts
+are drawn from its own cut of the batch's packet and message tables.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 from collections.abc import Iterator
 from contextlib import closing
@@ -25,6 +27,7 @@ import numpy as np
 import pandas as pd
 
 from nagledetect.api import Capture
+from nagledetect.chart_data import busiest_hosts, connection_charts
 from nagledetect.detectors import nagle_stall
 from nagledetect.detectors.delack_timer import host_fingerprints
 from nagledetect.detectors.model import Finding, StallEvents
@@ -49,6 +52,7 @@ EVENT_FRAMES = ("last_data_frame", "ack_frame", "released_frame")
 CONNECTION_FRAMES = ("first_frame", "syn_frame", "syn_ack_frame")
 """The connection table's frame columns (0 in the handshake's: no such packet)."""
 SAMPLE_FRAMES = ("data_frame", "ack_frame")
+MESSAGE_FRAMES = ("first_frame", "last_frame")
 
 
 @dataclasses.dataclass
@@ -61,10 +65,11 @@ class _Read:
     frame_offset: int
 
 
-def analyze_together(paths: list[str], bpf_filter: str | None = None
+def analyze_together(paths: list[str], bpf_filter: str | None = None, charts: bool = False
                      ) -> list[Analysis | InputError]:
-    """Each capture's analysis (what the reporters read, as `for_another_process` leaves it),
-    or the error that stopped its read, in the order given."""
+    """Each capture's analysis (what the reporters read, as `for_another_process` leaves it;
+    with `charts`, what the HTML report draws too), or the error that stopped its read, in the
+    order given."""
     results: dict[int, Analysis | InputError] = {}
     read: dict[int, _Read] = {}
     frame_offset = 0
@@ -78,13 +83,13 @@ def analyze_together(paths: list[str], bpf_filter: str | None = None
             read[index] = capture
             frame_offset += capture.accounting.packets_read
         else:
-            results[index] = without_tcp(path, capture.accounting)
+            results[index] = without_tcp(path, capture.accounting, charts)
     if read:
         flows = build_flows(batch for capture in read.values() for batch in capture.batches)
         for capture in read.values():
             capture.batches = []
-        level = connection_level(flows, fingerprint=False, keep_packets=False)
-        results.update(zip(read, _per_capture(level, list(read.values()))))
+        level = connection_level(flows, fingerprint=False, keep_packets=charts)
+        results.update(zip(read, _per_capture(level, list(read.values()), charts)))
     return [results[index] for index in range(len(paths))]
 
 
@@ -103,8 +108,10 @@ def _tagged(batch: DecodedColumns, number: int, frame_offset: int) -> DecodedCol
     return columns, sack
 
 
-def _per_capture(level: ConnectionLevel, captures: list[_Read]) -> Iterator[Analysis]:
-    """The batch's connection level cut at each capture's range of connection ids."""
+def _per_capture(level: ConnectionLevel, captures: list[_Read], charts: bool
+                 ) -> Iterator[Analysis]:
+    """The batch's connection level cut at each capture's range of connection ids; with
+    `charts`, its packet and message tables too, for each capture's charts."""
     offsets = np.array([capture.frame_offset for capture in captures], dtype=np.int64)
     connections = level.connections
     # capture k's frames are (offset k, offset k + its packets]
@@ -114,8 +121,15 @@ def _per_capture(level: ConnectionLevel, captures: list[_Read]) -> Iterator[Anal
     cut = _Cut(owner, np.searchsorted(owner, np.arange(len(captures) + 1)), offsets)
     tables = zip(cut.connections(connections), cut.rows(level.samples, SAMPLE_FRAMES),
                  cut.rows(level.parity, ()), cut.findings(level.findings))
-    for capture, (connections_of, samples, parity, findings) in zip(captures, tables):
-        yield _analysis(capture, connections_of, findings, samples, parity)
+    drawn = (zip(cut.rows(level.packets, ("frame",)), cut.rows(level.messages, MESSAGE_FRAMES))
+             if charts else itertools.repeat((None, None)))
+    for capture, (connections_of, samples, parity, findings), (packets, messages) in zip(
+            captures, tables, drawn):
+        analysis = _analysis(capture, connections_of, findings, samples, parity)
+        if packets is not None:
+            analysis.charts = connection_charts(packets, connections_of, messages, findings)
+            analysis.charts.hosts = busiest_hosts(analysis.hosts)
+        yield analysis
 
 
 @dataclasses.dataclass

@@ -407,21 +407,22 @@ def _analyze_one_by_one(captures: tuple[str, ...], bpf_filter: str | None,
     alone = partial(_analyze_one, bpf_filter=bpf_filter, wanted=wanted, spill=spill)
     analyses = []
     for group in capture_groups(captures, wanted, 1):
-        for result in _analyze_group([captures[index] for index in group], bpf_filter, alone):
+        for result in _analyze_group([captures[index] for index in group], bpf_filter,
+                                     wanted.charts, alone):
             if isinstance(result, InputError):
                 raise result
             analyses.append(kept_on_disk(result, spill))
     return analyses
 
 
-def _analyze_group(paths: list[str], bpf_filter: str | None,
+def _analyze_group(paths: list[str], bpf_filter: str | None, charts: bool,
                    alone: Callable[[str], Analysis]) -> list[Analysis | InputError]:
     """Each capture's analysis or its one-line error: several analysed together, else (or
     when analysing them together fails for any reason) each by `alone`, so that an error names
     its capture and the others are still analysed."""
     if len(paths) > 1:
         try:
-            return analyze_together(paths, bpf_filter)
+            return analyze_together(paths, bpf_filter, charts)
         except Exception:  # noqa: BLE001, S110 - each capture alone names the one that fails
             pass
     results: list[Analysis | InputError] = []
@@ -496,7 +497,7 @@ def _analyze_group_for_parent(paths: list[str], bpf_filter: str | None, wanted: 
     alone = partial(_analyze_for_parent, bpf_filter=bpf_filter, wanted=wanted,
                     handover_folder=handover_folder)
     return [result if isinstance(result, InputError) else for_another_process(result, wanted.tables)
-            for result in _analyze_group(paths, bpf_filter, alone)]
+            for result in _analyze_group(paths, bpf_filter, wanted.charts, alone)]
 
 
 def _analyze_for_parent(path: str, bpf_filter: str | None, wanted: Wanted, workers: int = 1,

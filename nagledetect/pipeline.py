@@ -6,6 +6,7 @@ whole, `parts` runs the connection level part by part and the host step host buc
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -166,20 +167,20 @@ def run_detectors(capture: Capture, charts: bool = True) -> Analysis:
                     charts=chart_data)
 
 
-def without_tcp(path: str, accounting: Accounting) -> Analysis:
-    """The analysis of a capture without one TCP packet (charts not wanted). It is the same for
-    every such capture, so it is made once and handed out with each capture's path and
-    accounting: an archive can hold a thousand of them, and running every step on empty tables
-    cost more than reading one. Its empty tables are shared: they are only read."""
-    template = _without_tcp()
+def without_tcp(path: str, accounting: Accounting, charts: bool = False) -> Analysis:
+    """The analysis of a capture without one TCP packet. It is the same for every such capture,
+    so it is made once and handed out with each capture's path and accounting: an archive can
+    hold a thousand of them, and running every step on empty tables cost more than reading one.
+    Its empty tables are shared: they are only read."""
+    template = _without_tcp(charts)
     return dataclasses.replace(
         template, capture=dataclasses.replace(template.capture, path=path, accounting=accounting),
-        hosts={}, findings=[])
+        hosts={}, findings=[], charts=copy.deepcopy(template.charts))
 
 
 @cache
-def _without_tcp() -> Analysis:
-    return run_detectors(without_packets("", Accounting("", 0), None), False)
+def _without_tcp(charts: bool) -> Analysis:
+    return run_detectors(without_packets("", Accounting("", 0), None), charts)
 
 
 def rank_key(finding: Finding) -> tuple:

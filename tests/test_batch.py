@@ -6,6 +6,7 @@ handshake, without TCP), so the expected bytes are not the batch's own output.""
 from __future__ import annotations
 
 import io
+import pickle
 
 import pytest
 
@@ -94,6 +95,30 @@ def test_a_filter_applies_to_each_capture_of_a_batch() -> None:
         assert _document(analysis) == _alone(path, "tcp port 9000"), path
 
 
+def _drawn(charts) -> bytes:
+    """What the HTML report draws, pickled field by field (`ChartData` has no equality)."""
+    return pickle.dumps((charts.response_ms.counts, charts.stall_ms.counts,
+                         charts.payload_bytes.counts, charts.worst, vars(charts.hosts)))
+
+
+def test_charts_of_captures_analysed_together_are_as_drawn_alone() -> None:
+    """Each capture's charts, from its own packets, messages, stalls and hosts cut out of the
+    batch's. seed003, after three other captures, still draws its one connection with the 39
+    segments its delayed ACKs released (its 39 stalls, frames 40 -> 41 -> 42 the first, checked
+    in tshark) and its receiver's delays."""
+    paths = [*SAMPLES, str(corpus_file("zeek/arp-who-has-radiotap.pcap")),
+             str(corpus_file("tcpdump/bgp-4byte-asn.pcap")), str(corpus_file("zeek/ssh__ssh.pcap"))]
+    together = analyze_together(paths, None, charts=True)
+    for path, analysis in zip(paths, together):
+        assert _drawn(analysis.charts) == _drawn(analyze_capture(path, charts=True).charts), path
+    seed003 = together[paths.index(str(SAMPLE_TRACES / "seed003-nagle.pcap"))].charts
+    assert paths.index(str(SAMPLE_TRACES / "seed003-nagle.pcap")) >= 3
+    [worst] = seed003.worst
+    assert worst.connection == 0 and worst.released.total == 39
+    assert worst.released.frame[0] == 42
+    assert len(seed003.hosts.delays) == 1
+
+
 @pytest.mark.parametrize(("sizes", "workers", "groups"), [
     ([1000] * 4, 1, [[0, 1], [2, 3]]),
     ([1000] * 8, 2, [[0, 1], [2, 3], [4, 5], [6, 7]]),
@@ -127,7 +152,7 @@ def test_a_run_over_many_captures_is_the_same_with_and_without_batches(monkeypat
 def test_a_batch_that_fails_is_analysed_capture_by_capture(monkeypatch) -> None:
     """Whatever goes wrong analysing captures together (here a failure made on purpose), each
     is then analysed alone: the run's results do not change."""
-    def failing(paths, bpf_filter):
+    def failing(paths, bpf_filter, charts):
         raise RuntimeError("made to fail")
 
     expected = cli._analyze_one_by_one(tuple(SAMPLES[:4]), None, cli.Wanted())
