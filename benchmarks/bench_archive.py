@@ -67,13 +67,13 @@ def commands(captures: list[str], jobs: int) -> dict[str, list[str]]:
 def cpu_ms_per_capture(captures: list[str], repeats: int, together: bool) -> list[float]:
     """CPU milliseconds a capture takes analysed and written in this process, per pass: each
     alone, or (`together`) in the groups a run over all of them makes, in one document."""
-    from nagledetect.analysis import Wanted, analyze_capture, analyze_together, capture_groups
+    from nagledetect.analysis import analyze_capture, analyze_together, capture_groups
     from nagledetect.report.document import build_document, write_json
 
     def analyses() -> list:
         if not together:
             return [analyze_capture(path, workers=1, charts=False) for path in captures]
-        return [analysis for group in capture_groups(captures, Wanted(), 1)
+        return [analysis for group in capture_groups(captures, 1)
                 for analysis in analyze_together([captures[index] for index in group])]
 
     def one_pass() -> float:

@@ -4,7 +4,7 @@ A capture that fits is read whole and every step of `pipeline` runs on it. A lar
 analysed in parts that each hold whole connections (see `parts`); the result equals a whole
 run, except that the segment and sample tables are not kept, and the packet and message tables
 only on disk when they are wanted (`part_tables`). Small captures of a run over many are
-analysed together in groups (`capture_groups`, see `batch`) unless their tables are wanted.
+analysed together in groups (`capture_groups`, see `batch`).
 Results that travel between processes carry what the reporters read (`for_another_process`),
 and a run over many captures keeps each one's findings on disk (`kept_on_disk`).
 """
@@ -56,12 +56,9 @@ def analyze_capture(path: str, bpf_filter: str | None = None,
                             parts_memory_bytes)
 
 
-def capture_groups(paths: Sequence[str], wanted: Wanted, workers: int) -> list[list[int]]:
+def capture_groups(paths: Sequence[str], workers: int) -> list[list[int]]:
     """The captures' positions in the groups a run over them analyses, each group with
-    `analyze_together` when it holds several: small captures, unless their tables are wanted (a
-    batch keeps none); each other capture alone."""
-    if wanted.tables:
-        return [[position] for position in range(len(paths))]
+    `analyze_together` when it holds several: small captures together, each other alone."""
     return groups_by_size([_size(path) for path in paths], workers)
 
 

@@ -32,10 +32,13 @@ from nagledetect.detectors import nagle_stall
 from nagledetect.detectors.delack_timer import host_fingerprints
 from nagledetect.detectors.model import Finding, StallEvents
 from nagledetect.errors import InputError
+from nagledetect.events.messages import messages
 from nagledetect.flows.build import build_flows
+from nagledetect.part_tables import TablesInMemory
 from nagledetect.pipeline import (
     Analysis,
     ConnectionLevel,
+    Wanted,
     connection_level,
     phase_lock_findings,
     rank_key,
@@ -65,11 +68,12 @@ class _Read:
     frame_offset: int
 
 
-def analyze_together(paths: list[str], bpf_filter: str | None = None, charts: bool = False
-                     ) -> list[Analysis | InputError]:
-    """Each capture's analysis (what the reporters read, as `for_another_process` leaves it;
-    with `charts`, what the HTML report draws too), or the error that stopped its read, in the
-    order given."""
+def analyze_together(paths: list[str], bpf_filter: str | None = None,
+                     wanted: Wanted | None = None) -> list[Analysis | InputError]:
+    """Each capture's analysis (what the reporters read, as `for_another_process` leaves it,
+    with the tables and charts `wanted`), or the error that stopped its read, in the order
+    given."""
+    wanted = wanted or Wanted()
     results: dict[int, Analysis | InputError] = {}
     read: dict[int, _Read] = {}
     frame_offset = 0
@@ -83,13 +87,14 @@ def analyze_together(paths: list[str], bpf_filter: str | None = None, charts: bo
             read[index] = capture
             frame_offset += capture.accounting.packets_read
         else:
-            results[index] = without_tcp(path, capture.accounting, charts)
+            results[index] = without_tcp(path, capture.accounting, wanted.charts)
     if read:
         flows = build_flows(batch for capture in read.values() for batch in capture.batches)
         for capture in read.values():
             capture.batches = []
-        level = connection_level(flows, fingerprint=False, keep_packets=charts)
-        results.update(zip(read, _per_capture(level, list(read.values()), charts)))
+        level = connection_level(flows, fingerprint=False,
+                                 keep_packets=wanted.charts or wanted.tables)
+        results.update(zip(read, _per_capture(level, list(read.values()), wanted)))
     return [results[index] for index in range(len(paths))]
 
 
@@ -108,10 +113,10 @@ def _tagged(batch: DecodedColumns, number: int, frame_offset: int) -> DecodedCol
     return columns, sack
 
 
-def _per_capture(level: ConnectionLevel, captures: list[_Read], charts: bool
+def _per_capture(level: ConnectionLevel, captures: list[_Read], wanted: Wanted
                  ) -> Iterator[Analysis]:
-    """The batch's connection level cut at each capture's range of connection ids; with
-    `charts`, its packet and message tables too, for each capture's charts."""
+    """The batch's connection level cut at each capture's range of connection ids; its packet
+    and message tables too, when tables or charts are `wanted`."""
     offsets = np.array([capture.frame_offset for capture in captures], dtype=np.int64)
     connections = level.connections
     # capture k's frames are (offset k, offset k + its packets]
@@ -121,14 +126,19 @@ def _per_capture(level: ConnectionLevel, captures: list[_Read], charts: bool
     cut = _Cut(owner, np.searchsorted(owner, np.arange(len(captures) + 1)), offsets)
     tables = zip(cut.connections(connections), cut.rows(level.samples, SAMPLE_FRAMES),
                  cut.rows(level.parity, ()), cut.findings(level.findings))
-    drawn = (zip(cut.rows(level.packets, ("frame",)), cut.rows(level.messages, MESSAGE_FRAMES))
-             if charts else itertools.repeat((None, None)))
-    for capture, (connections_of, samples, parity, findings), (packets, messages) in zip(
-            captures, tables, drawn):
+    kept = (zip(cut.rows(level.packets, ("frame",)),
+                cut.rows(level.messages, MESSAGE_FRAMES, counted="message"))
+            if wanted.charts or wanted.tables else itertools.repeat((None, None)))
+    for capture, (connections_of, samples, parity, findings), (packets, message_table) in zip(
+            captures, tables, kept):
         analysis = _analysis(capture, connections_of, findings, samples, parity)
-        if packets is not None:
-            analysis.charts = connection_charts(packets, connections_of, messages, findings)
+        if message_table is not None and message_table.empty:
+            message_table = messages(message_table)  # as alone: the messages of no segments
+        if wanted.charts:
+            analysis.charts = connection_charts(packets, connections_of, message_table, findings)
             analysis.charts.hosts = busiest_hosts(analysis.hosts)
+        if wanted.tables:
+            analysis.part_tables = TablesInMemory([packets], [message_table])
         yield analysis
 
 
@@ -149,8 +159,11 @@ class _Cut:
             renumbered[name] = self._frames(table[name].to_numpy(), self.owner)
         return self._sliced(table.assign(**renumbered), self.owner)
 
-    def rows(self, table: pd.DataFrame, frames: tuple[str, ...]) -> list[pd.DataFrame]:
-        """A table with a connection column, each capture's rows (in the table's order)."""
+    def rows(self, table: pd.DataFrame, frames: tuple[str, ...], counted: str | None = None
+             ) -> list[pd.DataFrame]:
+        """A table with a connection column, each capture's rows (in the table's order), its
+        `counted` column (numbered across the table in connection order) from 0 again in each
+        capture. An empty table is shared: it is only read."""
         if table.empty:
             return [table] * (len(self.first) - 1)
         connection = table["connection"].to_numpy()
@@ -158,6 +171,11 @@ class _Cut:
         renumbered = {"connection": (connection - self.first[owner]).astype(connection.dtype)}
         for name in frames:
             renumbered[name] = self._frames(table[name].to_numpy(), owner)
+        if counted is not None:
+            values = table[counted].to_numpy()
+            first = np.full(len(self.first), values.max(), dtype=values.dtype)
+            np.minimum.at(first, owner, values)
+            renumbered[counted] = values - first[owner]
         return self._sliced(table.assign(**renumbered), owner)
 
     def findings(self, findings: list[Finding]) -> list[list[Finding]]:

@@ -290,7 +290,7 @@ def _analyze_on_dask(captures: tuple[str, ...], bpf_filter: str | None, address:
         _fail("--dask needs the distributed package: pip install 'nagledetect[dask]'")
     try:
         with Client(address, timeout=DASK_CONNECT_TIMEOUT_S) as client:
-            groups = capture_groups(captures, wanted, max(1, sum(client.nthreads().values())))
+            groups = capture_groups(captures, max(1, sum(client.nthreads().values())))
             futures = client.map(_analyze_group_for_parent,
                                  [[captures[index] for index in group] for group in groups],
                                  [bpf_filter] * len(groups), [wanted] * len(groups), pure=False)
@@ -406,23 +406,23 @@ def _analyze_one_by_one(captures: tuple[str, ...], bpf_filter: str | None,
     spill = SpillFile()
     alone = partial(_analyze_one, bpf_filter=bpf_filter, wanted=wanted, spill=spill)
     analyses = []
-    for group in capture_groups(captures, wanted, 1):
-        for result in _analyze_group([captures[index] for index in group], bpf_filter,
-                                     wanted.charts, alone):
+    for group in capture_groups(captures, 1):
+        for result in _analyze_group([captures[index] for index in group], bpf_filter, wanted,
+                                     alone):
             if isinstance(result, InputError):
                 raise result
             analyses.append(kept_on_disk(result, spill))
     return analyses
 
 
-def _analyze_group(paths: list[str], bpf_filter: str | None, charts: bool,
+def _analyze_group(paths: list[str], bpf_filter: str | None, wanted: Wanted,
                    alone: Callable[[str], Analysis]) -> list[Analysis | InputError]:
     """Each capture's analysis or its one-line error: several analysed together, else (or
     when analysing them together fails for any reason) each by `alone`, so that an error names
     its capture and the others are still analysed."""
     if len(paths) > 1:
         try:
-            return analyze_together(paths, bpf_filter, charts)
+            return analyze_together(paths, bpf_filter, wanted)
         except Exception:  # noqa: BLE001, S110 - each capture alone names the one that fails
             pass
     results: list[Analysis | InputError] = []
@@ -451,7 +451,7 @@ def _analyze_in_processes(captures: tuple[str, ...], bpf_filter: str | None, wan
             pending = {pool.submit(_analyze_group_for_parent,
                                    [captures[index] for index in group], bpf_filter, wanted,
                                    handover): group
-                       for group in capture_groups(captures, wanted, workers)}
+                       for group in capture_groups(captures, workers)}
             _take_results(pending, spill, analyses, failures)
     except BrokenExecutor:
         raise InputError(KILLED_WORKER_TEXT) from None
@@ -497,7 +497,7 @@ def _analyze_group_for_parent(paths: list[str], bpf_filter: str | None, wanted: 
     alone = partial(_analyze_for_parent, bpf_filter=bpf_filter, wanted=wanted,
                     handover_folder=handover_folder)
     return [result if isinstance(result, InputError) else for_another_process(result, wanted.tables)
-            for result in _analyze_group(paths, bpf_filter, wanted.charts, alone)]
+            for result in _analyze_group(paths, bpf_filter, wanted, alone)]
 
 
 def _analyze_for_parent(path: str, bpf_filter: str | None, wanted: Wanted, workers: int = 1,

@@ -8,10 +8,11 @@ from __future__ import annotations
 import io
 import pickle
 
+import pandas as pd
 import pytest
 
 from nagledetect import batch, cli
-from nagledetect.analysis import analyze_capture, analyze_together, for_another_process
+from nagledetect.analysis import Wanted, analyze_capture, analyze_together, for_another_process
 from nagledetect.batch import groups_by_size
 from nagledetect.errors import InputError
 from nagledetect.report.document import build_document, write_json
@@ -108,7 +109,7 @@ def test_charts_of_captures_analysed_together_are_as_drawn_alone() -> None:
     in tshark) and its receiver's delays."""
     paths = [*SAMPLES, str(corpus_file("zeek/arp-who-has-radiotap.pcap")),
              str(corpus_file("tcpdump/bgp-4byte-asn.pcap")), str(corpus_file("zeek/ssh__ssh.pcap"))]
-    together = analyze_together(paths, None, charts=True)
+    together = analyze_together(paths, None, Wanted(charts=True))
     for path, analysis in zip(paths, together):
         assert _drawn(analysis.charts) == _drawn(analyze_capture(path, charts=True).charts), path
     seed003 = together[paths.index(str(SAMPLE_TRACES / "seed003-nagle.pcap"))].charts
@@ -117,6 +118,32 @@ def test_charts_of_captures_analysed_together_are_as_drawn_alone() -> None:
     assert worst.connection == 0 and worst.released.total == 39
     assert worst.released.frame[0] == 42
     assert len(seed003.hosts.delays) == 1
+
+
+def _tables(analysis) -> tuple[list, list]:
+    sent = for_another_process(analysis, True).part_tables
+    return list(sent.packets()), list(sent.messages())
+
+
+def test_tables_of_captures_analysed_together_are_as_kept_alone() -> None:
+    """Each capture's packet and message tables (`--tables`), cut out of the batch's with their
+    connection ids, frames and message numbers given back, equal a run over it alone, dtypes
+    and all. trap-keepalive sends no data (its 14 TCP packets all carry 0 bytes, in tcpdump),
+    so it has no messages although the others of its batch have: its empty table must be the
+    one a run alone makes. seed003's packet table holds its 234 TCP packets."""
+    paths = [str(SAMPLE_TRACES / name) for name in (
+        "mixed.pcap", "trap-keepalive.pcap", "seed003-nagle.pcap")]
+    paths.append(str(corpus_file("zeek/arp-who-has-radiotap.pcap")))
+    together = analyze_together(paths, None, Wanted(tables=True))
+    for path, analysis in zip(paths, together):
+        packets, messages = _tables(analysis)
+        alone_packets, alone_messages = _tables(analyze_capture(path, keep_tables=True))
+        for got, expected in zip(packets + messages, alone_packets + alone_messages, strict=True):
+            pd.testing.assert_frame_equal(got, expected, check_exact=True)
+    keepalive_packets, keepalive_messages = _tables(together[1])
+    assert len(keepalive_packets[0]) == 14 and keepalive_messages[0].empty
+    assert len(_tables(together[2])[0][0]) == 234
+    assert _tables(together[2])[1][0]["message"].iloc[0] == 0
 
 
 @pytest.mark.parametrize(("sizes", "workers", "groups"), [
@@ -152,7 +179,7 @@ def test_a_run_over_many_captures_is_the_same_with_and_without_batches(monkeypat
 def test_a_batch_that_fails_is_analysed_capture_by_capture(monkeypatch) -> None:
     """Whatever goes wrong analysing captures together (here a failure made on purpose), each
     is then analysed alone: the run's results do not change."""
-    def failing(paths, bpf_filter, charts):
+    def failing(paths, bpf_filter, wanted):
         raise RuntimeError("made to fail")
 
     expected = cli._analyze_one_by_one(tuple(SAMPLES[:4]), None, cli.Wanted())
