@@ -8,10 +8,14 @@ order, is analysed `--repeats` times by each command, in turn:
   - nagledetect analyze -j 1 --format json CAPTURES...      (one run, one process)
   - tcptrace -n -l CAPTURE, once per capture, JOBS at a time (xargs -P JOBS)
   - the same, one at a time
-Outputs go to /dev/null. Printed: medians of wall seconds, captures a second, and the peak PSS
-summed over the process tree (sampled every 100 ms, as `bench_read.py` reads it). Each capture
-is a process of its own to tcptrace, as it is when tcptrace is run over an archive; nagledetect
-starts once (about 0.45 s of imports) and hands the captures to its workers.
+With `--reports`, also (one run each, JOBS worker processes):
+  - nagledetect report -j JOBS -o FILE CAPTURES...           (the HTML report, with its charts)
+  - nagledetect analyze -j JOBS --tables FOLDER CAPTURES...  (CSV tables besides the text)
+Outputs go to /dev/null (files to a scratch folder). Printed: medians of wall seconds,
+captures a second, and the peak PSS summed over the process tree (sampled every 100 ms, as
+`bench_read.py` reads it). Each capture is a process of its own to tcptrace, as it is when
+tcptrace is run over an archive; nagledetect starts once (about 0.45 s of imports) and hands
+the captures to its workers.
 
     python3 benchmarks/bench_archive.py ../shared/corpora/zeek --min-bytes 2048 --per-capture
 
@@ -28,6 +32,7 @@ import argparse
 import os
 import statistics
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -46,7 +51,8 @@ def archive_captures(folders: list[Path], min_bytes: int) -> list[str]:
                   and path.stat().st_size >= min_bytes)
 
 
-def commands(captures: list[str], jobs: int) -> dict[str, list[str]]:
+def commands(captures: list[str], jobs: int, scratch: str | None) -> dict[str, list[str]]:
+    """The commands to time; with a `scratch` folder, the report and tables runs too."""
     analyze = [sys.executable, "-m", "nagledetect", "analyze", "--format", "json"]
     listed = "\n".join(captures)
 
@@ -58,9 +64,15 @@ def commands(captures: list[str], jobs: int) -> dict[str, list[str]]:
         return ["bash", "-c", f"xargs -d '\\n' -P {at_once} -n 50 bash -c '{loop}' _ > /dev/null "
                               f"2>&1 <<'END'\n{listed}\nEND\ntrue"]
 
-    return {f"nagledetect analyze -j {jobs}": [*analyze, "-j", str(jobs), *captures],
-            "nagledetect analyze -j 1": [*analyze, "-j", "1", *captures],
-            f"tcptrace -n -l, {jobs} at a time": tcptrace_each(jobs),
+    timed = {f"nagledetect analyze -j {jobs}": [*analyze, "-j", str(jobs), *captures],
+             "nagledetect analyze -j 1": [*analyze, "-j", "1", *captures]}
+    if scratch is not None:
+        nagledetect = [sys.executable, "-m", "nagledetect"]
+        timed[f"nagledetect report -j {jobs}"] = [
+            *nagledetect, "report", "-j", str(jobs), "-o", f"{scratch}/report.html", *captures]
+        timed[f"nagledetect analyze --tables -j {jobs}"] = [
+            *nagledetect, "analyze", "-j", str(jobs), "--tables", f"{scratch}/tables", *captures]
+    return {**timed, f"tcptrace -n -l, {jobs} at a time": tcptrace_each(jobs),
             "tcptrace -n -l, one at a time": tcptrace_each(1)}
 
 
@@ -99,6 +111,8 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--per-capture", action="store_true",
                         help="CPU a capture takes in this process, not whole runs")
+    parser.add_argument("--reports", action="store_true",
+                        help="also time the HTML report and --tables over the archive")
     arguments = parser.parse_args()
     captures = archive_captures(arguments.folders, arguments.min_bytes)
     if not captures:
@@ -111,16 +125,18 @@ def main() -> None:
                   f"{arguments.repeats}: {', '.join(f'{ms:.2f}' for ms in passes)})")
         return
     runs: dict[str, list[tuple[float, int, int]]] = {}
-    for _ in range(arguments.repeats):
-        for name, command in commands(captures, arguments.jobs).items():
-            runs.setdefault(name, []).append(timed_run(command))
+    with tempfile.TemporaryDirectory(prefix="bench-archive-") as scratch:
+        timed = commands(captures, arguments.jobs, scratch if arguments.reports else None)
+        for _ in range(arguments.repeats):
+            for name, command in timed.items():
+                runs.setdefault(name, []).append(timed_run(command))
     total_mb = sum(Path(path).stat().st_size for path in captures) / 1e6
     print(f"{len(captures)} captures, {total_mb:.1f} MB, median of {arguments.repeats}")
-    print(f"{'command':36} {'seconds':>8} {'captures/s':>11} {'peak MB':>8}")
+    print(f"{'command':40} {'seconds':>8} {'captures/s':>11} {'peak MB':>8}")
     for name, timed in runs.items():
         seconds = statistics.median(run[0] for run in timed)
         peak_mb = statistics.median(run[2] for run in timed) / 1024
-        print(f"{name:36} {seconds:8.2f} {len(captures) / seconds:11.0f} {peak_mb:8.0f}")
+        print(f"{name:40} {seconds:8.2f} {len(captures) / seconds:11.0f} {peak_mb:8.0f}")
 
 
 if __name__ == "__main__":

@@ -95,6 +95,9 @@ def merged_by(key: str, streams: list[Iterator[pd.DataFrame]]) -> Iterator[pd.Da
     """The rows of several streams of chunks, each sorted by `key` (unique across them), as one
     stream sorted by it: each round hands out every row up to the smallest last key of the
     chunks at hand, so at most one chunk of each stream is held."""
+    if len(streams) == 1:
+        yield from streams[0]
+        return
     current = {index: chunk for index, stream in enumerate(streams)
                if (chunk := next(stream, None)) is not None}
     while current:

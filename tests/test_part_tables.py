@@ -16,6 +16,7 @@ import pytest
 from nagledetect import part_tables
 from nagledetect.analysis import analyze_capture
 from nagledetect.part_tables import merged_by
+from nagledetect.report import tables
 from nagledetect.report.tables import write_tables
 from tests.conftest import SAMPLE_TRACES, corpus_file
 
@@ -78,3 +79,28 @@ def test_merge_hands_out_rows_in_key_order_a_chunk_of_each_stream_at_a_time() ->
     assert pd.concat(rounds)["key"].tolist() == list(range(1, 13))
     assert max(len(chunk) for chunk in rounds) <= 6
     assert pd.concat(rounds).groupby("from").size().tolist() == [4, 6, 2]
+
+
+def test_tables_of_many_captures_join_their_chunks_without_changing_a_byte(
+        tmp_path, monkeypatch) -> None:
+    """Several captures' tables, with one whose message table is empty and untyped between
+    typed ones (trap-keepalive: 14 TCP packets, all of 0 bytes, in tcpdump): joined into large
+    chunks, the files are those written chunk by chunk (ROWS_PER_CHUNK 1 joins nothing), and
+    each capture's packet rows are its own (seed003: 234, `tcpdump -r FILE tcp | wc -l`)."""
+    names = ("mixed.pcap", "trap-keepalive.pcap", "seed003-nagle.pcap", "mixed.pcap")
+    analyses = [analyze_capture(str(SAMPLE_TRACES / name), keep_tables=True) for name in names]
+    assert analyses[1].messages.empty and not analyses[2].messages.empty
+    write_tables(analyses, tmp_path / "joined", "csv")
+    monkeypatch.setattr(tables, "ROWS_PER_CHUNK", 1)
+    write_tables(analyses, tmp_path / "apart", "csv")
+    for name in TABLES:
+        joined = (tmp_path / "joined" / f"{name}.csv").read_bytes()
+        assert joined == (tmp_path / "apart" / f"{name}.csv").read_bytes(), name
+    packets = pd.read_csv(tmp_path / "joined" / "packets.csv")
+    assert packets["capture"].value_counts().loc[[1, 2]].tolist() == [14, 234]
+    assert packets["capture"].is_monotonic_increasing
+    monkeypatch.undo()
+    chunks = list(tables._chunks(analyses, "messages"))
+    assert [chunk["capture"].unique().tolist() for chunk in chunks] == [[0], [], [2, 3]]
+    assert all(chunk["connection"].dtype == analyses[0].messages["connection"].dtype
+               for chunk in chunks if len(chunk))

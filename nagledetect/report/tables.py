@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from nagledetect.analysis import Analysis
@@ -20,6 +21,8 @@ from nagledetect.report.document import build_document
 FINDING_COLUMNS = ("capture", "kind", "subkind", "connection", "sender", "receiver", "count",
                    "time_lost_s", "share", "summary")
 FINDING_ROWS_PER_CHUNK = 10_000
+ROWS_PER_CHUNK = 65_536
+"""Up to this many rows of small captures' tables are joined into one chunk to write."""
 
 
 def _capture_chunks(analysis: Analysis, table: str) -> Iterator[pd.DataFrame]:
@@ -32,9 +35,30 @@ def _capture_chunks(analysis: Analysis, table: str) -> Iterator[pd.DataFrame]:
 
 
 def _chunks(analyses: list[Analysis], table: str) -> Iterator[pd.DataFrame]:
+    """Every capture's chunks with their capture's position, consecutive ones of the same
+    columns and dtypes joined up to ROWS_PER_CHUNK rows: an archive of small captures is a
+    chunk or two a capture, and each chunk written on its own cost a millisecond."""
+    held: list[pd.DataFrame] = []
+    captures: list[int] = []
+    held_columns: list[tuple[str, Any]] = []
     for index, analysis in enumerate(analyses):
         for chunk in _capture_chunks(analysis, table):
-            yield chunk.assign(capture=index)
+            columns = list(chunk.dtypes.items())
+            if held and (sum(map(len, held)) + len(chunk) > ROWS_PER_CHUNK
+                         or columns != held_columns):
+                yield _joined(held, captures)
+                held, captures = [], []
+            held.append(chunk)
+            captures.append(index)
+            held_columns = columns
+    if held:
+        yield _joined(held, captures)
+
+
+def _joined(chunks: list[pd.DataFrame], captures: list[int]) -> pd.DataFrame:
+    """The chunks as one, with a `capture` column last."""
+    joined = chunks[0] if len(chunks) == 1 else pd.concat(chunks, ignore_index=True)
+    return joined.assign(capture=np.repeat(captures, [len(chunk) for chunk in chunks]))
 
 
 def _finding_chunks(document: dict[str, Any]) -> Iterator[pd.DataFrame]:
