@@ -11,8 +11,9 @@ connections, the captures share it. Each capture's result equals a run over it a
     (the captures come one after another), which is cut out and renumbered from 0;
   - its hosts are fingerprinted from its own delayed-ACK samples only, and its stalls scored
     again with them, as a capture in parts is (`connection_level(fingerprint=False)`).
-No packet or message tables are kept; with `charts` (the HTML report), each capture's charts
-are drawn from its own cut of the batch's packet and message tables.
+The packet and message tables are kept only when wanted (`--tables`, or the HTML report's
+charts): cut per capture as the others are, message numbers from 0, and an empty message table
+as a capture alone makes it.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from nagledetect.detectors import nagle_stall
 from nagledetect.detectors.delack_timer import host_fingerprints
 from nagledetect.detectors.model import Finding, StallEvents
 from nagledetect.errors import InputError
-from nagledetect.events.messages import messages
+from nagledetect.events.messages import no_messages
 from nagledetect.flows.build import build_flows
 from nagledetect.part_tables import TablesInMemory
 from nagledetect.pipeline import (
@@ -133,7 +134,7 @@ def _per_capture(level: ConnectionLevel, captures: list[_Read], wanted: Wanted
             captures, tables, kept):
         analysis = _analysis(capture, connections_of, findings, samples, parity)
         if message_table is not None and message_table.empty:
-            message_table = messages(message_table)  # as alone: the messages of no segments
+            message_table = no_messages()
         if wanted.charts:
             analysis.charts = connection_charts(packets, connections_of, message_table, findings)
             analysis.charts.hosts = busiest_hosts(analysis.hosts)

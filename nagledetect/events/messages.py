@@ -31,12 +31,17 @@ def number_messages(segments: pd.DataFrame) -> pd.Series:
     return pd.Series(numbers, index=segments.index)
 
 
+def no_messages() -> pd.DataFrame:
+    """The message table of a connection set without data segments (its columns untyped)."""
+    return pd.DataFrame(columns=MESSAGE_COLUMNS)
+
+
 def messages(segments: pd.DataFrame) -> pd.DataFrame:
     """One row per message (segments must carry `message`, in frame order within each): size,
     packets, segments needed. Reduced with numpy over the segments ordered by message (a pandas
     groupby with a median took a tenth of a large capture's connection-level time)."""
     if segments.empty:
-        return pd.DataFrame(columns=MESSAGE_COLUMNS)
+        return no_messages()
     message = segments["message"].to_numpy()
     by_message = np.argsort(message, kind="stable")
     ordered = message[by_message]
