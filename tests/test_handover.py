@@ -9,13 +9,18 @@ import io
 import pickle
 
 import pandas as pd
+import pytest
 
 from nagledetect.analysis import analyze_capture, analyze_together, for_another_process
 from nagledetect.report.document import build_document, write_json
 from tests.conftest import SAMPLE_TRACES, corpus_file
 
 SEED003 = str(SAMPLE_TRACES / "seed003-nagle.pcap")
-NO_TCP = str(corpus_file("zeek/arp-who-has-radiotap.pcap"))
+
+
+def _no_tcp() -> str:
+    """A capture without TCP (skips the test where the corpora are absent)."""
+    return str(corpus_file("zeek/arp-who-has-radiotap.pcap"))
 
 
 def _document(analysis) -> bytes:
@@ -28,24 +33,24 @@ def _sent_and_received(analysis):
     return pickle.loads(pickle.dumps(for_another_process(analysis, False)))
 
 
-def test_a_received_result_writes_the_document_of_the_result_sent() -> None:
-    for path in (SEED003, NO_TCP):
-        analysis = analyze_capture(path, charts=False)
-        received = _sent_and_received(analysis)
-        assert _document(received) == _document(for_another_process(analysis, False)), path
-        pd.testing.assert_frame_equal(received.capture.connections,
-                                      analysis.capture.connections)
-        assert received.capture.accounting == analysis.capture.accounting
+@pytest.mark.parametrize("capture", ["seed003", "without TCP"])
+def test_a_received_result_writes_the_document_of_the_result_sent(capture) -> None:
+    path = SEED003 if capture == "seed003" else _no_tcp()
+    analysis = analyze_capture(path, charts=False)
+    received = _sent_and_received(analysis)
+    assert _document(received) == _document(for_another_process(analysis, False))
+    pd.testing.assert_frame_equal(received.capture.connections, analysis.capture.connections)
+    assert received.capture.accounting == analysis.capture.accounting
 
 
 def test_empty_tables_arrive_as_one_shared_frame_of_the_real_tables_columns() -> None:
     """seed003 analysed whole keeps its packet table (234 TCP packets, `tcpdump -r FILE tcp |
     wc -l`): the empty tables received in its place have the same columns, and two received
-    results (one of a capture without TCP, analysed in a batch) share each of them."""
+    results (the other from a batch) share each of them."""
     whole = analyze_capture(SEED003, keep_tables=True)
     assert len(whole.capture.packets) == 234 and len(whole.delack_samples) > 0
     first = _sent_and_received(whole)
-    second = _sent_and_received(analyze_together([NO_TCP, SEED003])[0])
+    second = _sent_and_received(analyze_together([str(SAMPLE_TRACES / "mixed.pcap"), SEED003])[0])
     for received in (first, second):
         assert received.capture.packets.empty and received.delack_samples.empty
         assert list(received.capture.packets.columns) == list(whole.capture.packets.columns)
@@ -62,8 +67,8 @@ def test_captures_without_tcp_in_a_batch_hold_their_own_path_accounting_and_list
     """Two captures without TCP share the analysis made once for such captures, but not its
     path, its accounting (arp-who-has-radiotap: 2 packets, link type 127, 802.11 radiotap,
     in `capinfos`) nor the lists a later step could add to."""
-    first, second = analyze_together([NO_TCP, str(corpus_file("zeek/arp-who-has.pcap"))])
-    assert first.capture.path == NO_TCP and second.capture.path.endswith("arp-who-has.pcap")
+    first, second = analyze_together([_no_tcp(), str(corpus_file("zeek/arp-who-has.pcap"))])
+    assert first.capture.path == _no_tcp() and second.capture.path.endswith("arp-who-has.pcap")
     assert (first.capture.accounting.packets_read, first.capture.accounting.linktype) == (2, 127)
     assert first.capture.accounting.tcp_packets == 0
     assert first.capture.accounting is not second.capture.accounting
