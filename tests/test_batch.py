@@ -98,8 +98,8 @@ def test_a_filter_applies_to_each_capture_of_a_batch() -> None:
 
 def _drawn(charts) -> bytes:
     """What the HTML report draws, pickled field by field (`ChartData` has no equality)."""
-    return pickle.dumps((charts.response_ms.counts, charts.stall_ms.counts,
-                         charts.payload_bytes.counts, charts.worst, vars(charts.hosts)))
+    return pickle.dumps((vars(charts.response_ms), vars(charts.stall_ms),
+                         vars(charts.payload_bytes), charts.worst, vars(charts.hosts)))
 
 
 def test_charts_of_captures_analysed_together_are_as_drawn_alone() -> None:

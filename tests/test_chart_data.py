@@ -16,9 +16,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from nagledetect.analysis import analyze_capture
-from nagledetect.chart_data import LogHistogram
+from nagledetect.chart_data import LOG_EDGES_MS, LogHistogram
 from nagledetect.report.document import build_document
 from nagledetect.report.html import render_html
 from tests.conftest import SAMPLE_TRACES, corpus_file, require_tool
@@ -91,8 +93,8 @@ def _tshark_data_packets(path: Path) -> list[tuple[float, int, int, int]]:
 def test_packet_sizes_are_tshark_tcp_len_counts(name: str) -> None:
     path = SAMPLE_TRACES / name
     expected = Counter(size for *_, size in _tshark_data_packets(path))
-    counts = analyze_capture(str(path)).charts.payload_bytes.counts
-    assert {size: int(counts[size]) for size in np.flatnonzero(counts)} == dict(expected)
+    sizes = analyze_capture(str(path)).charts.payload_bytes
+    assert dict(zip(sizes.keys.tolist(), sizes.counts.tolist())) == dict(expected)
 
 
 @pytest.mark.parametrize("name", ["seed003-nagle.pcap", "mixed.pcap", "seed000-nntp-lines.pcap"])
@@ -123,3 +125,22 @@ def test_stalls_of_seed003_are_its_39_stalls() -> None:
     assert worst.connection == 0 and worst.released.total == 39
     assert 42 in worst.released.frame.tolist()
     assert np.all((worst.released_stall_ms > 40) & (worst.released_stall_ms < 45))
+
+
+@settings(max_examples=200, derandomize=True, deadline=None)
+@given(st.lists(st.floats(0, 2e7, allow_nan=False), max_size=40),
+       st.lists(st.floats(0, 2e7, allow_nan=False), max_size=40))
+def test_sparse_histograms_add_and_draw_as_dense_bin_counts_would(first, second) -> None:
+    """The counts keep only their non-empty bins: adding two, and the CDF drawn from the sum,
+    equal a dense count of every value over all 1,002 bins (np.bincount), done here directly."""
+    values = np.array(first + second, dtype=float)
+    summed = LogHistogram.of(np.array(first, dtype=float)) + LogHistogram.of(
+        np.array(second, dtype=float))
+    dense = np.bincount(np.searchsorted(LOG_EDGES_MS, values, side="left"),
+                        minlength=len(LOG_EDGES_MS) + 1)
+    assert summed.keys.tolist() == np.flatnonzero(dense).tolist()
+    assert summed.counts.tolist() == dense[dense > 0].tolist()
+    edges, fractions = summed.cdf()
+    filled = np.flatnonzero(dense)
+    assert edges.tolist() == np.r_[LOG_EDGES_MS, LOG_EDGES_MS[-1]][filled].tolist()
+    assert fractions.tolist() == (np.cumsum(dense)[filled] / max(len(values), 1)).tolist()
