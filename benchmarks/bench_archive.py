@@ -51,22 +51,25 @@ def archive_captures(folders: list[Path], min_bytes: int) -> list[str]:
                   and path.stat().st_size >= min_bytes)
 
 
-def commands(captures: list[str], jobs: int, scratch: str | None) -> dict[str, list[str]]:
-    """The commands to time; with a `scratch` folder, the report and tables runs too."""
+def commands(captures: list[str], jobs: int, scratch: str, reports: bool
+             ) -> dict[str, list[str]]:
+    """The commands to time (the capture list for tcptrace written to `scratch`); with
+    `reports`, the report and tables runs too, writing there."""
     analyze = [sys.executable, "-m", "nagledetect", "analyze", "--format", "json"]
-    listed = "\n".join(captures)
+    listed = Path(scratch) / "captures.txt"
+    listed.write_text("\n".join(captures) + "\n")
 
     def tcptrace_each(at_once: int) -> list[str]:
         """tcptrace on each capture, `at_once` at a time: xargs hands 50 paths to each shell,
         which runs tcptrace on them one by one (xargs would stop at the first tcptrace that
         exits with status 255, as it does on a capture it cannot read)."""
         loop = "for capture; do tcptrace -n -l \"$capture\"; done; true"
-        return ["bash", "-c", f"xargs -d '\\n' -P {at_once} -n 50 bash -c '{loop}' _ > /dev/null "
-                              f"2>&1 <<'END'\n{listed}\nEND\ntrue"]
+        return ["bash", "-c", f"xargs -d '\\n' -a {listed} -P {at_once} -n 50 bash -c '{loop}' _ "
+                              "> /dev/null 2>&1; true"]
 
     timed = {f"nagledetect analyze -j {jobs}": [*analyze, "-j", str(jobs), *captures],
              "nagledetect analyze -j 1": [*analyze, "-j", "1", *captures]}
-    if scratch is not None:
+    if reports:
         nagledetect = [sys.executable, "-m", "nagledetect"]
         timed[f"nagledetect report -j {jobs}"] = [
             *nagledetect, "report", "-j", str(jobs), "-o", f"{scratch}/report.html", *captures]
@@ -126,7 +129,7 @@ def main() -> None:
         return
     runs: dict[str, list[tuple[float, int, int]]] = {}
     with tempfile.TemporaryDirectory(prefix="bench-archive-") as scratch:
-        timed = commands(captures, arguments.jobs, scratch if arguments.reports else None)
+        timed = commands(captures, arguments.jobs, scratch, arguments.reports)
         for _ in range(arguments.repeats):
             for name, command in timed.items():
                 runs.setdefault(name, []).append(timed_run(command))

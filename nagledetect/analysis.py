@@ -18,6 +18,7 @@ from collections.abc import Sequence
 
 from nagledetect.api import load_capture
 from nagledetect.batch import analyze_together, groups_by_size
+from nagledetect.errors import InputError
 from nagledetect.part_tables import PartTables, TablesInMemory, tables_on_disk
 from nagledetect.parts import (
     MAX_PARTS,
@@ -31,7 +32,8 @@ from nagledetect.read.capture import ProgressCallback
 from nagledetect.stored import SpillFile, StoredFindings, StoredHosts, stored_findings, without_samples
 
 __all__ = ["Analysis", "Wanted", "analyze_capture", "analyze_together", "capture_groups",
-           "for_another_process", "kept_on_disk", "run_detectors", "spills_read_by"]
+           "for_another_process", "kept_on_disk", "run_detectors", "spills_read_by",
+           "tables_handed_over"]
 
 
 def analyze_capture(path: str, bpf_filter: str | None = None,
@@ -88,6 +90,20 @@ def for_another_process(analysis: Analysis, tables: bool) -> Analysis:
                                               sack_blocks=empty.sack_blocks),
         segments=empty.segments, messages=empty.messages, delack_samples=empty.samples,
         hosts=hosts, tables_kept=False, part_tables=part_tables)
+
+
+def tables_handed_over(results: list[Analysis | InputError], spill: SpillFile
+                       ) -> list[Analysis | InputError]:
+    """Results whose tables are held in memory, those tables written to `spill`, a named file
+    that the parent process takes over: it then copies their bytes into its own spill file
+    rather than unpickling every table and pickling it again (a group of small captures sends
+    two tables a capture). The file is removed when no table went to it."""
+    handed = [dataclasses.replace(result, part_tables=tables_on_disk(result.part_tables, spill))
+              if isinstance(result, Analysis) and isinstance(result.part_tables, TablesInMemory)
+              else result for result in results]
+    if not spill.size:
+        spill.discard()
+    return handed
 
 
 def kept_on_disk(analysis: Analysis, spill: SpillFile) -> Analysis:

@@ -32,6 +32,7 @@ from nagledetect.analysis import (
     for_another_process,
     kept_on_disk,
     spills_read_by,
+    tables_handed_over,
 )
 from nagledetect.errors import InputError
 from nagledetect.gate import budgets_from, evaluate, load_config
@@ -493,11 +494,15 @@ def _temporaries_in(folder: str) -> None:
 def _analyze_group_for_parent(paths: list[str], bpf_filter: str | None, wanted: Wanted,
                               handover_folder: str | None = None) -> list[Analysis | InputError]:
     """`_analyze_group` in a worker process (or on Dask): each result as `_analyze_for_parent`
-    sends it."""
+    sends it, the tables of a group (with a `handover_folder`) in one file the parent takes
+    over."""
     alone = partial(_analyze_for_parent, bpf_filter=bpf_filter, wanted=wanted,
                     handover_folder=handover_folder)
-    return [result if isinstance(result, InputError) else for_another_process(result, wanted.tables)
+    sent = [result if isinstance(result, InputError) else for_another_process(result, wanted.tables)
             for result in _analyze_group(paths, bpf_filter, wanted, alone)]
+    if wanted.tables and handover_folder:
+        return tables_handed_over(sent, SpillFile(handover_folder))
+    return sent
 
 
 def _analyze_for_parent(path: str, bpf_filter: str | None, wanted: Wanted, workers: int = 1,

@@ -40,16 +40,17 @@ def _chunks(analyses: list[Analysis], table: str) -> Iterator[pd.DataFrame]:
     chunk or two a capture, and each chunk written on its own cost a millisecond."""
     held: list[pd.DataFrame] = []
     captures: list[int] = []
+    held_rows = 0
     held_columns: list[tuple[str, Any]] = []
     for index, analysis in enumerate(analyses):
         for chunk in _capture_chunks(analysis, table):
             columns = list(chunk.dtypes.items())
-            if held and (sum(map(len, held)) + len(chunk) > ROWS_PER_CHUNK
-                         or columns != held_columns):
+            if held and (held_rows + len(chunk) > ROWS_PER_CHUNK or columns != held_columns):
                 yield _joined(held, captures)
-                held, captures = [], []
+                held, captures, held_rows = [], [], 0
             held.append(chunk)
             captures.append(index)
+            held_rows += len(chunk)
             held_columns = columns
     if held:
         yield _joined(held, captures)
