@@ -130,3 +130,52 @@ def test_a_closed_pipe_raises_broken_pipe_in_the_caller():
     big = b"x" * (1 << 20)
     with open(write_end, "wb") as out, pytest.raises(BrokenPipeError):
         turns.write_in_turns(8, lambda index: big, _write, out.fileno(), workers=2)
+
+
+def _connection_entries(analyses) -> list:
+    return orjson.loads(_written_all(analyses))["connections"]
+
+
+def _written_all(analyses) -> bytes:
+    out = io.BytesIO()
+    write_json(build_document(analyses), out)
+    return out.getvalue()
+
+
+@pytest.mark.parametrize("ports_as_floats", [False, True])
+def test_connections_of_several_captures_are_each_captures_own_entries_numbered_on(
+        ports_as_floats) -> None:
+    """The connection entries of several captures (their tables joined to be written) are each
+    capture's entries alone, with the capture's position and ids running on across captures
+    (mixed.pcap has 6 connections, seed003 1, in tshark's `-z conv,tcp`). Where a column's
+    dtype differs between the tables (seed003's ports made floats in a copy), joining would
+    change the others' values (48162 -> 48162.0): they are written one by one instead."""
+    analyses = [analyze_capture(str(SAMPLE_TRACES / name)) for name in
+                ("mixed.pcap", "seed003-nagle.pcap", "mixed.pcap")]
+    if ports_as_floats:
+        connections = analyses[1].capture.connections
+        analyses[1].capture.connections = connections.astype({"client_port": float})
+    alone = [_connection_entries([analysis]) for analysis in analyses]
+    assert [len(entries) for entries in alone] == [6, 1, 6]
+    assert isinstance(alone[1][0]["client"], str) and isinstance(alone[0][0]["id"], int)
+    expected = []
+    for position, entries in enumerate(alone):
+        first_id = len(expected)
+        expected += [{**entry, "capture": position, "id": first_id + entry["id"]}
+                     for entry in entries]
+    assert _written_all(analyses).count(b'"capture":') >= 13
+    assert _connection_entries(analyses) == expected
+    assert orjson.dumps(_connection_entries(analyses)) == orjson.dumps(expected)
+
+
+@pytest.mark.parametrize("bounds", [[0, 0, 3, 3, 3, 7, 8, 8], [0, 5], [0, 0, 0], [0, 1, 2, 3]])
+def test_a_chunk_touches_exactly_the_captures_whose_positions_it_covers(bounds) -> None:
+    """Captures laid end to end (some empty: equal bounds): every chunk [start, stop) is cut
+    into the ranges of the captures it overlaps, found by bisection, as a scan of every capture
+    would find them."""
+    for start in range(bounds[-1] + 1):
+        for stop in range(start, bounds[-1] + 2):
+            scanned = [(capture, low, max(start, low) - low, min(stop, high) - low)
+                       for capture, (low, high) in enumerate(zip(bounds[:-1], bounds[1:]))
+                       if max(start, low) < min(stop, high)]
+            assert list(document._spans(bounds, start, stop)) == scanned, (start, stop)
