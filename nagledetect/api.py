@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import pickle
+import weakref
 from contextlib import closing
 from dataclasses import dataclass, fields
 from functools import lru_cache
@@ -49,8 +50,11 @@ def sent_table(value: Any) -> Any:
     captures sends thousands of results from its workers, most of whose tables are empty, and
     unpickling an empty frame takes longer than the rest of a small capture's result. The
     shared frames are only read there (reporters never change a table)."""
-    if not isinstance(value, pd.DataFrame) or not value.empty:
+    if not isinstance(value, pd.DataFrame):
         return value
+    if not value.empty:
+        cut = _ROW_SLICES.get(id(value))
+        return _RowSlice(*cut[1:]) if cut is not None and cut[0]() is value else value
     known = _SHARED_TABLES.get(id(value))
     if known is not None and known[0] is value:
         return known[1]
@@ -75,6 +79,31 @@ class _EmptyTable:
         return shared_empty_table, (self.pickled,)
 
 
+def row_slice(table: pd.DataFrame, start: int, stop: int) -> pd.DataFrame:
+    """Rows `start` to `stop` of `table`, numbered from 0, noted as a slice of it: slices of one
+    table sent to another process together (a group of small captures' results) send the table
+    once, and are cut from it again there (each slice unpickled as a frame of its own cost
+    more than the rest of a small capture's result)."""
+    rows = table.iloc[start:stop]
+    rows.index = pd.RangeIndex(stop - start)
+    _ROW_SLICES[id(rows)] = (weakref.ref(rows), table, start, stop)
+    weakref.finalize(rows, _ROW_SLICES.pop, id(rows), None)
+    return rows
+
+
+class _RowSlice:
+    """A slice of a table on its way to another process: the table (pickled once however many
+    slices of it go in one message) and the rows."""
+
+    def __init__(self, table: pd.DataFrame, start: int, stop: int) -> None:
+        self.table, self.start, self.stop = table, start, stop
+
+    def __reduce__(self) -> tuple:
+        return row_slice, (self.table, self.start, self.stop)
+
+
+_ROW_SLICES: dict[int, tuple[weakref.ref, pd.DataFrame, int, int]] = {}
+"""The slices `row_slice` made, while they live: by id, with the table and rows they hold."""
 _SHARED_TABLES: dict[int, tuple[pd.DataFrame, _EmptyTable]] = {}
 """The tables `shared_table` noted (kept here, so that no other table takes their ids)."""
 

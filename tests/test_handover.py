@@ -8,6 +8,7 @@ from __future__ import annotations
 import io
 import pickle
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -74,3 +75,28 @@ def test_captures_without_tcp_in_a_batch_hold_their_own_path_accounting_and_list
     assert first.capture.accounting is not second.capture.accounting
     assert first.findings == [] and first.findings is not second.findings
     assert first.hosts == {} and first.hosts is not second.hosts
+
+
+def test_a_groups_connection_tables_travel_as_one_table_cut_again() -> None:
+    """Captures analysed together, sent in one message (as a worker sends its group): each
+    connection table arrives equal to the one sent (mixed.pcap 6 connections, seed003 1, in
+    tshark's `-z conv,tcp`), cut from one table that travelled once; one sent alone arrives
+    equal too."""
+    paths = [str(SAMPLE_TRACES / name) for name in ("mixed.pcap", "seed003-nagle.pcap")]
+    sent = [for_another_process(analysis, False) for analysis in analyze_together(paths)]
+    received = pickle.loads(pickle.dumps(sent))
+    assert [len(r.capture.connections) for r in received] == [6, 1]
+    for before, after in zip(sent, received):
+        pd.testing.assert_frame_equal(after.capture.connections, before.capture.connections)
+        assert _document(after) == _document(before)
+    frames = [_root(r.capture.connections["first_frame"].to_numpy()) for r in received]
+    assert frames[0] is frames[1] and frames[0].shape[-1] == 7
+    alone = pickle.loads(pickle.dumps(sent[1]))
+    pd.testing.assert_frame_equal(alone.capture.connections, sent[1].capture.connections)
+
+
+def _root(values: np.ndarray) -> np.ndarray:
+    """The array whose memory `values` views (itself when it owns its memory)."""
+    while isinstance(values.base, np.ndarray):
+        values = values.base
+    return values
