@@ -138,6 +138,8 @@ def test_sparse_histograms_add_and_draw_as_dense_bin_counts_would(first, second)
         np.array(second, dtype=float))
     dense = np.bincount(np.searchsorted(LOG_EDGES_MS, values, side="left"),
                         minlength=len(LOG_EDGES_MS) + 1)
+    assert LogHistogram.total_of([LogHistogram.of(np.array(first, dtype=float)), LogHistogram(),
+                                  LogHistogram.of(np.array(second, dtype=float))]) == summed
     assert summed.keys.tolist() == np.flatnonzero(dense).tolist()
     assert summed.counts.tolist() == dense[dense > 0].tolist()
     edges, fractions = summed.cdf()

@@ -77,8 +77,8 @@ def _cdf_trace(x: np.ndarray, y: np.ndarray, name: str) -> go.Scatter:
 
 def _response_cdf(analyses: list[Analysis]) -> str:
     figure = go.Figure()
-    responses = sum((a.charts.response_ms for a in analyses), LogHistogram())
-    stalls = sum((a.charts.stall_ms for a in analyses), LogHistogram())
+    responses = LogHistogram.total_of(a.charts.response_ms for a in analyses)
+    stalls = LogHistogram.total_of(a.charts.stall_ms for a in analyses)
     for histogram, name in ((responses, "response time (end of message to the answer)"),
                             (stalls, "Nagle/delayed-ACK stalls")):
         if histogram.total:
@@ -178,7 +178,7 @@ def _phase_plots(analyses: list[Analysis], notes: list[str]) -> list[str]:
 
 
 def _packet_sizes(analyses: list[Analysis]) -> str:
-    sizes = sum((a.charts.payload_bytes for a in analyses), SizeCounts())
+    sizes = SizeCounts.total_of(a.charts.payload_bytes for a in analyses)
     figure = go.Figure()
     if sizes.total:
         figure.add_trace(_cdf_trace(*sizes.cdf(), "data packets"))
