@@ -27,7 +27,7 @@ from contextlib import closing
 import numpy as np
 import pandas as pd
 
-from nagledetect.api import Capture, row_slice
+from nagledetect.api import Capture
 from nagledetect.chart_data import busiest_hosts, connection_charts
 from nagledetect.detectors import nagle_stall
 from nagledetect.detectors.delack_timer import host_fingerprints
@@ -47,6 +47,7 @@ from nagledetect.pipeline import (
     without_tcp,
 )
 from nagledetect.read.capture import Accounting, DecodedColumns, decoded_batches
+from nagledetect.sent_tables import row_slice
 
 BATCHED_CAPTURE_BYTES = 4 * 1024 * 1024
 """Captures up to this size are analysed together with others."""

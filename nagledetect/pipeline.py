@@ -15,7 +15,7 @@ from functools import cache
 import numpy as np
 import pandas as pd
 
-from nagledetect.api import Capture, sent_fields, shared_table
+from nagledetect.api import Capture
 from nagledetect.chart_data import ChartData, busiest_hosts, connection_charts
 from nagledetect.detectors import CONNECTION_DETECTORS, nagle_stall, phase_lock, segment_parity
 from nagledetect.detectors.delack_timer import (
@@ -34,6 +34,7 @@ from nagledetect.events.segments import SEGMENT_PACKET_COLUMNS, data_segments
 from nagledetect.flows.build import FlowTables, build_flows
 from nagledetect.part_tables import PartTables, TablesInMemory
 from nagledetect.read.capture import Accounting
+from nagledetect.sent_tables import sent_fields, shared_table
 
 PARITY_KEYS = ["connection", "direction", "segments", "last_segment"]
 
