@@ -235,7 +235,7 @@ def _analyze_all(captures: tuple[str, ...], bpf_filter: str | None, jobs: int | 
     except InputError as error:
         _fail(str(error))
     except OSError as error:
-        _fail(str(_os_error(", ".join(captures), error)))
+        _fail(str(_os_error(_all_of(captures), error)))
     for path, analysis in zip(captures, analyses):
         for warning in analysis.capture.accounting.warnings:
             click.echo(f"nagledetect: warning: {path}: {warning}", err=True)
@@ -317,6 +317,14 @@ def _analyze_on_dask(captures: tuple[str, ...], bpf_filter: str | None, address:
             raise result
         analyses.append(result)
     return analyses
+
+
+def _all_of(captures: tuple[str, ...]) -> str:
+    """The captures of a run, named by the first (an archive's thousands in one line would
+    bury the message)."""
+    others = len(captures) - 1
+    return captures[0] + (f" and {others} other capture{'s' if others > 1 else ''}"
+                          if others else "")
 
 
 def _named(captures: tuple[str, ...], group: list[int]) -> str:
@@ -501,7 +509,10 @@ def _analyze_group_for_parent(paths: list[str], bpf_filter: str | None, wanted: 
     sent = [result if isinstance(result, InputError) else for_another_process(result, wanted.tables)
             for result in _analyze_group(paths, bpf_filter, wanted, alone)]
     if wanted.tables and handover_folder:
-        return tables_handed_over(sent, SpillFile(handover_folder))
+        try:
+            return tables_handed_over(sent, SpillFile(handover_folder))
+        except OSError as error:
+            return [_os_error(path, error) for path in paths]
     return sent
 
 

@@ -290,3 +290,27 @@ def test_tables_on_a_full_disk_are_one_line_naming_the_folder(small_disk, tmp_pa
     assert result.returncode == 2, result.stderr
     assert result.stderr.strip().splitlines() == [
         f"nagledetect: error: {folder}: cannot write the tables (No space left on device)"]
+
+
+@pytest.mark.parametrize("jobs", ["1", "2"])
+def test_tables_of_many_small_captures_on_a_full_disk_are_one_short_line(small_disk, tmp_path,
+                                                                         jobs) -> None:
+    """200 small captures (links to mixed.pcap, analysed together in groups) with `--tables`
+    and TMPDIR on the 4 MB tmpfs: their packet tables alone take about 16 MB (pickled, measured
+    on a roomy disk), so the workers' hand-over files or the run's own spill fill it. One line,
+    naming the folder, short (not every capture), and nothing left behind."""
+    captures = []
+    for index in range(200):
+        link = tmp_path / f"capture-{index:03d}.pcap"
+        link.symlink_to(SAMPLE_TRACES / "mixed.pcap")
+        captures.append(str(link))
+    result = subprocess.run([sys.executable, "-m", "nagledetect", "analyze", "-j", jobs,
+                             "--tables", str(tmp_path / "tables"), *captures],
+                            capture_output=True, text=True, timeout=120,
+                            env={**os.environ, "TMPDIR": str(small_disk)})
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and captures[-1] not in lines[0], result.stderr
+    assert f"no room for temporary files in {small_disk} (No space left on device)" in lines[0]
+    assert lines[0].startswith(f"nagledetect: error: {captures[0]}")
+    assert list(small_disk.iterdir()) == []
