@@ -9,7 +9,8 @@ fails only where its stalls grew beyond the tolerance. It reads the document onl
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass, field
+from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +43,22 @@ class RuleResult:
     rule: str
     passed: bool
     message: str
-    findings: list[dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass
+class _Baseline:
+    """An earlier document, indexed once: each capture file name's first position, and each
+    capture's findings."""
+
+    positions: dict[str, int]
+    findings: dict[int, list[dict[str, Any]]]
+
+    @classmethod
+    def of(cls, document: dict[str, Any]) -> _Baseline:
+        positions: dict[str, int] = {}
+        for index, capture in enumerate(document.get("captures", [])):
+            positions.setdefault(Path(capture["path"]).name, index)
+        return cls(positions, _by_capture(document.get("findings", [])))
 
 
 def load_config(directory: Path) -> dict[str, Any]:
@@ -97,16 +113,29 @@ def _stall_totals(findings: list[dict[str, Any]]) -> tuple[int, float, float]:
 
 def evaluate(document: dict[str, Any], budgets: Budgets,
              baseline: dict[str, Any] | None = None) -> list[RuleResult]:
-    """Every configured rule on every capture of the document."""
+    """Every configured rule on every capture of the document. The findings (read from disk a
+    chunk at a time) are gone through once, not once per capture: a gate over thousands of
+    captures would otherwise read them thousands of times."""
+    findings = _by_capture(document["findings"])
+    previous = None if baseline is None else _Baseline.of(baseline)
     results = []
     for index, capture in enumerate(document["captures"]):
-        findings = [f for f in document["findings"] if f["capture"] == index]
-        results += _capture_rules(capture["path"], findings, document, budgets, baseline)
+        results += _capture_rules(capture["path"], findings.get(index, []), document, budgets,
+                                  previous)
     return results
 
 
+def _by_capture(findings: Iterable[dict[str, Any]]) -> dict[int, list[dict[str, Any]]]:
+    """Each capture's findings, without their evidence rows (no rule reads them)."""
+    grouped: dict[int, list[dict[str, Any]]] = {}
+    for finding in findings:
+        grouped.setdefault(finding.get("capture"), []).append(
+            {key: value for key, value in finding.items() if key != "events"})
+    return grouped
+
+
 def _capture_rules(path: str, findings: list[dict[str, Any]], document: dict[str, Any],
-                   budgets: Budgets, baseline: dict[str, Any] | None) -> list[RuleResult]:
+                   budgets: Budgets, baseline: _Baseline | None) -> list[RuleResult]:
     count, time_s, share = _stall_totals(findings)
     stalls = [f for f in findings if f["kind"] == STALL_KIND]
     checks = []
@@ -128,19 +157,17 @@ def _capture_rules(path: str, findings: list[dict[str, Any]], document: dict[str
     results = []
     for rule, passed, summary, evidence in checks:
         message = summary if passed or not evidence else f"{summary}; {_describe(evidence, document)}"
-        results.append(RuleResult(path, rule, passed, message, evidence))
+        results.append(RuleResult(path, rule, passed, message))
     return results
 
 
-def _baseline_check(path: str, count: int, time_s: float, baseline: dict[str, Any],
+def _baseline_check(path: str, count: int, time_s: float, baseline: _Baseline,
                     tolerance: float, stalls: list[dict[str, Any]]) -> tuple:
     name = Path(path).name
-    index = next((i for i, c in enumerate(baseline.get("captures", []))
-                  if Path(c["path"]).name == name), None)
+    index = baseline.positions.get(name)
     if index is None:
         return ("baseline", True, f"{name} not in the baseline: nothing to compare", [])
-    before = [f for f in baseline["findings"] if f.get("capture") == index]
-    old_count, old_time_s, _ = _stall_totals(before)
+    old_count, old_time_s, _ = _stall_totals(baseline.findings.get(index, []))
     allowed_count = old_count * (1 + tolerance)
     allowed_time_s = old_time_s * (1 + tolerance) + 1e-9
     passed = count <= allowed_count and time_s <= allowed_time_s
