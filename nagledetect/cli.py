@@ -10,6 +10,7 @@ import contextlib
 import errno
 import json
 import os
+import pickle
 import re
 import shutil
 import signal
@@ -292,7 +293,7 @@ def _analyze_on_dask(captures: tuple[str, ...], bpf_filter: str | None, address:
     try:
         with Client(address, timeout=DASK_CONNECT_TIMEOUT_S) as client:
             groups = capture_groups(captures, max(1, sum(client.nthreads().values())))
-            futures = client.map(_analyze_group_for_parent,
+            futures = client.map(_analyze_group_pickled,
                                  [[captures[index] for index in group] for group in groups],
                                  [bpf_filter] * len(groups), [wanted] * len(groups), pure=False)
             group_of = {future.key: group for future, group in zip(futures, groups)}
@@ -301,7 +302,7 @@ def _analyze_on_dask(captures: tuple[str, ...], bpf_filter: str | None, address:
             for future in as_completed(futures):
                 group = group_of[future.key]
                 try:
-                    found = future.result()
+                    found = pickle.loads(future.result())  # noqa: S301 - our own worker's
                 except KilledWorker:
                     raise InputError(f"{_named(captures, group)}: the Dask workers analysing "
                                      "it died (out of memory, or by a signal)") from None
@@ -514,6 +515,14 @@ def _analyze_group_for_parent(paths: list[str], bpf_filter: str | None, wanted: 
         except OSError as error:
             return [_os_error(path, error) for path in paths]
     return sent
+
+
+def _analyze_group_pickled(paths: list[str], bpf_filter: str | None, wanted: Wanted) -> bytes:
+    """`_analyze_group_for_parent` on a Dask worker, its results pickled as one message. Dask
+    pickles a list item by item, and each of a group's results would then carry the whole
+    group's connection table again (`sent_tables.row_slice`)."""
+    return pickle.dumps(_analyze_group_for_parent(paths, bpf_filter, wanted),
+                        protocol=pickle.HIGHEST_PROTOCOL)
 
 
 def _analyze_for_parent(path: str, bpf_filter: str | None, wanted: Wanted, workers: int = 1,
