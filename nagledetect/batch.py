@@ -48,6 +48,7 @@ from nagledetect.pipeline import (
 )
 from nagledetect.read.capture import Accounting, DecodedColumns, decoded_batches
 from nagledetect.sent_tables import row_slice
+from nagledetect.stored import without_samples
 
 BATCHED_CAPTURE_BYTES = 4 * 1024 * 1024
 """Captures up to this size are analysed together with others."""
@@ -126,7 +127,8 @@ def _per_capture(level: ConnectionLevel, captures: list[_Read], wanted: Wanted
     if len(owner) and (np.diff(owner) < 0).any():
         raise RuntimeError("a batch's connections are not numbered capture by capture")
     cut = _Cut(owner, np.searchsorted(owner, np.arange(len(captures) + 1)), offsets)
-    tables = zip(cut.connections(connections), cut.rows(level.samples, SAMPLE_FRAMES),
+    tables = zip(cut.rows(connections, CONNECTION_FRAMES, key="id"),
+                 cut.rows(level.samples, SAMPLE_FRAMES),
                  cut.rows(level.parity, ()), cut.findings(level.findings))
     kept = (zip(cut.rows(level.packets, ("frame",)),
                 cut.rows(level.messages, MESSAGE_FRAMES, counted="message"))
@@ -139,6 +141,7 @@ def _per_capture(level: ConnectionLevel, captures: list[_Read], wanted: Wanted
         if wanted.charts:
             analysis.charts = connection_charts(packets, connections_of, message_table, findings)
             analysis.charts.hosts = busiest_hosts(analysis.hosts)
+        analysis.hosts = {address: without_samples(host) for address, host in analysis.hosts.items()}
         if wanted.tables:
             analysis.part_tables = TablesInMemory([packets], [message_table])
         yield analysis
@@ -154,23 +157,17 @@ class _Cut:
     first: np.ndarray
     frame_offset: np.ndarray
 
-    def connections(self, table: pd.DataFrame) -> list[pd.DataFrame]:
-        ids = table["id"].to_numpy()
-        renumbered = {"id": (ids - self.first[self.owner]).astype(ids.dtype)}
-        for name in CONNECTION_FRAMES:
-            renumbered[name] = self._frames(table[name].to_numpy(), self.owner)
-        return self._sliced(table.assign(**renumbered), self.owner)
-
-    def rows(self, table: pd.DataFrame, frames: tuple[str, ...], counted: str | None = None
-             ) -> list[pd.DataFrame]:
-        """A table with a connection column, each capture's rows (in the table's order), its
-        `counted` column (numbered across the table in connection order) from 0 again in each
-        capture. An empty table is shared: it is only read."""
+    def rows(self, table: pd.DataFrame, frames: tuple[str, ...], counted: str | None = None,
+             key: str = "connection") -> list[pd.DataFrame]:
+        """A table with a connection id column (`key`: "id" in the connection table itself),
+        each capture's rows (in the table's order), its `counted` column (numbered across the
+        table in connection order) from 0 again in each capture. An empty table is shared: it is
+        only read."""
         if table.empty:
             return [table] * (len(self.first) - 1)
-        connection = table["connection"].to_numpy()
+        connection = table[key].to_numpy()
         owner = self.owner[connection]
-        renumbered = {"connection": (connection - self.first[owner]).astype(connection.dtype)}
+        renumbered = {key: (connection - self.first[owner]).astype(connection.dtype)}
         for name in frames:
             renumbered[name] = self._frames(table[name].to_numpy(), owner)
         if counted is not None:

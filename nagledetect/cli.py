@@ -16,7 +16,7 @@ import shutil
 import signal
 import sys
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, BrokenExecutor, Future, ProcessPoolExecutor, wait
 from functools import partial
 from pathlib import Path
@@ -236,7 +236,7 @@ def _analyze_all(captures: tuple[str, ...], bpf_filter: str | None, jobs: int | 
     except InputError as error:
         _fail(str(error))
     except OSError as error:
-        _fail(str(_os_error(_all_of(captures), error)))
+        _fail(str(_os_error(_first_and_others(captures), error)))
     for path, analysis in zip(captures, analyses):
         for warning in analysis.capture.accounting.warnings:
             click.echo(f"nagledetect: warning: {path}: {warning}", err=True)
@@ -304,8 +304,10 @@ def _analyze_on_dask(captures: tuple[str, ...], bpf_filter: str | None, address:
                 try:
                     found = pickle.loads(future.result())  # noqa: S301 - our own worker's
                 except KilledWorker:
-                    raise InputError(f"{_named(captures, group)}: the Dask workers analysing "
-                                     "it died (out of memory, or by a signal)") from None
+                    raise InputError(
+                        f"{_first_and_others([captures[index] for index in group])}: the Dask "
+                        f"workers analysing {'it' if len(group) == 1 else 'them'} died (out of "
+                        "memory, or by a signal)") from None
                 results.update((index, result if isinstance(result, InputError)
                                 else kept_on_disk(result, spill))
                                for index, result in zip(group, found, strict=True))
@@ -320,19 +322,12 @@ def _analyze_on_dask(captures: tuple[str, ...], bpf_filter: str | None, address:
     return analyses
 
 
-def _all_of(captures: tuple[str, ...]) -> str:
-    """The captures of a run, named by the first (an archive's thousands in one line would
-    bury the message)."""
+def _first_and_others(captures: Sequence[str]) -> str:
+    """Captures named by the first and how many others (an archive's thousands in one line
+    would bury the message)."""
     others = len(captures) - 1
     return captures[0] + (f" and {others} other capture{'s' if others > 1 else ''}"
                           if others else "")
-
-
-def _named(captures: tuple[str, ...], group: list[int]) -> str:
-    """A group of captures named by its first, and how many were analysed with it."""
-    others = len(group) - 1
-    return captures[group[0]] + (f" (and {others} other captures analysed with it)"
-                                 if others else "")
 
 
 def _write_tables(analyses: list[Analysis], folder: Path, table_format: str) -> None:
@@ -507,8 +502,7 @@ def _analyze_group_for_parent(paths: list[str], bpf_filter: str | None, wanted: 
     over."""
     alone = partial(_analyze_for_parent, bpf_filter=bpf_filter, wanted=wanted,
                     handover_folder=handover_folder)
-    sent = [result if isinstance(result, InputError) else for_another_process(result, wanted.tables)
-            for result in _analyze_group(paths, bpf_filter, wanted, alone)]
+    sent = _analyze_group(paths, bpf_filter, wanted, alone)
     if wanted.tables and handover_folder:
         try:
             return tables_handed_over(sent, SpillFile(handover_folder))

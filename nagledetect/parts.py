@@ -53,8 +53,8 @@ from nagledetect.pipeline import (
     Wanted,
     connection_level,
     no_samples,
-    run_detectors,
     without_packets,
+    without_tcp,
 )
 from nagledetect.read.capture import Accounting, ProgressCallback, decoded_batches
 from nagledetect.stored import (
@@ -158,7 +158,7 @@ def analyze_in_parts(path: str, bpf_filter: str | None, progress: ProgressCallba
     finally:
         partitioned.close()
     if not collected.connections:
-        return run_detectors(without_packets(path, accounting, None), wanted.charts)
+        return without_tcp(path, accounting, wanted.charts)
     with collector_paused():
         return collected.analysis(path, accounting, stages)
 
