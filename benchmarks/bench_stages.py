@@ -6,9 +6,10 @@ time, and each step's share of a part's CPU.
     python3 benchmarks/bench_stages.py --capture /tmp/s10m_2.pcap --part-memory
 
 The first runs the analysis the way the CLI does (parts on `--workers` processes, then the JSON
-document to /dev/null) and prints, per stage, its wall time, the main process's CPU and its
-workers' CPU. The stages are: routing (reading, decoding and writing the part files), the parts,
-the host step with ranking, and the document.
+document to /dev/null) and prints, per stage, its wall time and the CPU time (of which system
+time) and minor page faults of the main process and of its workers. The stages are: routing
+(reading, decoding and writing the part files), the parts, the host step with ranking, and the
+document.
 
 The second routes the capture, then runs its first N parts one after another in this process
 (after one part to warm up, not counted) and prints the CPU of each step of a part: reading
@@ -35,6 +36,7 @@ import tracemalloc
 from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -46,35 +48,60 @@ from nagledetect.read.capture import decoded_batches
 from nagledetect.report.document import build_document, write_json
 
 
-def _cpu_s(who: int) -> float:
-    usage = resource.getrusage(who)
-    return usage.ru_utime + usage.ru_stime
+@dataclass(frozen=True)
+class Usage:
+    """CPU seconds (user + system), system seconds and minor page faults of a process or of
+    its waited-for children."""
+
+    cpu_s: float
+    system_s: float
+    minor_faults: int
+
+    @classmethod
+    def of(cls, who: int) -> Usage:
+        usage = resource.getrusage(who)
+        return cls(usage.ru_utime + usage.ru_stime, usage.ru_stime, usage.ru_minflt)
+
+    def __sub__(self, other: Usage) -> Usage:
+        return Usage(self.cpu_s - other.cpu_s, self.system_s - other.system_s,
+                     self.minor_faults - other.minor_faults)
+
+
+@dataclass(frozen=True)
+class StageRow:
+    name: str
+    wall_s: float
+    main: Usage
+    workers: Usage
 
 
 class StageClock:
-    """Wall time, main-process CPU and worker CPU of each stage, in the order they ran."""
+    """Wall time and the main process's and its workers' usage of each stage, in the order they
+    ran (page faults show how much memory a stage newly touched: on this machine a fault costs
+    about as much as the work that fills the page)."""
 
     def __init__(self) -> None:
-        self.rows: list[tuple[str, float, float, float]] = []
+        self.rows: list[StageRow] = []
 
     def measure(self, name: str, run: Callable[[], Any]) -> Any:
-        wall, main, workers = self._now()
+        start = self._now()
         result = run()
-        self._add(name, wall, main, workers)
+        self._add(name, start)
         return result
 
     def measure_generator(self, name: str, items: Iterator[Any]) -> Iterator[Any]:
-        wall, main, workers = self._now()
+        start = self._now()
         yield from items
-        self._add(name, wall, main, workers)
+        self._add(name, start)
 
     @staticmethod
-    def _now() -> tuple[float, float, float]:
-        return time.perf_counter(), _cpu_s(resource.RUSAGE_SELF), _cpu_s(resource.RUSAGE_CHILDREN)
+    def _now() -> tuple[float, Usage, Usage]:
+        return (time.perf_counter(), Usage.of(resource.RUSAGE_SELF),
+                Usage.of(resource.RUSAGE_CHILDREN))
 
-    def _add(self, name: str, wall: float, main: float, workers: float) -> None:
-        now = self._now()
-        self.rows.append((name, now[0] - wall, now[1] - main, now[2] - workers))
+    def _add(self, name: str, start: tuple[float, Usage, Usage]) -> None:
+        wall, main, workers = self._now()
+        self.rows.append(StageRow(name, wall - start[0], main - start[1], workers - start[2]))
 
 
 def stage_times(path: str, workers: int) -> StageClock:
@@ -238,12 +265,19 @@ def main() -> None:
             print(f"  {label:40} {seconds:7.3f} s {100 * seconds / total:5.1f} %")
         return
     clock = stage_times(str(arguments.capture), arguments.workers)
-    print(f"{'stage':24} {'wall s':>7} {'main CPU s':>11} {'workers CPU s':>14}")
-    for name, wall, main_cpu, workers_cpu in clock.rows:
-        print(f"{name:24} {wall:7.2f} {main_cpu:11.2f} {workers_cpu:14.2f}")
-    print(f"{'all':24} {sum(r[1] for r in clock.rows):7.2f} {sum(r[2] for r in clock.rows):11.2f} "
-          f"{sum(r[3] for r in clock.rows):14.2f}")
+    print(f"{'stage':22} {'wall s':>6} {'main CPU s':>10} {'(system)':>8} {'faults':>8} "
+          f"{'workers CPU s':>13} {'(system)':>8} {'faults':>8}")
+    for row in [*clock.rows, StageRow("all", sum(row.wall_s for row in clock.rows),
+                                      _total([row.main for row in clock.rows]),
+                                      _total([row.workers for row in clock.rows]))]:
+        print(f"{row.name:22} {row.wall_s:6.2f} {row.main.cpu_s:10.2f} {row.main.system_s:8.2f} "
+              f"{row.main.minor_faults:8} {row.workers.cpu_s:13.2f} {row.workers.system_s:8.2f} "
+              f"{row.workers.minor_faults:8}")
 
+
+def _total(usages: list[Usage]) -> Usage:
+    return Usage(sum(usage.cpu_s for usage in usages), sum(usage.system_s for usage in usages),
+                 sum(usage.minor_faults for usage in usages))
 
 if __name__ == "__main__":
     main()

@@ -44,7 +44,7 @@ from nagledetect.errors import InputError
 from nagledetect.flows.build import build_flows
 from nagledetect.flows.grouped import group_starts
 from nagledetect.flows.partition import PartitionedPackets, part_batches, part_packets
-from nagledetect.memory import give_back_free_memory
+from nagledetect.memory import give_back_free_memory, keep_freed_memory
 from nagledetect.ordering import as_text, factorize_in_name_order, name_order
 from nagledetect.part_tables import PartTables, SpilledTables
 from nagledetect.pipeline import (
@@ -180,7 +180,7 @@ def _parts_in_parallel(files: list[tuple[str, str, np.dtype]], buckets: int, wor
     waiting = sorted(range(len(files)), key=lambda index: -sizes[index])
     running: dict[Future, int] = {}
     with collector_paused(), ProcessPoolExecutor(max_workers=min(workers, len(files)),
-                                                 initializer=gc.enable) as pool:
+                                                 initializer=_worker_started) as pool:
         while waiting or running:
             starting = _fitting(waiting, sizes, running.values(), workers, in_flight_bytes)
             try:
@@ -197,6 +197,13 @@ def _parts_in_parallel(files: list[tuple[str, str, np.dtype]], buckets: int, wor
             for future in done:
                 del running[future]
             yield from results
+
+
+def _worker_started() -> None:
+    """A part worker keeps the memory its parts free for the next part (`memory`), and runs
+    the cyclic collector, paused in the parent it was forked from, between parts."""
+    gc.enable()
+    keep_freed_memory()
 
 
 class PartWorkersKilled(BrokenExecutor):

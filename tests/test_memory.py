@@ -42,3 +42,38 @@ def test_freed_heap_blocks_go_back_to_the_system() -> None:
     assert held >= 190  # 2,000 blocks of 100 kB
     assert freed >= held // 2  # freed, but mostly still held by the process
     assert given <= freed - 90  # handed back
+
+
+FREED_ARRAY = textwrap.dedent("""
+    import sys
+    import numpy as np
+    from nagledetect.memory import keep_freed_memory
+
+    def rss_mb():
+        for line in open("/proc/self/status"):
+            if line.startswith("VmRSS"):
+                return int(line.split()[1]) // 1024
+
+    if sys.argv[1] == "keep":
+        keep_freed_memory()
+    before = rss_mb()
+    column = np.ones(8_000_000)  # 64 MB: above the 32 MB that glibc's own threshold rises to
+    held = rss_mb()
+    del column
+    print(before, held, rss_mb())
+""")
+
+
+@pytest.mark.parametrize("kept", [True, False])
+def test_a_part_workers_freed_arrays_stay_for_the_next_part(kept: bool) -> None:
+    """With `keep_freed_memory` (a part worker), a freed 64 MB column stays in the process, so
+    the next part reuses its pages instead of faulting in fresh ones; without it (glibc's
+    defaults), the column's pages go back to the system when it is freed."""
+    before, held, after = map(int, subprocess.run(
+        [sys.executable, "-c", FREED_ARRAY, "keep" if kept else "default"],
+        capture_output=True, text=True, check=True).stdout.split())
+    assert held - before >= 60
+    if kept:
+        assert after >= held - 4
+    else:
+        assert after <= before + 4
