@@ -210,6 +210,7 @@ def _classify_chunk(columns: dict[str, np.ndarray], rows: np.ndarray
     """Number and classify the packets `rows` (direction order, whole connections): writes
     rel_seq, rel_ack and role at those rows; returns the chunk's first direction group and its
     groups' totals."""
+    rows = rows.astype(np.intp)  # a narrower index is widened by every gather that uses it
     connection = columns["connection"][rows].astype(np.int64)
     first_connection = int(connection[0])
     group = (connection - first_connection) * 2 + columns["direction"][rows]
