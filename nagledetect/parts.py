@@ -147,8 +147,7 @@ def analyze_in_parts(path: str, bpf_filter: str | None, progress: ProgressCallba
             results = _parts_in_parallel(files, collected.buckets, workers, wanted,
                                          parts_memory_bytes // WORK_PER_PART_FILE_BYTE)
         else:
-            results = ((index, part_result(part, collected.buckets, wanted))
-                       for index, part in enumerate(files))
+            results = _parts_here(files, collected.buckets, wanted)
         stages(PARTS_STAGE, 0, len(files))
         for done, (index, result) in enumerate(results, start=1):
             collected.add(index, result)
@@ -289,18 +288,33 @@ def part_result(files: tuple[str, str, np.dtype], buckets: int, wanted: Wanted) 
 def _part_result_file(files: tuple[str, str, np.dtype], buckets: int, wanted: Wanted) -> str:
     """`part_result` in a worker process, pickled to a file beside the part's (its name is
     returned): the worker pool would pickle a result of hundreds of MB into buffers the worker
-    then goes on holding, while another worker analyses the next part. After a part larger
-    than most (a huge connection), everything it held is freed (tables caught in reference
-    cycles too) and handed back to the system (`memory`) before the worker waits for its next
-    part; after the others, the allocator keeps what they freed for the next (handing it back
-    made the next part fault in fresh pages: the 10 M mix took 3-13 % longer)."""
+    then goes on holding, while another worker analyses the next part. What the part held is
+    then let go (`_after_part`) before the worker waits for its next part."""
     path = files[0] + RESULT_SUFFIX
     with open(path, "wb") as out:
         pickle.dump(part_result(files, buckets, wanted), out, protocol=pickle.HIGHEST_PROTOCOL)
+    _after_part(files)
+    return path
+
+
+def _parts_here(files: list[tuple[str, str, np.dtype]], buckets: int, wanted: Wanted
+                ) -> Iterator[tuple[int, PartResult]]:
+    """Each part in this process, in turn (-j 1), with its index; this process keeps what the
+    parts free, as a part worker does."""
+    keep_freed_memory()
+    for index, part in enumerate(files):
+        result = part_result(part, buckets, wanted)
+        _after_part(part)
+        yield index, result
+
+
+def _after_part(files: tuple[str, str, np.dtype]) -> None:
+    """After a part larger than most (a huge connection), everything it held is freed (tables
+    caught in reference cycles too) and handed back to the system (`memory`); after the others,
+    the allocator keeps what they freed for the next part."""
     if os.path.getsize(files[0]) > LARGE_PART_FILE_BYTES:
         gc.collect()
         give_back_free_memory()
-    return path
 
 
 def _taken_result(path: str) -> PartResult:
