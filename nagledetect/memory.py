@@ -9,14 +9,16 @@ of system time that way. `keep_freed_memory` sets fixed thresholds, so arrays up
 KEPT_ARRAY_BYTES come from the heap and freed memory stays for the next part: 58,000 faults and
 0.35 s. A worker that has analysed a part of a huge connection would then go on holding
 hundreds of MB it freed while another worker analyses the next part: `give_back_free_memory`
-(`malloc_trim`) returns the free pages wherever they lie.
+(`malloc_trim`) returns the free pages wherever they lie. A process that analyses parts itself
+and then goes on (`freed_memory_kept`) is left with glibc's usual thresholds afterwards.
 """
 
 from __future__ import annotations
 
 import ctypes
 import ctypes.util
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from functools import cache
 
 KEPT_ARRAY_BYTES = 256 << 20
@@ -26,6 +28,11 @@ MB each)."""
 KEPT_FREE_BYTES = 1 << 30
 """Free memory at the top of the heap is given back beyond this (so in practice only by
 `give_back_free_memory`)."""
+SETTLED_ARRAY_BYTES = 32 << 20
+SETTLED_FREE_BYTES = 2 * SETTLED_ARRAY_BYTES
+"""The thresholds a process is left with after `freed_memory_kept`: the highest that glibc's own
+rising thresholds reach (its mmap threshold rises to 32 MB, its trim threshold with it to twice
+that), as a process that freed arrays of a few MB would have them anyway."""
 _M_TRIM_THRESHOLD = -1
 _M_MMAP_THRESHOLD = -3
 """mallopt's parameter numbers (malloc.h)."""
@@ -56,6 +63,23 @@ def keep_freed_memory() -> None:
     if library is not None:
         library.mallopt(_M_MMAP_THRESHOLD, KEPT_ARRAY_BYTES)
         library.mallopt(_M_TRIM_THRESHOLD, KEPT_FREE_BYTES)
+
+
+@contextmanager
+def freed_memory_kept() -> Iterator[None]:
+    """`keep_freed_memory` for the block, in a process that goes on afterwards (the main
+    process at -j 1, a worker of a run over many captures, a Dask worker that runs other
+    tasks): the thresholds are then set as glibc's own would stand at most and the free pages
+    given back, so the process does not go on holding what the parts freed."""
+    keep_freed_memory()
+    try:
+        yield
+    finally:
+        library = _libc()
+        if library is not None:
+            library.mallopt(_M_MMAP_THRESHOLD, SETTLED_ARRAY_BYTES)
+            library.mallopt(_M_TRIM_THRESHOLD, SETTLED_FREE_BYTES)
+            library.malloc_trim(0)
 
 
 def give_back_free_memory() -> None:

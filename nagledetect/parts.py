@@ -44,7 +44,7 @@ from nagledetect.errors import InputError
 from nagledetect.flows.build import build_flows
 from nagledetect.flows.grouped import group_starts
 from nagledetect.flows.partition import PartitionedPackets, part_batches, part_packets
-from nagledetect.memory import give_back_free_memory, keep_freed_memory
+from nagledetect.memory import freed_memory_kept, give_back_free_memory, keep_freed_memory
 from nagledetect.ordering import as_text, factorize_in_name_order, name_order
 from nagledetect.part_tables import PartTables, SpilledTables
 from nagledetect.pipeline import (
@@ -300,12 +300,12 @@ def _part_result_file(files: tuple[str, str, np.dtype], buckets: int, wanted: Wa
 def _parts_here(files: list[tuple[str, str, np.dtype]], buckets: int, wanted: Wanted
                 ) -> Iterator[tuple[int, PartResult]]:
     """Each part in this process, in turn (-j 1), with its index; this process keeps what the
-    parts free, as a part worker does."""
-    keep_freed_memory()
-    for index, part in enumerate(files):
-        result = part_result(part, buckets, wanted)
-        _after_part(part)
-        yield index, result
+    parts free meanwhile, as a part worker does."""
+    with freed_memory_kept():
+        for index, part in enumerate(files):
+            result = part_result(part, buckets, wanted)
+            _after_part(part)
+            yield index, result
 
 
 def _after_part(files: tuple[str, str, np.dtype]) -> None:

@@ -51,37 +51,60 @@ def test_freed_heap_blocks_go_back_to_the_system() -> None:
 FREED_ARRAY = textwrap.dedent("""
     import sys
     import numpy as np
-    from nagledetect.memory import keep_freed_memory
+    from nagledetect.analysis import analyze_capture
+    from nagledetect.memory import freed_memory_kept, keep_freed_memory
+    from nagledetect.parts import PARTS_STAGE
 
     def rss_mb():
         for line in open("/proc/self/status"):
             if line.startswith("VmRSS"):
                 return int(line.split()[1]) // 1024
 
-    if sys.argv[1] == "keep":
+    def column_freed():
+        \"\"\"RSS before a 64 MB column (above the 32 MB that glibc's own threshold rises
+        to), with it, and after it is freed.\"\"\"
+        before = rss_mb()
+        column = np.ones(8_000_000)
+        held = rss_mb()
+        del column
+        return [before, held, rss_mb()]
+
+    how = sys.argv[1]
+    measured = []
+    if how == "keep":
         keep_freed_memory()
-    elif sys.argv[1] == "parts here":
-        from nagledetect.analysis import analyze_capture
-        analyze_capture(sys.argv[2], part_bytes=16_384, workers=1, charts=False)
-    before = rss_mb()
-    column = np.ones(8_000_000)  # 64 MB: above the 32 MB that glibc's own threshold rises to
-    held = rss_mb()
-    del column
-    print(before, held, rss_mb())
+    if how == "kept, then settled":
+        with freed_memory_kept():
+            measured += column_freed()
+        measured.append(rss_mb())
+    if how in ("during the parts at -j 1", "after the parts at -j 1"):
+        def stage(name, done, total):
+            if name == PARTS_STAGE and done == 1 and how.startswith("during"):
+                measured.extend(column_freed())
+        analyze_capture(sys.argv[2], part_bytes=16_384, workers=1, charts=False, stages=stage)
+        assert how.startswith("after") or measured, "no part was analysed"
+    if not measured:
+        measured = column_freed()
+    print(*measured)
 """)
 
 
-@pytest.mark.parametrize("how", ["keep", "default", "parts here"])
+@pytest.mark.parametrize("how", ["keep", "default", "kept, then settled",
+                                 "during the parts at -j 1", "after the parts at -j 1"])
 def test_a_part_workers_freed_arrays_stay_for_the_next_part(how: str) -> None:
-    """With `keep_freed_memory` (a part worker; and a process that analyses a capture's parts
-    itself, at -j 1), a freed 64 MB column stays in the process, so the next part reuses its
-    pages instead of faulting in fresh ones; without it (glibc's defaults), the column's pages
-    go back to the system when it is freed."""
-    before, held, after = map(int, subprocess.run(
+    """With `keep_freed_memory` (a part worker), a freed 64 MB column stays in the process, so
+    the next part reuses its pages instead of faulting in fresh ones; without it (glibc's
+    defaults), the column's pages go back to the system when it is freed. A process that
+    analyses a capture's parts itself (-j 1) keeps them while it does (`freed_memory_kept`),
+    and is left as glibc's defaults would leave it, giving them back, once it is done."""
+    measured = list(map(int, subprocess.run(
         [sys.executable, "-c", FREED_ARRAY, how, str(SAMPLE)],
-        capture_output=True, text=True, check=True).stdout.split())
+        capture_output=True, text=True, check=True).stdout.split()))
+    before, held, after = measured[:3]
     assert held - before >= 60
-    if how == "default":
+    if how in ("default", "after the parts at -j 1"):
         assert after <= before + 4
     else:
         assert after >= held - 4
+    if how == "kept, then settled":
+        assert measured[3] <= before + 4  # given back when the block ends
