@@ -19,7 +19,7 @@ from nagledetect.read.capture import (
     decoded_batches,
     expected_tcp_packets,
 )
-from nagledetect.sent_tables import sent_fields
+from nagledetect.sent_tables import TableRows, sent_fields
 
 
 @dataclass
@@ -28,7 +28,9 @@ class Capture:
 
     path: str
     packets: pd.DataFrame
-    connections: pd.DataFrame
+    connections: pd.DataFrame | TableRows
+    """A frame; its rows of a table shared with other captures (`TableRows`) where the capture
+    was analysed with others in another process."""
     sack_blocks: pd.DataFrame
     accounting: Accounting
 

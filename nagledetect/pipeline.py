@@ -34,7 +34,7 @@ from nagledetect.events.segments import SEGMENT_PACKET_COLUMNS, data_segments
 from nagledetect.flows.build import FlowTables, build_flows
 from nagledetect.part_tables import PartTables, TablesInMemory
 from nagledetect.read.capture import Accounting
-from nagledetect.sent_tables import sent_fields, shared_table
+from nagledetect.sent_tables import TableRows, sent_fields, shared_table
 
 PARITY_KEYS = ["connection", "direction", "segments", "last_segment"]
 
@@ -65,7 +65,8 @@ class Analysis:
     delack_samples: pd.DataFrame
     hosts: Mapping[str, HostProfile]
     findings: Sequence[Finding]
-    parity: pd.DataFrame
+    parity: pd.DataFrame | TableRows
+    """(`TableRows` as for `capture.connections`.)"""
     tables_kept: bool = True
     charts: ChartData | None = None
     part_tables: PartTables | TablesInMemory | None = None

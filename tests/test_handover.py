@@ -14,6 +14,7 @@ import pytest
 
 from nagledetect.analysis import analyze_capture, analyze_together, for_another_process
 from nagledetect.report.document import build_document, write_json
+from nagledetect.sent_tables import joined_rows, rows_column, rows_frame
 from tests.conftest import SAMPLE_TRACES, corpus_file
 
 SEED003 = str(SAMPLE_TRACES / "seed003-nagle.pcap")
@@ -87,12 +88,16 @@ def test_a_groups_connection_tables_travel_as_one_table_cut_again() -> None:
     received = pickle.loads(pickle.dumps(sent))
     assert [len(r.capture.connections) for r in received] == [6, 1]
     for before, after in zip(sent, received):
-        pd.testing.assert_frame_equal(after.capture.connections, before.capture.connections)
+        pd.testing.assert_frame_equal(rows_frame(after.capture.connections),
+                                      before.capture.connections)
         assert _document(after) == _document(before)
-    frames = [_root(r.capture.connections["first_frame"].to_numpy()) for r in received]
+    tables = [r.capture.connections.table for r in received]
+    assert tables[0] is tables[1] and len(tables[0]) == 7
+    frames = [_root(rows_column(r.capture.connections, "first_frame")) for r in received]
     assert frames[0] is frames[1] and frames[0].shape[-1] == 7
     alone = pickle.loads(pickle.dumps(sent[1]))
-    pd.testing.assert_frame_equal(alone.capture.connections, sent[1].capture.connections)
+    pd.testing.assert_frame_equal(rows_frame(alone.capture.connections),
+                                  sent[1].capture.connections)
 
 
 def _root(values: np.ndarray) -> np.ndarray:
@@ -100,3 +105,28 @@ def _root(values: np.ndarray) -> np.ndarray:
     while isinstance(values.base, np.ndarray):
         values = values.base
     return values
+
+
+def test_received_rows_of_groups_join_as_their_frames_would() -> None:
+    """The connection rows of two groups of captures (mixed.pcap 6 connections, seed003 1,
+    classic-phase-lock 4, in tshark's `-z conv,tcp`), as they arrive from the workers that
+    analysed each group, join into the frame that joining each capture's own frame gives:
+    consecutive rows of one group's table in one cut of it (no copy), the groups and a frame
+    made in this process after them joined; an untyped empty frame among them is not joined
+    (its columns would change the others' dtypes)."""
+    names = ("mixed.pcap", "seed003-nagle.pcap", "classic-phase-lock.pcap")
+    groups = [[str(SAMPLE_TRACES / name) for name in names[:2]],
+              [str(SAMPLE_TRACES / name) for name in names[1:]]]
+    received = [pickle.loads(pickle.dumps([for_another_process(analysis, False)
+                                           for analysis in analyze_together(group)]))
+                for group in groups]
+    rows = [analysis.capture.connections for group in received for analysis in group]
+    assert [len(piece) for piece in rows] == [6, 1, 1, 4]
+    local = analyze_capture(SEED003).capture.connections
+    expected = pd.concat([*(rows_frame(piece) for piece in rows), local], ignore_index=True)
+    pd.testing.assert_frame_equal(joined_rows([*rows, local]), expected)
+    first_group = joined_rows(rows[:2])
+    assert len(first_group) == 7
+    assert np.shares_memory(first_group["first_frame"].to_numpy(),
+                            rows[0].table["first_frame"].to_numpy())
+    assert joined_rows([rows[0], pd.DataFrame({"id": []})]) is None

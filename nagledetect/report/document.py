@@ -25,6 +25,7 @@ from nagledetect.events.endpoints import endpoint
 from nagledetect.read.decode import LINKTYPE_NAMES
 from nagledetect.report.evidence_text import EVENTS_CLOSE, evidence_texts
 from nagledetect.report.turns import write_in_turns
+from nagledetect.sent_tables import Rows, joined_rows, rows_column, rows_frame, rows_part
 from nagledetect.stored import (
     ChunkedSequence,
     StoredHosts,
@@ -50,12 +51,12 @@ def _number(value: Any) -> Any:
     return value
 
 
-def _connection_warnings(connections: Any) -> list[str]:
+def _connection_warnings(connections: Rows) -> list[str]:
     """Connection-level caveats that weaken findings, counted so every output can show them."""
     if len(connections) == 0:
         return []
     def column(name: str) -> np.ndarray:
-        return connections[name].to_numpy()
+        return rows_column(connections, name)
 
     checks = (
         (~column("handshake"), "without a handshake in the capture: MSS estimated, round "
@@ -164,7 +165,7 @@ class ConnectionEntries(ChunkedSequence):
     connections would otherwise hold a million dictionaries before anything is written. Ids run
     across captures, in order."""
 
-    def __init__(self, tables: list[pd.DataFrame]) -> None:
+    def __init__(self, tables: list[Rows]) -> None:
         self._tables = tables
         self.first_ids: list[int] = np.cumsum([0] + [len(table) for table in tables]).tolist()
         """The id of each capture's first connection, then the total."""
@@ -176,29 +177,18 @@ class ConnectionEntries(ChunkedSequence):
         """The chunk's connections, its captures' tables joined first when their columns
         agree (reading a column of each small table cost more than its entries)."""
         spans = list(_spans(self.first_ids, start, stop))
-        pieces = [self._rows(capture, begin, end) for capture, _, begin, end in spans]
+        pieces = [rows_part(self._tables[capture], begin, end)
+                  for capture, _, begin, end in spans]
         sizes = [end - begin for _, _, begin, end in spans]
         capture = np.repeat([span[0] for span in spans], sizes).tolist()
         first_id = np.repeat([span[1] for span in spans], sizes).tolist()
-        joined = _joined(pieces)
+        joined = joined_rows(pieces)
         if joined is not None:
             return _connection_entries(joined, capture, first_id)
         bounds = np.cumsum([0, *sizes]).tolist()
         return [entry for piece, low, high in zip(pieces, bounds[:-1], bounds[1:])
-                for entry in _connection_entries(piece, capture[low:high], first_id[low:high])]
-
-    def _rows(self, capture: int, begin: int, end: int) -> pd.DataFrame:
-        table = self._tables[capture]
-        return table if (begin, end) == (0, len(table)) else table.iloc[begin:end]
-
-
-def _joined(tables: list[pd.DataFrame]) -> pd.DataFrame | None:
-    """The tables as one, or None where joining them would change a column's dtype (all
-    connection tables have the same columns, but an empty one need not have their dtypes)."""
-    if len(tables) == 1:
-        return tables[0]
-    joined = pd.concat(tables, ignore_index=True)
-    return joined if joined.dtypes.equals(tables[0].dtypes) else None
+                for entry in _connection_entries(rows_frame(piece), capture[low:high],
+                                                 first_id[low:high])]
 
 
 class HostEntries(ChunkedSequence):
@@ -324,16 +314,16 @@ def _advice_entries(findings: FindingEntries) -> dict[str, Any]:
 
 
 def _parity_entries(analysis: Analysis, capture_index: int, first_id: int) -> list[dict[str, Any]]:
-    if analysis.parity.empty:
-        return []
     parity = analysis.parity
+    if parity.empty:
+        return []
     return [{"capture": capture_index, "connection": first_id + int(connection),
              "direction": "client_to_server" if direction == 0 else "server_to_client",
              "segments": segments, "last_segment": last_segment,
              "messages": int(messages), "stalled": int(stalled),
              "stall_rate": round(float(stall_rate), 4)}
             for connection, direction, segments, last_segment, messages, stalled, stall_rate
-            in zip(*(parity[name].tolist() for name in (
+            in zip(*(rows_column(parity, name).tolist() for name in (
                 "connection", "direction", "segments", "last_segment", "messages", "stalled",
                 "stall_rate")))]
 

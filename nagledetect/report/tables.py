@@ -17,6 +17,7 @@ import pandas as pd
 from nagledetect.analysis import Analysis
 from nagledetect.errors import InputError
 from nagledetect.report.document import build_document
+from nagledetect.sent_tables import Rows, joined_rows, rows_frame
 
 FINDING_COLUMNS = ("capture", "kind", "subkind", "connection", "sender", "receiver", "count",
                    "time_lost_s", "share", "summary")
@@ -25,7 +26,7 @@ ROWS_PER_CHUNK = 65_536
 """Up to this many rows of small captures' tables are joined into one chunk to write."""
 
 
-def _capture_chunks(analysis: Analysis, table: str) -> Iterator[pd.DataFrame]:
+def _capture_chunks(analysis: Analysis, table: str) -> Iterator[Rows]:
     if table == "connections":
         yield analysis.capture.connections
     elif analysis.part_tables is not None:
@@ -38,7 +39,7 @@ def _chunks(analyses: list[Analysis], table: str) -> Iterator[pd.DataFrame]:
     """Every capture's chunks with their capture's position, consecutive ones of the same
     columns and dtypes joined up to ROWS_PER_CHUNK rows: an archive of small captures is a
     chunk or two a capture, and each chunk written on its own cost a millisecond."""
-    held: list[pd.DataFrame] = []
+    held: list[Rows] = []
     captures: list[int] = []
     held_rows = 0
     held_columns: list[tuple[str, Any]] = []
@@ -56,9 +57,11 @@ def _chunks(analyses: list[Analysis], table: str) -> Iterator[pd.DataFrame]:
         yield _joined(held, captures)
 
 
-def _joined(chunks: list[pd.DataFrame], captures: list[int]) -> pd.DataFrame:
+def _joined(chunks: list[Rows], captures: list[int]) -> pd.DataFrame:
     """The chunks as one, with a `capture` column last."""
-    joined = chunks[0] if len(chunks) == 1 else pd.concat(chunks, ignore_index=True)
+    joined = joined_rows(chunks)
+    if joined is None:
+        joined = pd.concat([rows_frame(chunk) for chunk in chunks], ignore_index=True)
     return joined.assign(capture=np.repeat(captures, [len(chunk) for chunk in chunks]))
 
 
