@@ -47,7 +47,7 @@ from nagledetect.pipeline import (
     without_tcp,
 )
 from nagledetect.read.capture import Accounting, DecodedColumns, decoded_batches
-from nagledetect.sent_tables import row_slice
+from nagledetect.sent_tables import Rows, TableRows, rows_frame
 from nagledetect.stored import without_samples
 
 BATCHED_CAPTURE_BYTES = 4 * 1024 * 1024
@@ -128,10 +128,10 @@ def _per_capture(level: ConnectionLevel, captures: list[_Read], wanted: Wanted
         raise RuntimeError("a batch's connections are not numbered capture by capture")
     cut = _Cut(owner, np.searchsorted(owner, np.arange(len(captures) + 1)), offsets)
     tables = zip(cut.rows(connections, CONNECTION_FRAMES, key="id"),
-                 cut.rows(level.samples, SAMPLE_FRAMES),
+                 map(rows_frame, cut.rows(level.samples, SAMPLE_FRAMES)),
                  cut.rows(level.parity, ()), cut.findings(level.findings))
-    kept = (zip(cut.rows(level.packets, ("frame",)),
-                cut.rows(level.messages, MESSAGE_FRAMES, counted="message"))
+    kept = (zip(map(rows_frame, cut.rows(level.packets, ("frame",))),
+                map(rows_frame, cut.rows(level.messages, MESSAGE_FRAMES, counted="message")))
             if wanted.charts or wanted.tables else itertools.repeat((None, None)))
     for capture, (connections_of, samples, parity, findings), (packets, message_table) in zip(
             captures, tables, kept):
@@ -139,7 +139,8 @@ def _per_capture(level: ConnectionLevel, captures: list[_Read], wanted: Wanted
         if message_table is not None and message_table.empty:
             message_table = no_messages()
         if wanted.charts:
-            analysis.charts = connection_charts(packets, connections_of, message_table, findings)
+            analysis.charts = connection_charts(packets, rows_frame(connections_of),
+                                                message_table, findings)
             analysis.charts.hosts = busiest_hosts(analysis.hosts)
         analysis.hosts = {address: without_samples(host) for address, host in analysis.hosts.items()}
         if wanted.tables:
@@ -158,11 +159,11 @@ class _Cut:
     frame_offset: np.ndarray
 
     def rows(self, table: pd.DataFrame, frames: tuple[str, ...], counted: str | None = None,
-             key: str = "connection") -> list[pd.DataFrame]:
+             key: str = "connection") -> list[Rows]:
         """A table with a connection id column (`key`: "id" in the connection table itself),
-        each capture's rows (in the table's order), its `counted` column (numbered across the
-        table in connection order) from 0 again in each capture. An empty table is shared: it is
-        only read."""
+        each capture's rows (in the table's order) of the table renumbered once for all of them,
+        its `counted` column (numbered across the table in connection order) from 0 again in
+        each capture. An empty table is shared: it is only read."""
         if table.empty:
             return [table] * (len(self.first) - 1)
         connection = table[key].to_numpy()
@@ -189,13 +190,13 @@ class _Cut:
         """Frames given back (0 stays 0: no such packet), in their own dtype."""
         return np.where(frames > 0, frames - self.frame_offset[owner], frames).astype(frames.dtype)
 
-    def _sliced(self, table: pd.DataFrame, owner: np.ndarray) -> list[pd.DataFrame]:
+    def _sliced(self, table: pd.DataFrame, owner: np.ndarray) -> list[Rows]:
         """Each capture's rows, in the table's order within a capture."""
         if (np.diff(owner) < 0).any():
             order = np.argsort(owner, kind="stable")
             table, owner = table.iloc[order], owner[order]
         bounds = np.searchsorted(owner, np.arange(len(self.first))).tolist()
-        return [row_slice(table, start, stop) for start, stop in zip(bounds[:-1], bounds[1:])]
+        return [TableRows(table, start, stop) for start, stop in zip(bounds[:-1], bounds[1:])]
 
 
 def _given_back(finding: Finding, first: int, frame_offset: int) -> Finding:
@@ -209,8 +210,8 @@ def _given_back(finding: Finding, first: int, frame_offset: int) -> Finding:
                                events=StallEvents(rows) if len(rows) else finding.events)
 
 
-def _analysis(capture: _Read, connections: pd.DataFrame, findings: list[Finding],
-              samples: pd.DataFrame, parity: pd.DataFrame) -> Analysis:
+def _analysis(capture: _Read, connections: Rows, findings: list[Finding],
+              samples: pd.DataFrame, parity: Rows) -> Analysis:
     """One capture's host step, as a capture held whole makes it, and its analysis."""
     hosts = host_fingerprints(samples)
     for finding in findings:

@@ -67,7 +67,8 @@ def row_slice(table: pd.DataFrame, start: int, stop: int) -> pd.DataFrame:
     table sent to another process together (a group of small captures' results) send the table
     once, and are cut from it again there (each slice unpickled as a frame of its own cost
     more than the rest of a small capture's result)."""
-    rows = _numbered(table.iloc[start:stop])
+    rows = table.iloc[start:stop]
+    rows.index = pd.RangeIndex(stop - start)
     _ROW_SLICES[id(rows)] = (weakref.ref(rows), table, start, stop)
     weakref.finalize(rows, _ROW_SLICES.pop, id(rows), None)
     return rows
@@ -121,9 +122,10 @@ def rows_column(rows: Rows, name: str) -> np.ndarray:
 
 
 def rows_frame(rows: Rows) -> pd.DataFrame:
-    """The rows as a frame of their own, numbered from 0."""
+    """The rows as a frame of their own, numbered from 0 (sent to another process, a frame cut
+    from a table travels as the table and its rows: `row_slice`)."""
     if isinstance(rows, TableRows):
-        return _numbered(rows.table.iloc[rows.start:rows.stop])
+        return row_slice(rows.table, rows.start, rows.stop)
     return rows
 
 
@@ -156,11 +158,6 @@ def joined_rows(pieces: list[Rows]) -> pd.DataFrame | None:
         return runs[0]
     joined = pd.concat(runs, ignore_index=True)
     return joined if joined.dtypes.equals(runs[0].dtypes) else None
-
-
-def _numbered(rows: pd.DataFrame) -> pd.DataFrame:
-    rows.index = pd.RangeIndex(len(rows))
-    return rows
 
 
 _ROW_SLICES: dict[int, tuple[weakref.ref, pd.DataFrame, int, int]] = {}

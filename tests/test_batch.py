@@ -16,6 +16,7 @@ from nagledetect.analysis import Wanted, analyze_capture, analyze_together, for_
 from nagledetect.batch import groups_by_size
 from nagledetect.errors import InputError
 from nagledetect.report.document import build_document, write_json
+from nagledetect.sent_tables import rows_column, rows_frame
 from tests.conftest import SAMPLE_TRACES, corpus_file
 
 SAMPLES = [str(path) for path in sorted(SAMPLE_TRACES.glob("*.pcap"))]
@@ -46,7 +47,7 @@ def test_the_same_capture_twice_in_a_batch_stays_two_captures() -> None:
     first, second = analyze_together([path, path])
     for analysis in (first, second):
         assert _document(analysis) == _alone(path)
-        connections = analysis.capture.connections
+        connections = rows_frame(analysis.capture.connections)
         assert len(connections) == 1
         assert int(connections["packets_client_to_server"].sum()
                    + connections["packets_server_to_client"].sum()) == 234
@@ -65,7 +66,7 @@ def test_frames_and_connection_ids_are_each_captures_own() -> None:
     first = stall.events.records()[0]
     assert (first["last_data_frame"], first["delayed_ack_frame"], first["released_frame"]) == (
         40, 41, 42)
-    assert seed003.capture.connections["first_frame"].tolist() == [5]
+    assert rows_column(seed003.capture.connections, "first_frame").tolist() == [5]
 
 
 def test_errors_and_captures_without_tcp_keep_their_place(tmp_path) -> None:

@@ -89,7 +89,7 @@ def test_a_groups_connection_tables_travel_as_one_table_cut_again() -> None:
     assert [len(r.capture.connections) for r in received] == [6, 1]
     for before, after in zip(sent, received):
         pd.testing.assert_frame_equal(rows_frame(after.capture.connections),
-                                      before.capture.connections)
+                                      rows_frame(before.capture.connections))
         assert _document(after) == _document(before)
     tables = [r.capture.connections.table for r in received]
     assert tables[0] is tables[1] and len(tables[0]) == 7
@@ -97,7 +97,7 @@ def test_a_groups_connection_tables_travel_as_one_table_cut_again() -> None:
     assert frames[0] is frames[1] and frames[0].shape[-1] == 7
     alone = pickle.loads(pickle.dumps(sent[1]))
     pd.testing.assert_frame_equal(rows_frame(alone.capture.connections),
-                                  sent[1].capture.connections)
+                                  rows_frame(sent[1].capture.connections))
 
 
 def _root(values: np.ndarray) -> np.ndarray:
