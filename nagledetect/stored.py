@@ -55,6 +55,8 @@ class SpillFile:
         self._base = 0
         """Where this spill's bytes begin in the file (not 0 once another spill adopted them)."""
         self._moved = False
+        self.no_findings: StoredFindings | None = None
+        """Shared by the captures without findings that spill here (`stored_findings`)."""
 
     def _open(self, handle: int) -> None:
         """Read and write through `handle`, closed when this spill is let go (or adopted), not
@@ -282,9 +284,20 @@ def stored_findings(findings: Sequence[Finding], spill: SpillFile) -> StoredFind
     them in memory."""
     if isinstance(findings, StoredFindings):
         return findings
+    if not findings:
+        return _no_findings(spill)
     found = pickle_findings(list(findings))
     return StoredFindings(spill, spill.append_joined(found.records, found.lengths),
                           found.lengths, found.time_lost_s, found.advice, found.evidence_rows)
+
+
+def _no_findings(spill: SpillFile) -> StoredFindings:
+    """The one empty findings table of `spill`: most captures of an archive have no finding,
+    and five empty arrays each took a small capture's parent more memory than its result."""
+    if spill.no_findings is None:
+        empty = np.zeros(0, dtype=np.int64)
+        spill.no_findings = StoredFindings(spill, empty, empty, np.zeros(0), [], empty)
+    return spill.no_findings
 
 
 class StoredFindings(RecordTable):

@@ -65,20 +65,26 @@ def test_stall_evidence_survives_pickling_as_rows() -> None:
 def test_findings_put_on_disk_read_back_as_the_same_document() -> None:
     """What a run over many captures keeps of each result: what the reporters read, sent
     through a pickle, its findings then put on disk; read back into the same document (the
-    one-capture document is checked by hand elsewhere)."""
+    one-capture document is checked by hand elsewhere). Captures without findings share one
+    empty table."""
     from nagledetect.analysis import analyze_capture, for_another_process, kept_on_disk
     from nagledetect.report.document import build_document
     from nagledetect.stored import StoredFindings
     from tests.conftest import SAMPLE_TRACES
 
-    analyses = [analyze_capture(str(SAMPLE_TRACES / name))
-                for name in ("mixed.pcap", "seed003-nagle.pcap")]
+    names = ("mixed.pcap", "seed003-nagle.pcap", "seed002-stream.pcap", "trap-keepalive.pcap")
+    analyses = [analyze_capture(str(SAMPLE_TRACES / name)) for name in names]
     spill = SpillFile()
     kept = [kept_on_disk(pickle.loads(pickle.dumps(for_another_process(analysis, False))), spill)
             for analysis in analyses]
     assert all(isinstance(analysis.findings, StoredFindings) for analysis in kept)
     assert [len(analysis.findings) for analysis in kept] == [len(a.findings) for a in analyses]
     assert build_document(kept) == build_document(analyses)
+    # seed002 (a one-way stream of 100-byte writes every 3 ms) and trap-keepalive (an idle
+    # connection with 1-second keep-alives) have no finding (sample_traces/README.md, and the
+    # text report of each): they share one empty table
+    assert [len(analysis.findings) for analysis in kept[2:]] == [0, 0]
+    assert kept[2].findings is kept[3].findings
 
 
 def _open_files() -> int:
