@@ -1,8 +1,9 @@
 """Small captures analysed together: one connection level for many, cut back per capture.
 
 Why: a small capture costs about 6 ms of fixed work (some 200 numpy and pandas calls) whatever
-its size, so an archive of thousands spends most of its time there; analysed as one set of
-connections, the captures share it. Each capture's result equals a run over it alone:
+its size, so an archive of thousands spends most of its time there; decoded in one pass (each
+run of captures of one link type: `decoded_together`) and analysed as one set of connections,
+the captures share it. Each capture's result equals a run over it alone:
   - its endpoint pairs are kept apart by its number in the pair key (`EndpointPairs`), so no
     connection spans two captures;
   - its frames are offset while analysed (frames must be unique: findings and segments are
@@ -22,7 +23,6 @@ import dataclasses
 import itertools
 import math
 from collections.abc import Iterator
-from contextlib import closing
 
 import numpy as np
 import pandas as pd
@@ -46,7 +46,7 @@ from nagledetect.pipeline import (
     shared_empty_tables,
     without_tcp,
 )
-from nagledetect.read.capture import Accounting, DecodedColumns, decoded_batches
+from nagledetect.read.capture import Accounting, RawCapture, decoded_together, read_raw
 from nagledetect.sent_tables import Rows, TableRows, rows_frame
 from nagledetect.stored import without_samples
 
@@ -63,11 +63,11 @@ MESSAGE_FRAMES = ("first_frame", "last_frame")
 
 @dataclasses.dataclass
 class _Read:
-    """One capture of the batch as read: its batches, its frames' offset in the batch."""
+    """One capture of the batch as read: its path and accounting, its frames' offset in the
+    batch."""
 
     path: str
     accounting: Accounting
-    batches: list[DecodedColumns]
     frame_offset: int
 
 
@@ -78,42 +78,41 @@ def analyze_together(paths: list[str], bpf_filter: str | None = None,
     given."""
     wanted = wanted or Wanted()
     results: dict[int, Analysis | InputError] = {}
-    read: dict[int, _Read] = {}
-    frame_offset = 0
+    raw: dict[int, RawCapture] = {}
     for index, path in enumerate(paths):
         try:
-            capture = _read(path, bpf_filter, len(read), frame_offset)
+            raw[index] = read_raw(path, bpf_filter)
         except InputError as error:
             results[index] = error
-            continue
-        if capture.batches:
-            read[index] = capture
-            frame_offset += capture.accounting.packets_read
-        else:
-            results[index] = without_tcp(path, capture.accounting, wanted.charts)
+    offsets = dict(zip(raw, np.cumsum([0, *(c.accounting.packets_read for c in raw.values())])
+                       .tolist()))
+    batches = [batch for run in _same_link_type(list(raw), raw)
+               if (batch := decoded_together([raw[index] for index in run], run,
+                                             [offsets[index] for index in run])) is not None]
+    read = {index: _Read(paths[index], capture.accounting, offsets[index])
+            for index, capture in raw.items() if capture.accounting.tcp_packets}
+    results.update((index, without_tcp(paths[index], capture.accounting, wanted.charts))
+                   for index, capture in raw.items() if index not in read)
+    del raw
     if read:
-        flows = build_flows(batch for capture in read.values() for batch in capture.batches)
-        for capture in read.values():
-            capture.batches = []
+        flows = build_flows(batches)
+        del batches
         level = connection_level(flows, fingerprint=False,
                                  keep_packets=wanted.charts or wanted.tables)
         results.update(zip(read, _per_capture(level, list(read.values()), wanted)))
     return [results[index] for index in range(len(paths))]
 
 
-def _read(path: str, bpf_filter: str | None, number: int, frame_offset: int) -> _Read:
-    """A capture's decoded batches, tagged with its number in the batch and its frames offset."""
-    accounting, batches = decoded_batches(path, bpf_filter)
-    with closing(batches):
-        tagged = [_tagged(batch, number, frame_offset) for batch in batches]
-    return _Read(path, accounting, tagged, frame_offset)
-
-
-def _tagged(batch: DecodedColumns, number: int, frame_offset: int) -> DecodedColumns:
-    columns, sack = batch
-    columns["frame"] = columns["frame"] + np.uint32(frame_offset)
-    columns["capture"] = np.full(len(columns["frame"]), number, dtype=np.uint64)
-    return columns, sack
+def _same_link_type(order: list[int], raw: dict[int, RawCapture]) -> list[list[int]]:
+    """The captures in runs of consecutive ones of one link type, each decoded in one pass
+    (the runs keep the batch in frame order)."""
+    runs: list[list[int]] = []
+    for index in order:
+        if runs and raw[runs[-1][-1]].accounting.linktype == raw[index].accounting.linktype:
+            runs[-1].append(index)
+        else:
+            runs.append([index])
+    return runs
 
 
 def _per_capture(level: ConnectionLevel, captures: list[_Read], wanted: Wanted

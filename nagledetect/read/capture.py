@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from nagledetect.read import skips
-from nagledetect.read.decode import decode_batch
+from nagledetect.read.decode import DecodedBatch, decode_batch
 from nagledetect.read.libpcap import CaptureReader, RawBatch
 from nagledetect.read.threads import executor
 
@@ -95,21 +95,31 @@ def _batches(reader: CaptureReader, accounting: Accounting,
             pending = decoding
         if pending is not None and (columns := pending.result()) is not None:
             yield columns
+    _note_truncation(reader, accounting)
+
+
+def _note_truncation(reader: CaptureReader, accounting: Accounting) -> None:
     if reader.truncation:
         accounting.warnings.append(f"capture cut short ({reader.truncation}); "
                                    f"analysed the {accounting.packets_read} packets before it")
 
 
+def _selected(reader: CaptureReader, batch: RawBatch, accounting: Accounting
+              ) -> tuple[np.ndarray | None, np.ndarray, np.ndarray]:
+    """The packets of a batch that the filter accepts (None: all of them), with their offsets
+    and captured lengths; the others counted as skipped."""
+    accepted = reader.filter_mask(batch)
+    if accepted is None:
+        return None, batch.offsets, batch.caplens
+    accounting.add_skipped({skips.reason_text(skips.EXCLUDED_BY_FILTER): int((~accepted).sum())})
+    selected = np.flatnonzero(accepted)
+    return selected, batch.offsets[selected], batch.caplens[selected]
+
+
 def _decoded(reader: CaptureReader, batch: RawBatch, accounting: Accounting
              ) -> DecodedColumns | None:
     """One batch's TCP packets as columns (None when it holds none), its skips counted."""
-    accepted = reader.filter_mask(batch)
-    if accepted is None:
-        selected, offsets, caplens = None, batch.offsets, batch.caplens
-    else:
-        accounting.add_skipped({skips.reason_text(skips.EXCLUDED_BY_FILTER): int((~accepted).sum())})
-        selected = np.flatnonzero(accepted)
-        offsets, caplens = batch.offsets[selected], batch.caplens[selected]
+    selected, offsets, caplens = _selected(reader, batch, accounting)
     decoded = decode_batch(batch.buf, offsets, caplens, reader.linktype)
     accounting.add_skipped(decoded.skipped)
     if not decoded.columns or len(decoded.columns["batch_index"]) == 0:
@@ -122,3 +132,85 @@ def _decoded(reader: CaptureReader, batch: RawBatch, accounting: Accounting
     columns["captured_bytes"] = caplens[decoded_index].astype(np.uint32)
     accounting.tcp_packets += len(in_batch)
     return columns, decoded.sack_blocks
+
+
+@dataclass
+class RawCapture:
+    """A small capture read whole but not yet decoded, so that several can be decoded in one
+    pass (`decoded_together`): the packets its filter accepts, as positions in its batches'
+    buffers, with their frames and times."""
+
+    accounting: Accounting
+    buffers: list[np.ndarray]
+    batch: np.ndarray
+    """Which of `buffers` each packet lies in."""
+    offsets: np.ndarray
+    caplens: np.ndarray
+    frames: np.ndarray
+    time_us: np.ndarray
+
+
+def read_raw(path: str, bpf_filter: str | None = None) -> RawCapture:
+    """Read `path` whole, filtered, without decoding it (its accounting is complete once
+    `decoded_together` has decoded it)."""
+    reader = CaptureReader(path, bpf_filter)
+    accounting = Accounting(path=path, linktype=reader.linktype)
+    buffers, batch, offsets, caplens, frames, time_us = [], [], [], [], [], []
+    for raw in reader.batches():
+        accounting.packets_read += len(raw)
+        selected, kept_offsets, kept_caplens = _selected(reader, raw, accounting)
+        in_batch = np.arange(len(raw)) if selected is None else selected
+        batch.append(np.full(len(in_batch), len(buffers)))
+        buffers.append(raw.buf)
+        offsets.append(kept_offsets)
+        caplens.append(kept_caplens)
+        frames.append(raw.first_frame + in_batch)
+        time_us.append(raw.time_us[in_batch])
+    _note_truncation(reader, accounting)
+    return RawCapture(accounting, buffers, *(np.concatenate([np.zeros(0, dtype=np.int64), *parts])
+                                             for parts in (batch, offsets, caplens, frames,
+                                                           time_us)))
+
+
+def decoded_together(captures: list[RawCapture], numbers: list[int], frame_offsets: list[int]
+                     ) -> DecodedColumns | None:
+    """The TCP packets of several captures of one link type, decoded in one pass (a small
+    capture's decoding is mostly the fixed cost of some hundred numpy calls), as one batch of
+    columns with a `capture` column (each one's number in `numbers`) and frames offset by
+    `frame_offsets`; None when none holds a TCP packet. Each capture's accounting is completed
+    as its own decoding would complete it."""
+    linktype = captures[0].accounting.linktype
+    if any(capture.accounting.linktype != linktype for capture in captures):
+        raise ValueError("captures decoded together must share one link type")
+    if not any(len(capture.offsets) for capture in captures):
+        return None
+    bases = np.cumsum([0, *(len(buffer) for capture in captures for buffer in capture.buffers)])
+    first_buffer = np.cumsum([0, *(len(capture.buffers) for capture in captures)])
+    buffer = np.concatenate([buffer for capture in captures for buffer in capture.buffers])
+    capture_of = np.repeat(np.arange(len(captures)), [len(c.offsets) for c in captures])
+    offsets = np.concatenate([c.offsets + bases[first_buffer[i] + c.batch]
+                              for i, c in enumerate(captures)])
+    decoded = decode_batch(buffer, offsets, np.concatenate([c.caplens for c in captures]),
+                           linktype)
+    _count_each(captures, capture_of, decoded)
+    if not decoded.columns or len(decoded.columns["batch_index"]) == 0:
+        return None
+    columns = decoded.columns
+    kept = columns.pop("batch_index")
+    frames = np.concatenate([c.frames + offset for c, offset in zip(captures, frame_offsets)])
+    columns["frame"] = frames[kept].astype(np.uint32)
+    columns["time_us"] = np.concatenate([c.time_us for c in captures])[kept]
+    columns["captured_bytes"] = np.concatenate([c.caplens for c in captures])[kept].astype(
+        np.uint32)
+    columns["capture"] = np.asarray(numbers, dtype=np.uint64)[capture_of[kept]]
+    return columns, decoded.sack_blocks
+
+
+def _count_each(captures: list[RawCapture], capture_of: np.ndarray,
+                decoded: DecodedBatch) -> None:
+    """Each capture's TCP packets and skips by reason, from the packets decoded together."""
+    for index, capture in enumerate(captures):
+        codes = (decoded.skip_codes[capture_of == index] if decoded.skip_codes is not None
+                 else np.full(len(capture.offsets), skips.LINK_TYPE_BASE + capture.accounting.linktype))
+        capture.accounting.tcp_packets += int((codes == skips.KEPT).sum())
+        capture.accounting.add_skipped(skips.count_reasons(codes))

@@ -69,6 +69,9 @@ class DecodedBatch:
     columns: dict[str, np.ndarray]
     skipped: dict[str, int]
     sack_blocks: dict[str, np.ndarray] = field(default_factory=dict)
+    skip_codes: np.ndarray | None = None
+    """Each packet's skip code (`skips.KEPT` for a TCP packet); None for a link type that is
+    not decoded (every packet skipped for it)."""
 
 
 @dataclass
@@ -133,7 +136,7 @@ def decode_batch(
                                        columns.pop("options_end"))
     columns["batch_index"] = np.flatnonzero(keep)
     columns.update(options)
-    return DecodedBatch(columns, skips.count_reasons(skip), sack)
+    return DecodedBatch(columns, skips.count_reasons(skip), sack, skip)
 
 
 def _fixed_headers(buf: np.ndarray, offsets: np.ndarray, caplens: np.ndarray,
