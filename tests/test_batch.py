@@ -18,7 +18,7 @@ from nagledetect.batch import groups_by_size
 from nagledetect.errors import InputError
 from nagledetect.read.capture import decoded_batches, decoded_together, read_raw
 from nagledetect.report.document import build_document, write_json
-from nagledetect.sent_tables import rows_column, rows_frame
+from nagledetect.sent_tables import ColumnReader, rows_frame
 from tests.conftest import SAMPLE_TRACES, corpus_file
 
 SAMPLES = [str(path) for path in sorted(SAMPLE_TRACES.glob("*.pcap"))]
@@ -68,7 +68,7 @@ def test_frames_and_connection_ids_are_each_captures_own() -> None:
     first = stall.events.records()[0]
     assert (first["last_data_frame"], first["delayed_ack_frame"], first["released_frame"]) == (
         40, 41, 42)
-    assert rows_column(seed003.capture.connections, "first_frame").tolist() == [5]
+    assert ColumnReader()(seed003.capture.connections, "first_frame").tolist() == [5]
 
 
 def test_errors_and_captures_without_tcp_keep_their_place(tmp_path) -> None:

@@ -143,7 +143,7 @@ def test_a_groups_results_come_back_from_dask_as_one_message() -> None:
 
     from nagledetect import cli
     from nagledetect.analysis import Wanted, capture_groups
-    from nagledetect.sent_tables import rows_column
+    from nagledetect.sent_tables import ColumnReader
 
     paths = tuple(str(SAMPLE_TRACES / name) for name in ("mixed.pcap", "seed003-nagle.pcap") * 2)
     assert capture_groups(paths, 1) == [[0, 1], [2, 3]]  # one worker thread: two groups
@@ -158,5 +158,5 @@ def test_a_groups_results_come_back_from_dask_as_one_message() -> None:
             values = values.base
         return values
 
-    tables = [root(rows_column(a.capture.connections, "first_frame")) for a in (first, second)]
+    tables = [root(ColumnReader()(a.capture.connections, "first_frame")) for a in (first, second)]
     assert tables[0] is tables[1]

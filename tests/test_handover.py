@@ -14,7 +14,7 @@ import pytest
 
 from nagledetect.analysis import analyze_capture, analyze_together, for_another_process
 from nagledetect.report.document import build_document, write_json
-from nagledetect.sent_tables import joined_rows, rows_column, rows_frame
+from nagledetect.sent_tables import ColumnReader, joined_rows, rows_frame
 from tests.conftest import SAMPLE_TRACES, corpus_file
 
 SEED003 = str(SAMPLE_TRACES / "seed003-nagle.pcap")
@@ -93,7 +93,7 @@ def test_a_groups_connection_tables_travel_as_one_table_cut_again() -> None:
         assert _document(after) == _document(before)
     tables = [r.capture.connections.table for r in received]
     assert tables[0] is tables[1] and len(tables[0]) == 7
-    frames = [_root(rows_column(r.capture.connections, "first_frame")) for r in received]
+    frames = [_root(ColumnReader()(r.capture.connections, "first_frame")) for r in received]
     assert frames[0] is frames[1] and frames[0].shape[-1] == 7
     alone = pickle.loads(pickle.dumps(sent[1]))
     pd.testing.assert_frame_equal(rows_frame(alone.capture.connections),

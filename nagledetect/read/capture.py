@@ -178,7 +178,7 @@ def decoded_together(captures: list[RawCapture], numbers: list[int], frame_offse
     capture's decoding is mostly the fixed cost of some hundred numpy calls), as one batch of
     columns with a `capture` column (each one's number in `numbers`) and frames offset by
     `frame_offsets`; None when none holds a TCP packet. Each capture's accounting is completed
-    as its own decoding would complete it."""
+    as its own decoding would complete it; its buffers are let go once joined into one."""
     linktype = captures[0].accounting.linktype
     if any(capture.accounting.linktype != linktype for capture in captures):
         raise ValueError("captures decoded together must share one link type")
@@ -187,6 +187,8 @@ def decoded_together(captures: list[RawCapture], numbers: list[int], frame_offse
     bases = np.cumsum([0, *(len(buffer) for capture in captures for buffer in capture.buffers)])
     first_buffer = np.cumsum([0, *(len(capture.buffers) for capture in captures)])
     buffer = np.concatenate([buffer for capture in captures for buffer in capture.buffers])
+    for capture in captures:
+        capture.buffers = []
     capture_of = np.repeat(np.arange(len(captures)), [len(c.offsets) for c in captures])
     offsets = np.concatenate([c.offsets + bases[first_buffer[i] + c.batch]
                               for i, c in enumerate(captures)])

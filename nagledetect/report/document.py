@@ -25,7 +25,7 @@ from nagledetect.events.endpoints import endpoint
 from nagledetect.read.decode import LINKTYPE_NAMES
 from nagledetect.report.evidence_text import EVENTS_CLOSE, evidence_texts
 from nagledetect.report.turns import write_in_turns
-from nagledetect.sent_tables import Rows, joined_rows, rows_column, rows_frame, rows_part
+from nagledetect.sent_tables import ColumnReader, Rows, joined_rows, rows_frame, rows_part
 from nagledetect.stored import (
     ChunkedSequence,
     StoredHosts,
@@ -51,12 +51,12 @@ def _number(value: Any) -> Any:
     return value
 
 
-def _connection_warnings(connections: Rows) -> list[str]:
+def _connection_warnings(connections: Rows, read: ColumnReader) -> list[str]:
     """Connection-level caveats that weaken findings, counted so every output can show them."""
     if len(connections) == 0:
         return []
     def column(name: str) -> np.ndarray:
-        return rows_column(connections, name)
+        return read(connections, name)
 
     checks = (
         (~column("handshake"), "without a handshake in the capture: MSS estimated, round "
@@ -70,7 +70,7 @@ def _connection_warnings(connections: Rows) -> list[str]:
             for mask, text in checks if mask.any()]
 
 
-def _capture_entry(capture: Capture) -> dict[str, Any]:
+def _capture_entry(capture: Capture, read: ColumnReader) -> dict[str, Any]:
     accounting = capture.accounting
     return {
         "path": capture.path,
@@ -80,7 +80,7 @@ def _capture_entry(capture: Capture) -> dict[str, Any]:
         "tcp_packets": accounting.tcp_packets,
         "skipped": dict(sorted(accounting.skipped.items(), key=lambda item: -item[1])),
         "balanced": accounting.balanced,
-        "warnings": list(accounting.warnings) + _connection_warnings(capture.connections),
+        "warnings": list(accounting.warnings) + _connection_warnings(capture.connections, read),
         "connections": len(capture.connections),
     }
 
@@ -313,7 +313,8 @@ def _advice_entries(findings: FindingEntries) -> dict[str, Any]:
             for key in used}
 
 
-def _parity_entries(analysis: Analysis, capture_index: int, first_id: int) -> list[dict[str, Any]]:
+def _parity_entries(analysis: Analysis, capture_index: int, first_id: int,
+                    read: ColumnReader) -> list[dict[str, Any]]:
     parity = analysis.parity
     if parity.empty:
         return []
@@ -323,7 +324,7 @@ def _parity_entries(analysis: Analysis, capture_index: int, first_id: int) -> li
              "messages": int(messages), "stalled": int(stalled),
              "stall_rate": round(float(stall_rate), 4)}
             for connection, direction, segments, last_segment, messages, stalled, stall_rate
-            in zip(*(rows_column(parity, name).tolist() for name in (
+            in zip(*(read(parity, name).tolist() for name in (
                 "connection", "direction", "segments", "last_segment", "messages", "stalled",
                 "stall_rate")))]
 
@@ -339,15 +340,16 @@ def build_document(analyses: list[Analysis]) -> dict[str, Any]:
     from nagledetect import __version__
 
     connections = ConnectionEntries([analysis.capture.connections for analysis in analyses])
+    read = ColumnReader()
     findings = FindingEntries(analyses, connections.first_ids)
     parity: list[dict[str, Any]] = []
     with collector_paused():
         for index, analysis in enumerate(analyses):
-            parity.extend(_parity_entries(analysis, index, connections.first_ids[index]))
+            parity.extend(_parity_entries(analysis, index, connections.first_ids[index], read))
     return {
         "schema": SCHEMA,
         "tool": {"name": "nagledetect", "version": __version__},
-        "captures": [_capture_entry(analysis.capture) for analysis in analyses],
+        "captures": [_capture_entry(analysis.capture, read) for analysis in analyses],
         "connections": connections,
         "findings": findings,
         "hosts": HostEntries(analyses, connections.first_ids),
