@@ -194,7 +194,7 @@ def decoded_together(captures: list[RawCapture], numbers: list[int], frame_offse
                               for i, c in enumerate(captures)])
     decoded = decode_batch(buffer, offsets, np.concatenate([c.caplens for c in captures]),
                            linktype)
-    _count_each(captures, capture_of, decoded)
+    _count_each(captures, decoded)
     if not decoded.columns or len(decoded.columns["batch_index"]) == 0:
         return None
     columns = decoded.columns
@@ -208,11 +208,12 @@ def decoded_together(captures: list[RawCapture], numbers: list[int], frame_offse
     return columns, decoded.sack_blocks
 
 
-def _count_each(captures: list[RawCapture], capture_of: np.ndarray,
-                decoded: DecodedBatch) -> None:
-    """Each capture's TCP packets and skips by reason, from the packets decoded together."""
-    for index, capture in enumerate(captures):
-        codes = (decoded.skip_codes[capture_of == index] if decoded.skip_codes is not None
-                 else np.full(len(capture.offsets), skips.LINK_TYPE_BASE + capture.accounting.linktype))
+def _count_each(captures: list[RawCapture], decoded: DecodedBatch) -> None:
+    """Each capture's TCP packets and skips by reason, from the packets decoded together (the
+    captures' packets one after another)."""
+    bounds = np.cumsum([0, *(len(capture.offsets) for capture in captures)]).tolist()
+    for capture, start, stop in zip(captures, bounds[:-1], bounds[1:]):
+        codes = (decoded.skip_codes[start:stop] if decoded.skip_codes is not None else
+                 np.full(stop - start, skips.LINK_TYPE_BASE + capture.accounting.linktype))
         capture.accounting.tcp_packets += int((codes == skips.KEPT).sum())
         capture.accounting.add_skipped(skips.count_reasons(codes))
