@@ -31,9 +31,9 @@ from nagledetect.analysis import (
     analyze_together,
     capture_groups,
     for_another_process,
+    handed_over,
     kept_on_disk,
     spills_read_by,
-    tables_handed_over,
 )
 from nagledetect.errors import InputError
 from nagledetect.gate import budgets_from, evaluate, load_config
@@ -498,14 +498,14 @@ def _temporaries_in(folder: str) -> None:
 def _analyze_group_for_parent(paths: list[str], bpf_filter: str | None, wanted: Wanted,
                               handover_folder: str | None = None) -> list[Analysis | InputError]:
     """`_analyze_group` in a worker process (or on Dask): each result as `_analyze_for_parent`
-    sends it, the tables of a group (with a `handover_folder`) in one file the parent takes
-    over."""
+    sends it, the findings and tables of a group (with a `handover_folder`) in one file the
+    parent takes over."""
     alone = partial(_analyze_for_parent, bpf_filter=bpf_filter, wanted=wanted,
                     handover_folder=handover_folder)
     sent = _analyze_group(paths, bpf_filter, wanted, alone)
-    if wanted.tables and handover_folder:
+    if handover_folder:
         try:
-            return tables_handed_over(sent, SpillFile(handover_folder))
+            return handed_over(sent, SpillFile(handover_folder))
         except OSError as error:
             return [_os_error(path, error) for path in paths]
     return sent
