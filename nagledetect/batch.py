@@ -86,7 +86,7 @@ def analyze_together(paths: list[str], bpf_filter: str | None = None,
             results[index] = error
     offsets = dict(zip(raw, np.cumsum([0, *(c.accounting.packets_read for c in raw.values())])
                        .tolist()))
-    batches = [batch for run in _same_link_type(list(raw), raw)
+    batches = [batch for run in _same_link_type(raw)
                if (batch := decoded_together([raw[index] for index in run], run,
                                              [offsets[index] for index in run])) is not None]
     read = {index: _Read(paths[index], capture.accounting, offsets[index])
@@ -103,11 +103,11 @@ def analyze_together(paths: list[str], bpf_filter: str | None = None,
     return [results[index] for index in range(len(paths))]
 
 
-def _same_link_type(order: list[int], raw: dict[int, RawCapture]) -> list[list[int]]:
-    """The captures in runs of consecutive ones of one link type, each decoded in one pass
-    (the runs keep the batch in frame order)."""
+def _same_link_type(raw: dict[int, RawCapture]) -> list[list[int]]:
+    """The captures (in order) in runs of consecutive ones of one link type, each decoded in
+    one pass (the runs keep the batch in frame order)."""
     runs: list[list[int]] = []
-    for index in order:
+    for index in raw:
         if runs and raw[runs[-1][-1]].accounting.linktype == raw[index].accounting.linktype:
             runs[-1].append(index)
         else:

@@ -514,7 +514,7 @@ def _analyze_group_for_parent(paths: list[str], bpf_filter: str | None, wanted: 
 def _analyze_group_pickled(paths: list[str], bpf_filter: str | None, wanted: Wanted) -> bytes:
     """`_analyze_group_for_parent` on a Dask worker, its results pickled as one message. Dask
     pickles a list item by item, and each of a group's results would then carry the whole
-    group's connection table again (`sent_tables.row_slice`)."""
+    group's connection table again (`sent_tables.TableRows`)."""
     return pickle.dumps(_analyze_group_for_parent(paths, bpf_filter, wanted),
                         protocol=pickle.HIGHEST_PROTOCOL)
 

@@ -4,18 +4,17 @@ to the process that writes the reports).
 Why: a run over many small captures sends thousands of results, and unpickling a small pandas
 frame costs more than the rest of a small capture's result. So an empty table travels as a
 reference to one frame of its columns, which the receiving process makes once and shares (its
-tables are only read there: reporters never change a table), and the slices of one table (a
-group of small captures' connections and parity rows) travel as the table, pickled once per
-message, and their rows. They arrive as `TableRows`, not frames: a frame of its own for each
-capture's slice took about 3 KB of the receiving process's memory and 50 microseconds, more
-than the rest of a small capture's result, and the reports join consecutive captures' rows
-back into one frame anyway (`joined_rows`).
+tables are only read there: reporters never change a table), and a group of small captures'
+connections and parity rows are each capture's rows of the group's table (`TableRows`), which
+travel as the table, pickled once per message, and their rows. A frame of its own for each
+capture's rows took about 3 KB of memory and 50 microseconds to make, more than the rest of a
+small capture's result, and the reports join consecutive captures' rows back into one frame
+anyway (`joined_rows`).
 """
 
 from __future__ import annotations
 
 import pickle
-import weakref
 from dataclasses import fields
 from functools import lru_cache
 from typing import Any
@@ -31,13 +30,10 @@ def sent_fields(record: Any) -> tuple:
 
 def sent_table(value: Any) -> Any:
     """`value` as pickled for another process: an empty table as a reference to the one frame
-    of its columns the receiving process shares; a slice made by `row_slice` as its table and
-    rows; any other value as it is."""
-    if not isinstance(value, pd.DataFrame):
+    of its columns the receiving process shares; any other value as it is (`TableRows` as its
+    table, which pickle sends once however many rows of it go in one message, and its rows)."""
+    if not isinstance(value, pd.DataFrame) or not value.empty:
         return value
-    if not value.empty:
-        cut = _ROW_SLICES.get(id(value))
-        return _RowSlice(*cut[1:]) if cut is not None and cut[0]() is value else value
     known = _SHARED_TABLES.get(id(value))
     if known is not None and known[0] is value:
         return known[1]
@@ -62,33 +58,11 @@ class _EmptyTable:
         return shared_empty_table, (self.pickled,)
 
 
-def row_slice(table: pd.DataFrame, start: int, stop: int) -> pd.DataFrame:
-    """Rows `start` to `stop` of `table`, numbered from 0, noted as a slice of it: slices of one
-    table sent to another process together (a group of small captures' results) send the table
-    once, and are cut from it again there (each slice unpickled as a frame of its own cost
-    more than the rest of a small capture's result)."""
-    rows = table.iloc[start:stop]
-    rows.index = pd.RangeIndex(stop - start)
-    _ROW_SLICES[id(rows)] = (weakref.ref(rows), table, start, stop)
-    weakref.finalize(rows, _ROW_SLICES.pop, id(rows), None)
-    return rows
-
-
-class _RowSlice:
-    """A slice of a table on its way to another process: the table (pickled once however many
-    slices of it go in one message) and the rows, which arrive as `TableRows`."""
-
-    def __init__(self, table: pd.DataFrame, start: int, stop: int) -> None:
-        self.table, self.start, self.stop = table, start, stop
-
-    def __reduce__(self) -> tuple:
-        return TableRows, (self.table, self.start, self.stop)
-
-
 class TableRows:
     """Rows `start` to `stop` of a table that holds other captures' rows too: one capture's
-    connections (or parity rows) as they arrive from the process that analysed it with others.
-    Read through `ColumnReader`, `rows_frame` and `joined_rows`, which take a frame as well."""
+    connections (or parity rows) as the batch that analysed it with others cuts them, and as
+    they arrive in another process. Read through `ColumnReader`, `rows_frame` and
+    `joined_rows`, which take a frame as well."""
 
     __slots__ = ("table", "start", "stop")
 
@@ -134,11 +108,12 @@ class ColumnReader:
 
 
 def rows_frame(rows: Rows) -> pd.DataFrame:
-    """The rows as a frame of their own, numbered from 0 (sent to another process, a frame cut
-    from a table travels as the table and its rows: `row_slice`)."""
-    if isinstance(rows, TableRows):
-        return row_slice(rows.table, rows.start, rows.stop)
-    return rows
+    """The rows as a frame of their own, numbered from 0."""
+    if not isinstance(rows, TableRows):
+        return rows
+    frame = rows.table.iloc[rows.start:rows.stop]
+    frame.index = pd.RangeIndex(len(rows))
+    return frame
 
 
 def rows_part(rows: Rows, begin: int, end: int) -> Rows:
@@ -172,8 +147,6 @@ def joined_rows(pieces: list[Rows]) -> pd.DataFrame | None:
     return joined if joined.dtypes.equals(runs[0].dtypes) else None
 
 
-_ROW_SLICES: dict[int, tuple[weakref.ref, pd.DataFrame, int, int]] = {}
-"""The slices `row_slice` made, while they live: by id, with the table and rows they hold."""
 _SHARED_TABLES: dict[int, tuple[pd.DataFrame, _EmptyTable]] = {}
 """The tables `shared_table` noted (kept here, so that no other table takes their ids)."""
 

@@ -192,8 +192,8 @@ def decoded_together(captures: list[RawCapture], numbers: list[int], frame_offse
     capture_of = np.repeat(np.arange(len(captures)), [len(c.offsets) for c in captures])
     offsets = np.concatenate([c.offsets + bases[first_buffer[i] + c.batch]
                               for i, c in enumerate(captures)])
-    decoded = decode_batch(buffer, offsets, np.concatenate([c.caplens for c in captures]),
-                           linktype)
+    caplens = np.concatenate([c.caplens for c in captures])
+    decoded = decode_batch(buffer, offsets, caplens, linktype)
     _count_each(captures, decoded)
     if not decoded.columns or len(decoded.columns["batch_index"]) == 0:
         return None
@@ -202,8 +202,7 @@ def decoded_together(captures: list[RawCapture], numbers: list[int], frame_offse
     frames = np.concatenate([c.frames + offset for c, offset in zip(captures, frame_offsets)])
     columns["frame"] = frames[kept].astype(np.uint32)
     columns["time_us"] = np.concatenate([c.time_us for c in captures])[kept]
-    columns["captured_bytes"] = np.concatenate([c.caplens for c in captures])[kept].astype(
-        np.uint32)
+    columns["captured_bytes"] = caplens[kept].astype(np.uint32)
     columns["capture"] = np.asarray(numbers, dtype=np.uint64)[capture_of[kept]]
     return columns, decoded.sack_blocks
 
