@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import cache
 
@@ -51,11 +51,6 @@ def _libc() -> ctypes.CDLL | None:
     return library
 
 
-def _malloc_trim() -> Callable[[int], int] | None:
-    library = _libc()
-    return library.malloc_trim if library is not None else None
-
-
 def keep_freed_memory() -> None:
     """Fixed allocator thresholds for this process: freed arrays are kept for reuse (nothing
     where the C library is not glibc)."""
@@ -84,7 +79,7 @@ def freed_memory_kept() -> Iterator[None]:
 
 def give_back_free_memory() -> None:
     """Return the allocator's free pages to the system (nothing where it cannot)."""
-    trim = _malloc_trim()
-    if trim is not None:
-        trim(0)
+    library = _libc()
+    if library is not None:
+        library.malloc_trim(0)
 

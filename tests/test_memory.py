@@ -10,13 +10,13 @@ import textwrap
 
 import pytest
 
-from nagledetect.memory import _malloc_trim
+from nagledetect.memory import _libc
 from tests.conftest import SAMPLE_TRACES
 
 SAMPLE = SAMPLE_TRACES / "classic-2n-blocks-100000.pcap"
 """264 KB: 17 parts of 16 KB."""
 
-pytestmark = pytest.mark.skipif(_malloc_trim() is None or not sys.platform.startswith("linux"),
+pytestmark = pytest.mark.skipif(_libc() is None or not sys.platform.startswith("linux"),
                                 reason="needs glibc's malloc_trim and /proc")
 
 HEAP_BLOCKS = textwrap.dedent("""
