@@ -41,3 +41,16 @@ def test_a_single_stall_is_counted_in_the_singular_without_a_median() -> None:
     assert "1 stalls" not in text and "39 stalls of" not in text
     seed003 = _text(str(SAMPLE_TRACES / "seed003-nagle.pcap"))
     assert "39 stalls of 41.5 ms (median)" in seed003
+
+
+def test_an_ack_a_round_trip_after_the_data_shows_its_gap_and_the_hold_within_it() -> None:
+    """zeek/ssh__ssh.pcap, captured at 192.168.1.32 (the sender), checked in tshark: frame 716
+    (16 bytes to 128.2.13.133:22) at 96789283.101913 s, frame 717 (the ACK) at .166281, 64.4
+    ms later, which is what Wireshark's times show; of those, the receiver held the ACK 39.9 ms
+    (the finding's ACK delay) and the round trip to it took 24.5 ms (the connection's
+    server-side round trip, 24.44 ms in the JSON). Near the receiver (frame 886 -> 887, 49.96
+    ms apart) the gap is the hold and reads as before."""
+    text = _text(str(corpus_file("zeek/ssh__ssh.pcap")))
+    assert ("frame 716 last data -> frame 717 ACK (+64.4 ms: 39.9 ms hold + 24.5 ms round trip)"
+            " -> frame 718 released (+18 us): stall 64.4 ms") in text
+    assert "frame 886 last data -> frame 887 ACK (+49.9 ms hold) -> frame 888 released" in text

@@ -145,8 +145,7 @@ def _evidence(finding: dict[str, Any], verbose: bool) -> list[str]:
             lines.append(f"       frame {event['last_data_frame']} last data -> frame "
                          f"{event['released_frame']} next data: gap {_duration(event['stall_s'])}")
             continue
-        ack = (f" (+{event['ack_delay_ms']:.1f} ms hold)" if event.get("ack_delay_ms") is not None
-               else "")
+        ack = _ack_note(event)
         reaction = (f" (+{_reaction(event['reaction_ms'])})"
                     if event.get("reaction_ms") is not None else "")
         lines.append(f"       frame {event['last_data_frame']} last data -> frame "
@@ -156,6 +155,26 @@ def _evidence(finding: dict[str, Any], verbose: bool) -> list[str]:
     if hidden > 0:
         lines.append(f"       ... and {hidden} more (--verbose lists every event)")
     return lines
+
+
+ROUND_TRIP_SHOWN_MS = 1.0
+"""The ACK's gap after the last data is shown apart from the receiver's hold once the round
+trip between them is at least this long (a capture taken away from the receiver)."""
+
+
+def _ack_note(event: dict[str, Any]) -> str:
+    """The delayed ACK's hold, and, where the capture was taken away from the receiver, its
+    gap after the last data as the frames show it: the hold plus the round trip (the frames'
+    gap, not the hold, is what Wireshark's times give)."""
+    hold_ms = event.get("ack_delay_ms")
+    if hold_ms is None:
+        return ""
+    if event.get("reaction_ms") is not None:
+        gap_ms = round(event["stall_s"] * 1000 - event["reaction_ms"], 1)
+        if gap_ms - round(hold_ms, 1) >= ROUND_TRIP_SHOWN_MS:
+            return (f" (+{gap_ms:.1f} ms: {hold_ms:.1f} ms hold + "
+                    f"{gap_ms - round(hold_ms, 1):.1f} ms round trip)")
+    return f" (+{hold_ms:.1f} ms hold)"
 
 
 def _finding_lines(rank: int, finding: dict[str, Any], document: dict[str, Any], verbose: bool,
