@@ -11,6 +11,7 @@ from __future__ import annotations
 import io
 import os
 import threading
+import time
 
 import orjson
 import pytest
@@ -120,6 +121,49 @@ def test_a_failing_worker_stops_the_others_and_its_error_is_raised(render, error
     pieces = (tmp_path / "out").read_bytes().split(b";")[:-1]
     assert pieces == [b"%d" % index for index in range(len(pieces))]
     assert 1 <= len(pieces) <= failing
+
+
+def _slow_write(index: int, rendered: bytes, out) -> None:
+    if index == 1:
+        time.sleep(1.0)
+    out.write(rendered)
+
+
+def _dying_late_render(index: int) -> bytes:
+    if index == 2:
+        time.sleep(0.3)
+        os._exit(9)
+    return b"%d;" % index
+
+
+def _failing_late_render(index: int) -> bytes:
+    if index == 2:
+        time.sleep(0.3)
+        raise ValueError("piece 2 cannot be rendered")
+    return b"%d;" % index
+
+
+@pytest.mark.parametrize("render", [_dying_late_render, _failing_late_render])
+def test_a_worker_failing_while_another_writes_still_stops_the_writer(render, tmp_path):
+    """Worker 1 is writing piece 1 (for 1 s) when worker 0 fails on piece 2 (0.3 s in) and the turn is
+    marked failed. Passing its turn on must not overwrite that mark: it did once, and worker 1
+    then waited for ever for piece 3's turn (found by looping the test above; a hang, so the
+    call runs in a thread that must end)."""
+    raised: list[BaseException] = []
+
+    def writing() -> None:
+        with open(tmp_path / "out", "wb") as out:
+            try:
+                turns.write_in_turns(40, render, _slow_write, out.fileno(), workers=2)
+            except (RuntimeError, ValueError) as error:
+                raised.append(error)
+
+    thread = threading.Thread(target=writing, daemon=True)
+    thread.start()
+    thread.join(timeout=30)
+    assert not thread.is_alive(), "the writing workers never stopped"
+    assert len(raised) == 1
+    assert (tmp_path / "out").read_bytes() == b"0;1;"
 
 
 def test_a_closed_pipe_raises_broken_pipe_in_the_caller():

@@ -19,7 +19,9 @@ from multiprocessing.connection import wait
 from typing import Any, BinaryIO
 
 FAILED = -1
-"""The turn once a worker has failed: the others stop."""
+"""The turn once a worker has failed: the others stop. Set while another worker writes its
+piece, it must survive that worker passing its turn on, or the rest wait for a turn that never
+comes."""
 WRITE_BUFFER_BYTES = 1 << 20
 
 
@@ -58,6 +60,8 @@ def _take_turns(first: int, step: int, count: int, render: Callable[[int], Any],
             write(index, rendered, out)
             out.flush()
             with changed:
+                if turn.value == FAILED:
+                    return
                 turn.value = index + 1
                 changed.notify_all()
     except BaseException as error:  # noqa: BLE001 - handed to the parent, which raises it
