@@ -78,21 +78,23 @@ def analyze_together(paths: list[str], bpf_filter: str | None = None,
     given."""
     wanted = wanted or Wanted()
     results: dict[int, Analysis | InputError] = {}
-    raw: dict[int, RawCapture] = {}
+    raw: dict[int, list[RawCapture]] = {}
     for index, path in enumerate(paths):
         try:
             raw[index] = read_raw(path, bpf_filter)
         except InputError as error:
             results[index] = error
-    offsets = dict(zip(raw, np.cumsum([0, *(c.accounting.packets_read for c in raw.values())])
+    accountings = {index: pieces[0].accounting for index, pieces in raw.items()}
+    offsets = dict(zip(raw, np.cumsum([0, *(a.packets_read for a in accountings.values())])
                        .tolist()))
     batches = [batch for run in _same_link_type(raw)
-               if (batch := decoded_together([raw[index] for index in run], run,
-                                             [offsets[index] for index in run])) is not None]
-    read = {index: _Read(paths[index], capture.accounting, offsets[index])
-            for index, capture in raw.items() if capture.accounting.tcp_packets}
-    results.update((index, without_tcp(paths[index], capture.accounting, wanted.charts))
-                   for index, capture in raw.items() if index not in read)
+               if (batch := decoded_together([piece for _, piece in run],
+                                             [index for index, _ in run],
+                                             [offsets[index] for index, _ in run])) is not None]
+    read = {index: _Read(paths[index], accounting, offsets[index])
+            for index, accounting in accountings.items() if accounting.tcp_packets}
+    results.update((index, without_tcp(paths[index], accounting, wanted.charts))
+                   for index, accounting in accountings.items() if index not in read)
     del raw
     if read:
         flows = build_flows(batches)
@@ -103,15 +105,17 @@ def analyze_together(paths: list[str], bpf_filter: str | None = None,
     return [results[index] for index in range(len(paths))]
 
 
-def _same_link_type(raw: dict[int, RawCapture]) -> list[list[int]]:
-    """The captures (in order) in runs of consecutive ones of one link type, each decoded in
-    one pass (the runs keep the batch in frame order)."""
-    runs: list[list[int]] = []
-    for index in raw:
-        if runs and raw[runs[-1][-1]].accounting.linktype == raw[index].accounting.linktype:
-            runs[-1].append(index)
-        else:
-            runs.append([index])
+def _same_link_type(raw: dict[int, list[RawCapture]]) -> list[list[tuple[int, RawCapture]]]:
+    """The captures' pieces (in order, each with its capture's position) in runs of
+    consecutive ones of one link type, each decoded in one pass (the runs keep the batch in
+    frame order)."""
+    runs: list[list[tuple[int, RawCapture]]] = []
+    for index, pieces in raw.items():
+        for piece in pieces:
+            if runs and runs[-1][-1][1].linktype == piece.linktype:
+                runs[-1].append((index, piece))
+            else:
+                runs.append([(index, piece)])
     return runs
 
 

@@ -1,44 +1,64 @@
 """A minimal pcapng writer for hand-built edge cases (block layout from the pcapng spec):
-section header, interface descriptions with options, enhanced packets with comments, and
-blocks of a type no reader knows."""
+section headers in either byte order, interface descriptions with options, enhanced, simple
+and obsolete packet blocks, and blocks of a type no reader knows."""
 
 from __future__ import annotations
 
 import struct
 
-SHB, IDB, EPB = 0x0A0D0D0A, 0x00000001, 0x00000006
-OPTION_COMMENT, OPTION_IF_NAME, OPTION_IF_TSRESOL = 1, 2, 9
+SHB, IDB, OPB, SPB, EPB = 0x0A0D0D0A, 0x00000001, 0x00000002, 0x00000003, 0x00000006
+OPTION_COMMENT, OPTION_IF_NAME, OPTION_IF_TSRESOL, OPTION_IF_TSOFFSET = 1, 2, 9, 14
 
 
 def _pad(data: bytes) -> bytes:
     return data + b"\0" * (-len(data) % 4)
 
 
-def _options(options: list[tuple[int, bytes]]) -> bytes:
+def _options(options: list[tuple[int, bytes]], order: str) -> bytes:
     if not options:
         return b""
-    body = b"".join(struct.pack("<HH", code, len(value)) + _pad(value) for code, value in options)
-    return body + struct.pack("<HH", 0, 0)
+    body = b"".join(struct.pack(order + "HH", code, len(value)) + _pad(value)
+                    for code, value in options)
+    return body + struct.pack(order + "HH", 0, 0)
 
 
-def block(block_type: int, body: bytes) -> bytes:
+def block(block_type: int, body: bytes, order: str = "<") -> bytes:
     length = 12 + len(body)
-    return struct.pack("<II", block_type, length) + body + struct.pack("<I", length)
+    return struct.pack(order + "II", block_type, length) + body + struct.pack(order + "I", length)
 
 
-def section() -> bytes:
-    return block(SHB, struct.pack("<IHHq", 0x1A2B3C4D, 1, 0, -1))
+def section(order: str = "<") -> bytes:
+    return block(SHB, struct.pack(order + "IHHq", 0x1A2B3C4D, 1, 0, -1), order)
 
 
-def interface(linktype: int, name: str = "", nanoseconds: bool = False) -> bytes:
+def interface(linktype: int, name: str = "", nanoseconds: bool = False, order: str = "<",
+              snaplen: int = 65535, resolution: int | None = None,
+              offset_s: int | None = None) -> bytes:
     options = [(OPTION_IF_NAME, name.encode())] if name else []
     if nanoseconds:
         options.append((OPTION_IF_TSRESOL, bytes([9])))
-    return block(IDB, struct.pack("<HHI", linktype, 0, 65535) + _options(options))
+    if resolution is not None:
+        options.append((OPTION_IF_TSRESOL, bytes([resolution])))
+    if offset_s is not None:
+        options.append((OPTION_IF_TSOFFSET, struct.pack(order + "q", offset_s)))
+    return block(IDB, struct.pack(order + "HHI", linktype, 0, snaplen) + _options(options, order),
+                 order)
 
 
-def packet(data: bytes, time_units: int, interface_id: int = 0, comment: str = "") -> bytes:
+def packet(data: bytes, time_units: int, interface_id: int = 0, comment: str = "",
+           order: str = "<") -> bytes:
     options = [(OPTION_COMMENT, comment.encode())] if comment else []
-    header = struct.pack("<IIIII", interface_id, time_units >> 32, time_units & 0xFFFFFFFF,
-                         len(data), len(data))
-    return block(EPB, header + _pad(data) + _options(options))
+    header = struct.pack(order + "IIIII", interface_id, time_units >> 32,
+                         time_units & 0xFFFFFFFF, len(data), len(data))
+    return block(EPB, header + _pad(data) + _options(options, order), order)
+
+
+def simple_packet(data: bytes, order: str = "<") -> bytes:
+    return block(SPB, struct.pack(order + "I", len(data)) + _pad(data), order)
+
+
+def obsolete_packet(data: bytes, time_units: int, interface_id: int = 0,
+                    order: str = "<") -> bytes:
+    header = struct.pack(order + "HHIIII", interface_id, 0, time_units >> 32,
+                         time_units & 0xFFFFFFFF, len(data), len(data))
+    return block(OPB, header + _pad(data), order)

@@ -200,7 +200,8 @@ def test_captures_decoded_together_are_each_decoded_as_alone(corpus) -> None:
     IPv6 with two ICMPv6 packets skipped, by `capinfos` and `tshark -Y icmpv6`) with them,
     all Ethernet."""
     paths = [*SAMPLES, *(str(corpus_file(name)) for name in corpus)]
-    raw = [read_raw(path) for path in paths]
+    raw = [piece for path in paths for piece in read_raw(path)]
+    assert len(raw) == len(paths)
     offsets = np.cumsum([0, *(capture.accounting.packets_read for capture in raw)]).tolist()
     columns, sack = decoded_together(raw, list(range(len(paths))), offsets[:-1])
     for number, (path, capture) in enumerate(zip(paths, raw)):

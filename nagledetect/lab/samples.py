@@ -35,6 +35,16 @@ Regenerate them all (root needed, a few minutes):
 | capture | seed | side | scenario | what happened (application-measured) |
 |---|---|---|---|---|
 """
+README_TAIL = """
+`merged-interfaces.pcapng` is not recorded by the lab: it is `seed003-nagle.pcap` (Ethernet,
+snaplen 128, microseconds) merged with a capture of real Linux TCP over loopback taken with
+`tcpdump -i any --time-stamp-precision=nano` (Linux cooked v2, snaplen 262144, nanoseconds;
+three 2-byte writes then a 1-byte answer, ten times, 50 ms apart: 9 stalls of 41.7 ms), its
+times shifted with `editcap -t -237876.369941130` so that the two interleave, then
+`mergecap -F pcapng`. Its two interfaces differ in link type, snapshot length and timestamp
+resolution, which libpcap (and so tcpdump) refuses; nagledetect reads it with its own pcapng
+reader (`nagledetect/read/pcapng.py`). Regenerating the lab's captures leaves it as it is.
+"""
 
 
 def _happened(manifest: dict[str, Any]) -> str:
@@ -66,4 +76,4 @@ def write_readme(directory: Path) -> None:
             manifest = json.loads(manifest_path.read_text())
             rows.append(f"| `{name}.pcap` | {scenario.seed} | {scenario.side} | "
                         f"{scenario.description} | {_happened(manifest)} |")
-    (directory / "README.md").write_text(README_HEAD + "\n".join(rows) + "\n")
+    (directory / "README.md").write_text(README_HEAD + "\n".join(rows) + "\n" + README_TAIL)

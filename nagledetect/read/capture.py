@@ -11,7 +11,8 @@ import numpy as np
 
 from nagledetect.read import skips
 from nagledetect.read.decode import DecodedBatch, decode_batch
-from nagledetect.read.libpcap import CaptureReader, RawBatch
+from nagledetect.read.libpcap import CaptureReader
+from nagledetect.read.raw import RawBatch
 from nagledetect.read.threads import executor
 
 RECORD_HEADER_BYTES = 16
@@ -99,6 +100,8 @@ def _batches(reader: CaptureReader, accounting: Accounting,
 
 
 def _note_truncation(reader: CaptureReader, accounting: Accounting) -> None:
+    if reader.read_here:
+        accounting.warnings.append(reader.read_here)
     if reader.truncation:
         accounting.warnings.append(f"capture cut short ({reader.truncation}); "
                                    f"analysed the {accounting.packets_read} packets before it")
@@ -120,7 +123,7 @@ def _decoded(reader: CaptureReader, batch: RawBatch, accounting: Accounting
              ) -> DecodedColumns | None:
     """One batch's TCP packets as columns (None when it holds none), its skips counted."""
     selected, offsets, caplens = _selected(reader, batch, accounting)
-    decoded = decode_batch(batch.buf, offsets, caplens, reader.linktype)
+    decoded = decode_batch(batch.buf, offsets, caplens, batch.linktype)
     accounting.add_skipped(decoded.skipped)
     if not decoded.columns or len(decoded.columns["batch_index"]) == 0:
         return None
@@ -134,13 +137,19 @@ def _decoded(reader: CaptureReader, batch: RawBatch, accounting: Accounting
     return columns, decoded.sack_blocks
 
 
+_KeptBatch = tuple[RawBatch, "np.ndarray | None", np.ndarray, np.ndarray]
+"""A batch read raw, with what `_selected` kept of it."""
+
+
 @dataclass
 class RawCapture:
     """A small capture read whole but not yet decoded, so that several can be decoded in one
     pass (`decoded_together`): the packets its filter accepts, as positions in its batches'
-    buffers, with their frames and times."""
+    buffers, with their frames and times; all of one link type (a capture whose interfaces
+    differ is read as several, sharing one accounting)."""
 
     accounting: Accounting
+    linktype: int
     buffers: list[np.ndarray]
     batch: np.ndarray
     """Which of `buffers` each packet lies in."""
@@ -150,26 +159,37 @@ class RawCapture:
     time_us: np.ndarray
 
 
-def read_raw(path: str, bpf_filter: str | None = None) -> RawCapture:
-    """Read `path` whole, filtered, without decoding it (its accounting is complete once
-    `decoded_together` has decoded it)."""
+def read_raw(path: str, bpf_filter: str | None = None) -> list[RawCapture]:
+    """Read `path` whole, filtered, without decoding it: one piece for each run of batches of
+    one link type (one for nearly every capture; its accounting, shared, is complete once
+    `decoded_together` has decoded them all)."""
     reader = CaptureReader(path, bpf_filter)
     accounting = Accounting(path=path, linktype=reader.linktype)
-    buffers, batch, offsets, caplens, frames, time_us = [], [], [], [], [], []
+    pieces: list[list[_KeptBatch]] = []
     for raw in reader.batches():
         accounting.packets_read += len(raw)
-        selected, kept_offsets, kept_caplens = _selected(reader, raw, accounting)
+        kept = _selected(reader, raw, accounting)
+        if not pieces or pieces[-1][0][0].linktype != raw.linktype:
+            pieces.append([])
+        pieces[-1].append((raw, *kept))
+    _note_truncation(reader, accounting)
+    if not pieces:
+        return [_raw_piece(accounting, reader.linktype, [])]
+    return [_raw_piece(accounting, piece[0][0].linktype, piece) for piece in pieces]
+
+
+def _raw_piece(accounting: Accounting, linktype: int, batches: list[_KeptBatch]) -> RawCapture:
+    numbers, offsets, caplens, frames, time_us = [], [], [], [], []
+    for number, (raw, selected, kept_offsets, kept_caplens) in enumerate(batches):
         in_batch = np.arange(len(raw)) if selected is None else selected
-        batch.append(np.full(len(in_batch), len(buffers)))
-        buffers.append(raw.buf)
+        numbers.append(np.full(len(in_batch), number))
         offsets.append(kept_offsets)
         caplens.append(kept_caplens)
         frames.append(raw.first_frame + in_batch)
         time_us.append(raw.time_us[in_batch])
-    _note_truncation(reader, accounting)
-    return RawCapture(accounting, buffers, *(np.concatenate([np.zeros(0, dtype=np.int64), *parts])
-                                             for parts in (batch, offsets, caplens, frames,
-                                                           time_us)))
+    return RawCapture(accounting, linktype, [raw.buf for raw, *_ in batches],
+                      *(np.concatenate([np.zeros(0, dtype=np.int64), *parts])
+                        for parts in (numbers, offsets, caplens, frames, time_us)))
 
 
 def decoded_together(captures: list[RawCapture], numbers: list[int], frame_offsets: list[int]
@@ -179,8 +199,8 @@ def decoded_together(captures: list[RawCapture], numbers: list[int], frame_offse
     columns with a `capture` column (each one's number in `numbers`) and frames offset by
     `frame_offsets`; None when none holds a TCP packet. Each capture's accounting is completed
     as its own decoding would complete it; its buffers are let go once joined into one."""
-    linktype = captures[0].accounting.linktype
-    if any(capture.accounting.linktype != linktype for capture in captures):
+    linktype = captures[0].linktype
+    if any(capture.linktype != linktype for capture in captures):
         raise ValueError("captures decoded together must share one link type")
     if not any(len(capture.offsets) for capture in captures):
         return None
@@ -213,6 +233,6 @@ def _count_each(captures: list[RawCapture], decoded: DecodedBatch) -> None:
     bounds = np.cumsum([0, *(len(capture.offsets) for capture in captures)]).tolist()
     for capture, start, stop in zip(captures, bounds[:-1], bounds[1:]):
         codes = (decoded.skip_codes[start:stop] if decoded.skip_codes is not None else
-                 np.full(stop - start, skips.LINK_TYPE_BASE + capture.accounting.linktype))
+                 np.full(stop - start, skips.LINK_TYPE_BASE + capture.linktype))
         capture.accounting.tcp_packets += int((codes == skips.KEPT).sum())
         capture.accounting.add_skipped(skips.count_reasons(codes))

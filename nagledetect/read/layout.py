@@ -1,7 +1,8 @@
 """Declarative header layouts, read for a whole batch of packets at once.
 
 Each header is a table of fields (name, byte offset, width, bit mask, shift), as in dpkt's
-header tables. The table becomes a numpy structured dtype with big-endian fields; `gather`
+header tables. The table becomes a numpy structured dtype with big-endian fields (network
+order; a capture file's own blocks are in the order its writer chose); `gather`
 copies the header bytes of every packet in one fancy-indexing step (through a view of the batch
 buffer as header-sized items starting at every byte) and views them through that dtype, so no
 per-packet Python object is ever built and each field costs one vectorised conversion.
@@ -13,12 +14,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-_BIG_ENDIAN_FORMATS = {1: "u1", 2: ">u2", 4: ">u4"}
+_UNSIGNED_FORMATS = {1: "u1", 2: "u2", 4: "u4"}
 
 
 @dataclass(frozen=True)
 class Field:
-    """One big-endian header field: `width` bytes at `offset`, then `(value & mask) >> shift`."""
+    """One unsigned header field: `width` bytes at `offset`, then `(value & mask) >> shift`."""
 
     name: str
     offset: int
@@ -30,13 +31,13 @@ class Field:
 class Header:
     """A header layout: its fields and the structured dtype that reads them."""
 
-    def __init__(self, name: str, *specs: tuple) -> None:
+    def __init__(self, name: str, *specs: tuple, byte_order: str = ">") -> None:
         self.name = name
         self.fields = {spec[0]: Field(*spec) for spec in specs}
         self.itemsize = max(f.offset + f.width for f in self.fields.values())
         self.dtype = np.dtype({
             "names": list(self.fields),
-            "formats": [_BIG_ENDIAN_FORMATS[f.width] for f in self.fields.values()],
+            "formats": [byte_order + _UNSIGNED_FORMATS[f.width] for f in self.fields.values()],
             "offsets": [f.offset for f in self.fields.values()],
             "itemsize": self.itemsize,
         })

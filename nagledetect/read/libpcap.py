@@ -10,31 +10,21 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
-from dataclasses import dataclass
 
 import numpy as np
 import pcapy
 
 from nagledetect.errors import InputError
 from nagledetect.read.decode import pad_batch
+from nagledetect.read.pcapng import PcapngReader
+from nagledetect.read.raw import RawBatch
 from nagledetect.read.threads import THREADED_MIN_BYTES, executor
 
 BATCH_PACKETS = 65_536
 FILTER_SNAPLEN = 262_144
-
-
-@dataclass
-class RawBatch:
-    """One batch: the packet bytes (padded) and, per packet, where it is and when it came."""
-
-    buf: np.ndarray
-    offsets: np.ndarray
-    caplens: np.ndarray
-    time_us: np.ndarray
-    first_frame: int
-
-    def __len__(self) -> int:
-        return len(self.offsets)
+INTERFACES_DIFFER = "an interface has a "
+"""How libpcap's refusal of a pcapng interface unlike the first begins ("... type 113
+different from the type of the first interface", "... snapshot length 8192 different ...")."""
 
 
 def _open(path: str) -> object:
@@ -56,11 +46,12 @@ def _open(path: str) -> object:
         raise InputError(f"{path}: {message}") from None
 
 
-def _unpack(packet_bytes: bytes, packed_meta: bytes, first_frame: int) -> RawBatch:
+def _unpack(packet_bytes: bytes, packed_meta: bytes, first_frame: int, linktype: int
+            ) -> RawBatch:
     meta = np.frombuffer(packed_meta, dtype=np.uint32).reshape(-1, 4)
     time_us = meta[:, 0].astype(np.int64) * 1_000_000 + meta[:, 1]
     return RawBatch(pad_batch(packet_bytes), meta[:, 2].astype(np.int64),
-                    meta[:, 3].astype(np.int64), time_us, first_frame)
+                    meta[:, 3].astype(np.int64), time_us, first_frame, linktype)
 
 
 class CaptureReader:
@@ -73,20 +64,26 @@ class CaptureReader:
         self._reader = _open(path)
         self.linktype = int(self._reader.datalink())
         self.truncation: str | None = None
-        self._salvaged: list[RawBatch] | None = None
-        self._filter = self._compile(bpf_filter) if bpf_filter else None
+        self.read_here: str | None = None
+        """Why the file was read without libpcap from some point on, and how (None: it was
+        not)."""
+        self._rest: Iterator[RawBatch] | None = None
+        self._filter_expression = bpf_filter
+        self._filters = {self.linktype: self._compile(bpf_filter, self.linktype)} if bpf_filter else {}
         self.threaded = os.path.getsize(path) >= THREADED_MIN_BYTES
         """Whether batches are read, and decoded, on threads of their own."""
 
-    def _compile(self, expression: str) -> pcapy.BPFProgram:
+    @staticmethod
+    def _compile(expression: str, linktype: int) -> pcapy.BPFProgram:
         try:
-            return pcapy.compile(self.linktype, FILTER_SNAPLEN, expression, 1, 0xFFFFFFFF)
+            return pcapy.compile(linktype, FILTER_SNAPLEN, expression, 1, 0xFFFFFFFF)
         except pcapy.PcapError as error:
             raise InputError(f"invalid filter {expression!r}: {error}") from None
 
     def batches(self) -> Iterator[RawBatch]:
         """Every packet of the file, in file order, in batches; one batch is read ahead (on a
-        thread of its own when the file is large enough to be `threaded`)."""
+        thread of its own when the file is large enough to be `threaded`). A pcapng file whose
+        interfaces libpcap refuses is read on from there by `PcapngReader`."""
         with executor(1 if self.threaded else 0, "libpcap") as reader:
             ahead = reader.submit(self._next_batch, 0)
             while True:
@@ -95,20 +92,33 @@ class CaptureReader:
                     break
                 ahead = reader.submit(self._next_batch, batch.first_frame - 1 + len(batch))
                 yield batch
-        if self._salvaged is not None:
-            yield from self._salvaged
+        if self._rest is not None:
+            yield from self._rest
 
     def _next_batch(self, frames_read: int) -> RawBatch | None:
         """The batch after `frames_read` packets; None at the end of the file (or of what a
-        read error left readable, which `_salvaged` then holds)."""
+        read error left readable, which `_rest` then yields)."""
         try:
             packet_bytes, packed_meta = self._reader.next_batch(self.batch_packets)
         except pcapy.PcapError as error:
-            self._salvaged = list(self._salvage_after_error(frames_read, str(error)))
+            message = str(error)
+            self._rest = (self._read_here(frames_read, message)
+                          if message.startswith(INTERFACES_DIFFER)
+                          else iter(list(self._salvage_after_error(frames_read, message))))
             return None
         if not packed_meta:
             return None
-        return _unpack(packet_bytes, packed_meta, frames_read + 1)
+        return _unpack(packet_bytes, packed_meta, frames_read + 1, self.linktype)
+
+    def _read_here(self, frames_read: int, refusal: str) -> Iterator[RawBatch]:
+        """The packets after `frames_read`, read without libpcap (see `pcapng`)."""
+        reader = PcapngReader(self.path, self.batch_packets)
+        yield from reader.batches(frames_read)
+        self.truncation = reader.truncation
+        link_types = ", ".join(map(str, sorted(reader.linktypes | {self.linktype})))
+        self.read_here = (f"libpcap refuses the file from frame {frames_read + 1} on ({refusal}); "
+                          f"read from there by nagledetect's own pcapng reader, each packet by "
+                          f"its interface's link type ({link_types})")
 
     def _salvage_after_error(self, frames_read: int, message: str) -> Iterator[RawBatch]:
         """A failed batch loses the packets it held: reopen, skip what was read, go one by one."""
@@ -134,14 +144,17 @@ class CaptureReader:
             offset += len(data)
         if meta:
             yield _unpack(b"".join(packets), np.array(meta, dtype=np.uint32).tobytes(),
-                          frames_read + 1)
+                          frames_read + 1, self.linktype)
 
     def filter_mask(self, batch: RawBatch) -> np.ndarray | None:
-        """Which packets of the batch the BPF filter accepts (None without a filter: all)."""
-        if self._filter is None:
+        """Which packets of the batch the BPF filter accepts (None without a filter: all), the
+        filter compiled for the batch's link type."""
+        if self._filter_expression is None:
             return None
+        if batch.linktype not in self._filters:
+            self._filters[batch.linktype] = self._compile(self._filter_expression, batch.linktype)
         raw = batch.buf
-        accept = self._filter.filter
+        accept = self._filters[batch.linktype].filter
         return np.fromiter(
             (accept(raw[o:o + c].tobytes()) != 0 for o, c in zip(batch.offsets, batch.caplens)),
             dtype=bool, count=len(batch))
