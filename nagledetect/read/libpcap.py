@@ -22,9 +22,8 @@ from nagledetect.read.threads import THREADED_MIN_BYTES, executor
 
 BATCH_PACKETS = 65_536
 FILTER_SNAPLEN = 262_144
-INTERFACES_DIFFER = "an interface has a "
-"""How libpcap's refusal of a pcapng interface unlike the first begins ("... type 113
-different from the type of the first interface", "... snapshot length 8192 different ...")."""
+PCAPNG_MAGIC = b"\x0a\x0d\x0d\x0a"
+"""The first bytes of a pcapng file (its section header block's type, in either byte order)."""
 
 
 def _open(path: str) -> object:
@@ -63,6 +62,8 @@ class CaptureReader:
         self.batch_packets = batch_packets
         self._reader = _open(path)
         self.linktype = int(self._reader.datalink())
+        with open(path, "rb") as handle:
+            self._pcapng = handle.read(4) == PCAPNG_MAGIC
         self.truncation: str | None = None
         self.read_here: str | None = None
         """Why the file was read without libpcap from some point on, and how (None: it was
@@ -97,13 +98,15 @@ class CaptureReader:
 
     def _next_batch(self, frames_read: int) -> RawBatch | None:
         """The batch after `frames_read` packets; None at the end of the file (or of what a
-        read error left readable, which `_rest` then yields)."""
+        read error left readable, which `_rest` then yields: in a pcapng file, all that
+        `PcapngReader` can read from there, since libpcap also stops at what the format allows
+        and it does not take (interfaces unlike the first, a section of the other byte
+        order))."""
         try:
             packet_bytes, packed_meta = self._reader.next_batch(self.batch_packets)
         except pcapy.PcapError as error:
             message = str(error)
-            self._rest = (self._read_here(frames_read, message)
-                          if message.startswith(INTERFACES_DIFFER)
+            self._rest = (self._read_here(frames_read, message) if self._pcapng
                           else iter(list(self._salvage_after_error(frames_read, message))))
             return None
         if not packed_meta:
@@ -116,9 +119,9 @@ class CaptureReader:
         yield from reader.batches(frames_read)
         self.truncation = reader.truncation
         link_types = ", ".join(map(str, sorted(reader.linktypes | {self.linktype})))
-        self.read_here = (f"libpcap refuses the file from frame {frames_read + 1} on ({refusal}); "
-                          f"read from there by nagledetect's own pcapng reader, each packet by "
-                          f"its interface's link type ({link_types})")
+        self.read_here = (f"libpcap stopped reading this file ({refusal}); frames "
+                          f"{frames_read + 1} on read by nagledetect's own pcapng reader, each "
+                          f"packet by its interface's link type ({link_types})")
 
     def _salvage_after_error(self, frames_read: int, message: str) -> Iterator[RawBatch]:
         """A failed batch loses the packets it held: reopen, skip what was read, go one by one."""

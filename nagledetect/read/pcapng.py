@@ -125,6 +125,15 @@ class _Section:
         self.interfaces: list[Interface] = []
 
 
+def _unreadable(length: int, position: int, file_bytes: int) -> str | None:
+    """Why a block of this length at this position cannot be read (None: it can)."""
+    if length < SMALLEST_BLOCK_BYTES or length % 4:
+        return f"damaged block at byte {position} (length {length})"
+    if position + length > file_bytes:
+        return f"truncated: the file ends inside the block at byte {position}"
+    return None
+
+
 def _let_go(mapped: mmap.mmap, position: int) -> None:
     """Unmap the pages before `position` (they are read), so that the process holds the batch
     in flight, not the file (they stay in the page cache)."""
@@ -170,8 +179,8 @@ class PcapngReader:
                 elif section is None:
                     self.truncation = "not a pcapng file: no section header block first"
                     return
-                if length < SMALLEST_BLOCK_BYTES or length % 4 or position + length > len(view):
-                    self.truncation = f"damaged block at byte {position} (length {length})"
+                if (why := _unreadable(length, position, len(view))) is not None:
+                    self.truncation = why
                     break
                 if block_type == INTERFACE_DESCRIPTION:
                     section.interfaces.append(
@@ -185,6 +194,10 @@ class PcapngReader:
                         pending = []
                         _let_go(mapped, position)
                 position += length
+            else:
+                if position < len(view):
+                    self.truncation = (f"truncated: {len(view) - position} bytes after the "
+                                       "last whole block")
             if section and pending:
                 yield from self._packets(file_bytes, view, section, pending, frames)
         finally:
