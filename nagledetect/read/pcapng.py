@@ -125,13 +125,11 @@ class _Section:
         self.interfaces: list[Interface] = []
 
 
-def _unreadable(length: int, position: int, file_bytes: int) -> str | None:
-    """Why a block of this length at this position cannot be read (None: it can)."""
+def _unreadable(length: int, position: int, file_bytes: int) -> str:
+    """Why a block of this length at this position cannot be read."""
     if length < SMALLEST_BLOCK_BYTES or length % 4:
         return f"damaged block at byte {position} (length {length})"
-    if position + length > file_bytes:
-        return f"truncated: the file ends inside the block at byte {position}"
-    return None
+    return f"truncated: the file ends inside the block at byte {position}"
 
 
 def _let_go(mapped: mmap.mmap, position: int) -> None:
@@ -161,43 +159,43 @@ class PcapngReader:
     def _walk(self, mapped: mmap.mmap, frames_before: int) -> Iterator[RawBatch]:
         file_bytes = np.frombuffer(mapped, dtype=np.uint8)
         view = memoryview(mapped)
+        size = len(view)
         try:
             section: _Section | None = None
+            head = BLOCK_HEADS["<"].unpack_from
             pending: list[tuple[int, int]] = []
             frames = position = 0
-            while position + SMALLEST_BLOCK_BYTES <= len(view):
-                order = section.byte_order if section else "<"
-                block_type, length = BLOCK_HEADS[order].unpack_from(view, position)
+            while position + SMALLEST_BLOCK_BYTES <= size:
+                block_type, length = head(view, position)
                 if block_type == SECTION_HEADER:
                     if section and pending:
                         yield from self._packets(file_bytes, view, section, pending, frames)
                         pending = []
                     if (section := self._section(view, position)) is None:
                         return
-                    block_type, length = BLOCK_HEADS[section.byte_order].unpack_from(
-                        view, position)
+                    head = BLOCK_HEADS[section.byte_order].unpack_from
+                    block_type, length = head(view, position)
                 elif section is None:
                     self.truncation = "not a pcapng file: no section header block first"
                     return
-                if (why := _unreadable(length, position, len(view))) is not None:
-                    self.truncation = why
+                if length < SMALLEST_BLOCK_BYTES or length & 3 or position + length > size:
+                    self.truncation = _unreadable(length, position, size)
                     break
-                if block_type == INTERFACE_DESCRIPTION:
-                    section.interfaces.append(
-                        _interface(view[position:position + length], section.byte_order))
-                elif block_type in PACKET_BLOCKS:
+                if block_type in PACKET_BLOCKS:
                     frames += 1
                     if frames > frames_before:
                         pending.append((position, block_type))
-                    if len(pending) == self.batch_packets:
-                        yield from self._packets(file_bytes, view, section, pending, frames)
-                        pending = []
-                        _let_go(mapped, position)
+                        if len(pending) == self.batch_packets:
+                            yield from self._packets(file_bytes, view, section, pending, frames)
+                            pending = []
+                            _let_go(mapped, position)
+                elif block_type == INTERFACE_DESCRIPTION:
+                    section.interfaces.append(
+                        _interface(view[position:position + length], section.byte_order))
                 position += length
             else:
-                if position < len(view):
-                    self.truncation = (f"truncated: {len(view) - position} bytes after the "
-                                       "last whole block")
+                if position < size:
+                    self.truncation = f"truncated: {size - position} bytes after the last whole block"
             if section and pending:
                 yield from self._packets(file_bytes, view, section, pending, frames)
         finally:
