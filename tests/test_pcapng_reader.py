@@ -173,3 +173,18 @@ def test_a_cut_pcapng_is_read_to_the_cut_and_says_so(tmp_path) -> None:
     assert capture.accounting.packets_read == 27
     assert any("truncated: the file ends inside the block" in warning
                for warning in capture.accounting.warnings)
+
+
+def test_packets_of_an_interface_libpcap_cannot_filter_are_excluded_by_the_filter(tmp_path):
+    """An interface of link type 147 (DLT_USER0: libpcap says "DLT 147 link-layer type
+    filtering not implemented") beside an Ethernet one: with a filter, its packet is not taken
+    as matching, and is counted as excluded; without one, as an unsupported link type."""
+    frames = _real_frames(6)[4:]
+    body = section() + interface(ETHERNET) + interface(147)
+    body += packet(frames[0][1], frames[0][0]) + packet(frames[1][1], frames[1][0], 1)
+    path = tmp_path / "user0.pcapng"
+    path.write_bytes(body)
+    filtered = load_capture(str(path), "tcp").accounting
+    assert (filtered.tcp_packets, filtered.skipped) == (1, {"excluded by filter": 1})
+    unfiltered = load_capture(str(path)).accounting
+    assert (unfiltered.tcp_packets, unfiltered.skipped) == (1, {"unsupported link type 147": 1})

@@ -123,7 +123,8 @@ def decode_batch(
     """Decode every packet of a batch; returns the TCP ones as columns (batch order)."""
     count = len(offsets)
     if linktype not in SUPPORTED_LINKTYPES:
-        return DecodedBatch({}, {skips.reason_text(skips.LINK_TYPE_BASE + linktype): count})
+        reason = skips.reason_text(skips.LINK_TYPE_BASE + linktype)
+        return DecodedBatch({}, {reason: count} if count else {})
     if linktype == LINKTYPE_ETHERNET:
         columns, skip = _plain_first(buf, offsets, caplens, linktype)
         keep = skip == skips.KEPT

@@ -70,7 +70,8 @@ class CaptureReader:
         not)."""
         self._rest: Iterator[RawBatch] | None = None
         self._filter_expression = bpf_filter
-        self._filters = {self.linktype: self._compile(bpf_filter, self.linktype)} if bpf_filter else {}
+        self._filters: dict[int, pcapy.BPFProgram | None] = (
+            {self.linktype: self._compile(bpf_filter, self.linktype)} if bpf_filter else {})
         self.threaded = os.path.getsize(path) >= THREADED_MIN_BYTES
         """Whether batches are read, and decoded, on threads of their own."""
 
@@ -151,13 +152,22 @@ class CaptureReader:
 
     def filter_mask(self, batch: RawBatch) -> np.ndarray | None:
         """Which packets of the batch the BPF filter accepts (None without a filter: all), the
-        filter compiled for the batch's link type."""
+        filter compiled for the batch's link type. A pcapng interface of a link type that
+        libpcap cannot filter (it says "link-layer type filtering not implemented") has none of
+        its packets accepted: the filter cannot say they match."""
         if self._filter_expression is None:
             return None
         if batch.linktype not in self._filters:
-            self._filters[batch.linktype] = self._compile(self._filter_expression, batch.linktype)
+            try:
+                self._filters[batch.linktype] = self._compile(self._filter_expression,
+                                                              batch.linktype)
+            except InputError:
+                self._filters[batch.linktype] = None
+        program = self._filters[batch.linktype]
+        if program is None:
+            return np.zeros(len(batch), dtype=bool)
         raw = batch.buf
-        accept = self._filters[batch.linktype].filter
+        accept = program.filter
         return np.fromiter(
             (accept(raw[o:o + c].tobytes()) != 0 for o, c in zip(batch.offsets, batch.caplens)),
             dtype=bool, count=len(batch))
