@@ -5,7 +5,10 @@ written, each byte was pickled, piped and copied again, and the parent spent hal
 processor time receiving as the workers spent rendering. Here worker w renders pieces w,
 w + workers, ... and writes each one straight to the output's file descriptor when the piece
 before it is written (a shared turn counter), so each holds at most one rendered piece and the
-parent only waits.
+parent only waits. A worker keeps the memory it frees (`keep_freed_memory`), as a part worker
+does: the pieces of a finding with millions of stalls are slices of one large finding, each
+rendered through arrays of the same size, which would otherwise be faulted in afresh each time
+(10 M packets in 2 connections: 1.75 M page faults in the document's workers, 0.40 M kept).
 """
 
 from __future__ import annotations
@@ -17,6 +20,8 @@ from collections.abc import Callable
 from concurrent.futures import BrokenExecutor
 from multiprocessing.connection import wait
 from typing import Any, BinaryIO
+
+from nagledetect.memory import keep_freed_memory
 
 FAILED = -1
 """The turn once a worker has failed: the others stop. Set while another worker writes its
@@ -49,6 +54,7 @@ def write_in_turns(count: int, render: Callable[[int], Any],
 def _take_turns(first: int, step: int, count: int, render: Callable[[int], Any],
                 write: Callable[[int, Any, BinaryIO], None], fd: int, turn: Any,
                 changed: Any, errors: Any) -> None:
+    keep_freed_memory()
     out = io.BufferedWriter(io.FileIO(fd, "wb", closefd=False), WRITE_BUFFER_BYTES)
     try:
         for index in range(first, count, step):
