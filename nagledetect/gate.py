@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +43,9 @@ class RuleResult:
     rule: str
     passed: bool
     message: str
+    position: int = 0
+    """The capture's place among the run's captures: a file named twice is checked twice, and
+    reported on twice, each line for its own run."""
 
 
 @dataclass
@@ -120,8 +123,8 @@ def evaluate(document: dict[str, Any], budgets: Budgets,
     previous = None if baseline is None else _Baseline.of(baseline)
     results = []
     for index, capture in enumerate(document["captures"]):
-        results += _capture_rules(capture["path"], findings.get(index, []), document, budgets,
-                                  previous)
+        results += [replace(result, position=index) for result in _capture_rules(
+            capture["path"], findings.get(index, []), document, budgets, previous)]
     return results
 
 

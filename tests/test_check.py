@@ -32,6 +32,18 @@ def test_within_budget_exits_0_and_over_budget_exits_1() -> None:
     assert check("--max-stalls", "39", NAGLE).returncode == 0
 
 
+def test_a_capture_named_twice_gets_a_line_for_each_time() -> None:
+    """As a linter reports a file given twice: each line is its own run's verdict (the lines
+    once carried both runs' messages, joined, and twice). Connections are numbered across the
+    run: seed003-nagle and trap-rpc hold one each, so the second seed003's is connection 2."""
+    lines = check("--max-stalls", "0", NAGLE, CLEAN, NAGLE).stdout.splitlines()
+    assert len(lines) == 3 and lines[1] == f"PASS {CLEAN}: 0 stalls, budget 0"
+    for line, connection in ((lines[0], 0), (lines[2], 2)):
+        assert line.startswith(f"FAIL {NAGLE}: max-stalls: 39 stalls, budget 0; "
+                               f"connection {connection} (10.77.0.1:48162 -> 10.77.0.2:9000)")
+        assert line.count("39 stalls") == 1
+
+
 def test_stall_time_share_and_kinds() -> None:
     assert check("--max-stall-time", "1.0", NAGLE).returncode == 1  # 39 x ~41.5 ms = ~1.6 s
     assert check("--max-stall-time", "2.0", NAGLE).returncode == 0

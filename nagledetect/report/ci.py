@@ -10,12 +10,12 @@ from nagledetect.gate import RuleResult
 
 def summary_lines(results: list[RuleResult], captures: list[str]) -> list[str]:
     """One line per capture: PASS or FAIL and what failed."""
-    by_capture: dict[str, list[RuleResult]] = defaultdict(list)
+    by_capture: dict[int, list[RuleResult]] = defaultdict(list)
     for result in results:
-        by_capture[result.capture].append(result)
+        by_capture[result.position].append(result)
     lines = []
-    for capture in captures:
-        rules = by_capture.get(capture, [])
+    for position, capture in enumerate(captures):
+        rules = by_capture.get(position, [])
         failed = [r for r in rules if not r.passed]
         if not rules:
             lines.append(f"PASS {capture}: no budget configured")
