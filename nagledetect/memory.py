@@ -54,10 +54,7 @@ def _libc() -> ctypes.CDLL | None:
 def keep_freed_memory() -> None:
     """Fixed allocator thresholds for this process: freed arrays are kept for reuse (nothing
     where the C library is not glibc)."""
-    library = _libc()
-    if library is not None:
-        library.mallopt(_M_MMAP_THRESHOLD, KEPT_ARRAY_BYTES)
-        library.mallopt(_M_TRIM_THRESHOLD, KEPT_FREE_BYTES)
+    _set_thresholds(KEPT_ARRAY_BYTES, KEPT_FREE_BYTES)
 
 
 @contextmanager
@@ -70,11 +67,15 @@ def freed_memory_kept() -> Iterator[None]:
     try:
         yield
     finally:
-        library = _libc()
-        if library is not None:
-            library.mallopt(_M_MMAP_THRESHOLD, SETTLED_ARRAY_BYTES)
-            library.mallopt(_M_TRIM_THRESHOLD, SETTLED_FREE_BYTES)
-            library.malloc_trim(0)
+        _set_thresholds(SETTLED_ARRAY_BYTES, SETTLED_FREE_BYTES)
+        give_back_free_memory()
+
+
+def _set_thresholds(array_bytes: int, free_bytes: int) -> None:
+    library = _libc()
+    if library is not None:
+        library.mallopt(_M_MMAP_THRESHOLD, array_bytes)
+        library.mallopt(_M_TRIM_THRESHOLD, free_bytes)
 
 
 def give_back_free_memory() -> None:
@@ -82,4 +83,3 @@ def give_back_free_memory() -> None:
     library = _libc()
     if library is not None:
         library.malloc_trim(0)
-
