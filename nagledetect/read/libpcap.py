@@ -53,6 +53,11 @@ def _unpack(packet_bytes: bytes, packed_meta: bytes, first_frame: int, linktype:
                     meta[:, 3].astype(np.int64), time_us, first_frame, linktype)
 
 
+def _is_pcapng(path: str) -> bool:
+    with open(path, "rb") as handle:
+        return handle.read(4) == PCAPNG_MAGIC
+
+
 class CaptureReader:
     """Reads one capture file in batches; remembers a truncation instead of failing on it."""
 
@@ -62,8 +67,6 @@ class CaptureReader:
         self.batch_packets = batch_packets
         self._reader = _open(path)
         self.linktype = int(self._reader.datalink())
-        with open(path, "rb") as handle:
-            self._pcapng = handle.read(4) == PCAPNG_MAGIC
         self.truncation: str | None = None
         self.read_here: str | None = None
         """Why the file was read without libpcap from some point on, and how (None: it was
@@ -107,7 +110,7 @@ class CaptureReader:
             packet_bytes, packed_meta = self._reader.next_batch(self.batch_packets)
         except pcapy.PcapError as error:
             message = str(error)
-            self._rest = (self._read_here(frames_read, message) if self._pcapng
+            self._rest = (self._read_here(frames_read, message) if _is_pcapng(self.path)
                           else iter(list(self._salvage_after_error(frames_read, message))))
             return None
         if not packed_meta:
@@ -119,7 +122,8 @@ class CaptureReader:
         reader = PcapngReader(self.path, self.batch_packets)
         yield from reader.batches(frames_read)
         self.truncation = reader.truncation
-        link_types = ", ".join(map(str, sorted(reader.linktypes | {self.linktype})))
+        read_by_libpcap = {self.linktype} if frames_read else set()
+        link_types = ", ".join(map(str, sorted(reader.linktypes | read_by_libpcap)))
         self.read_here = (f"libpcap stopped reading this file ({refusal}); frames "
                           f"{frames_read + 1} on read by nagledetect's own pcapng reader, each "
                           f"packet by its interface's link type ({link_types})")
