@@ -123,10 +123,11 @@ def test_a_damaged_block_ends_the_reading_where_it_lies(tmp_path, damage, why) -
     body += b"".join(packet(data, time_us) for time_us, data in frames[:3])
     path = tmp_path / "damaged.pcapng"
     path.write_bytes(body + damage + packet(frames[3][1], frames[3][0]))
-    reader = PcapngReader(str(path), 100)
-    batches = list(reader.batches())
-    assert sum(len(batch) for batch in batches) == 3
-    assert reader.truncation is not None and why in reader.truncation
+    for batch_packets in (100, 2):  # the damage in the last batch, or before a later one
+        reader = PcapngReader(str(path), batch_packets)
+        batches = list(reader.batches())
+        assert sum(len(batch) for batch in batches) == 3
+        assert reader.truncation is not None and why in reader.truncation
 
 
 @pytest.mark.parametrize("name, packets", [("zeek/ldap__gap-data-missing.pcapng", 18),

@@ -171,6 +171,8 @@ class PcapngReader:
                     if section and pending:
                         yield from self._packets(file_bytes, view, section, pending, frames)
                         pending = []
+                        if self.truncation:
+                            return
                     if (section := self._section(view, position)) is None:
                         return
                     head = BLOCK_HEADS[section.byte_order].unpack_from
@@ -188,6 +190,8 @@ class PcapngReader:
                         if len(pending) == self.batch_packets:
                             yield from self._packets(file_bytes, view, section, pending, frames)
                             pending = []
+                            if self.truncation:
+                                return
                             _let_go(mapped, position)
                 elif block_type == INTERFACE_DESCRIPTION:
                     section.interfaces.append(
@@ -211,7 +215,8 @@ class PcapngReader:
     def _packets(self, file_bytes: np.ndarray, view: memoryview, section: _Section,
                  pending: list[tuple[int, int]], frames: int) -> Iterator[RawBatch]:
         """The pending packet blocks as batches, one for each run of one link type; a block
-        that cannot be read (no such interface, a packet longer than its block) ends them."""
+        that cannot be read (no such interface, a packet longer than its block) ends them, and
+        the reading (`truncation` says where)."""
         packets = _PacketBlocks.read(file_bytes, section, pending)
         readable = packets.readable()
         if readable < len(pending):
