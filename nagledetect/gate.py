@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Iterable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -43,7 +43,7 @@ class RuleResult:
     rule: str
     passed: bool
     message: str
-    position: int = 0
+    position: int
     """The capture's place among the run's captures: a file named twice is checked twice, and
     reported on twice, each line for its own run."""
 
@@ -123,8 +123,8 @@ def evaluate(document: dict[str, Any], budgets: Budgets,
     previous = None if baseline is None else _Baseline.of(baseline)
     results = []
     for index, capture in enumerate(document["captures"]):
-        results += [replace(result, position=index) for result in _capture_rules(
-            capture["path"], findings.get(index, []), document, budgets, previous)]
+        results += _capture_rules(index, capture["path"], findings.get(index, []), document,
+                                  budgets, previous)
     return results
 
 
@@ -137,7 +137,7 @@ def _by_capture(findings: Iterable[dict[str, Any]]) -> dict[int, list[dict[str, 
     return grouped
 
 
-def _capture_rules(path: str, findings: list[dict[str, Any]], document: dict[str, Any],
+def _capture_rules(position: int, path: str, findings: list[dict[str, Any]], document: dict[str, Any],
                    budgets: Budgets, baseline: _Baseline | None) -> list[RuleResult]:
     count, time_s, share = _stall_totals(findings)
     stalls = [f for f in findings if f["kind"] == STALL_KIND]
@@ -160,7 +160,7 @@ def _capture_rules(path: str, findings: list[dict[str, Any]], document: dict[str
     results = []
     for rule, passed, summary, evidence in checks:
         message = summary if passed or not evidence else f"{summary}; {_describe(evidence, document)}"
-        results.append(RuleResult(path, rule, passed, message))
+        results.append(RuleResult(path, rule, passed, message, position))
     return results
 
 
