@@ -48,7 +48,7 @@ def test_the_merged_sample_is_read_whole_each_packet_by_its_interface() -> None:
     accounting = capture.accounting
     assert (accounting.packets_read, accounting.tcp_packets) == (315, 303)
     assert accounting.skipped == {"not TCP (ICMPv6)": 10, "not IP (ethertype 0x0806)": 2}
-    assert any("frames 1 on read by nagledetect" in warning and "(1, 276)" in warning
+    assert any("own pcapng reader read it from frame 1 on" in warning and "(1, 276)" in warning
                for warning in accounting.warnings)
     time_us = dict(zip(capture.packets["frame"].tolist(), capture.packets["time_us"].tolist()))
     assert time_us[61] == 1795370344943528
@@ -85,7 +85,7 @@ def test_a_file_refused_midway_is_read_on_from_where_libpcap_stopped(tmp_path) -
     read = [batch.buf[o:o + c].tobytes() for batch in batches
             for o, c in zip(batch.offsets.tolist(), batch.caplens.tolist())]
     assert read == [data for _, data in frames]
-    assert reader.read_here is not None and "frames 5 on read" in reader.read_here
+    assert reader.read_here is not None and "read it from frame 5 on" in reader.read_here
     assert reader.truncation is None
 
 

@@ -124,9 +124,9 @@ class CaptureReader:
         self.truncation = reader.truncation
         read_by_libpcap = {self.linktype} if frames_read else set()
         link_types = ", ".join(map(str, sorted(reader.linktypes | read_by_libpcap)))
-        self.read_here = (f"libpcap stopped reading this file ({refusal}); frames "
-                          f"{frames_read + 1} on read by nagledetect's own pcapng reader, each "
-                          f"packet by its interface's link type ({link_types})")
+        self.read_here = (f"libpcap stopped reading this file ({refusal}); nagledetect's own "
+                          f"pcapng reader read it from frame {frames_read + 1} on, each packet "
+                          f"by its interface's link type ({link_types})")
 
     def _salvage_after_error(self, frames_read: int, message: str) -> Iterator[RawBatch]:
         """A failed batch loses the packets it held: reopen, skip what was read, go one by one."""
