@@ -18,8 +18,10 @@ import sys
 import tempfile
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, BrokenExecutor, Future, ProcessPoolExecutor, wait
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
+from typing import TextIO
 
 import click
 
@@ -40,6 +42,7 @@ from nagledetect.gate import budgets_from, evaluate, load_config
 from nagledetect.lab.cli import lab
 from nagledetect.parts import PARTS_MEMORY_BYTES
 from nagledetect.progress import ProgressLine
+from nagledetect.read.inputs import CaptureList, NotAnalysed, capture_list, listed_names
 from nagledetect.report.ci import github_annotations, junit_xml, summary_lines
 from nagledetect.report.document import SCHEMA, build_document, write_json
 from nagledetect.report.html import render_html
@@ -52,6 +55,11 @@ JOBS_OPTION = click.option("-j", "--jobs", type=click.IntRange(1),
                                 "capture (default: all cores).")
 DASK_OPTION = click.option("--dask", "dask_address", metavar="SCHEDULER_ADDRESS",
                            help="Run the per-file analysis on this Dask cluster (tcp://host:8786).")
+FILES_FROM_OPTION = click.option(
+    "--files-from", type=click.File("r", encoding="utf-8", errors="surrogateescape"),
+    metavar="FILE", help="Also the captures or folders listed in FILE, one a line ('-': standard "
+                         "input): for archives too large to name on the command line.")
+CAPTURES_ARGUMENT = click.argument("captures", nargs=-1, type=click.Path())
 BYTE_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 
 
@@ -154,7 +162,7 @@ def _child_processes() -> list[int]:
 
 
 @main.command()
-@click.argument("captures", nargs=-1, required=True, type=click.Path())
+@CAPTURES_ARGUMENT
 @click.option("--filter", "bpf_filter", metavar="EXPR",
               help="BPF expression, as in tcpdump (e.g. 'host 10.0.0.1 and tcp port 80').")
 @click.option("--format", "output_format", type=click.Choice(["text", "json"]), default="text",
@@ -171,33 +179,39 @@ def _child_processes() -> list[int]:
 @JOBS_OPTION
 @MEMORY_OPTION
 @DASK_OPTION
+@FILES_FROM_OPTION
 def analyze(captures: tuple[str, ...], bpf_filter: str | None, output_format: str,
             verbose: bool, tables_dir: Path | None, tables_format: str,
             html_path: Path | None, jobs: int | None, parts_memory: int,
-            dask_address: str | None) -> None:
+            dask_address: str | None, files_from: TextIO | None) -> None:
     """Analyse pcap/pcapng CAPTURES and print the diagnosis.
 
-    Frame numbers are 1-based positions in the file, as Wireshark shows them (also with
-    --filter: packets the filter excludes are counted as skipped, not renumbered).
+    A folder stands for every capture under it. Frame numbers are 1-based positions in the
+    file, as Wireshark shows them (also with --filter: packets the filter excludes are counted
+    as skipped, not renumbered). A capture that cannot be read is named on stderr and the run
+    goes on with the others, then ends with exit status 2.
 
     \b
     Examples:
       nagledetect analyze sample_traces/seed003-nagle.pcap
       nagledetect analyze --format json capture.pcapng > result.json
+      nagledetect analyze -j 8 --html archive.html /srv/captures/
+      find /srv/captures -name '*.pcap' -mtime -1 | nagledetect analyze --files-from -
     """
-    analyses = _analyze_all(captures, bpf_filter, jobs, dask_address,
-                            Wanted(tables=bool(tables_dir), charts=bool(html_path)),
-                            parts_memory=parts_memory)
-    document = build_document(analyses)
+    run = _analyze_all(_capture_list(captures, files_from), bpf_filter, jobs, dask_address,
+                       Wanted(tables=bool(tables_dir), charts=bool(html_path)),
+                       parts_memory=parts_memory)
+    document = build_document(run.analyses, run.not_analysed)
     if tables_dir:
-        _write_tables(analyses, tables_dir, tables_format)
+        _write_tables(run.analyses, tables_dir, tables_format)
     if html_path:
-        _write_html(document, analyses, html_path)
+        _write_html(document, run.analyses, html_path)
     if output_format == "json":
         _write_document(document, jobs)
     else:
         colour = sys.stdout.isatty() and "NO_COLOR" not in os.environ
         click.echo(render_text(document, verbose=verbose, colour=colour), nl=False, color=colour)
+    run.exit_if_failed()
 
 
 def _write_document(document: dict, jobs: int | None) -> None:
@@ -213,56 +227,124 @@ def _write_document(document: dict, jobs: int | None) -> None:
         _fail(f"cannot write the JSON document to stdout ({error.strerror})")
 
 
-def _analyze_all(captures: tuple[str, ...], bpf_filter: str | None, jobs: int | None = None,
+def _capture_list(captures: tuple[str, ...], files_from: TextIO | None) -> CaptureList:
+    """The captures of the command line and of `--files-from`, folders expanded."""
+    names = [*captures, *(listed_names(files_from) if files_from else [])]
+    if not names:
+        raise click.UsageError("name a capture or a folder of captures, or give --files-from "
+                               "FILE")
+    return capture_list(names)
+
+
+@dataclass
+class _Run:
+    """The analyses of a run's captures, in the order given, and the files it could not
+    analyse or left out."""
+
+    analyses: list[Analysis]
+    not_analysed: list[NotAnalysed]
+
+    def exit_if_failed(self) -> None:
+        """Exit status 2 once the reports are out, when a file could not be analysed."""
+        if any(entry.error for entry in self.not_analysed):
+            sys.exit(EXIT_INPUT_ERROR)
+
+
+def _analyze_all(captures: CaptureList, bpf_filter: str | None, jobs: int | None = None,
                  dask_address: str | None = None, wanted: Wanted | None = None,
-                 parts_memory: int = PARTS_MEMORY_BYTES) -> list[Analysis]:
+                 parts_memory: int = PARTS_MEMORY_BYTES) -> _Run:
     """Analyse every capture, in parallel processes when there are several (one per core by
     default) or on a Dask cluster; results come back in the order given, each identical to a
     single-file run. `wanted`: what the command's reporters need besides the document;
     `parts_memory`: what the parts of a lone capture analysed at once may take (several
-    captures run one process each, their parts one after another)."""
+    captures run one process each, their parts one after another). A capture that cannot be
+    analysed is one error line here, and the others go on; the run fails whole only when no
+    capture is left, or when the machine fails it (a killed worker, a full disk)."""
     wanted = wanted or Wanted()
-    workers = min(jobs or os.cpu_count() or 1, len(captures))
+    paths = captures.paths
+    workers = min(jobs or os.cpu_count() or 1, len(paths))
     try:
-        if dask_address:
-            analyses = _analyze_on_dask(captures, bpf_filter, dask_address, wanted)
-        elif len(captures) == 1:
-            analyses = [_analyze_one(captures[0], bpf_filter, wanted, jobs or os.cpu_count() or 1,
-                                     parts_memory=parts_memory)]
+        if not paths:
+            results: list[Analysis | InputError] = []
+        elif dask_address:
+            results = _analyze_on_dask(paths, bpf_filter, dask_address, wanted)
+        elif len(paths) == 1:
+            results = [_analyze_lone(paths[0], bpf_filter, wanted, jobs or os.cpu_count() or 1,
+                                     parts_memory, alone=not captures.left_out)]
         elif workers <= 1:
-            analyses = _analyze_one_by_one(captures, bpf_filter, wanted)
+            results = _analyze_one_by_one(paths, bpf_filter, wanted)
         else:
-            analyses = _analyze_in_processes(captures, bpf_filter, wanted, workers)
+            results = _analyze_in_processes(paths, bpf_filter, wanted, workers)
     except InputError as error:
         _fail(str(error))
     except OSError as error:
-        _fail(str(_os_error(_first_and_others(captures), error)))
-    for path, analysis in zip(captures, analyses):
-        for warning in analysis.capture.accounting.warnings:
+        _fail(str(_os_error(_first_and_others(paths), error)))
+    return _run_of(paths, results, captures.left_out)
+
+
+def _analyze_lone(path: str, bpf_filter: str | None, wanted: Wanted, workers: int,
+                  parts_memory: int, alone: bool) -> Analysis | InputError:
+    """The one capture of a run, its parts on `workers` processes; its error ends the run at
+    once when it is `alone` (the run names no other file), else it is its result."""
+    try:
+        return _analyze_one(path, bpf_filter, wanted, workers, parts_memory=parts_memory)
+    except InputError as error:
+        if alone:
+            raise
+        return error
+
+
+def _run_of(paths: list[str], results: list[Analysis | InputError],
+            left_out: list[NotAnalysed]) -> _Run:
+    """The run's analyses and what it did not analyse, each said on stderr: an error line for
+    each reason a file could not be analysed, one warning line for the files of the folders
+    named that are not captures, and each capture's own warnings."""
+    failed = [NotAnalysed(path, str(result).removeprefix(f"{path}: "), error=True)
+              for path, result in zip(paths, results) if isinstance(result, InputError)]
+    not_analysed = [entry for entry in left_out if entry.error] + failed
+    for reason, entries in _by_reason(not_analysed).items():
+        click.echo(f"nagledetect: error: {_first_and_others([e.path for e in entries], 'file')}: "
+                   f"{reason}", err=True)
+    analyses = [result for result in results if not isinstance(result, InputError)]
+    if not analyses:
+        sys.exit(EXIT_INPUT_ERROR)
+    skipped = [entry for entry in left_out if not entry.error]
+    if skipped:
+        click.echo(f"nagledetect: warning: left out {len(skipped)} file"
+                   f"{'s' if len(skipped) > 1 else ''} of the folders named (the first, "
+                   f"{skipped[0].path}: {skipped[0].reason}); the report lists "
+                   f"{'them' if len(skipped) > 1 else 'it'} and why", err=True)
+    for path, result in zip(paths, results):
+        for warning in [] if isinstance(result, InputError) else result.capture.accounting.warnings:
             click.echo(f"nagledetect: warning: {path}: {warning}", err=True)
-    return analyses
+    return _Run(analyses, not_analysed + skipped)
 
 
 @main.command()
-@click.argument("captures", nargs=-1, required=True, type=click.Path())
+@CAPTURES_ARGUMENT
 @click.option("-o", "--output", "html_path", type=click.Path(dir_okay=False, path_type=Path),
               default=Path("nagledetect-report.html"), show_default=True, help="The HTML file.")
 @click.option("--filter", "bpf_filter", metavar="EXPR", help="BPF expression, as in tcpdump.")
 @JOBS_OPTION
 @MEMORY_OPTION
 @DASK_OPTION
+@FILES_FROM_OPTION
 def report(captures: tuple[str, ...], html_path: Path, bpf_filter: str | None,
-           jobs: int | None, parts_memory: int, dask_address: str | None) -> None:
+           jobs: int | None, parts_memory: int, dask_address: str | None,
+           files_from: TextIO | None) -> None:
     """Write a self-contained HTML report (works offline) for ops teams.
+
+    A folder stands for every capture under it.
 
     \b
     Examples:
       nagledetect report capture.pcap -o report.html
-      nagledetect report traces/*.pcap -o nagle.html
+      nagledetect report traces/ -o nagle.html
     """
-    analyses = _analyze_all(captures, bpf_filter, jobs, dask_address, Wanted(charts=True),
-                            parts_memory=parts_memory)
-    _write_html(build_document(analyses), analyses, html_path)
+    run = _analyze_all(_capture_list(captures, files_from), bpf_filter, jobs, dask_address,
+                       Wanted(charts=True), parts_memory=parts_memory)
+    _write_html(build_document(run.analyses, run.not_analysed), run.analyses, html_path)
+    run.exit_if_failed()
 
 
 def _write_html(document: dict, analyses: list[Analysis], path: Path) -> None:
@@ -279,13 +361,12 @@ def _write_html(document: dict, analyses: list[Analysis], path: Path) -> None:
     click.echo(f"nagledetect: wrote {path}", err=True)
 
 
-def _analyze_on_dask(captures: tuple[str, ...], bpf_filter: str | None, address: str,
-                     wanted: Wanted) -> list[Analysis]:
+def _analyze_on_dask(captures: list[str], bpf_filter: str | None, address: str,
+                     wanted: Wanted) -> list[Analysis | InputError]:
     """Send the files to an existing Dask cluster, a group of captures a task
     (`capture_groups`: small ones together, each other alone; the files must be readable by its
     workers at the same paths); take the results here as they come (each one's findings and
-    tables spilled to disk), and return them in order. A failing capture is reported after the
-    others, the first in the order given."""
+    tables spilled to disk), and return them in order, a failing capture's as its error."""
     try:
         from distributed import Client, KilledWorker, as_completed
     except ImportError:
@@ -308,26 +389,28 @@ def _analyze_on_dask(captures: tuple[str, ...], bpf_filter: str | None, address:
                         f"{_first_and_others([captures[index] for index in group])}: the Dask "
                         f"workers analysing {'it' if len(group) == 1 else 'them'} died (out of "
                         "memory, or by a signal)") from None
-                results.update((index, result if isinstance(result, InputError)
-                                else kept_on_disk(result, spill))
+                results.update((index, _kept(result, spill))
                                for index, result in zip(group, found, strict=True))
     except OSError as error:
         _fail(f"cannot reach the Dask scheduler at {address}: {error}")
-    analyses = []
-    for index in range(len(captures)):
-        result = results[index]
-        if isinstance(result, InputError):
-            raise result
-        analyses.append(result)
-    return analyses
+    return [results[index] for index in range(len(captures))]
 
 
-def _first_and_others(captures: Sequence[str]) -> str:
+def _first_and_others(captures: Sequence[str], noun: str = "capture") -> str:
     """Captures named by the first and how many others (an archive's thousands in one line
     would bury the message)."""
     others = len(captures) - 1
-    return captures[0] + (f" and {others} other capture{'s' if others > 1 else ''}"
+    return captures[0] + (f" and {others} other {noun}{'s' if others > 1 else ''}"
                           if others else "")
+
+
+def _by_reason(entries: list[NotAnalysed]) -> dict[str, list[NotAnalysed]]:
+    """Entries grouped by their reason, in order of first mention (a filter that no capture
+    can take, or a disk full, is one line however many captures it stopped)."""
+    grouped: dict[str, list[NotAnalysed]] = {}
+    for entry in entries:
+        grouped.setdefault(entry.reason, []).append(entry)
+    return grouped
 
 
 def _write_tables(analyses: list[Analysis], folder: Path, table_format: str) -> None:
@@ -341,7 +424,7 @@ def _write_tables(analyses: list[Analysis], folder: Path, table_format: str) -> 
 
 
 @main.command()
-@click.argument("captures", nargs=-1, required=True, type=click.Path())
+@CAPTURES_ARGUMENT
 @click.option("--filter", "bpf_filter", metavar="EXPR", help="BPF expression, as in tcpdump.")
 @click.option("--max-stalls", type=click.IntRange(0), help="Most Nagle/delayed-ACK stalls per capture.")
 @click.option("--max-stall-time", type=click.FloatRange(0), metavar="SECONDS",
@@ -357,15 +440,18 @@ def _write_tables(analyses: list[Analysis], folder: Path, table_format: str) -> 
 @JOBS_OPTION
 @MEMORY_OPTION
 @DASK_OPTION
+@FILES_FROM_OPTION
 def check(captures: tuple[str, ...], bpf_filter: str | None, max_stalls: int | None,
           max_stall_time: float | None, max_stall_share: float | None, fail_on: str | None,
           baseline: Path | None, tolerance: float | None, junit: Path | None, github: bool,
-          jobs: int | None, parts_memory: int, dask_address: str | None) -> None:
+          jobs: int | None, parts_memory: int, dask_address: str | None,
+          files_from: TextIO | None) -> None:
     """Gate CI on recorded CAPTURES: exit 1 when a budget is exceeded.
 
     Budgets also come from [tool.nagledetect] in pyproject.toml or from nagledetect.toml in the
-    current folder (same names as the flags); flags win. Exit status: 0 within budget, 1 budget
-    exceeded, 2 usage or input error.
+    current folder (same names as the flags); flags win. A folder stands for every capture
+    under it. Exit status: 0 within budget, 1 budget exceeded, 2 usage or input error (a
+    capture that cannot be read: the others are still checked).
 
     \b
     Examples:
@@ -380,16 +466,19 @@ def check(captures: tuple[str, ...], bpf_filter: str | None, max_stalls: int | N
         previous = _read_baseline(baseline) if baseline else None
     except InputError as error:
         _fail(str(error))
-    document = build_document(_analyze_all(captures, bpf_filter, jobs, dask_address,
-                                           parts_memory=parts_memory))
+    run = _analyze_all(_capture_list(captures, files_from), bpf_filter, jobs, dask_address,
+                       parts_memory=parts_memory)
+    document = build_document(run.analyses, run.not_analysed)
     results = evaluate(document, budgets, previous)
-    for line in summary_lines(results, [c["path"] for c in document["captures"]]):
+    unreadable = [entry for entry in run.not_analysed if entry.error]
+    for line in summary_lines(results, [c["path"] for c in document["captures"]], unreadable):
         click.echo(line)
     if github:
-        for line in github_annotations(results):
+        for line in github_annotations(results, unreadable):
             click.echo(line)
     if junit:
-        junit.write_bytes(junit_xml(results))
+        junit.write_bytes(junit_xml(results, unreadable))
+    run.exit_if_failed()
     sys.exit(EXIT_BUDGET_EXCEEDED if any(not r.passed for r in results) else 0)
 
 
@@ -403,21 +492,19 @@ def _read_baseline(path: Path) -> dict:
     return document
 
 
-def _analyze_one_by_one(captures: tuple[str, ...], bpf_filter: str | None,
-                        wanted: Wanted) -> list[Analysis]:
+def _analyze_one_by_one(captures: list[str], bpf_filter: str | None,
+                        wanted: Wanted) -> list[Analysis | InputError]:
     """Each group of captures in turn (`capture_groups`), in this process; their findings and
     tables kept in one spill file (not one open file per capture in parts, nor every capture's
-    findings in memory). The first capture that fails stops the run."""
+    findings in memory). A capture that fails is its error, in its place."""
     spill = SpillFile()
     alone = partial(_analyze_one, bpf_filter=bpf_filter, wanted=wanted, spill=spill)
-    analyses = []
+    results: dict[int, Analysis | InputError] = {}
     for group in capture_groups(captures, 1):
-        for result in _analyze_group([captures[index] for index in group], bpf_filter, wanted,
-                                     alone):
-            if isinstance(result, InputError):
-                raise result
-            analyses.append(kept_on_disk(result, spill))
-    return analyses
+        found = _analyze_group([captures[index] for index in group], bpf_filter, wanted, alone)
+        results.update((index, _kept(result, spill))
+                       for index, result in zip(group, found, strict=True))
+    return [results[index] for index in range(len(captures))]
 
 
 def _analyze_group(paths: list[str], bpf_filter: str | None, wanted: Wanted,
@@ -439,15 +526,14 @@ def _analyze_group(paths: list[str], bpf_filter: str | None, wanted: Wanted,
     return results
 
 
-def _analyze_in_processes(captures: tuple[str, ...], bpf_filter: str | None, wanted: Wanted,
-                          workers: int) -> list[Analysis]:
+def _analyze_in_processes(captures: list[str], bpf_filter: str | None, wanted: Wanted,
+                          workers: int) -> list[Analysis | InputError]:
     """One process per capture, `workers` at a time. The workers draw no progress line of their
     own (several would fight over one line): this process counts the captures done. Each result
     is taken as it comes, its findings (and tables, if wanted) spilled to disk, so that memory
     here grows with the captures' connections and hosts, not with their findings or packets. A
-    failing capture is reported after the others, the first in the order given."""
-    analyses: dict[int, Analysis] = {}
-    failures: dict[int, InputError] = {}
+    failing capture's result is its error."""
+    results: dict[int, Analysis | InputError] = {}
     spill = SpillFile()
     try:
         with (tempfile.TemporaryDirectory(prefix=HANDOVER_PREFIX) as handover,
@@ -457,16 +543,14 @@ def _analyze_in_processes(captures: tuple[str, ...], bpf_filter: str | None, wan
                                    [captures[index] for index in group], bpf_filter, wanted,
                                    handover): group
                        for group in capture_groups(captures, workers)}
-            _take_results(pending, spill, analyses, failures)
+            _take_results(pending, spill, results)
     except BrokenExecutor:
         raise InputError(KILLED_WORKER_TEXT) from None
-    if failures:
-        raise failures[min(failures)]
-    return [analyses[index] for index in range(len(captures))]
+    return [results[index] for index in range(len(captures))]
 
 
 def _take_results(pending: dict[Future, list[int]], spill: SpillFile,
-                  analyses: dict[int, Analysis], failures: dict[int, InputError]) -> None:
+                  results: dict[int, Analysis | InputError]) -> None:
     """Each group's results as they come (a group's positions among the captures, each its
     analysis or its failure), kept on disk, the captures done counted on the progress line."""
     total = sum(len(group) for group in pending.values())
@@ -478,15 +562,18 @@ def _take_results(pending: dict[Future, list[int]], spill: SpillFile,
             done, _ = wait(pending, timeout=PROGRESS_TICK_S, return_when=FIRST_COMPLETED)
             for future in done:
                 group = pending.pop(future)
-                for index, result in zip(group, future.result(), strict=True):
-                    if isinstance(result, InputError):
-                        failures[index] = result
-                    else:
-                        analyses[index] = kept_on_disk(result, spill)
+                results.update((index, _kept(result, spill))
+                               for index, result in zip(group, future.result(), strict=True))
                 done_captures += len(group)
             progress.stage("analysed", done_captures, total)
     finally:
         progress.done()
+
+
+def _kept(result: Analysis | InputError, spill: SpillFile) -> Analysis | InputError:
+    """A capture's result as the run keeps it: an analysis with its findings and tables on
+    disk, or the capture's error."""
+    return result if isinstance(result, InputError) else kept_on_disk(result, spill)
 
 
 def _temporaries_in(folder: str) -> None:

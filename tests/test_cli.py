@@ -30,8 +30,10 @@ def test_missing_file(tmp_path) -> None:
     _assert_one_line_error(run(str(tmp_path / "nope.pcap")), "no such file")
 
 
-def test_directory(tmp_path) -> None:
-    _assert_one_line_error(run(str(tmp_path)), "is a directory")
+def test_a_folder_without_captures(tmp_path) -> None:
+    """A folder stands for the captures under it: one with none is an input error."""
+    (tmp_path / "notes.txt").write_text("not a capture")
+    _assert_one_line_error(run(str(tmp_path)), "no pcap or pcapng capture in this folder")
 
 
 def test_not_a_capture(tmp_path) -> None:
@@ -156,11 +158,14 @@ def test_parallel_run_gives_the_same_document_as_a_serial_one() -> None:
     assert serial.stdout == parallel.stdout
 
 
-def test_parallel_run_with_a_bad_file_is_one_line_and_status_2() -> None:
+def test_parallel_run_with_a_bad_file_is_one_line_the_others_report_and_status_2() -> None:
     from tests.conftest import SAMPLE_TRACES
 
     result = run("analyze", "-j", "2", "/nonexistent.pcap", str(SAMPLE_TRACES / "trap-rpc.pcap"))
-    assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1
+    assert result.returncode == 2
+    assert result.stderr == "nagledetect: error: /nonexistent.pcap: no such file\n"
+    assert result.stdout.startswith("No Nagle/delayed-ACK stalls found (1 capture, 1 connection; "
+                                    "1 could not be analysed).")
 
 
 def test_parquet_tables_or_a_clear_refusal(tmp_path) -> None:

@@ -31,7 +31,8 @@ def test_dask_cluster_gives_the_local_result() -> None:
 
 def test_a_bad_capture_among_small_ones_on_dask_is_the_local_runs_one_line(tmp_path) -> None:
     """Small captures go to the cluster in groups; an unreadable one in a group is still
-    reported by name, as a local run reports it, and the run exits with status 2."""
+    reported by name, as a local run reports it, the others are reported, and the run exits
+    with status 2."""
     empty = tmp_path / "empty.pcap"
     empty.write_bytes(b"")
     paths = [str(SAMPLE_TRACES / name) for name in ("trap-rpc.pcap", "seed003-nagle.pcap")]
@@ -46,6 +47,7 @@ def test_a_bad_capture_among_small_ones_on_dask_is_the_local_runs_one_line(tmp_p
     assert on_dask.returncode == local.returncode == 2
     assert on_dask.stderr == local.stderr == (f"nagledetect: error: {empty}: empty file, not a "
                                               "capture\n")
+    assert on_dask.stdout == local.stdout and "1 could not be analysed" in local.stdout
 
 
 def test_unreachable_scheduler_is_one_line() -> None:

@@ -16,6 +16,7 @@ import pcapy
 
 from nagledetect.errors import InputError
 from nagledetect.read.decode import pad_batch
+from nagledetect.read.inputs import not_a_capture
 from nagledetect.read.pcapng import PcapngReader
 from nagledetect.read.raw import RawBatch
 from nagledetect.read.threads import THREADED_MIN_BYTES, executor
@@ -41,7 +42,7 @@ def _open(path: str) -> object:
     except pcapy.PcapError as error:
         message = str(error)
         if "unknown file format" in message:
-            message = "not a pcap or pcapng capture"
+            message = not_a_capture(_first_bytes(path))
         raise InputError(f"{path}: {message}") from None
 
 
@@ -54,8 +55,12 @@ def _unpack(packet_bytes: bytes, packed_meta: bytes, first_frame: int, linktype:
 
 
 def _is_pcapng(path: str) -> bool:
+    return _first_bytes(path) == PCAPNG_MAGIC
+
+
+def _first_bytes(path: str) -> bytes:
     with open(path, "rb") as handle:
-        return handle.read(4) == PCAPNG_MAGIC
+        return handle.read(len(PCAPNG_MAGIC))
 
 
 class CaptureReader:

@@ -23,6 +23,7 @@ from nagledetect.collector import collector_paused
 from nagledetect.detectors.model import Finding, HostValues, StallEvents
 from nagledetect.events.endpoints import endpoint
 from nagledetect.read.decode import LINKTYPE_NAMES
+from nagledetect.read.inputs import NotAnalysed
 from nagledetect.report.evidence_text import EVENTS_CLOSE, evidence_texts
 from nagledetect.report.turns import write_in_turns
 from nagledetect.sent_tables import ColumnReader, Rows, joined_rows, rows_frame, rows_part
@@ -329,8 +330,10 @@ def _parity_entries(analysis: Analysis, capture_index: int, first_id: int,
                 "stall_rate")))]
 
 
-def build_document(analyses: list[Analysis]) -> dict[str, Any]:
-    """The whole result for one run over one or more captures.
+def build_document(analyses: list[Analysis],
+                   not_analysed: Sequence[NotAnalysed] = ()) -> dict[str, Any]:
+    """The whole result for one run over one or more captures (`not_analysed`: the files of the
+    run that were not, and why).
 
     Connections, findings and hosts are sequences whose entries (plain dicts) are made when read.
     Each finding's "events" is a `StallEvents`: it reads as a list of evidence rows, and
@@ -350,6 +353,8 @@ def build_document(analyses: list[Analysis]) -> dict[str, Any]:
         "schema": SCHEMA,
         "tool": {"name": "nagledetect", "version": __version__},
         "captures": [_capture_entry(analysis.capture, read) for analysis in analyses],
+        "not_analysed": [{"path": entry.path, "reason": entry.reason, "error": entry.error}
+                         for entry in not_analysed],
         "connections": connections,
         "findings": findings,
         "hosts": HostEntries(analyses, connections.first_ids),

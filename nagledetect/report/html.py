@@ -290,7 +290,24 @@ def _accounting(document: dict[str, Any]) -> str:
     return "".join(rows)
 
 
+def _not_analysed(document: dict[str, Any]) -> str:
+    entries = document["not_analysed"]
+    if not entries:
+        return ""
+    items = "".join(f"<li>{'error' if entry['error'] else 'left out'}: <code>{_e(entry['path'])}"
+                    f"</code>: {_e(entry['reason'])}</li>" for entry in entries)
+    files = f"{len(entries)} file{'s' if len(entries) > 1 else ''}"
+    return f"<h2>Not analysed ({files})</h2><ul>{items}</ul>"
+
+
 def _verdict(document: dict[str, Any], stalls: list[dict[str, Any]]) -> str:
+    unreadable = sum(entry["error"] for entry in document["not_analysed"])
+    warning = (f"<div class='verdict'>{unreadable} of the run's files could not be analysed: "
+               "see <em>Not analysed</em> below.</div>" if unreadable else "")
+    return warning + _stall_verdict(document, stalls)
+
+
+def _stall_verdict(document: dict[str, Any], stalls: list[dict[str, Any]]) -> str:
     if not stalls:
         return "<div class='verdict ok'>No Nagle/delayed-ACK stalls: nothing to change here.</div>"
     lost = sum(f["time_lost_s"] for f in stalls)
@@ -325,7 +342,7 @@ def render_html(document: dict[str, Any], analyses: list[Analysis]) -> str:
         f"<h2>Charts</h2>{''.join(charts)}"
         + (f"<p class='note'>Shown in part:</p><ul class='note'>{sampled}</ul>" if sampled else "")
         + f"<h2>Connections</h2><p class='note'>Click a column to sort.</p>{table}"
-        f"<h2>Capture accounting</h2>{_accounting(document)}"
+        f"{_not_analysed(document)}<h2>Capture accounting</h2>{_accounting(document)}"
         f"<p class='note'>nagledetect {_e(document['tool']['version'])}, schema "
         f"{_e(document['schema'])}</p><script>{SORT_SCRIPT}</script></body></html>")
 

@@ -31,6 +31,7 @@ PARITY_ROWS_SHOWN = 20
 FINDINGS_SHOWN = 20
 HOSTS_SHOWN = 20
 CONNECTIONS_SHOWN = 50
+NOT_ANALYSED_SHOWN = 20
 WHERE_ALL_ARE = "--verbose lists them all; --format json has every one"
 """What every capped list says of the rows it left out."""
 DEFAULT_LANGUAGES = ("C", "Python", "Go", "Java", "Node.js", ".NET", "Rust")
@@ -131,6 +132,8 @@ def _headline(document: dict[str, Any], stalls: list[dict[str, Any]]) -> str:
     captures = len(document["captures"])
     scope = (f"{captures} capture{'s' if captures != 1 else ''}, "
              f"{len(document['connections'])} connection{'s' if len(document['connections']) != 1 else ''}")
+    unreadable = sum(entry["error"] for entry in document["not_analysed"])
+    scope += f"; {unreadable} could not be analysed" if unreadable else ""
     if not stalls:
         return f"No Nagle/delayed-ACK stalls found ({scope})."
     return (f"{count} Nagle/delayed-ACK stall{'s' if count != 1 else ''} costing {_duration(lost)} "
@@ -323,6 +326,21 @@ def _connections(document: dict[str, Any], style: _Style, verbose: bool) -> list
     return lines + [""]
 
 
+def _not_analysed(document: dict[str, Any], style: _Style, verbose: bool) -> list[str]:
+    """The files of the run that were not analysed: errors first, then files of the folders
+    named that are not captures."""
+    entries = sorted(document["not_analysed"], key=lambda entry: not entry["error"])
+    if not entries:
+        return []
+    shown = entries if verbose else entries[:NOT_ANALYSED_SHOWN]
+    lines = [style.heading(f"NOT ANALYSED ({len(entries)} file{'s' if len(entries) > 1 else ''})")]
+    lines += [f"  {'error' if entry['error'] else 'left out'}: {entry['path']}: {entry['reason']}"
+              for entry in shown]
+    if len(shown) < len(entries):
+        lines.append(_left_out_line(len(entries) - len(shown), "files"))
+    return lines + [""]
+
+
 def _accounting(document: dict[str, Any], style: _Style) -> list[str]:
     lines = [style.heading("CAPTURE ACCOUNTING")]
     for capture in document["captures"]:
@@ -355,5 +373,6 @@ def render_text(document: dict[str, Any], verbose: bool = False, colour: bool = 
     lines += _hosts(document, style, verbose)
     lines += _parity(document, style)
     lines += _connections(document, style, verbose)
+    lines += _not_analysed(document, style, verbose)
     lines += _accounting(document, style)
     return "\n".join(lines) + "\n"

@@ -1,0 +1,121 @@
+"""Which files a run reads: the captures named, and the captures inside the folders named.
+
+Why: an archive is a folder of thousands of captures, often with other files among them (notes,
+checksums, compressed captures), and more files than a command line can name. A folder stands
+for every capture under it, in name order; a file found there that is not a capture is left out
+and listed with the reason, so that nothing is dropped silently. A file named on its own is
+always handed to the reader, which says why it cannot be read.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import TextIO
+
+CAPTURE_MAGICS = (
+    b"\xd4\xc3\xb2\xa1", b"\xa1\xb2\xc3\xd4",
+    b"\x4d\x3c\xb2\xa1", b"\xa1\xb2\x3c\x4d",
+    b"\x0a\x0d\x0d\x0a",
+)
+"""The first four bytes of a pcap file (microsecond or nanosecond, either byte order) and of a
+pcapng file (its section header block's type, the same in both orders)."""
+COMPRESSED_MAGICS = {b"\x1f\x8b": "gzip", b"\x28\xb5\x2f\xfd": "zstd", b"\xfd7zX": "xz",
+                     b"BZh": "bzip2", b"PK\x03\x04": "zip"}
+"""How a compressed capture starts (at most four bytes of each format's magic), and the
+compressor's name."""
+
+
+@dataclass(frozen=True)
+class NotAnalysed:
+    """A file of the run that was not analysed, and why. `error`: the run cannot vouch for
+    what it holds (a capture that cannot be read, a folder that cannot be listed or has no
+    capture), which makes the run's exit status 2; else it is simply not a capture (a note in
+    an archive's folder)."""
+
+    path: str
+    reason: str
+    error: bool
+
+
+@dataclass
+class CaptureList:
+    """The captures to analyse, in order, and the files of the named folders left out."""
+
+    paths: list[str] = field(default_factory=list)
+    left_out: list[NotAnalysed] = field(default_factory=list)
+
+
+def capture_list(names: Iterable[str]) -> CaptureList:
+    """Each name as it is, or, for a folder, the captures under it in name order (subfolders
+    too; a folder reached twice through links is listed once)."""
+    found = CaptureList()
+    for name in names:
+        if os.path.isdir(name):
+            _add_folder(name, found)
+        else:
+            found.paths.append(name)
+    return found
+
+
+def listed_names(stream: TextIO) -> list[str]:
+    """The names in a list of files (`--files-from`): one a line, blank lines ignored, the line
+    taken whole otherwise (a name may hold spaces)."""
+    return [line.rstrip("\r\n") for line in stream if line.strip()]
+
+
+def _add_folder(folder: str, found: CaptureList) -> None:
+    before = len(found.paths)
+    seen: set[tuple[int, int]] = set()
+    errors: list[OSError] = []
+    for place, subfolders, files in os.walk(folder, onerror=errors.append, followlinks=True):
+        identity = _identity(place)
+        if identity in seen:
+            subfolders.clear()
+            continue
+        seen.add(identity)
+        subfolders.sort()
+        for name in sorted(files):
+            path = os.path.join(place, name)
+            reason = _why_not_a_capture(path)
+            if reason is None:
+                found.paths.append(path)
+            else:
+                found.left_out.append(reason)
+    found.left_out += [NotAnalysed(error.filename or folder, f"cannot list this folder "
+                                   f"({error.strerror})", error=True) for error in errors]
+    if len(found.paths) == before and not errors:
+        found.left_out.append(NotAnalysed(folder, "no pcap or pcapng capture in this folder",
+                                          error=True))
+
+
+def _identity(folder: str) -> tuple[int, int]:
+    status = os.stat(folder)
+    return status.st_dev, status.st_ino
+
+
+def _why_not_a_capture(path: str) -> NotAnalysed | None:
+    """None for a capture; else why the file is left out (a pipe or a device is not opened:
+    reading one could wait forever)."""
+    try:
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            return NotAnalysed(path, "not a regular file", error=False)
+        with open(path, "rb") as handle:
+            start = handle.read(len(CAPTURE_MAGICS[0]))
+    except OSError as error:
+        return NotAnalysed(path, f"cannot be read ({error.strerror})", error=True)
+    if start in CAPTURE_MAGICS:
+        return None
+    if not start:
+        return NotAnalysed(path, "empty file, not a capture", error=False)
+    return NotAnalysed(path, not_a_capture(start), error=False)
+
+
+def not_a_capture(start: bytes) -> str:
+    """Why a file that starts with these bytes (its first four) is not read as a capture."""
+    for magic, compressor in COMPRESSED_MAGICS.items():
+        if start.startswith(magic):
+            return f"compressed with {compressor}: decompress it to analyse it"
+    return "not a pcap or pcapng capture"
