@@ -179,3 +179,15 @@ def test_links_between_folders_are_followed_once_and_pipes_are_not_opened(archiv
     assert [c["path"] for c in document["captures"]] == _captures_in(archive)
     assert {"path": str(archive / "incoming"), "reason": "not a regular file",
             "error": False} in document["not_analysed"]
+
+
+def test_a_link_to_nothing_in_a_folder_is_an_error(archive, tmp_path) -> None:
+    """A capture the archive points at but does not hold: the run cannot vouch for it."""
+    (archive / "c-moved.pcap").symlink_to(tmp_path / "moved-away.pcap")
+    result = nagledetect("analyze", "--format", "json", str(archive))
+    assert result.returncode == 2
+    assert f"nagledetect: error: {archive / 'c-moved.pcap'}: a link to nothing" in result.stderr
+    document = json.loads(result.stdout)
+    assert len(document["captures"]) == 3
+    assert document["not_analysed"][0] == {"path": str(archive / "c-moved.pcap"),
+                                           "reason": "a link to nothing", "error": True}

@@ -10,9 +10,9 @@ always handed to the reader, which says why it cannot be read.
 from __future__ import annotations
 
 import os
-import stat
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import TextIO
 
 CAPTURE_MAGICS = (
@@ -67,50 +67,59 @@ def listed_names(stream: TextIO) -> list[str]:
 
 
 def _add_folder(folder: str, found: CaptureList) -> None:
+    """The captures under `folder`, depth first as `ls -R` lists them; each folder listed once
+    (by device and inode), so that a link back up the tree does not walk forever."""
     before = len(found.paths)
     seen: set[tuple[int, int]] = set()
-    errors: list[OSError] = []
-    for place, subfolders, files in os.walk(folder, onerror=errors.append, followlinks=True):
-        identity = _identity(place)
-        if identity in seen:
-            subfolders.clear()
+    listed_all = True
+    pending = [folder]
+    while pending:
+        place = pending.pop()
+        try:
+            status = os.stat(place)
+            if (status.st_dev, status.st_ino) in seen:
+                continue
+            seen.add((status.st_dev, status.st_ino))
+            with os.scandir(place) as listing:
+                entries = sorted(listing, key=attrgetter("name"))
+        except OSError as error:
+            found.left_out.append(NotAnalysed(place, f"cannot list this folder "
+                                                     f"({error.strerror})", error=True))
+            listed_all = False
             continue
-        seen.add(identity)
-        subfolders.sort()
-        for name in sorted(files):
-            path = os.path.join(place, name)
-            reason = _why_not_a_capture(path)
-            if reason is None:
-                found.paths.append(path)
-            else:
-                found.left_out.append(reason)
-    found.left_out += [NotAnalysed(error.filename or folder, f"cannot list this folder "
-                                   f"({error.strerror})", error=True) for error in errors]
-    if len(found.paths) == before and not errors:
+        subfolders = [entry.path for entry in entries if entry.is_dir()]
+        for entry in entries:
+            if not entry.is_dir():
+                _add_file(entry, found)
+        pending += reversed(subfolders)
+    if len(found.paths) == before and listed_all:
         found.left_out.append(NotAnalysed(folder, "no pcap or pcapng capture in this folder",
                                           error=True))
 
 
-def _identity(folder: str) -> tuple[int, int]:
-    status = os.stat(folder)
-    return status.st_dev, status.st_ino
-
-
-def _why_not_a_capture(path: str) -> NotAnalysed | None:
-    """None for a capture; else why the file is left out (a pipe or a device is not opened:
+def _add_file(entry: os.DirEntry, found: CaptureList) -> None:
+    """The file as a capture, or left out with the reason (a pipe or a device is not opened:
     reading one could wait forever)."""
+    if not entry.is_file():
+        found.left_out.append(
+            NotAnalysed(entry.path, "a link to nothing", error=True) if entry.is_symlink()
+            else NotAnalysed(entry.path, "not a regular file", error=False))
+        return
     try:
-        if not stat.S_ISREG(os.stat(path).st_mode):
-            return NotAnalysed(path, "not a regular file", error=False)
-        with open(path, "rb") as handle:
-            start = handle.read(len(CAPTURE_MAGICS[0]))
+        descriptor = os.open(entry.path, os.O_RDONLY)
+        try:
+            start = os.read(descriptor, len(CAPTURE_MAGICS[0]))
+        finally:
+            os.close(descriptor)
     except OSError as error:
-        return NotAnalysed(path, f"cannot be read ({error.strerror})", error=True)
+        found.left_out.append(NotAnalysed(entry.path, f"cannot be read ({error.strerror})",
+                                          error=True))
+        return
     if start in CAPTURE_MAGICS:
-        return None
-    if not start:
-        return NotAnalysed(path, "empty file, not a capture", error=False)
-    return NotAnalysed(path, not_a_capture(start), error=False)
+        found.paths.append(entry.path)
+    else:
+        found.left_out.append(NotAnalysed(entry.path, "empty file, not a capture" if not start
+                                          else not_a_capture(start), error=False))
 
 
 def not_a_capture(start: bytes) -> str:
