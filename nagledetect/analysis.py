@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import os
 from collections.abc import Sequence
 
 from nagledetect.api import load_capture
@@ -29,6 +28,7 @@ from nagledetect.parts import (
 )
 from nagledetect.pipeline import Analysis, Wanted, run_detectors, shared_empty_tables
 from nagledetect.read.capture import ProgressCallback
+from nagledetect.read.compressed import capture_bytes
 from nagledetect.stored import SpillFile, StoredFindings, StoredHosts, stored_findings, without_samples
 
 __all__ = ["Analysis", "Wanted", "analyze_capture", "analyze_together", "capture_groups",
@@ -65,8 +65,10 @@ def capture_groups(paths: Sequence[str], workers: int) -> list[list[int]]:
 
 
 def _size(path: str) -> int:
+    """The capture's bytes, decompressed (so that a compressed one is split and grouped by the
+    work it holds)."""
     try:
-        return os.path.getsize(path)
+        return capture_bytes(path)
     except OSError:
         return 0
 

@@ -9,9 +9,19 @@ import sys
 import time
 from typing import TextIO
 
+from nagledetect.read.compressed import capture_bytes
+
 MIN_INTERVAL_S = 0.2
 QUIET_BELOW_S = 1.0
 WIDTH = 120
+
+
+def _capture_bytes(path: str) -> int:
+    """The capture's bytes once decompressed, as the read counts them (0: unknown)."""
+    try:
+        return capture_bytes(path)
+    except OSError:
+        return 0
 
 
 class ProgressLine:
@@ -21,7 +31,7 @@ class ProgressLine:
     def __init__(self, path: str, stream: TextIO | None = None, quiet: bool = False) -> None:
         self.stream = stream or sys.stderr
         self.enabled = not quiet and self.stream.isatty()
-        self.total_bytes = os.path.getsize(path) if self.enabled and os.path.isfile(path) else 0
+        self.total_bytes = _capture_bytes(path) if self.enabled else 0
         self.name = os.path.basename(path)
         self.start_s = time.monotonic()
         self.last_s = 0.0

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass, field
@@ -10,6 +9,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from nagledetect.read import skips
+from nagledetect.read.compressed import capture_bytes
 from nagledetect.read.decode import DecodedBatch, decode_batch
 from nagledetect.read.libpcap import CaptureReader
 from nagledetect.read.raw import RawBatch
@@ -52,7 +52,7 @@ def expected_tcp_packets(path: str) -> int:
     """A generous estimate of a capture's TCP packets from its size, for reserving room (too
     high costs nothing: room never written takes no memory; too low only costs a move)."""
     try:
-        return min(os.path.getsize(path) // SMALLEST_TCP_RECORD_BYTES, MOST_EXPECTED_PACKETS)
+        return min(capture_bytes(path) // SMALLEST_TCP_RECORD_BYTES, MOST_EXPECTED_PACKETS)
     except OSError:
         return 0
 
@@ -100,6 +100,9 @@ def _batches(reader: CaptureReader, accounting: Accounting,
 
 
 def _note_truncation(reader: CaptureReader, accounting: Accounting) -> None:
+    if reader.decompression_cut_short:
+        accounting.warnings.append(f"compressed capture cut short "
+                                   f"({reader.decompression_cut_short}); analysed what it held")
     if reader.read_here:
         accounting.warnings.append(reader.read_here)
     if reader.truncation:

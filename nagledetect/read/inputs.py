@@ -1,7 +1,8 @@
 """Which files a run reads: the captures named, and the captures inside the folders named.
 
 Why: an archive is a folder of thousands of captures, often with other files among them (notes,
-checksums, compressed captures), and more files than a command line can name. A folder stands
+checksums), and more files than a command line can name. A capture compressed in a format read
+here (`compressed`) is a capture. A folder stands
 for every capture under it, in name order; a file found there that is not a capture is left out
 and listed with the reason, so that nothing is dropped silently. A file named on its own is
 always handed to the reader, which says why it cannot be read.
@@ -15,6 +16,8 @@ from dataclasses import dataclass, field
 from operator import attrgetter
 from typing import TextIO
 
+from nagledetect.read.compressed import OPENERS, UNREAD_COMPRESSION, compression_of, first_bytes
+
 CAPTURE_MAGICS = (
     b"\xd4\xc3\xb2\xa1", b"\xa1\xb2\xc3\xd4",
     b"\x4d\x3c\xb2\xa1", b"\xa1\xb2\x3c\x4d",
@@ -22,12 +25,6 @@ CAPTURE_MAGICS = (
 )
 """The first four bytes of a pcap file (microsecond or nanosecond, either byte order) and of a
 pcapng file (its section header block's type, the same in both orders)."""
-COMPRESSED_MAGICS = {b"\x1f\x8b": "gzip", b"\x28\xb5\x2f\xfd": "zstd", b"\xfd7zX": "xz",
-                     b"BZh": "bzip2", b"PK\x03\x04": "zip"}
-"""How a compressed capture starts (at most four bytes of each format's magic), and the
-compressor's name."""
-
-
 @dataclass(frozen=True)
 class NotAnalysed:
     """A file of the run that was not analysed, and why. `error`: the run cannot vouch for
@@ -115,16 +112,20 @@ def _add_file(entry: os.DirEntry, found: CaptureList) -> None:
         found.left_out.append(NotAnalysed(entry.path, f"cannot be read ({error.strerror})",
                                           error=True))
         return
+    compression = compression_of(start)
+    if compression in OPENERS:
+        start = first_bytes(entry.path, len(start))
     if start in CAPTURE_MAGICS:
         found.paths.append(entry.path)
+    elif compression is not None:
+        found.left_out.append(NotAnalysed(entry.path, _compressed_reason(compression),
+                                          error=False))
     else:
         found.left_out.append(NotAnalysed(entry.path, "empty file, not a capture" if not start
-                                          else not_a_capture(start), error=False))
+                                          else "not a pcap or pcapng capture", error=False))
 
 
-def not_a_capture(start: bytes) -> str:
-    """Why a file that starts with these bytes (its first four) is not read as a capture."""
-    for magic, compressor in COMPRESSED_MAGICS.items():
-        if start.startswith(magic):
-            return f"compressed with {compressor}: decompress it to analyse it"
-    return "not a pcap or pcapng capture"
+def _compressed_reason(compression: str) -> str:
+    if compression in OPENERS:
+        return f"compressed with {compression}, not a pcap or pcapng capture inside"
+    return f"compressed with {compression}: {UNREAD_COMPRESSION}"

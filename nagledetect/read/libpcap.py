@@ -9,14 +9,15 @@ times are kept as integer microseconds: exact for what libpcap hands over.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+import weakref
+from collections.abc import Callable, Iterator
 
 import numpy as np
 import pcapy
 
 from nagledetect.errors import InputError
+from nagledetect.read.compressed import DecompressedCopy, compression_of
 from nagledetect.read.decode import pad_batch
-from nagledetect.read.inputs import not_a_capture
 from nagledetect.read.pcapng import PcapngReader
 from nagledetect.read.raw import RawBatch
 from nagledetect.read.threads import THREADED_MIN_BYTES, executor
@@ -27,8 +28,9 @@ PCAPNG_MAGIC = b"\x0a\x0d\x0d\x0a"
 """The first bytes of a pcapng file (its section header block's type, in either byte order)."""
 
 
-def _open(path: str) -> object:
-    """Open a capture, turning every way it can fail into one InputError line."""
+def _open(path: str, source: str) -> object:
+    """Open a capture (read from `source`: the file itself, or its decompressed copy), turning
+    every way it can fail into one InputError line naming `path`."""
     if not os.path.exists(path):
         raise InputError(f"{path}: no such file")
     if os.path.isdir(path):
@@ -38,12 +40,27 @@ def _open(path: str) -> object:
     if os.path.getsize(path) == 0:
         raise InputError(f"{path}: empty file, not a capture")
     try:
-        return pcapy.open_offline(path)
+        return pcapy.open_offline(source)
     except pcapy.PcapError as error:
         message = str(error)
         if "unknown file format" in message:
-            message = not_a_capture(_first_bytes(path))
+            message = "not a pcap or pcapng capture" + (
+                "" if source == path else f" (once decompressed from {_compression(path)})")
         raise InputError(f"{path}: {message}") from None
+
+
+def _compression(path: str) -> str | None:
+    with open(path, "rb") as handle:
+        return compression_of(handle.read(4))
+
+
+def _decompressed_copy(path: str) -> DecompressedCopy | None:
+    """A copy to read when the capture is compressed (None: read the file itself)."""
+    try:
+        compression = _compression(path)
+    except OSError:
+        return None
+    return DecompressedCopy(path, compression) if compression else None
 
 
 def _unpack(packet_bytes: bytes, packed_meta: bytes, first_frame: int, linktype: int
@@ -55,22 +72,34 @@ def _unpack(packet_bytes: bytes, packed_meta: bytes, first_frame: int, linktype:
 
 
 def _is_pcapng(path: str) -> bool:
-    return _first_bytes(path) == PCAPNG_MAGIC
-
-
-def _first_bytes(path: str) -> bytes:
     with open(path, "rb") as handle:
-        return handle.read(len(PCAPNG_MAGIC))
+        return handle.read(len(PCAPNG_MAGIC)) == PCAPNG_MAGIC
+
+
+def _nothing() -> None:
+    """What letting go of a reader of an uncompressed capture removes."""
 
 
 class CaptureReader:
-    """Reads one capture file in batches; remembers a truncation instead of failing on it."""
+    """Reads one capture file in batches; remembers a truncation instead of failing on it. A
+    compressed capture is read from its decompressed copy (`compressed`), removed once the
+    batches are read or the reader is let go."""
 
     def __init__(self, path: str, bpf_filter: str | None = None,
                  batch_packets: int = BATCH_PACKETS) -> None:
         self.path = path
         self.batch_packets = batch_packets
-        self._reader = _open(path)
+        copy = _decompressed_copy(path) if os.path.isfile(path) else None
+        self.source = copy.path if copy else path
+        """The file read: the capture, or its decompressed copy."""
+        self.decompression_cut_short = copy.cut_short if copy else None
+        self._remove_copy: Callable[[], None] = (weakref.finalize(self, copy.remove) if copy
+                                                 else _nothing)
+        try:
+            self._reader = _open(path, self.source)
+        except InputError:
+            self._remove_copy()
+            raise
         self.linktype = int(self._reader.datalink())
         self.truncation: str | None = None
         self.read_here: str | None = None
@@ -80,7 +109,7 @@ class CaptureReader:
         self._filter_expression = bpf_filter
         self._filters: dict[int, pcapy.BPFProgram | None] = (
             {self.linktype: self._compile(bpf_filter, self.linktype)} if bpf_filter else {})
-        self.threaded = os.path.getsize(path) >= THREADED_MIN_BYTES
+        self.threaded = os.path.getsize(self.source) >= THREADED_MIN_BYTES
         """Whether batches are read, and decoded, on threads of their own."""
 
     @staticmethod
@@ -104,6 +133,7 @@ class CaptureReader:
                 yield batch
         if self._rest is not None:
             yield from self._rest
+        self._remove_copy()
 
     def _next_batch(self, frames_read: int) -> RawBatch | None:
         """The batch after `frames_read` packets; None at the end of the file (or of what a
@@ -115,7 +145,7 @@ class CaptureReader:
             packet_bytes, packed_meta = self._reader.next_batch(self.batch_packets)
         except pcapy.PcapError as error:
             message = str(error)
-            self._rest = (self._read_here(frames_read, message) if _is_pcapng(self.path)
+            self._rest = (self._read_here(frames_read, message) if _is_pcapng(self.source)
                           else iter(list(self._salvage_after_error(frames_read, message))))
             return None
         if not packed_meta:
@@ -124,7 +154,7 @@ class CaptureReader:
 
     def _read_here(self, frames_read: int, refusal: str) -> Iterator[RawBatch]:
         """The packets after `frames_read`, read without libpcap (see `pcapng`)."""
-        reader = PcapngReader(self.path, self.batch_packets)
+        reader = PcapngReader(self.source, self.batch_packets)
         yield from reader.batches(frames_read)
         self.truncation = reader.truncation
         read_by_libpcap = {self.linktype} if frames_read else set()
@@ -136,7 +166,7 @@ class CaptureReader:
     def _salvage_after_error(self, frames_read: int, message: str) -> Iterator[RawBatch]:
         """A failed batch loses the packets it held: reopen, skip what was read, go one by one."""
         self.truncation = message
-        reader = _open(self.path)
+        reader = _open(self.path, self.source)
         to_skip = frames_read
         while to_skip:
             _, packed_meta = reader.next_batch(min(to_skip, self.batch_packets))

@@ -1,0 +1,123 @@
+"""Captures compressed with gzip, bzip2 or xz, as `tcpdump -z gzip` and log rotation leave them.
+
+Why: an archive of rotated captures is usually compressed, and decompressing thousands of files
+by hand first doubles the disk it needs. libpcap reads only plain files, so a compressed capture
+is decompressed, a chunk at a time, into a temporary copy that is read as the capture and removed
+once its reader is done: a run holds one copy per capture being read, not the archive. A stream
+cut short (a capture rotated while it was written, a partial download) gives what it held, and
+says so.
+"""
+
+from __future__ import annotations
+
+import bz2
+import gzip
+import lzma
+import os
+import struct
+import tempfile
+import zlib
+from collections.abc import Callable
+from typing import BinaryIO
+
+from nagledetect.errors import InputError
+
+COMPRESSED_MAGICS = {b"\x1f\x8b": "gzip", b"BZh": "bzip2", b"\xfd7zX": "xz",
+                     b"\x28\xb5\x2f\xfd": "zstd", b"PK\x03\x04": "zip"}
+"""How a compressed file starts (at most four bytes of each format's magic), and its format."""
+OPENERS: dict[str, Callable[[str], BinaryIO]] = {
+    "gzip": lambda path: gzip.open(path, "rb"),
+    "bzip2": lambda path: bz2.open(path, "rb"),
+    "xz": lambda path: lzma.open(path, "rb"),
+}
+"""The formats read here (Python's own modules); others are refused with the reason."""
+UNREAD_COMPRESSION = "decompress it to analyse it (nagledetect reads gzip, bzip2 and xz)"
+DAMAGED_ERRORS = (OSError, EOFError, zlib.error, lzma.LZMAError, ValueError)
+"""What the decompressors raise on damaged data (bz2's is OSError or ValueError)."""
+COPY_CHUNK_BYTES = 1 << 20
+"""Decompressed a chunk at a time, each read with `read1`: `read` asks for more until it has
+the whole chunk, and a stream cut short then raises and loses what it had decompressed."""
+ESTIMATED_RATIO = 4
+"""Decompressed bytes per compressed byte, assumed where a format does not say (bzip2, xz):
+about what captures of TCP headers compress to. It only steers how a capture is split into
+parts and grouped with others."""
+GZIP_SIZE_MODULUS = 1 << 32
+"""gzip's trailer holds the decompressed size modulo this."""
+
+
+def compression_of(start: bytes) -> str | None:
+    """The compression format of a file that starts with these bytes (its first four), or
+    None."""
+    for magic, compression in COMPRESSED_MAGICS.items():
+        if start.startswith(magic):
+            return compression
+    return None
+
+
+def first_bytes(path: str, count: int) -> bytes:
+    """The first `count` bytes of the file, decompressed when it is compressed in a format
+    read here."""
+    with open(path, "rb") as handle:
+        start = handle.read(count)
+    compression = compression_of(start)
+    if compression not in OPENERS:
+        return start
+    try:
+        with OPENERS[compression](path) as stream:
+            return stream.read(count)
+    except DAMAGED_ERRORS:
+        return b""
+
+
+def capture_bytes(path: str) -> int:
+    """About how many bytes the capture takes once decompressed (its size when it is not
+    compressed): gzip's trailer says it (modulo 4 GiB), other formats are estimated."""
+    size = os.path.getsize(path)
+    with open(path, "rb") as handle:
+        compression = compression_of(handle.read(4))
+        if compression is None:
+            return size
+        if compression != "gzip" or size < 18:
+            return size * ESTIMATED_RATIO
+        handle.seek(-4, os.SEEK_END)
+        (modulo,) = struct.unpack("<I", handle.read(4))
+    wraps = max(0, size - modulo + GZIP_SIZE_MODULUS - 1) // GZIP_SIZE_MODULUS
+    return modulo + wraps * GZIP_SIZE_MODULUS
+
+
+class DecompressedCopy:
+    """A compressed capture's decompressed copy in the temporary folder (`path`), with
+    `cut_short` saying why the stream ended early (None: it ended whole). `remove()` deletes
+    it."""
+
+    def __init__(self, path: str, compression: str) -> None:
+        if compression not in OPENERS:
+            raise InputError(f"{path}: compressed with {compression}: {UNREAD_COMPRESSION}")
+        handle, self.path = tempfile.mkstemp(prefix="nagledetect-decompressed-", suffix=".pcap")
+        self.cut_short: str | None = None
+        try:
+            with os.fdopen(handle, "wb") as copy:
+                self._copy(path, compression, copy)
+        except OSError:
+            self.remove()
+            raise
+
+    def _copy(self, path: str, compression: str, copy: BinaryIO) -> None:
+        try:
+            with OPENERS[compression](path) as stream:
+                while chunk := stream.read1(COPY_CHUNK_BYTES):
+                    copy.write(chunk)
+        except EOFError:
+            self.cut_short = f"the {compression} stream ends before its end marker"
+        except DAMAGED_ERRORS as error:
+            if isinstance(error, OSError) and error.errno is not None:
+                raise
+            if copy.tell() == 0:
+                raise InputError(f"{path}: damaged {compression} data ({error})") from None
+            self.cut_short = f"damaged {compression} data ({error})"
+
+    def remove(self) -> None:
+        try:
+            os.unlink(self.path)
+        except FileNotFoundError:
+            pass
