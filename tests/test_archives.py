@@ -34,10 +34,11 @@ def nagledetect(*args: str, stdin: str | None = None) -> subprocess.CompletedPro
 
 @pytest.fixture
 def archive(tmp_path: Path) -> Path:
-    """archive/: b-rpc.pcap, empty.pcap, notes.txt, old/seed003.pcap.gz, old/z/a-nagle.pcap
-    and old/z/merged.pcapng. Its captures, in the order a folder is read (each folder's own
-    files, then its subfolders, names in order at each level, as `ls -R` lists them):
-    b-rpc.pcap, old/z/a-nagle.pcap, old/z/merged.pcapng."""
+    """archive/: b-rpc.pcap, empty.pcap, notes.txt, old/older.pcap.zst, old/seed003.pcap.gz,
+    old/z/a-nagle.pcap and old/z/merged.pcapng. Its captures, in the order a folder is read
+    (each folder's own files, then its subfolders, names in order at each level, as `ls -R`
+    lists them): b-rpc.pcap, old/seed003.pcap.gz, old/z/a-nagle.pcap, old/z/merged.pcapng.
+    The zstd file (its magic and zeros) is not read: Python has no zstd decompressor here."""
     root = tmp_path / "archive"
     (root / "old" / "z").mkdir(parents=True)
     shutil.copy(SAMPLE_TRACES / RPC, root / "b-rpc.pcap")
@@ -45,14 +46,15 @@ def archive(tmp_path: Path) -> Path:
     (root / "empty.pcap").write_bytes(b"")
     (root / "old" / "seed003.pcap.gz").write_bytes(gzip.compress((SAMPLE_TRACES / NAGLE)
                                                                  .read_bytes()))
+    (root / "old" / "older.pcap.zst").write_bytes(b"\x28\xb5\x2f\xfd" + bytes(60))
     shutil.copy(SAMPLE_TRACES / NAGLE, root / "old" / "z" / "a-nagle.pcap")
     shutil.copy(SAMPLE_TRACES / MERGED, root / "old" / "z" / "merged.pcapng")
     return root
 
 
 def _captures_in(root: Path) -> list[str]:
-    return [str(root / "b-rpc.pcap"), str(root / "old" / "z" / "a-nagle.pcap"),
-            str(root / "old" / "z" / "merged.pcapng")]
+    return [str(root / "b-rpc.pcap"), str(root / "old" / "seed003.pcap.gz"),
+            str(root / "old" / "z" / "a-nagle.pcap"), str(root / "old" / "z" / "merged.pcapng")]
 
 
 def _without_not_analysed(document: dict) -> dict:
@@ -72,8 +74,9 @@ def test_a_folder_is_its_captures_in_name_order_and_lists_what_it_left_out(archi
          "error": False},
         {"path": str(archive / "notes.txt"), "reason": "not a pcap or pcapng capture",
          "error": False},
-        {"path": str(archive / "old" / "seed003.pcap.gz"),
-         "reason": "compressed with gzip: decompress it to analyse it", "error": False}]
+        {"path": str(archive / "old" / "older.pcap.zst"),
+         "reason": "compressed with zstd: decompress it to analyse it (nagledetect reads gzip, "
+                   "bzip2 and xz)", "error": False}]
     assert by_folder.stderr.count("\n") == 2
     assert "left out 3 files of the folders named" in by_folder.stderr
     assert "nagledetect's own pcapng reader" in by_folder.stderr
@@ -85,9 +88,9 @@ def test_the_text_and_html_reports_list_the_files_left_out(archive, tmp_path) ->
     assert result.returncode == 0
     assert "NOT ANALYSED (3 files)" in result.stdout
     assert f"  left out: {archive / 'notes.txt'}: not a pcap or pcapng capture" in result.stdout
-    assert result.stdout.splitlines()[0].endswith("(3 captures, 4 connections).")
+    assert result.stdout.splitlines()[0].endswith("(4 captures, 5 connections).")
     html = page.read_text()
-    assert "<h2>Not analysed (3 files)</h2>" in html and "seed003.pcap.gz" in html
+    assert "<h2>Not analysed (3 files)</h2>" in html and "older.pcap.zst" in html
 
 
 def test_files_from_a_list_or_standard_input_are_the_same_run(archive, tmp_path) -> None:
@@ -144,7 +147,7 @@ def test_one_reason_shared_by_many_captures_is_one_line(archive) -> None:
     result = nagledetect("analyze", "--filter", "tcp port banana", str(archive))
     assert result.returncode == 2 and result.stdout == ""
     assert result.stderr.splitlines()[0] == (
-        f"nagledetect: error: {archive / 'b-rpc.pcap'} and 2 other files: invalid filter "
+        f"nagledetect: error: {archive / 'b-rpc.pcap'} and 3 other files: invalid filter "
         "'tcp port banana': unknown port 'banana'")
 
 
@@ -188,6 +191,6 @@ def test_a_link_to_nothing_in_a_folder_is_an_error(archive, tmp_path) -> None:
     assert result.returncode == 2
     assert f"nagledetect: error: {archive / 'c-moved.pcap'}: a link to nothing" in result.stderr
     document = json.loads(result.stdout)
-    assert len(document["captures"]) == 3
+    assert len(document["captures"]) == 4
     assert document["not_analysed"][0] == {"path": str(archive / "c-moved.pcap"),
                                            "reason": "a link to nothing", "error": True}
