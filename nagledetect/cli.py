@@ -296,28 +296,38 @@ def _analyze_lone(path: str, bpf_filter: str | None, wanted: Wanted, workers: in
 
 def _run_of(paths: list[str], results: list[Analysis | InputError],
             left_out: list[NotAnalysed]) -> _Run:
-    """The run's analyses and what it did not analyse, each said on stderr: an error line for
-    each reason a file could not be analysed, one warning line for the files of the folders
-    named that are not captures, and each capture's own warnings."""
+    """The run's analyses and what it did not analyse, said on stderr (status 2 at once when
+    no capture could be analysed)."""
     failed = [NotAnalysed(path, str(result).removeprefix(f"{path}: "), error=True)
               for path, result in zip(paths, results) if isinstance(result, InputError)]
     not_analysed = [entry for entry in left_out if entry.error] + failed
+    _say_errors(not_analysed)
+    analysed = [(path, result) for path, result in zip(paths, results)
+                if not isinstance(result, InputError)]
+    if not analysed:
+        sys.exit(EXIT_INPUT_ERROR)
+    skipped = [entry for entry in left_out if not entry.error]
+    _say_left_out(skipped)
+    for path, analysis in analysed:
+        for warning in analysis.capture.accounting.warnings:
+            click.echo(f"nagledetect: warning: {path}: {warning}", err=True)
+    return _Run([analysis for _, analysis in analysed], not_analysed + skipped)
+
+
+def _say_errors(not_analysed: list[NotAnalysed]) -> None:
+    """An error line for each reason files could not be analysed."""
     for reason, entries in _by_reason(not_analysed).items():
         click.echo(f"nagledetect: error: {_first_and_others([e.path for e in entries], 'file')}: "
                    f"{reason}", err=True)
-    analyses = [result for result in results if not isinstance(result, InputError)]
-    if not analyses:
-        sys.exit(EXIT_INPUT_ERROR)
-    skipped = [entry for entry in left_out if not entry.error]
+
+
+def _say_left_out(skipped: list[NotAnalysed]) -> None:
+    """One warning line for the files of the folders named that are not captures."""
     if skipped:
-        click.echo(f"nagledetect: warning: left out {len(skipped)} file"
-                   f"{'s' if len(skipped) > 1 else ''} of the folders named (the first, "
-                   f"{skipped[0].path}: {skipped[0].reason}); the report lists "
-                   f"{'them' if len(skipped) > 1 else 'it'} and why", err=True)
-    for path, result in zip(paths, results):
-        for warning in [] if isinstance(result, InputError) else result.capture.accounting.warnings:
-            click.echo(f"nagledetect: warning: {path}: {warning}", err=True)
-    return _Run(analyses, not_analysed + skipped)
+        several = len(skipped) > 1
+        click.echo(f"nagledetect: warning: left out {len(skipped)} file{'s' if several else ''} "
+                   f"of the folders named (the first, {skipped[0].path}: {skipped[0].reason}); "
+                   f"the report lists {'them' if several else 'it'} and why", err=True)
 
 
 @main.command()
