@@ -79,6 +79,19 @@ def test_a_compressed_capture_in_parts_is_split_by_its_decompressed_size(tmp_pat
     assert whole["findings"] and split == whole
 
 
+def test_the_decompressed_size_of_a_gzip_capture_is_its_trailer_s(tmp_path) -> None:
+    """Also for a capture so small that its gzip file is the larger (the file header alone:
+    read as 4 GiB it would be split into hundreds of parts; an archive of small captures took
+    ten times as long)."""
+    plain = NAGLE.read_bytes()
+    tiny = plain[:24]
+    for content in (plain, tiny):
+        path = tmp_path / "capture.pcap.gz"
+        path.write_bytes(gzip.compress(content))
+        assert capture_bytes(str(path)) == len(content)
+    assert os.path.getsize(path) > len(tiny)
+
+
 def _complete_records(plain: bytes) -> int:
     """The whole records in a pcap file's bytes (little-endian), walked header by header."""
     position, records = 24, 0

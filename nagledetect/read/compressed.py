@@ -71,7 +71,9 @@ def first_bytes(path: str, count: int) -> bytes:
 
 def capture_bytes(path: str) -> int:
     """About how many bytes the capture takes once decompressed (its size when it is not
-    compressed): gzip's trailer says it (modulo 4 GiB), other formats are estimated."""
+    compressed): gzip's trailer says it modulo 4 GiB, taken as the least such size that is at
+    least half the file (gzip never doubles what it stores; a small capture's file is often
+    larger than the capture); other formats are estimated."""
     size = os.path.getsize(path)
     with open(path, "rb") as handle:
         compression = compression_of(handle.read(4))
@@ -81,7 +83,8 @@ def capture_bytes(path: str) -> int:
             return size * ESTIMATED_RATIO
         handle.seek(-4, os.SEEK_END)
         (modulo,) = struct.unpack("<I", handle.read(4))
-    wraps = max(0, size - modulo + GZIP_SIZE_MODULUS - 1) // GZIP_SIZE_MODULUS
+    least = size // 2
+    wraps = max(0, least - modulo + GZIP_SIZE_MODULUS - 1) // GZIP_SIZE_MODULUS
     return modulo + wraps * GZIP_SIZE_MODULUS
 
 
