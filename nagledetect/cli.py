@@ -666,7 +666,7 @@ def _os_error(path: str, error: OSError) -> InputError:
         return _unexpected(path, error)
     return InputError(f"{path}: no room for temporary files in {USER_TEMPORARY_ROOT} "
                       f"({error.strerror}); set TMPDIR to a folder with about 80 bytes a packet "
-                      "free")
+                      "free, and room for a compressed capture decompressed")
 
 
 def _unexpected(path: str, error: Exception) -> InputError:

@@ -10,6 +10,7 @@ found and killed for real (SIGKILL), from outside, while the command runs.
 
 from __future__ import annotations
 
+import gzip
 import os
 import re
 import signal
@@ -273,6 +274,23 @@ def test_a_full_disk_for_temporary_files_names_the_folder_to_change(replicas, sm
     assert len(lines) == 1, result.stderr
     assert f"no room for temporary files in {small_disk} (No space left on device); set TMPDIR" \
         in lines[0]
+    assert list(small_disk.iterdir()) == []
+
+
+def test_a_compressed_capture_too_large_to_decompress_names_the_folder(replicas, small_disk,
+                                                                       tmp_path) -> None:
+    """The replica, compressed with gzip, decompresses into the 4 MB tmpfs and fills it. One
+    line, naming the folder and what it must hold; nothing left in it."""
+    compressed = tmp_path / "replica.pcap.gz"
+    compressed.write_bytes(gzip.compress(replicas[0].read_bytes(), compresslevel=1))
+    result = subprocess.run([sys.executable, "-m", "nagledetect", "analyze", str(compressed)],
+                            capture_output=True, text=True, timeout=120,
+                            env={**os.environ, "TMPDIR": str(small_disk)})
+    assert result.returncode == 2, result.stderr
+    assert result.stderr == (f"nagledetect: error: {compressed}: no room for temporary files in "
+                             f"{small_disk} (No space left on device); set TMPDIR to a folder "
+                             "with about 80 bytes a packet free, and room for a compressed "
+                             "capture decompressed\n")
     assert list(small_disk.iterdir()) == []
 
 
