@@ -22,7 +22,7 @@ from nagledetect.read.capture import (
 from nagledetect.sent_tables import TableRows, sent_fields
 
 
-@dataclass
+@dataclass(slots=True)
 class Capture:
     """Everything known about one capture file after reading and connection building."""
 

@@ -48,7 +48,7 @@ class Wanted:
     charts: bool = False
 
 
-@dataclass
+@dataclass(slots=True)
 class Analysis:
     """A capture with everything found in it.
 

@@ -22,7 +22,7 @@ MOST_EXPECTED_PACKETS = 1 << 28
 """A cap on the estimate, so room reserved for a huge file stays within what Linux lends."""
 
 
-@dataclass
+@dataclass(slots=True)
 class Accounting:
     """Packets read = TCP packets used + packets skipped, by reason; nothing is dropped silently."""
 
