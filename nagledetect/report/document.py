@@ -28,6 +28,7 @@ from nagledetect.report.evidence_text import EVENTS_CLOSE, evidence_texts
 from nagledetect.report.turns import write_in_turns
 from nagledetect.sent_tables import ColumnReader, Rows, joined_rows, rows_frame, rows_part
 from nagledetect.stored import (
+    RECORDS_PER_CHUNK,
     ChunkedSequence,
     StoredHosts,
     host_values,
@@ -159,6 +160,35 @@ def _json_values(values: np.ndarray) -> list[Any]:
         value = converted[position]
         converted[position] = None if value != value else round(value, 6)
     return converted
+
+
+class CaptureEntries(ChunkedSequence):
+    """The document's captures, each entry made when it is read (a run over an archive of a
+    million captures would otherwise hold a million of them, about 0.8 KB each, before anything
+    is written). The chunk last made is kept: reporters read a capture's entry for each of its
+    connections and findings, in order."""
+
+    def __init__(self, captures: list[Capture], read: ColumnReader) -> None:
+        self._captures = captures
+        self._read = read
+        self._chunk: tuple[int, list[dict[str, Any]]] = (0, [])
+
+    def __len__(self) -> int:
+        return len(self._captures)
+
+    def items(self, start: int, stop: int) -> list[dict[str, Any]]:
+        if stop - start == 1:
+            return [self._entry(start)]
+        return [_capture_entry(capture, self._read) for capture in self._captures[start:stop]]
+
+    def _entry(self, position: int) -> dict[str, Any]:
+        first, kept = self._chunk
+        if not first <= position < first + len(kept):
+            first = position - position % RECORDS_PER_CHUNK
+            kept = [_capture_entry(capture, self._read)
+                    for capture in self._captures[first:first + RECORDS_PER_CHUNK]]
+            self._chunk = (first, kept)
+        return kept[position - first]
 
 
 class ConnectionEntries(ChunkedSequence):
@@ -352,7 +382,7 @@ def build_document(analyses: list[Analysis],
     return {
         "schema": SCHEMA,
         "tool": {"name": "nagledetect", "version": __version__},
-        "captures": [_capture_entry(analysis.capture, read) for analysis in analyses],
+        "captures": CaptureEntries([analysis.capture for analysis in analyses], read),
         "not_analysed": [{"path": entry.path, "reason": entry.reason, "error": entry.error}
                          for entry in not_analysed],
         "connections": connections,
