@@ -194,3 +194,25 @@ def test_a_link_to_nothing_in_a_folder_is_an_error(archive, tmp_path) -> None:
     assert len(document["captures"]) == 4
     assert document["not_analysed"][0] == {"path": str(archive / "c-moved.pcap"),
                                            "reason": "a link to nothing", "error": True}
+
+
+def test_capture_entries_made_when_read_are_the_same_in_any_order() -> None:
+    """The document's capture entries are made a chunk at a time as they are read; read one by
+    one across a chunk's edge, backwards, or as slices, each is its capture's."""
+    import dataclasses
+
+    from nagledetect.analysis import analyze_capture
+    from nagledetect.report.document import CaptureEntries
+    from nagledetect.sent_tables import ColumnReader
+    from nagledetect.stored import RECORDS_PER_CHUNK
+
+    capture = analyze_capture(str(SAMPLE_TRACES / NAGLE)).capture
+    count = RECORDS_PER_CHUNK + 5
+    captures = [dataclasses.replace(capture, path=f"capture-{index}.pcap")
+                for index in range(count)]
+    entries = CaptureEntries(captures, ColumnReader())
+    positions = [0, RECORDS_PER_CHUNK - 1, RECORDS_PER_CHUNK, count - 1, 3, RECORDS_PER_CHUNK + 2]
+    assert [entries[p]["path"] for p in positions] == [f"capture-{p}.pcap" for p in positions]
+    assert [entry["path"] for entry in entries[RECORDS_PER_CHUNK - 2:RECORDS_PER_CHUNK + 2]] == [
+        f"capture-{p}.pcap" for p in range(RECORDS_PER_CHUNK - 2, RECORDS_PER_CHUNK + 2)]
+    assert len(entries) == count and entries[-1]["packets"] == 246
