@@ -67,3 +67,30 @@ def test_html_findings_list_keeps_the_stalls_in_sight(monkeypatch) -> None:
                    if finding["kind"] == "nagle-delack-stall"]
     assert listed == list(range(1, FINDINGS_SHOWN - len(stall_ranks) + 1)) + stall_ranks
     assert f"findings: {FINDINGS_SHOWN} of {len(document['findings'])} are listed" in page
+
+
+def test_capture_accounting_of_many_captures_is_totals_and_twenty_captures() -> None:
+    """All the sample traces (more than twenty): the totals are the JSON document's sums, the
+    captures with warnings are all shown (the merged pcapng's reader warning among them), and
+    the rest are counted; --verbose lists every capture."""
+    from nagledetect.report.text import CAPTURES_SHOWN
+    from tests.conftest import SAMPLE_TRACES
+
+    paths = sorted(str(path) for path in SAMPLE_TRACES.glob("*.pcap*"))
+    assert len(paths) > CAPTURES_SHOWN
+    document = json.loads(_run("--format", "json", *paths))
+    text = _run(*paths).split("CAPTURE ACCOUNTING\n", 1)[1]
+    captures = document["captures"]
+    read = sum(capture["packets"] for capture in captures)
+    used = sum(capture["tcp_packets"] for capture in captures)
+    warned = [capture["path"] for capture in captures if capture["warnings"]]
+    assert text.startswith(f"  all {len(captures)} captures: {read} packets read = {used} TCP "
+                           f"used + {read - used} skipped; {len(warned)} with warnings\n")
+    capture_lines = [line for line in text.splitlines() if line.startswith(f"  {SAMPLE_TRACES}")]
+    assert len(capture_lines) == CAPTURES_SHOWN
+    assert 0 < len(warned) < CAPTURES_SHOWN
+    assert all(any(line.startswith(f"  {path} (") for line in capture_lines) for path in warned)
+    assert f"... and {len(captures) - CAPTURES_SHOWN} more captures" in text
+    verbose = _run("-v", *paths).split("CAPTURE ACCOUNTING\n", 1)[1]
+    assert len([line for line in verbose.splitlines()
+                if line.startswith(f"  {SAMPLE_TRACES}")]) == len(captures)

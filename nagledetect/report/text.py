@@ -7,7 +7,8 @@ It renders the result document only; every number here is also in the JSON.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterable, Iterator
+from collections import Counter
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 import click
@@ -31,6 +32,8 @@ PARITY_ROWS_SHOWN = 20
 FINDINGS_SHOWN = 20
 HOSTS_SHOWN = 20
 CONNECTIONS_SHOWN = 50
+CAPTURES_SHOWN = 20
+SKIP_REASONS_SHOWN = 10
 NOT_ANALYSED_SHOWN = 20
 WHERE_ALL_ARE = "--verbose lists them all; --format json has every one"
 """What every capped list says of the rows it left out."""
@@ -341,9 +344,54 @@ def _not_analysed(document: dict[str, Any], style: _Style, verbose: bool) -> lis
     return lines + [""]
 
 
-def _accounting(document: dict[str, Any], style: _Style) -> list[str]:
+def _accounting(document: dict[str, Any], style: _Style, verbose: bool) -> list[str]:
+    """Each capture's packets read, used and skipped, and its warnings; over several captures,
+    their totals first, then (unless `verbose`) CAPTURES_SHOWN of them, in run order, those
+    with warnings chosen first (an archive's thousands of lines would bury them)."""
+    captures = document["captures"]
     lines = [style.heading("CAPTURE ACCOUNTING")]
-    for capture in document["captures"]:
+    if len(captures) > 1:
+        lines += _accounting_totals(captures, verbose)
+    shown = list(captures) if verbose else _captures_shown(captures)
+    lines += _capture_accounting(shown)
+    if len(shown) < len(captures):
+        lines.append(_left_out_line(len(captures) - len(shown), "captures"))
+    return lines
+
+
+def _accounting_totals(captures: Sequence[dict[str, Any]], verbose: bool) -> list[str]:
+    read = used = warned = 0
+    skipped: Counter[str] = Counter()
+    for capture in captures:
+        read += capture["packets"]
+        used += capture["tcp_packets"]
+        warned += bool(capture["warnings"])
+        skipped.update(capture["skipped"])
+    reasons = skipped.most_common(None if verbose else SKIP_REASONS_SHOWN)
+    lines = [f"  all {len(captures)} captures: {read} packets read = {used} TCP used + "
+             f"{sum(skipped.values())} skipped; {warned} with warnings"]
+    lines += [f"    skipped {count:>9}  {reason}" for reason, count in reasons]
+    if len(reasons) < len(skipped):
+        lines.append(_left_out_line(len(skipped) - len(reasons), "reasons, each skipping fewer"))
+    return lines
+
+
+def _captures_shown(captures: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The first CAPTURES_SHOWN captures with warnings, made up to that many with the first
+    without, in run order."""
+    warned: list[int] = []
+    quiet: list[int] = []
+    for position, capture in enumerate(captures):
+        (warned if capture["warnings"] else quiet).append(position)
+        if len(warned) >= CAPTURES_SHOWN:
+            break
+    chosen = sorted(warned + quiet[:max(0, CAPTURES_SHOWN - len(warned))])
+    return [captures[position] for position in chosen]
+
+
+def _capture_accounting(captures: list[dict[str, Any]]) -> list[str]:
+    lines = []
+    for capture in captures:
         skipped = sum(capture["skipped"].values())
         lines.append(f"  {capture['path']} ({capture['link_type_name']}, link type "
                      f"{capture['link_type']}): {capture['packets']} packets read = "
@@ -374,5 +422,5 @@ def render_text(document: dict[str, Any], verbose: bool = False, colour: bool = 
     lines += _parity(document, style)
     lines += _connections(document, style, verbose)
     lines += _not_analysed(document, style, verbose)
-    lines += _accounting(document, style)
+    lines += _accounting(document, style, verbose)
     return "\n".join(lines) + "\n"
