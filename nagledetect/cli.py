@@ -186,8 +186,9 @@ def analyze(captures: tuple[str, ...], bpf_filter: str | None, output_format: st
             dask_address: str | None, files_from: TextIO | None) -> None:
     """Analyse pcap/pcapng CAPTURES and print the diagnosis.
 
-    A folder stands for every capture under it. Frame numbers are 1-based positions in the
-    file, as Wireshark shows them (also with --filter: packets the filter excludes are counted
+    A folder stands for every capture under it; captures compressed with gzip, bzip2 or xz
+    are read as they are. Frame numbers are 1-based positions in the file, as Wireshark shows
+    them (also with --filter: packets the filter excludes are counted
     as skipped, not renumbered). A capture that cannot be read is named on stderr and the run
     goes on with the others, then ends with exit status 2.
 
