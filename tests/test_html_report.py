@@ -61,3 +61,25 @@ def test_every_chart_renders_in_chromium_without_console_errors(tmp_path) -> Non
     assert len(charts) >= 8 and len(drawn) == len(charts)
     assert errors == [] and remote == []
     assert (tmp_path / "report.png").stat().st_size > 10_000
+
+
+def test_the_accounting_of_several_captures_is_their_totals_and_a_table(tmp_path) -> None:
+    """Totals checked against the JSON document of the same captures; one table row a capture,
+    the merged pcapng's reader warning in its row."""
+    import json
+    import re
+
+    captures = [str(SAMPLE_TRACES / name) for name in
+                ("seed003-nagle.pcap", "merged-interfaces.pcapng", "trap-rpc.pcap")]
+    document = json.loads(subprocess.run(
+        [sys.executable, "-m", "nagledetect", "analyze", "--format", "json", *captures],
+        capture_output=True, text=True, check=True).stdout)
+    read = sum(c["packets"] for c in document["captures"])
+    used = sum(c["tcp_packets"] for c in document["captures"])
+    page = _report(tmp_path, *captures).read_text()
+    accounting = page.split("<h2>Capture accounting</h2>", 1)[1]
+    assert accounting.startswith(f"<p>All 3 captures: {read} packets read = {used} TCP used + "
+                                 f"{read - used} skipped; 1 with warnings.</p>")
+    rows = re.findall(r"<tr><td><code>(.*?)</code>.*?</tr>", accounting)
+    assert rows == captures
+    assert "nagledetect&#x27;s own pcapng reader" in accounting.split(captures[1], 1)[1]

@@ -28,10 +28,19 @@ from nagledetect.chart_data import (
     Trace,
 )
 from nagledetect.detectors.model import HostProfile
-from nagledetect.report.text import KIND_TITLES, capped_findings, in_capture, noting_stalls
+from nagledetect.report.text import (
+    KIND_TITLES,
+    AccountingTotals,
+    capped_findings,
+    captures_shown,
+    in_capture,
+    noting_stalls,
+)
 
 MAX_TABLE_ROWS = 2_000
 MAX_FINDINGS_SHOWN = 50
+CAPTURES_SHOWN = 2_000
+"""Captures in the accounting table, as many as connections in theirs."""
 STYLE = """
 body{font-family:system-ui,sans-serif;margin:2em;color:#222;max-width:1200px}
 h1{font-size:1.5em} h2{margin-top:2em;border-bottom:1px solid #ccc}
@@ -279,15 +288,38 @@ def _flow_table(document: dict[str, Any], stalls: list[dict[str, Any]], notes: l
     return f"<table class='sortable'><thead>{head}</thead><tbody>{''.join(rows)}</tbody></table>"
 
 
-def _accounting(document: dict[str, Any]) -> str:
-    rows = []
-    for capture in document["captures"]:
-        skipped = "".join(f"<li>{_e(reason)}: {count}</li>" for reason, count in capture["skipped"].items())
-        warnings = "".join(f"<li>warning: {_e(w)}</li>" for w in capture["warnings"])
-        rows.append(f"<p><code>{_e(capture['path'])}</code> ({_e(capture['link_type_name'])}): "
-                    f"{capture['packets']} packets read = {capture['tcp_packets']} TCP used + "
-                    f"{sum(capture['skipped'].values())} skipped</p><ul>{skipped}{warnings}</ul>")
-    return "".join(rows)
+def _accounting(document: dict[str, Any], notes: list[str]) -> str:
+    """Over several captures, their totals, then a sortable table of the captures (at most
+    CAPTURES_SHOWN, those with warnings chosen first); one capture as a line and its lists."""
+    captures = document["captures"]
+    if len(captures) == 1:
+        return _one_capture_accounting(captures[0])
+    shown = captures_shown(captures, CAPTURES_SHOWN)
+    if len(shown) < len(captures):
+        notes.append(f"capture accounting: {len(shown):,} of {len(captures):,} captures, those "
+                     "with warnings first (the JSON document has every one)")
+    totals = AccountingTotals.of(captures)
+    reasons = "".join(f"<li>{_e(reason)}: {count}</li>"
+                      for reason, count in totals.skipped.most_common())
+    head = ("<tr><th>capture</th><th>link type</th><th>packets read</th><th>TCP used</th>"
+            "<th>skipped</th><th>warnings</th></tr>")
+    rows = "".join(
+        f"<tr><td><code>{_e(c['path'])}</code></td><td>{_e(c['link_type_name'])}</td>"
+        f"<td>{c['packets']}</td><td>{c['tcp_packets']}</td><td>{sum(c['skipped'].values())}"
+        f"</td><td>{'<br>'.join(_e(w) for w in c['warnings'])}</td></tr>" for c in shown)
+    return (f"<p>All {len(captures)} captures: {totals.read} packets read = {totals.used} TCP "
+            f"used + {sum(totals.skipped.values())} skipped; {totals.warned} with warnings.</p>"
+            f"<ul>{reasons}</ul><table class='sortable'><thead>{head}</thead><tbody>{rows}"
+            "</tbody></table>")
+
+
+def _one_capture_accounting(capture: dict[str, Any]) -> str:
+    skipped = "".join(f"<li>{_e(reason)}: {count}</li>"
+                      for reason, count in capture["skipped"].items())
+    warnings = "".join(f"<li>warning: {_e(w)}</li>" for w in capture["warnings"])
+    return (f"<p><code>{_e(capture['path'])}</code> ({_e(capture['link_type_name'])}): "
+            f"{capture['packets']} packets read = {capture['tcp_packets']} TCP used + "
+            f"{sum(capture['skipped'].values())} skipped</p><ul>{skipped}{warnings}</ul>")
 
 
 def _not_analysed(document: dict[str, Any]) -> str:
@@ -330,6 +362,7 @@ def render_html(document: dict[str, Any], analyses: list[Analysis]) -> str:
               *_ack_delays(analyses, notes), *_phase_plots(analyses, notes),
               _packet_sizes(analyses), _parity(document)]
     table = _flow_table(document, stalls, notes)
+    accounting = _accounting(document, notes)
     sampled = "".join(f"<li>{_e(n)}</li>" for n in notes)
     return (
         "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>"
@@ -342,7 +375,7 @@ def render_html(document: dict[str, Any], analyses: list[Analysis]) -> str:
         f"<h2>Charts</h2>{''.join(charts)}"
         + (f"<p class='note'>Shown in part:</p><ul class='note'>{sampled}</ul>" if sampled else "")
         + f"<h2>Connections</h2><p class='note'>Click a column to sort.</p>{table}"
-        f"{_not_analysed(document)}<h2>Capture accounting</h2>{_accounting(document)}"
+        f"{_not_analysed(document)}<h2>Capture accounting</h2>{accounting}"
         f"<p class='note'>nagledetect {_e(document['tool']['version'])}, schema "
         f"{_e(document['schema'])}</p><script>{SORT_SCRIPT}</script></body></html>")
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import itertools
 from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import click
@@ -352,40 +353,56 @@ def _accounting(document: dict[str, Any], style: _Style, verbose: bool) -> list[
     lines = [style.heading("CAPTURE ACCOUNTING")]
     if len(captures) > 1:
         lines += _accounting_totals(captures, verbose)
-    shown = list(captures) if verbose else _captures_shown(captures)
+    shown = list(captures) if verbose else captures_shown(captures, CAPTURES_SHOWN)
     lines += _capture_accounting(shown)
     if len(shown) < len(captures):
         lines.append(_left_out_line(len(captures) - len(shown), "captures"))
     return lines
 
 
+@dataclass
+class AccountingTotals:
+    """The packets of several captures read, used and skipped (by reason), and how many of the
+    captures have warnings."""
+
+    read: int = 0
+    used: int = 0
+    warned: int = 0
+    skipped: Counter[str] = field(default_factory=Counter)
+
+    @classmethod
+    def of(cls, captures: Sequence[dict[str, Any]]) -> AccountingTotals:
+        totals = cls()
+        for capture in captures:
+            totals.read += capture["packets"]
+            totals.used += capture["tcp_packets"]
+            totals.warned += bool(capture["warnings"])
+            totals.skipped.update(capture["skipped"])
+        return totals
+
+
 def _accounting_totals(captures: Sequence[dict[str, Any]], verbose: bool) -> list[str]:
-    read = used = warned = 0
-    skipped: Counter[str] = Counter()
-    for capture in captures:
-        read += capture["packets"]
-        used += capture["tcp_packets"]
-        warned += bool(capture["warnings"])
-        skipped.update(capture["skipped"])
-    reasons = skipped.most_common(None if verbose else SKIP_REASONS_SHOWN)
-    lines = [f"  all {len(captures)} captures: {read} packets read = {used} TCP used + "
-             f"{sum(skipped.values())} skipped; {warned} with warnings"]
+    totals = AccountingTotals.of(captures)
+    reasons = totals.skipped.most_common(None if verbose else SKIP_REASONS_SHOWN)
+    lines = [f"  all {len(captures)} captures: {totals.read} packets read = {totals.used} TCP "
+             f"used + {sum(totals.skipped.values())} skipped; {totals.warned} with warnings"]
     lines += [f"    skipped {count:>9}  {reason}" for reason, count in reasons]
-    if len(reasons) < len(skipped):
-        lines.append(_left_out_line(len(skipped) - len(reasons), "reasons, each skipping fewer"))
+    if len(reasons) < len(totals.skipped):
+        lines.append(_left_out_line(len(totals.skipped) - len(reasons),
+                                    "reasons, each skipping fewer"))
     return lines
 
 
-def _captures_shown(captures: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The first CAPTURES_SHOWN captures with warnings, made up to that many with the first
-    without, in run order."""
+def captures_shown(captures: Sequence[dict[str, Any]], limit: int) -> list[dict[str, Any]]:
+    """The first `limit` captures with warnings, made up to that many with the first without,
+    in run order."""
     warned: list[int] = []
     quiet: list[int] = []
     for position, capture in enumerate(captures):
         (warned if capture["warnings"] else quiet).append(position)
-        if len(warned) >= CAPTURES_SHOWN:
+        if len(warned) >= limit:
             break
-    chosen = sorted(warned + quiet[:max(0, CAPTURES_SHOWN - len(warned))])
+    chosen = sorted(warned + quiet[:max(0, limit - len(warned))])
     return [captures[position] for position in chosen]
 
 
