@@ -57,8 +57,9 @@ DASK_OPTION = click.option("--dask", "dask_address", metavar="SCHEDULER_ADDRESS"
                            help="Run the per-file analysis on this Dask cluster (tcp://host:8786).")
 FILES_FROM_OPTION = click.option(
     "--files-from", type=click.File("r", encoding="utf-8", errors="surrogateescape"),
-    metavar="FILE", help="Also the captures or folders listed in FILE, one a line ('-': standard "
-                         "input): for archives too large to name on the command line.")
+    metavar="FILE", help="Also the captures or folders listed in FILE, one a line, or NUL-ended "
+                         "as find -print0 writes them ('-': standard input): for archives too "
+                         "large to name on the command line.")
 CAPTURES_ARGUMENT = click.argument("captures", nargs=-1, type=click.Path())
 BYTE_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 
@@ -197,7 +198,7 @@ def analyze(captures: tuple[str, ...], bpf_filter: str | None, output_format: st
       nagledetect analyze sample_traces/seed003-nagle.pcap
       nagledetect analyze --format json capture.pcapng > result.json
       nagledetect analyze -j 8 --html archive.html /srv/captures/
-      find /srv/captures -name '*.pcap' -mtime -1 | nagledetect analyze --files-from -
+      find /srv/captures -mtime -1 -print0 | nagledetect analyze --files-from -
     """
     run = _analyze_all(_capture_list(captures, files_from), bpf_filter, jobs, dask_address,
                        Wanted(tables=bool(tables_dir), charts=bool(html_path)),

@@ -216,3 +216,16 @@ def test_capture_entries_made_when_read_are_the_same_in_any_order() -> None:
     assert [entry["path"] for entry in entries[RECORDS_PER_CHUNK - 2:RECORDS_PER_CHUNK + 2]] == [
         f"capture-{p}.pcap" for p in range(RECORDS_PER_CHUNK - 2, RECORDS_PER_CHUNK + 2)]
     assert len(entries) == count and entries[-1]["packets"] == 246
+
+
+def test_files_from_takes_nul_ended_names_as_find_print0_writes_them(archive, tmp_path) -> None:
+    """A name with a line break in it survives a NUL-ended list."""
+    odd = tmp_path / "rotated\nat midnight.pcap"
+    shutil.copy(SAMPLE_TRACES / RPC, odd)
+    listed = subprocess.run(["find", str(archive / "old"), str(odd), "-type", "f", "!", "-name",
+                             "*.zst", "-print0"], capture_output=True, check=True).stdout
+    result = nagledetect("analyze", "--format", "json", "--files-from", "-",
+                         stdin=listed.decode())
+    assert result.returncode == 0, result.stderr
+    paths = sorted(capture["path"] for capture in json.loads(result.stdout)["captures"])
+    assert paths == sorted([*_captures_in(archive)[1:], str(odd)])

@@ -59,8 +59,12 @@ def capture_list(names: Iterable[str]) -> CaptureList:
 
 def listed_names(stream: TextIO) -> list[str]:
     """The names in a list of files (`--files-from`): one a line, blank lines ignored, the line
-    taken whole otherwise (a name may hold spaces)."""
-    return [line.rstrip("\r\n") for line in stream if line.strip()]
+    taken whole otherwise (a name may hold spaces); or, when the list holds a NUL character
+    (`find -print0`), one per NUL-ended name (a name may then hold a line break)."""
+    text = stream.read()
+    if "\0" in text:
+        return [name for name in text.split("\0") if name]
+    return [line.rstrip("\r") for line in text.split("\n") if line.strip()]
 
 
 def _add_folder(folder: str, found: CaptureList) -> None:
