@@ -87,3 +87,29 @@ def test_a_parallel_run_counts_captures_in_one_line(draw_at_once, monkeypatch) -
             for line in lines]
     assert done[0] == 0 and done[-1] == 3 and done == sorted(done)
     assert all(("ETA" in line) == (count > 0) for line, count in zip(lines, done))
+
+
+def test_a_compressed_capture_shows_its_decompression_then_its_read(draw_at_once, tmp_path,
+                                                                     monkeypatch) -> None:
+    """trap-bulk.pcap (640 KB) compressed with gzip, decompressed a 16 KB chunk at a time here:
+    the line follows the compressed bytes decompressed up to the file's size, then the packets
+    read."""
+    import gzip
+
+    monkeypatch.setattr("nagledetect.read.compressed.COPY_CHUNK_BYTES", 1 << 14)
+    path = tmp_path / "bulk.pcap.gz"
+    path.write_bytes(gzip.compress((SAMPLE_TRACES / "trap-bulk.pcap").read_bytes(),
+                                   compresslevel=1))
+    terminal = _Terminal()
+    progress = ProgressLine(str(path), terminal)
+    capture = load_capture(str(path), progress=progress)
+    progress.done()
+    lines = _lines(terminal.getvalue())
+    size = f"{path.stat().st_size / 1e6:,.1f}"
+    size_mb = f"{size} MB"
+    decompressing = [line for line in lines if line.startswith("bulk.pcap.gz: decompressing, ")]
+    assert len(decompressing) > 2 and all(line.split(" of ")[1].startswith(size_mb)
+                                          for line in decompressing)
+    assert decompressing[-1].startswith(f"bulk.pcap.gz: decompressing, {size} of {size_mb}")
+    assert lines.index(decompressing[-1]) < len(lines) - 1
+    assert f"{capture.accounting.packets_read:,} packets" in lines[-1]

@@ -65,14 +65,17 @@ def decoded_batches(path: str, bpf_filter: str | None = None,
     Each batch is a dict of packet columns (with `frame`, 1-based file positions as in
     Wireshark, and `time_us`) and a dict of its SACK blocks (`row` = packet index within the
     batch, `left_raw`, `right_raw`). `progress(packets, bytes)` is called after each batch
-    (bytes estimated as pcap records: 16-byte headers plus captured bytes). The accounting is
+    (bytes estimated as pcap records: 16-byte headers plus captured bytes); a `progress` with a
+    `decompressing(done, total)` method is also told how a compressed capture's decompression
+    gets on, before the first batch. The accounting is
     complete once the generator is exhausted. Opening happens now, so a file that cannot be
     read fails here, before any output. A caller that may stop early closes the generator
     (`contextlib.closing`): its reading and decoding threads are then shut down in the
     caller's thread, not by whichever thread the garbage collector runs in (the decoding
     thread cannot join itself).
     """
-    reader = CaptureReader(path, bpf_filter)
+    reader = CaptureReader(path, bpf_filter,
+                           decompression_progress=getattr(progress, "decompressing", None))
     accounting = Accounting(path=path, linktype=reader.linktype)
     return accounting, _batches(reader, accounting, progress)
 

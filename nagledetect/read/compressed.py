@@ -25,12 +25,13 @@ from nagledetect.errors import InputError
 COMPRESSED_MAGICS = {b"\x1f\x8b": "gzip", b"BZh": "bzip2", b"\xfd7zX": "xz",
                      b"\x28\xb5\x2f\xfd": "zstd", b"PK\x03\x04": "zip"}
 """How a compressed file starts (at most four bytes of each format's magic), and its format."""
-OPENERS: dict[str, Callable[[str], BinaryIO]] = {
-    "gzip": lambda path: gzip.open(path, "rb"),
-    "bzip2": lambda path: bz2.open(path, "rb"),
-    "xz": lambda path: lzma.open(path, "rb"),
+OPENERS: dict[str, Callable[[BinaryIO], BinaryIO]] = {
+    "gzip": lambda raw: gzip.GzipFile(fileobj=raw, mode="rb"),
+    "bzip2": bz2.BZ2File,
+    "xz": lzma.LZMAFile,
 }
-"""The formats read here (Python's own modules); others are refused with the reason."""
+"""The formats read here (Python's own modules), each a reader of the compressed file object;
+others are refused with the reason."""
 UNREAD_COMPRESSION = "decompress it to analyse it (nagledetect reads gzip, bzip2 and xz)"
 DAMAGED_ERRORS = (OSError, EOFError, zlib.error, lzma.LZMAError, ValueError)
 """What the decompressors raise on damaged data (bz2's is OSError or ValueError)."""
@@ -63,7 +64,7 @@ def first_bytes(path: str, count: int) -> bytes:
     if compression not in OPENERS:
         return start
     try:
-        with OPENERS[compression](path) as stream:
+        with open(path, "rb") as raw, OPENERS[compression](raw) as stream:
             return stream.read(count)
     except DAMAGED_ERRORS:
         return b""
@@ -88,16 +89,22 @@ def capture_bytes(path: str) -> int:
     return modulo + wraps * GZIP_SIZE_MODULUS
 
 
+DecompressionProgress = Callable[[int, int], None]
+"""Told, as a capture is decompressed, the compressed bytes read so far and the file's size."""
+
+
 class DecompressedCopy:
     """A compressed capture's decompressed copy in the temporary folder (`path`), with
     `cut_short` saying why the stream ended early (None: it ended whole). `remove()` deletes
     it."""
 
-    def __init__(self, path: str, compression: str) -> None:
+    def __init__(self, path: str, compression: str,
+                 progress: DecompressionProgress | None = None) -> None:
         if compression not in OPENERS:
             raise InputError(f"{path}: compressed with {compression}: {UNREAD_COMPRESSION}")
         handle, self.path = tempfile.mkstemp(prefix="nagledetect-decompressed-", suffix=".pcap")
         self.cut_short: str | None = None
+        self._progress = progress
         try:
             with os.fdopen(handle, "wb") as copy:
                 self._copy(path, compression, copy)
@@ -106,10 +113,13 @@ class DecompressedCopy:
             raise
 
     def _copy(self, path: str, compression: str, copy: BinaryIO) -> None:
+        size = os.path.getsize(path)
         try:
-            with OPENERS[compression](path) as stream:
+            with open(path, "rb") as raw, OPENERS[compression](raw) as stream:
                 while chunk := stream.read1(COPY_CHUNK_BYTES):
                     copy.write(chunk)
+                    if self._progress:
+                        self._progress(raw.tell(), size)
         except EOFError:
             self.cut_short = f"the {compression} stream ends before its end marker"
         except DAMAGED_ERRORS as error:

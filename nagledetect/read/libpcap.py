@@ -16,7 +16,7 @@ import numpy as np
 import pcapy
 
 from nagledetect.errors import InputError
-from nagledetect.read.compressed import DecompressedCopy, compression_of
+from nagledetect.read.compressed import DecompressedCopy, DecompressionProgress, compression_of
 from nagledetect.read.decode import pad_batch
 from nagledetect.read.pcapng import PcapngReader
 from nagledetect.read.raw import RawBatch
@@ -54,13 +54,14 @@ def _compression(path: str) -> str | None:
         return compression_of(handle.read(4))
 
 
-def _decompressed_copy(path: str) -> DecompressedCopy | None:
+def _decompressed_copy(path: str, progress: DecompressionProgress | None
+                       ) -> DecompressedCopy | None:
     """A copy to read when the capture is compressed (None: read the file itself)."""
     try:
         compression = _compression(path)
     except OSError:
         return None
-    return DecompressedCopy(path, compression) if compression else None
+    return DecompressedCopy(path, compression, progress) if compression else None
 
 
 def _unpack(packet_bytes: bytes, packed_meta: bytes, first_frame: int, linktype: int
@@ -86,10 +87,12 @@ class CaptureReader:
     batches are read or the reader is let go."""
 
     def __init__(self, path: str, bpf_filter: str | None = None,
-                 batch_packets: int = BATCH_PACKETS) -> None:
+                 batch_packets: int = BATCH_PACKETS,
+                 decompression_progress: DecompressionProgress | None = None) -> None:
         self.path = path
         self.batch_packets = batch_packets
-        copy = _decompressed_copy(path) if os.path.isfile(path) else None
+        copy = (_decompressed_copy(path, decompression_progress) if os.path.isfile(path)
+                else None)
         self.source = copy.path if copy else path
         """The file read: the capture, or its decompressed copy."""
         self.decompression_cut_short = copy.cut_short if copy else None
