@@ -83,3 +83,23 @@ def test_the_accounting_of_several_captures_is_their_totals_and_a_table(tmp_path
     rows = re.findall(r"<tr><td><code>(.*?)</code>.*?</tr>", accounting)
     assert rows == captures
     assert "nagledetect&#x27;s own pcapng reader" in accounting.split(captures[1], 1)[1]
+
+
+def test_files_not_analysed_are_listed_errors_first_and_capped(tmp_path, monkeypatch) -> None:
+    """Rendered from a document of the sample trace with three files not analysed, the list
+    capped at two here: the error comes first, and the note says how many were left off."""
+    from nagledetect.analysis import analyze_capture
+    from nagledetect.read.inputs import NotAnalysed
+    from nagledetect.report import html
+    from nagledetect.report.document import build_document
+
+    monkeypatch.setattr(html, "CAPTURES_SHOWN", 2)
+    analysis = analyze_capture(str(SAMPLE_TRACES / "seed003-nagle.pcap"))
+    not_analysed = [NotAnalysed("a/notes.txt", "not a pcap or pcapng capture", error=False),
+                    NotAnalysed("a/b.md5", "not a pcap or pcapng capture", error=False),
+                    NotAnalysed("a/cut.pcap", "empty file, not a capture", error=True)]
+    page = html.render_html(build_document([analysis], not_analysed), [analysis])
+    section = page.split("<h2>Not analysed (3 files)</h2>", 1)[1].split("</ul>", 1)[0]
+    assert section == ("<ul><li>error: <code>a/cut.pcap</code>: empty file, not a capture</li>"
+                       "<li>left out: <code>a/notes.txt</code>: not a pcap or pcapng capture</li>")
+    assert "files not analysed: 2 of 3, errors first" in page

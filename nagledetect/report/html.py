@@ -322,12 +322,18 @@ def _one_capture_accounting(capture: dict[str, Any]) -> str:
             f"{sum(capture['skipped'].values())} skipped</p><ul>{skipped}{warnings}</ul>")
 
 
-def _not_analysed(document: dict[str, Any]) -> str:
-    entries = document["not_analysed"]
+def _not_analysed(document: dict[str, Any], notes: list[str]) -> str:
+    """The files not analysed, errors first, at most CAPTURES_SHOWN of them (an archive may
+    hold a checksum file beside each capture)."""
+    entries = sorted(document["not_analysed"], key=lambda entry: not entry["error"])
     if not entries:
         return ""
+    shown = entries[:CAPTURES_SHOWN]
+    if len(shown) < len(entries):
+        notes.append(f"files not analysed: {len(shown):,} of {len(entries):,}, errors first (the "
+                     "JSON document has every one)")
     items = "".join(f"<li>{'error' if entry['error'] else 'left out'}: <code>{_e(entry['path'])}"
-                    f"</code>: {_e(entry['reason'])}</li>" for entry in entries)
+                    f"</code>: {_e(entry['reason'])}</li>" for entry in shown)
     files = f"{len(entries)} file{'s' if len(entries) > 1 else ''}"
     return f"<h2>Not analysed ({files})</h2><ul>{items}</ul>"
 
@@ -363,6 +369,7 @@ def render_html(document: dict[str, Any], analyses: list[Analysis]) -> str:
               _packet_sizes(analyses), _parity(document)]
     table = _flow_table(document, stalls, notes)
     accounting = _accounting(document, notes)
+    not_analysed = _not_analysed(document, notes)
     sampled = "".join(f"<li>{_e(n)}</li>" for n in notes)
     return (
         "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>"
@@ -375,7 +382,7 @@ def render_html(document: dict[str, Any], analyses: list[Analysis]) -> str:
         f"<h2>Charts</h2>{''.join(charts)}"
         + (f"<p class='note'>Shown in part:</p><ul class='note'>{sampled}</ul>" if sampled else "")
         + f"<h2>Connections</h2><p class='note'>Click a column to sort.</p>{table}"
-        f"{_not_analysed(document)}<h2>Capture accounting</h2>{accounting}"
+        f"{not_analysed}<h2>Capture accounting</h2>{accounting}"
         f"<p class='note'>nagledetect {_e(document['tool']['version'])}, schema "
         f"{_e(document['schema'])}</p><script>{SORT_SCRIPT}</script></body></html>")
 
