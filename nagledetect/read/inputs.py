@@ -1,11 +1,11 @@
 """Which files a run reads: the captures named, and the captures inside the folders named.
 
 Why: an archive is a folder of thousands of captures, often with other files among them (notes,
-checksums), and more files than a command line can name. A capture compressed in a format read
-here (`compressed`) is a capture. A folder stands
-for every capture under it, in name order; a file found there that is not a capture is left out
-and listed with the reason, so that nothing is dropped silently. A file named on its own is
-always handed to the reader, which says why it cannot be read.
+checksums), and more files than a command line can name. A folder stands for every capture
+under it, in `ls -R` order; a capture compressed in a format read here (`compressed`) is a
+capture; a file found there that is not a capture is left out and listed with the reason, so
+that nothing is dropped silently. A file named on its own is always handed to the reader, which
+says why it cannot be read.
 """
 
 from __future__ import annotations
@@ -16,15 +16,18 @@ from dataclasses import dataclass, field
 from operator import attrgetter
 from typing import TextIO
 
-from nagledetect.read.compressed import OPENERS, UNREAD_COMPRESSION, compression_of, first_bytes
+from nagledetect.read.compressed import OPENERS, UNREAD_COMPRESSION, held_start
+from nagledetect.read.libpcap import PCAPNG_MAGIC
 
 CAPTURE_MAGICS = (
     b"\xd4\xc3\xb2\xa1", b"\xa1\xb2\xc3\xd4",
     b"\x4d\x3c\xb2\xa1", b"\xa1\xb2\x3c\x4d",
-    b"\x0a\x0d\x0d\x0a",
+    PCAPNG_MAGIC,
 )
 """The first four bytes of a pcap file (microsecond or nanosecond, either byte order) and of a
-pcapng file (its section header block's type, the same in both orders)."""
+pcapng file."""
+
+
 @dataclass(frozen=True)
 class NotAnalysed:
     """A file of the run that was not analysed, and why. `error`: the run cannot vouch for
@@ -107,18 +110,11 @@ def _add_file(entry: os.DirEntry, found: CaptureList) -> None:
             else NotAnalysed(entry.path, "not a regular file", error=False))
         return
     try:
-        descriptor = os.open(entry.path, os.O_RDONLY)
-        try:
-            start = os.read(descriptor, len(CAPTURE_MAGICS[0]))
-        finally:
-            os.close(descriptor)
+        compression, start = held_start(entry.path)
     except OSError as error:
         found.left_out.append(NotAnalysed(entry.path, f"cannot be read ({error.strerror})",
                                           error=True))
         return
-    compression = compression_of(start)
-    if compression in OPENERS:
-        start = first_bytes(entry.path, len(start))
     if start in CAPTURE_MAGICS:
         found.paths.append(entry.path)
     elif compression is not None:

@@ -16,7 +16,7 @@ import numpy as np
 import pcapy
 
 from nagledetect.errors import InputError
-from nagledetect.read.compressed import DecompressedCopy, DecompressionProgress, compression_of
+from nagledetect.read.compressed import DecompressedCopy, DecompressionProgress, file_compression
 from nagledetect.read.decode import pad_batch
 from nagledetect.read.pcapng import PcapngReader
 from nagledetect.read.raw import RawBatch
@@ -45,20 +45,15 @@ def _open(path: str, source: str) -> object:
         message = str(error)
         if "unknown file format" in message:
             message = "not a pcap or pcapng capture" + (
-                "" if source == path else f" (once decompressed from {_compression(path)})")
+                "" if source == path else f" (once decompressed from {file_compression(path)})")
         raise InputError(f"{path}: {message}") from None
-
-
-def _compression(path: str) -> str | None:
-    with open(path, "rb") as handle:
-        return compression_of(handle.read(4))
 
 
 def _decompressed_copy(path: str, progress: DecompressionProgress | None
                        ) -> DecompressedCopy | None:
     """A copy to read when the capture is compressed (None: read the file itself)."""
     try:
-        compression = _compression(path)
+        compression = file_compression(path)
     except OSError:
         return None
     return DecompressedCopy(path, compression, progress) if compression else None
