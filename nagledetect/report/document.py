@@ -363,7 +363,7 @@ def _parity_entries(analysis: Analysis, capture_index: int, first_id: int,
 def build_document(analyses: list[Analysis],
                    not_analysed: Sequence[NotAnalysed] = ()) -> dict[str, Any]:
     """The whole result for one run over one or more captures (`not_analysed`: the files of the
-    run that were not, and why).
+    run that were not, and why; listed errors first, in their order).
 
     Connections, findings and hosts are sequences whose entries (plain dicts) are made when read.
     Each finding's "events" is a `StallEvents`: it reads as a list of evidence rows, and
@@ -384,7 +384,7 @@ def build_document(analyses: list[Analysis],
         "tool": {"name": "nagledetect", "version": __version__},
         "captures": CaptureEntries([analysis.capture for analysis in analyses], read),
         "not_analysed": [{"path": entry.path, "reason": entry.reason, "error": entry.error}
-                         for entry in not_analysed],
+                         for entry in sorted(not_analysed, key=lambda entry: not entry.error)],
         "connections": connections,
         "findings": findings,
         "hosts": HostEntries(analyses, connections.first_ids),

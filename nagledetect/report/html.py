@@ -323,9 +323,9 @@ def _one_capture_accounting(capture: dict[str, Any]) -> str:
 
 
 def _not_analysed(document: dict[str, Any], notes: list[str]) -> str:
-    """The files not analysed, errors first, at most CAPTURES_SHOWN of them (an archive may
-    hold a checksum file beside each capture)."""
-    entries = sorted(document["not_analysed"], key=lambda entry: not entry["error"])
+    """The files not analysed, as the document lists them (errors first), at most
+    CAPTURES_SHOWN (an archive may hold a checksum file beside each capture)."""
+    entries = document["not_analysed"]
     if not entries:
         return ""
     shown = entries[:CAPTURES_SHOWN]

@@ -331,9 +331,9 @@ def _connections(document: dict[str, Any], style: _Style, verbose: bool) -> list
 
 
 def _not_analysed(document: dict[str, Any], style: _Style, verbose: bool) -> list[str]:
-    """The files of the run that were not analysed: errors first, then files of the folders
-    named that are not captures."""
-    entries = sorted(document["not_analysed"], key=lambda entry: not entry["error"])
+    """The files of the run that were not analysed, as the document lists them: errors first,
+    then files of the folders named that are not captures."""
+    entries = document["not_analysed"]
     if not entries:
         return []
     shown = entries if verbose else entries[:NOT_ANALYSED_SHOWN]
