@@ -10,13 +10,15 @@ KEPT_ARRAY_BYTES come from the heap and freed memory stays for the next part: 58
 0.35 s. A worker that has analysed a part of a huge connection would then go on holding
 hundreds of MB it freed while another worker analyses the next part: `give_back_free_memory`
 (`malloc_trim`) returns the free pages wherever they lie. A process that analyses parts itself
-and then goes on (`freed_memory_kept`) is left with glibc's usual thresholds afterwards.
+and then goes on (`freed_memory_kept`) is left with glibc's usual thresholds afterwards. The
+main process keeps what it frees while it routes a capture into parts too: each batch's decoded
+columns are freed as the next is made (on the 10 M mix 60,000 fewer page faults, 0.3 s less
+system time).
 """
 
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import cache
@@ -40,13 +42,11 @@ _M_MMAP_THRESHOLD = -3
 
 @cache
 def _libc() -> ctypes.CDLL | None:
-    """glibc, or None where the C library has no `malloc_trim` (musl, macOS)."""
-    name = ctypes.util.find_library("c")
-    try:
-        library = ctypes.CDLL(name) if name else None
-    except OSError:
-        return None
-    if library is None or not hasattr(library, "malloc_trim") or not hasattr(library, "mallopt"):
+    """The C library already loaded in this process (looked up without `find_library`, which
+    starts a process of its own to ask `ldconfig`), or None where it has no `malloc_trim`
+    (musl, macOS)."""
+    library = ctypes.CDLL(None)
+    if not hasattr(library, "malloc_trim") or not hasattr(library, "mallopt"):
         return None
     return library
 
@@ -60,9 +60,10 @@ def keep_freed_memory() -> None:
 @contextmanager
 def freed_memory_kept() -> Iterator[None]:
     """`keep_freed_memory` for the block, in a process that goes on afterwards (the main
-    process at -j 1, a worker of a run over many captures, a Dask worker that runs other
-    tasks): the thresholds are then set as glibc's own would stand at most and the free pages
-    given back, so the process does not go on holding what the parts freed."""
+    process routing a capture into parts, or analysing them at -j 1, a worker of a run over
+    many captures, a Dask worker that runs other tasks): the thresholds are then set as
+    glibc's own would stand at most and the free pages given back, so the process does not go
+    on holding what the parts freed."""
     keep_freed_memory()
     try:
         yield

@@ -140,7 +140,7 @@ def analyze_in_parts(path: str, bpf_filter: str | None, progress: ProgressCallba
     collected = _Collected(max(1, parts * max(1, workers) // PARTS_PER_HOST_BUCKET), workers,
                            wanted, spill or SpillFile())
     try:
-        with closing(batches):
+        with closing(batches), freed_memory_kept():
             partitioned.add(batches)
         files = partitioned.part_files()
         if workers > 1 and files:
