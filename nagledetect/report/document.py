@@ -344,11 +344,28 @@ def _advice_entries(findings: FindingEntries) -> dict[str, Any]:
             for key in used}
 
 
-def _parity_entries(analysis: Analysis, capture_index: int, first_id: int,
-                    read: ColumnReader) -> list[dict[str, Any]]:
-    parity = analysis.parity
-    if parity.empty:
-        return []
+class ParityEntries(ChunkedSequence):
+    """The document's segment-parity rows, each capture's in order, made when read (a capture of
+    a million connections has up to two million, and made at once they took some 500 bytes
+    each)."""
+
+    def __init__(self, analyses: list[Analysis], first_ids: list[int], read: ColumnReader) -> None:
+        self._parity = [analysis.parity for analysis in analyses]
+        self._first_ids = first_ids
+        self._read = read
+        self._bounds: list[int] = np.cumsum([0] + [len(rows) for rows in self._parity]).tolist()
+
+    def __len__(self) -> int:
+        return self._bounds[-1]
+
+    def items(self, start: int, stop: int) -> list[dict[str, Any]]:
+        return [entry for capture, _, begin, end in _spans(self._bounds, start, stop)
+                for entry in _parity_entries(rows_part(self._parity[capture], begin, end),
+                                             capture, self._first_ids[capture], self._read)]
+
+
+def _parity_entries(parity: Rows, capture_index: int, first_id: int, read: ColumnReader
+                    ) -> list[dict[str, Any]]:
     return [{"capture": capture_index, "connection": first_id + int(connection),
              "direction": "client_to_server" if direction == 0 else "server_to_client",
              "segments": segments, "last_segment": last_segment,
@@ -375,10 +392,6 @@ def build_document(analyses: list[Analysis],
     connections = ConnectionEntries([analysis.capture.connections for analysis in analyses])
     read = ColumnReader()
     findings = FindingEntries(analyses, connections.first_ids)
-    parity: list[dict[str, Any]] = []
-    with collector_paused():
-        for index, analysis in enumerate(analyses):
-            parity.extend(_parity_entries(analysis, index, connections.first_ids[index], read))
     return {
         "schema": SCHEMA,
         "tool": {"name": "nagledetect", "version": __version__},
@@ -388,7 +401,7 @@ def build_document(analyses: list[Analysis],
         "connections": connections,
         "findings": findings,
         "hosts": HostEntries(analyses, connections.first_ids),
-        "segment_parity": parity,
+        "segment_parity": ParityEntries(analyses, connections.first_ids, read),
         "advice": _advice_entries(findings),
     }
 
