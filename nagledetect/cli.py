@@ -40,6 +40,7 @@ from nagledetect.analysis import (
 from nagledetect.errors import InputError
 from nagledetect.gate import budgets_from, evaluate, load_config
 from nagledetect.lab.cli import lab
+from nagledetect.memory import ordinary_pages_for_arrays
 from nagledetect.parts import PARTS_MEMORY_BYTES
 from nagledetect.progress import ProgressLine
 from nagledetect.read.inputs import CaptureList, NotAnalysed, capture_list, listed_names
@@ -125,6 +126,7 @@ def main() -> None:
       nagledetect analyze --format json a.pcap b.pcapng
       nagledetect analyze --filter 'tcp port 443' capture.pcap
     """
+    ordinary_pages_for_arrays()
     run_folder = click.get_current_context().with_resource(
         tempfile.TemporaryDirectory(prefix=RUN_FOLDER_PREFIX))
     tempfile.tempdir = run_folder

@@ -19,6 +19,8 @@ system time).
 from __future__ import annotations
 
 import ctypes
+import importlib
+import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import cache
@@ -84,3 +86,29 @@ def give_back_free_memory() -> None:
     library = _libc()
     if library is not None:
         library.malloc_trim(0)
+
+
+HUGE_PAGES_VARIABLE = "NUMPY_MADVISE_HUGEPAGE"
+"""numpy's own switch for asking the kernel for huge pages (read when numpy is imported)."""
+
+
+def ordinary_pages_for_arrays() -> None:
+    """Arrays in ordinary pages, unless the user set HUGE_PAGES_VARIABLE.
+
+    Why: numpy asks the kernel for transparent huge pages for each array of 4 MB or more. Where
+    the kernel then compacts memory to find them (transparent_hugepage/defrag "madvise", the
+    usual setting), a part of a huge connection spent seconds of system time in it, more than
+    ordinary pages' extra faults cost: 10 M packets in 2 connections took 17.6-18.1 s (5.2-5.9 s
+    of system time) against 18.3-21.1 s (6.6-9.2 s), the 10 M mix the same either way (docs/
+    performance.md, the eighteenth round). Set for the command line's process, whose workers are
+    forked from it; a program that imports nagledetect keeps numpy as it chose."""
+    if HUGE_PAGES_VARIABLE in os.environ:
+        return
+    for name in ("numpy._core.multiarray", "numpy.core.multiarray"):
+        try:
+            setter = getattr(importlib.import_module(name), "_set_madvise_hugepage", None)
+        except ImportError:
+            continue
+        if setter is not None:
+            setter(False)
+            return

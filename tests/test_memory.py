@@ -4,6 +4,7 @@ their pages. Run in a fresh interpreter, so the heap holds only what the test ma
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -119,3 +120,28 @@ def test_a_part_workers_freed_arrays_stay_for_the_next_part(how: str) -> None:
         assert after >= held - 4
     if how == "kept, then settled":
         assert measured[3] <= before + 4  # given back when the block ends
+
+
+PAGES_AFTER_A_RUN = textwrap.dedent("""
+    import sys
+    import numpy
+    from nagledetect.cli import main
+    main(["analyze", "--format", "json", sys.argv[1]], standalone_mode=False)
+    multiarray = getattr(numpy, "_core", None) or numpy.core
+    print(multiarray.multiarray._get_madvise_hugepage(), file=sys.stderr)
+""")
+
+
+@pytest.mark.parametrize(("variable", "huge_pages"), [(None, "False"), ("1", "True")])
+def test_the_command_line_takes_arrays_in_ordinary_pages_unless_told(variable: str | None,
+                                                                     huge_pages: str) -> None:
+    """numpy asks for transparent huge pages for arrays of 4 MB or more; a run of the command
+    line turns that off for its process tree (workers are forked from it), as
+    NUMPY_MADVISE_HUGEPAGE=0 would, unless the user set that variable."""
+    environment = {key: value for key, value in os.environ.items()
+                   if key != "NUMPY_MADVISE_HUGEPAGE"}
+    if variable is not None:
+        environment["NUMPY_MADVISE_HUGEPAGE"] = variable
+    done = subprocess.run([sys.executable, "-c", PAGES_AFTER_A_RUN, str(SAMPLE)], env=environment,
+                          capture_output=True, text=True, check=True)
+    assert done.stderr.strip().splitlines()[-1] == huge_pages
