@@ -44,6 +44,7 @@ from nagledetect import parts, pipeline
 from nagledetect.analysis import Wanted, analyze_capture
 from nagledetect.detectors import CONNECTION_DETECTORS, segment_parity
 from nagledetect.flows import partition
+from nagledetect.memory import ordinary_pages_for_arrays
 from nagledetect.read.capture import decoded_batches
 from nagledetect.report.document import build_document, write_json
 
@@ -250,6 +251,7 @@ def main() -> None:
     parser.add_argument("--part-memory", action="store_true",
                         help="trace the memory of the largest part's steps in this process")
     arguments = parser.parse_args()
+    ordinary_pages_for_arrays()  # as the command line does
     if arguments.part_memory:
         rows, packets = part_memory(str(arguments.capture))
         print(f"the largest part, {packets:,} packets: traced bytes per packet")
