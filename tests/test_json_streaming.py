@@ -17,7 +17,7 @@ import orjson
 import pytest
 
 from nagledetect.analysis import analyze_capture
-from nagledetect.report import document, turns
+from nagledetect.report import document, evidence_text, turns
 from nagledetect.report.document import build_document, write_json
 from nagledetect.stored import ChunkedSequence
 from tests.conftest import SAMPLE_TRACES
@@ -46,10 +46,14 @@ def test_findings_cut_into_pieces_write_the_same_bytes(name, rows_per_piece, mon
 
 
 @pytest.mark.parametrize("name", CAPTURES)
-def test_evidence_text_is_what_orjson_writes_for_the_rows(name):
-    """The evidence rows are written from columns (`_evidence_texts`); the reference is the
-    whole document dumped by orjson with each finding's rows as dicts (`StallEvents.records`,
-    rounded one value at a time), which is how the rows were written before."""
+@pytest.mark.parametrize("rows_at_once", [1, 7, None])
+def test_evidence_text_is_what_orjson_writes_for_the_rows(name, rows_at_once, monkeypatch):
+    """The evidence rows are written from columns (`evidence_texts`), `ROWS_AT_ONCE` rows at a
+    time (1 and 7 cut through findings: seed003's has 39 stalls); the reference is the whole
+    document dumped by orjson with each finding's rows as dicts (`StallEvents.records`, rounded
+    one value at a time), which is how the rows were written before."""
+    if rows_at_once:
+        monkeypatch.setattr(evidence_text, "ROWS_AT_ONCE", rows_at_once)
     analysis = analyze_capture(str(SAMPLE_TRACES / name))
     built = build_document([analysis])
     plain = {key: list(value) if isinstance(value, ChunkedSequence) else value

@@ -31,29 +31,48 @@ ROW_TEMPLATE: list[bytes | None] = [
 ROW_PIECES = len(ROW_TEMPLATE)
 
 
+ROWS_AT_ONCE = 4096
+"""Rows made at a time. Each row's numbers are small bytes objects, which Python's allocator
+keeps in arenas of its own and unmaps as soon as they are empty: made 65,536 rows at a time,
+they took 22 MB of arenas that each next piece faulted in again. A few thousand rows fit in the
+arenas it keeps, and in the processor's caches (a million rows: 0.73-0.90 s against
+1.11-1.17 s, 12,000 page faults against 91,000)."""
+
+
 def evidence_texts(events: list[StallEvents]) -> list[bytes]:
     """Each finding's evidence rows as the text of its JSON list: "[]" when it has none."""
     counts = [len(rows) for rows in events]
     total = sum(counts)
     if not total:
         return [b"[]"] * len(events)
-    pieces = ROW_TEMPLATE * total
-    for index, (arrays, decimals) in enumerate(zip(zip(*(rows.columns() for rows in events)),
-                                                   EVIDENCE_DECIMALS)):
-        pieces[2 * index + 1::ROW_PIECES] = _column_text(np.concatenate(arrays),
-                                                         decimals).split(b",")
-    texts: list[bytes] = []
-    start = 0
-    for count in counts:
-        if not count:
-            texts.append(b"[]")
-            continue
-        end = start + count * ROW_PIECES
-        pieces[start] = FIRST_ROW_OPEN
-        pieces[end - 1] = LAST_ROW_CLOSE
-        texts.append(b"".join(pieces[start:end]))  # type: ignore[arg-type]
-        start = end
-    return texts
+    columns = [np.concatenate(arrays) for arrays in zip(*(rows.columns() for rows in events))]
+    starts: list[int] = np.cumsum([0, *counts]).tolist()
+    parts: list[list[bytes]] = [[] for _ in events]
+    finding = 0
+    for first in range(0, total, ROWS_AT_ONCE):
+        stop = min(first + ROWS_AT_ONCE, total)
+        pieces = _row_pieces(columns, first, stop)
+        while finding < len(events) and starts[finding] < stop:
+            low, high = max(starts[finding], first), min(starts[finding + 1], stop)
+            if low < high:
+                begin, end = (low - first) * ROW_PIECES, (high - first) * ROW_PIECES
+                if low == starts[finding]:
+                    pieces[begin] = FIRST_ROW_OPEN
+                if high == starts[finding + 1]:
+                    pieces[end - 1] = LAST_ROW_CLOSE
+                parts[finding].append(b"".join(pieces[begin:end]))  # type: ignore[arg-type]
+            if starts[finding + 1] > stop:
+                break
+            finding += 1
+    return [b"".join(made) if made else b"[]" for made in parts]
+
+
+def _row_pieces(columns: list[np.ndarray], first: int, stop: int) -> list[bytes | None]:
+    """Rows [first, stop) as their fixed text with each column's numbers slotted in."""
+    pieces = ROW_TEMPLATE * (stop - first)
+    for index, (values, decimals) in enumerate(zip(columns, EVIDENCE_DECIMALS)):
+        pieces[2 * index + 1::ROW_PIECES] = _column_text(values[first:stop], decimals).split(b",")
+    return pieces
 
 
 def _column_text(values: np.ndarray, decimals: int | None) -> bytes:
