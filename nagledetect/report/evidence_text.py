@@ -2,9 +2,10 @@
 
 Why: the document of a large capture holds millions of evidence rows; made as a dict per row
 and dumped, they took most of the time of writing it. Here orjson dumps each column as a numpy
-array, a few thousand rows at a time (so each number is exactly the text it writes for a Python value: shortest form,
-rounded as the document rounds, NaN as null), the text is cut at its commas, and the numbers
-are slotted between the fixed text of the rows, which is the same for every row, and joined.
+array, a few thousand rows at a time (so each number is exactly the text it writes for a Python
+value: shortest form, rounded as the document rounds, NaN as null), the text is cut at its
+commas, and the numbers are slotted between the fixed text of the rows, which is the same for
+every row, and joined.
 The text is what orjson writes, indented two spaces a level, for a finding's "events" list.
 """
 
