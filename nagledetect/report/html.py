@@ -35,6 +35,7 @@ from nagledetect.report.text import (
     captures_shown,
     in_capture,
     noting_stalls,
+    stalls_by_connection,
 )
 
 MAX_TABLE_ROWS = 2_000
@@ -213,15 +214,6 @@ def _parity(document: dict[str, Any]) -> str:
     return _figure(figure, "Segment parity")
 
 
-def _stalls_by_connection(stalls: list[dict[str, Any]]) -> dict[int, tuple[int, float]]:
-    """Each connection's stall count and time lost, for the flow table."""
-    totals: dict[int, tuple[int, float]] = {}
-    for finding in stalls:
-        count, lost = totals.get(finding["connection"], (0, 0.0))
-        totals[finding["connection"]] = (count + finding["count"], lost + finding["time_lost_s"])
-    return totals
-
-
 def _findings(document: dict[str, Any], stalls: list[dict[str, Any]], notes: list[str]) -> str:
     """The capped list; the stalls are noted in `stalls` on the way (a large capture's findings
     are read from disk once)."""
@@ -276,7 +268,7 @@ def _entries_at(connections: Sequence[dict[str, Any]], ids: list[int]) -> Iterat
 def _flow_table(document: dict[str, Any], stalls: list[dict[str, Any]], notes: list[str]) -> str:
     head = ("<tr><th>id</th><th>client</th><th>server</th><th>packets</th><th>bytes</th>"
             "<th>MSS</th><th>vantage</th><th>RTT ms</th><th>stalls</th><th>lost s</th></tr>")
-    by_connection = _stalls_by_connection(stalls)
+    by_connection = stalls_by_connection(stalls)
     rows = []
     for c in _table_connections(document["connections"], by_connection, notes):
         count, lost = by_connection.get(c["id"], (0, 0.0))

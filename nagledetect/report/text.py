@@ -103,6 +103,16 @@ def noting_stalls(findings: Iterable[dict[str, Any]], stalls: list[dict[str, Any
         yield finding
 
 
+def stalls_by_connection(stalls: list[dict[str, Any]]) -> dict[int, tuple[int, float]]:
+    """Each connection's stall count and time lost (from the stalls `noting_stalls` noted),
+    for the connection tables."""
+    totals: dict[int, tuple[int, float]] = {}
+    for finding in stalls:
+        count, lost = totals.get(finding["connection"], (0, 0.0))
+        totals[finding["connection"]] = (count + finding["count"], lost + finding["time_lost_s"])
+    return totals
+
+
 def _findings_left_out_line(nagle: int, others: int) -> list[str]:
     kinds = [f"{count} {kind}" for count, kind in ((nagle, "Nagle-related, each costing less "
                                                             "time than those above"),
@@ -235,8 +245,8 @@ def _how_to_fix(document: dict[str, Any], style: _Style) -> list[str]:
 
 def _hosts(document: dict[str, Any], style: _Style, verbose: bool) -> list[str]:
     lines = [style.heading("DELAYED-ACK TIMERS (per receiving host, fingerprinted from lone-segment ACKs)")]
-    hosts = sorted((h for h in document["hosts"] if h["delack_samples"] > 0),
-                   key=lambda h: -h["delack_samples"])
+    sampled, tested = _sampled_and_tested(document["hosts"])
+    hosts = sorted(sampled, key=lambda h: -h["delack_samples"])
     if not hosts:
         return lines + ["  no delayed ACKs seen", ""]
     hosts, hosts_left_out = _capped(hosts, HOSTS_SHOWN, verbose, "hosts")
@@ -246,9 +256,8 @@ def _hosts(document: dict[str, Any], style: _Style, verbose: bool) -> list[str]:
               for h in hosts]
     lines += hosts_left_out + [""]
     lines.append(style.heading("PHASE LOCKING (delayed ACKs on a global clock tick)"))
-    locked = [h for h in document["hosts"] if h["phase_lock"] and h["phase_lock"].get("locked")]
-    tested = sorted((h for h in document["hosts"] if h["phase_lock"]),
-                    key=lambda h: (not h["phase_lock"].get("locked"), h["phase_lock"]["p_value"]))
+    locked = [h for h in tested if h["phase_lock"].get("locked")]
+    tested.sort(key=lambda h: (not h["phase_lock"].get("locked"), h["phase_lock"]["p_value"]))
     shown, tested_left_out = _capped(tested, HOSTS_SHOWN, verbose, "tested hosts")
     for host in shown:
         lock = host["phase_lock"]
@@ -262,6 +271,19 @@ def _hosts(document: dict[str, Any], style: _Style, verbose: bool) -> list[str]:
     elif not locked:
         lines.append("  no host's delayed ACKs follow a global tick")
     return lines + [""]
+
+
+def _sampled_and_tested(hosts: Iterable[dict[str, Any]]
+                        ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The hosts with delayed-ACK samples, and those tested for phase locking, in document
+    order: the document's hosts are made as they are read, so they are read once."""
+    sampled, tested = [], []
+    for host in hosts:
+        if host["delack_samples"] > 0:
+            sampled.append(host)
+        if host["phase_lock"]:
+            tested.append(host)
+    return sampled, tested
 
 
 def _parity(document: dict[str, Any], style: _Style) -> list[str]:
@@ -308,12 +330,10 @@ def _worst_connections(connections: Any, stalls: dict[int, tuple[int, float]],
                             "connections, each with less stall time")])
 
 
-def _connections(document: dict[str, Any], style: _Style, verbose: bool) -> list[str]:
-    stalls: dict[int, tuple[int, float]] = {}
-    for finding in document["findings"]:
-        if finding["kind"] == "nagle-delack-stall":
-            count, lost = stalls.get(finding["connection"], (0, 0.0))
-            stalls[finding["connection"]] = (count + finding["count"], lost + finding["time_lost_s"])
+def _connections(document: dict[str, Any], stalls: dict[int, tuple[int, float]], style: _Style,
+                 verbose: bool) -> list[str]:
+    """The connections table; `stalls`: each connection's stall count and time lost (the
+    findings, read from disk for a large capture, are gone through once, for the diagnosis)."""
     header = " ".join(f"{name:{spec}}" for name, spec in CONNECTION_COLUMNS)
     lines = [style.heading(f"CONNECTIONS ({len(document['connections'])})"), header, "-" * len(header)]
     shown, left_out = _worst_connections(document["connections"], stalls, verbose)
@@ -437,7 +457,7 @@ def render_text(document: dict[str, Any], verbose: bool = False, colour: bool = 
     lines += _how_to_fix(document, style)
     lines += _hosts(document, style, verbose)
     lines += _parity(document, style)
-    lines += _connections(document, style, verbose)
+    lines += _connections(document, stalls_by_connection(stalls), style, verbose)
     lines += _not_analysed(document, style, verbose)
     lines += _accounting(document, style, verbose)
     return "\n".join(lines) + "\n"
