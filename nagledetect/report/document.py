@@ -26,7 +26,14 @@ from nagledetect.read.decode import LINKTYPE_NAMES
 from nagledetect.read.inputs import NotAnalysed
 from nagledetect.report.evidence_text import EVENTS_CLOSE, evidence_texts
 from nagledetect.report.turns import write_in_turns
-from nagledetect.sent_tables import ColumnReader, Rows, joined_rows, rows_frame, rows_part
+from nagledetect.sent_tables import (
+    ColumnReader,
+    Rows,
+    joined_rows,
+    rows_frame,
+    rows_part,
+    rows_taken,
+)
 from nagledetect.stored import (
     RECORDS_PER_CHUNK,
     ChunkedSequence,
@@ -220,6 +227,22 @@ class ConnectionEntries(ChunkedSequence):
         return [entry for piece, low, high in zip(pieces, bounds[:-1], bounds[1:])
                 for entry in _connection_entries(rows_frame(piece), capture[low:high],
                                                  first_id[low:high])]
+
+
+    def take(self, positions: Sequence[int]) -> list[dict[str, Any]]:
+        """The entries at these positions (ascending), made a capture at a time: a table of the
+        busiest connections picks a few thousand scattered over a million, and making them a
+        run of neighbours at a time read every column once a run (the HTML report's table of
+        2,000 over the 10 M mix: 1,360 runs, 2.0 s)."""
+        ordered = np.asarray(positions, dtype=np.int64)
+        capture = np.searchsorted(self.first_ids, ordered, side="right") - 1
+        entries: list[dict[str, Any]] = []
+        for index in np.unique(capture).tolist():
+            within = ordered[capture == index] - self.first_ids[index]
+            count = len(within)
+            entries += _connection_entries(rows_taken(self._tables[index], within),
+                                           [index] * count, [self.first_ids[index]] * count)
+        return entries
 
 
 class HostEntries(ChunkedSequence):

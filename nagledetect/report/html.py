@@ -9,7 +9,7 @@ carry numbers and endpoint names only.
 from __future__ import annotations
 
 import html
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from itertools import islice
 from typing import Any
 
@@ -33,6 +33,7 @@ from nagledetect.report.text import (
     AccountingTotals,
     capped_findings,
     captures_shown,
+    connections_at,
     in_capture,
     noting_stalls,
     stalls_by_connection,
@@ -253,16 +254,8 @@ def _table_connections(connections: Sequence[dict[str, Any]],
     chosen = set(stalled)
     others = (c for c in range(len(connections)) if c not in chosen)
     ids = stalled + list(islice(others, MAX_TABLE_ROWS - len(stalled)))
-    entries = {entry["id"]: entry for entry in _entries_at(connections, sorted(ids))}
+    entries = {entry["id"]: entry for entry in connections_at(connections, sorted(ids))}
     return [entries[c] for c in ids]
-
-
-def _entries_at(connections: Sequence[dict[str, Any]], ids: list[int]) -> Iterator[dict[str, Any]]:
-    """The entries at `ids` (sorted), made a run of consecutive ids at a time."""
-    ordered = np.asarray(ids, dtype=np.int64)
-    breaks = np.flatnonzero(np.diff(ordered) != 1) + 1
-    for run in np.split(ordered, breaks) if len(ordered) else []:
-        yield from connections[int(run[0]):int(run[-1]) + 1]
 
 
 def _flow_table(document: dict[str, Any], stalls: list[dict[str, Any]], notes: list[str]) -> str:

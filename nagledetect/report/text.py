@@ -15,6 +15,7 @@ from typing import Any
 import click
 
 from nagledetect.detectors.other_stalls import CAUSES as NOT_NAGLE_KINDS
+from nagledetect.report.document import ConnectionEntries
 
 KIND_TITLES = {
     "nagle-delack-stall": "Nagle / delayed-ACK stall",
@@ -111,6 +112,14 @@ def stalls_by_connection(stalls: list[dict[str, Any]]) -> dict[int, tuple[int, f
         count, lost = totals.get(finding["connection"], (0, 0.0))
         totals[finding["connection"]] = (count + finding["count"], lost + finding["time_lost_s"])
     return totals
+
+
+def connections_at(connections: Sequence[dict[str, Any]], ids: list[int]
+                   ) -> list[dict[str, Any]]:
+    """The document's connections with these ids (ascending): only their entries are made."""
+    if isinstance(connections, ConnectionEntries):
+        return connections.take(ids)
+    return [connections[i] for i in ids]
 
 
 def _findings_left_out_line(nagle: int, others: int) -> list[str]:
@@ -325,7 +334,7 @@ def _worst_connections(connections: Any, stalls: dict[int, tuple[int, float]],
     chosen = set(ranked)
     fill = (i for i in range(len(connections)) if i not in chosen)
     chosen.update(itertools.islice(fill, CONNECTIONS_SHOWN - len(ranked)))
-    return ([connections[i] for i in sorted(chosen)],
+    return (connections_at(connections, sorted(chosen)),
             [_left_out_line(len(connections) - CONNECTIONS_SHOWN,
                             "connections, each with less stall time")])
 
