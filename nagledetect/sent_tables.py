@@ -123,13 +123,6 @@ def rows_part(rows: Rows, begin: int, end: int) -> Rows:
     return rows if (begin, end) == (0, len(rows)) else rows.iloc[begin:end]
 
 
-def rows_taken(rows: Rows, positions: np.ndarray) -> pd.DataFrame:
-    """The rows at `positions` (within the rows) as a frame of their own."""
-    if isinstance(rows, TableRows):
-        return rows.table.take(rows.start + positions)
-    return rows.take(positions)
-
-
 def joined_rows(pieces: list[Rows]) -> pd.DataFrame | None:
     """The pieces as one frame, numbered from 0; None where joining them would change a
     column's dtype (an empty table need not have the others' dtypes). Consecutive rows of one

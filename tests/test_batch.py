@@ -18,7 +18,7 @@ from nagledetect.batch import groups_by_size
 from nagledetect.errors import InputError
 from nagledetect.read.capture import decoded_batches, decoded_together, read_raw
 from nagledetect.report.document import build_document, write_json
-from nagledetect.sent_tables import ColumnReader, rows_frame
+from nagledetect.sent_tables import ColumnReader, TableRows, rows_frame
 from tests.conftest import SAMPLE_TRACES, corpus_file
 
 SAMPLES = [str(path) for path in sorted(SAMPLE_TRACES.glob("*.pcap"))]
@@ -218,3 +218,23 @@ def test_captures_decoded_together_are_each_decoded_as_alone(corpus) -> None:
         sack_mine = np.isin(sack["row"], mine)
         assert np.array_equal(sack["left_raw"][sack_mine],
                               np.concatenate([batch[1]["left_raw"] for batch in alone])), path
+
+
+def test_connections_taken_by_id_are_the_entries_read_in_order() -> None:
+    """The reports make only the connections their tables show (`ConnectionEntries.take`), a
+    table at a time: here the sample traces analysed together (their rows share one table),
+    one of them alone (a frame of its own) and a capture in parts, picked scattered, in runs
+    and at the ends. The reference is the document's entries read in order, which the JSON
+    output is checked against elsewhere."""
+    together = [for_another_process(analysis, False) for analysis in analyze_together(SAMPLES)]
+    alone = analyze_capture(SAMPLES[0], charts=False)
+    seed003 = str(SAMPLE_TRACES / "seed003-nagle.pcap")
+    in_parts = analyze_capture(seed003, part_bytes=(SAMPLE_TRACES / "seed003-nagle.pcap"
+                                                     ).stat().st_size // 5 + 1, charts=False)
+    connections = build_document([*together, alone, in_parts])["connections"]
+    every = list(connections)
+    assert all(isinstance(analysis.capture.connections, TableRows) for analysis in together)
+    assert len(every) == 35  # the 25 sample traces' 33 connections, then 1 and 1
+    picks = sorted({0, 1, 2, 7, 8, 9, 17, 29, 33, 34, *range(3, len(every), 5)})
+    assert connections.take(picks) == [every[position] for position in picks]
+    assert [entry["id"] for entry in connections.take(picks)] == picks

@@ -29,10 +29,10 @@ from nagledetect.report.turns import write_in_turns
 from nagledetect.sent_tables import (
     ColumnReader,
     Rows,
+    TableRows,
     joined_rows,
     rows_frame,
     rows_part,
-    rows_taken,
 )
 from nagledetect.stored import (
     RECORDS_PER_CHUNK,
@@ -230,19 +230,41 @@ class ConnectionEntries(ChunkedSequence):
 
 
     def take(self, positions: Sequence[int]) -> list[dict[str, Any]]:
-        """The entries at these positions (ascending), made a capture at a time: a table of the
-        busiest connections picks a few thousand scattered over a million, and making them a
-        run of neighbours at a time read every column once a run (the HTML report's table of
-        2,000 over the 10 M mix: 1,360 runs, 2.0 s)."""
+        """The entries at these positions (ascending), made a table at a time (a capture's, or
+        a group's shared by its captures): a table of the busiest connections picks a few
+        thousand scattered over a million, and making them a run of neighbours at a time read
+        every column once a run (the HTML report's table of 2,000 over the 10 M mix: 1,360
+        runs, 2.0 s)."""
         ordered = np.asarray(positions, dtype=np.int64)
         capture = np.searchsorted(self.first_ids, ordered, side="right") - 1
         entries: list[dict[str, Any]] = []
-        for index in np.unique(capture).tolist():
-            within = ordered[capture == index] - self.first_ids[index]
-            count = len(within)
-            entries += _connection_entries(rows_taken(self._tables[index], within),
-                                           [index] * count, [self.first_ids[index]] * count)
+        for table, rows, captures in self._by_table(ordered, capture):
+            entries += _connection_entries(table.take(rows), captures,
+                                           [self.first_ids[index] for index in captures])
         return entries
+
+    def _by_table(self, ordered: np.ndarray, capture: np.ndarray
+                  ) -> Iterator[tuple[pd.DataFrame, np.ndarray, list[int]]]:
+        """The positions picked, as rows of the tables holding them, a table at a time, with
+        each row's capture (`capture`: each position's, ascending)."""
+        within = ordered - np.asarray(self.first_ids)[capture]
+        bounds = [0, *(np.flatnonzero(np.diff(capture)) + 1).tolist(), len(capture)]
+        held: pd.DataFrame | None = None
+        rows: list[np.ndarray] = []
+        captures: list[int] = []
+        for low, high in zip(bounds[:-1], bounds[1:]):
+            index = int(capture[low])
+            table_rows = self._tables[index]
+            table, start = ((table_rows.table, table_rows.start)
+                            if isinstance(table_rows, TableRows) else (table_rows, 0))
+            if held is not None and table is not held:
+                yield held, np.concatenate(rows), captures
+                rows, captures = [], []
+            held = table
+            rows.append(start + within[low:high])
+            captures += [index] * (high - low)
+        if held is not None:
+            yield held, np.concatenate(rows), captures
 
 
 class HostEntries(ChunkedSequence):
