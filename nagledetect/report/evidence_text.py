@@ -36,8 +36,8 @@ ROWS_AT_ONCE = 4096
 """Rows made at a time. Each row's numbers are small bytes objects, which Python's allocator
 keeps in arenas of its own and unmaps as soon as they are empty: made 65,536 rows at a time,
 they took 22 MB of arenas that each next piece faulted in again. A few thousand rows fit in the
-arenas it keeps, and in the processor's caches (a million rows: 0.73-0.90 s against
-1.11-1.17 s, 12,000 page faults against 91,000)."""
+arenas it keeps, and in the processor's caches (a million rows, `benchmarks/bench_evidence.py`:
+0.63-0.68 s against 0.82-0.87 s, 7,700-9,900 page faults against 87,000-90,000)."""
 
 
 def evidence_texts(events: list[StallEvents]) -> list[bytes]:
