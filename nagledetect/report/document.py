@@ -267,22 +267,36 @@ class ConnectionEntries(ChunkedSequence):
             yield held, np.concatenate(rows), captures
 
 
-class HostEntries(ChunkedSequence):
-    """The document's hosts: each capture's, in address order, made when read."""
+class _CapturesEndToEnd(ChunkedSequence):
+    """Each capture's rows laid end to end, in capture order, their entries made when read;
+    `_entries` says how rows [begin, end) of a capture become entries."""
 
-    def __init__(self, analyses: list[Analysis], first_ids: list[int]) -> None:
-        self._hosts = [analysis.hosts if isinstance(analysis.hosts, StoredHosts)
-                       else list(analysis.hosts.values()) for analysis in analyses]
+    def __init__(self, held: list[Any], first_ids: list[int]) -> None:
+        self._held = held
         self._first_ids = first_ids
-        self._bounds: list[int] = np.cumsum([0] + [len(h) for h in self._hosts]).tolist()
+        self._bounds: list[int] = np.cumsum([0] + [len(rows) for rows in held]).tolist()
 
     def __len__(self) -> int:
         return self._bounds[-1]
 
     def items(self, start: int, stop: int) -> list[dict[str, Any]]:
         return [entry for capture, _, begin, end in _spans(self._bounds, start, stop)
-                for entry in _host_entries(host_values(self._hosts[capture], begin, end),
-                                           capture, self._first_ids[capture])]
+                for entry in self._entries(capture, begin, end)]
+
+    def _entries(self, capture: int, begin: int, end: int) -> list[dict[str, Any]]:
+        raise NotImplementedError
+
+
+class HostEntries(_CapturesEndToEnd):
+    """The document's hosts: each capture's, in address order, made when read."""
+
+    def __init__(self, analyses: list[Analysis], first_ids: list[int]) -> None:
+        super().__init__([analysis.hosts if isinstance(analysis.hosts, StoredHosts)
+                          else list(analysis.hosts.values()) for analysis in analyses], first_ids)
+
+    def _entries(self, capture: int, begin: int, end: int) -> list[dict[str, Any]]:
+        return _host_entries(host_values(self._held[capture], begin, end), capture,
+                             self._first_ids[capture])
 
 
 def _spans(bounds: list[int], start: int, stop: int) -> Iterator[tuple[int, int, int, int]]:
@@ -389,24 +403,18 @@ def _advice_entries(findings: FindingEntries) -> dict[str, Any]:
             for key in used}
 
 
-class ParityEntries(ChunkedSequence):
+class ParityEntries(_CapturesEndToEnd):
     """The document's segment-parity rows, each capture's in order, made when read (a capture of
     a million connections has up to two million, and made at once they took some 500 bytes
     each)."""
 
     def __init__(self, analyses: list[Analysis], first_ids: list[int], read: ColumnReader) -> None:
-        self._parity = [analysis.parity for analysis in analyses]
-        self._first_ids = first_ids
+        super().__init__([analysis.parity for analysis in analyses], first_ids)
         self._read = read
-        self._bounds: list[int] = np.cumsum([0] + [len(rows) for rows in self._parity]).tolist()
 
-    def __len__(self) -> int:
-        return self._bounds[-1]
-
-    def items(self, start: int, stop: int) -> list[dict[str, Any]]:
-        return [entry for capture, _, begin, end in _spans(self._bounds, start, stop)
-                for entry in _parity_entries(rows_part(self._parity[capture], begin, end),
-                                             capture, self._first_ids[capture], self._read)]
+    def _entries(self, capture: int, begin: int, end: int) -> list[dict[str, Any]]:
+        return _parity_entries(rows_part(self._held[capture], begin, end), capture,
+                               self._first_ids[capture], self._read)
 
 
 def _parity_entries(parity: Rows, capture_index: int, first_id: int, read: ColumnReader
