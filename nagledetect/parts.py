@@ -685,10 +685,12 @@ def _ranked(spill: SpillFile, columns: _FindingColumns, timers: _HostTimers) -> 
     order = np.lexsort((np.arange(len(connection)), sender_code, kind_code, connection,
                         -time_lost_s))
     ranked_connection = connection[order]
+    ranked = order.tolist()
     return StoredFindings(spill, columns.column("offsets")[order],
                           columns.column("lengths")[order], time_lost_s[order],
-                          [columns.advice[position] for position in order.tolist()],
+                          [columns.advice[position] for position in ranked],
                           columns.column("evidence_rows")[order],
+                          [columns.kind[position] for position in ranked],
                           fix=_CaptureWideFinding(ranked_connection, timers))
 
 

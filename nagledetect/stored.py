@@ -288,7 +288,8 @@ def stored_findings(findings: Sequence[Finding], spill: SpillFile) -> StoredFind
         return _no_findings(spill)
     found = pickle_findings(list(findings))
     return StoredFindings(spill, spill.append_joined(found.records, found.lengths),
-                          found.lengths, found.time_lost_s, found.advice, found.evidence_rows)
+                          found.lengths, found.time_lost_s, found.advice, found.evidence_rows,
+                          found.kind)
 
 
 def _no_findings(spill: SpillFile) -> StoredFindings:
@@ -296,22 +297,24 @@ def _no_findings(spill: SpillFile) -> StoredFindings:
     and five empty arrays each took a small capture's parent more memory than its result."""
     if spill.no_findings is None:
         empty = np.zeros(0, dtype=np.int64)
-        spill.no_findings = StoredFindings(spill, empty, empty, np.zeros(0), [], empty)
+        spill.no_findings = StoredFindings(spill, empty, empty, np.zeros(0), [], empty, [])
     return spill.no_findings
 
 
 class StoredFindings(RecordTable):
-    """A capture's findings in rank order, read from disk; `time_lost_s`, `advice` and
-    `evidence_rows` are the columns a document needs to order and chunk findings across
-    captures without reading them."""
+    """A capture's findings in rank order, read from disk; `time_lost_s`, `advice`,
+    `evidence_rows` and `kind` are the columns a document needs to order and chunk findings
+    across captures, and its reports to pick the few they show, without reading them."""
 
     def __init__(self, spill: SpillFile, offsets: np.ndarray, lengths: np.ndarray,
                  time_lost_s: np.ndarray, advice: list[tuple[str, ...]],
-                 evidence_rows: np.ndarray, fix: RecordFix | None = None) -> None:
+                 evidence_rows: np.ndarray, kind: list[str],
+                 fix: RecordFix | None = None) -> None:
         super().__init__(spill, offsets, lengths, fix)
         self.time_lost_s = time_lost_s
         self.advice = advice
         self.evidence_rows = evidence_rows
+        self.kind = kind
 
 
 class HostColumns:
@@ -487,16 +490,18 @@ class RankingColumns:
     time_lost_s: list[float]
     advice: list[tuple[str, ...]]
     evidence_rows: list[int]
+    kind: list[str]
 
 
 def ranking_columns(findings: Sequence[Finding]) -> RankingColumns:
     """From a stored table's columns, or from the findings themselves when they are in memory."""
     if isinstance(findings, StoredFindings):
         return RankingColumns(findings.time_lost_s.tolist(), list(findings.advice),
-                              findings.evidence_rows.tolist())
+                              findings.evidence_rows.tolist(), list(findings.kind))
     return RankingColumns([finding.time_lost_s for finding in findings],
                           [tuple(finding.advice) for finding in findings],
-                          [len(finding.events) for finding in findings])
+                          [len(finding.events) for finding in findings],
+                          [finding.kind for finding in findings])
 
 
 def take(records: Sequence[Any], positions: np.ndarray) -> list[Any]:

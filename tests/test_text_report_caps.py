@@ -13,7 +13,9 @@ import re
 import subprocess
 import sys
 
-from nagledetect.report.text import CONNECTIONS_SHOWN, FINDINGS_SHOWN
+from nagledetect.analysis import analyze_capture
+from nagledetect.report.document import build_document
+from nagledetect.report.text import CONNECTIONS_SHOWN, FINDINGS_SHOWN, shown_findings
 from tests.conftest import corpus_file
 
 
@@ -94,3 +96,28 @@ def test_capture_accounting_of_many_captures_is_totals_and_twenty_captures() -> 
     verbose = _run("-v", *paths).split("CAPTURE ACCOUNTING\n", 1)[1]
     assert len([line for line in verbose.splitlines()
                 if line.startswith(f"  {SAMPLE_TRACES}")]) == len(captures)
+
+
+def test_the_findings_shown_are_the_documents_entries_at_their_ranks() -> None:
+    """The reports pick the findings they show by the document's kinds and times, and read only
+    those and the stalls (`shown_findings`). Over two captures whose findings interleave in
+    rank, ssh__ssh.pcap analysed in 6 parts (its findings read back from disk with capture-wide
+    ids, its stalls scored again) and ftp__cwd-navigation.pcap, they are the entries of the
+    document read in order, at their ranks, and the same as picked from a list of them."""
+    ssh, ftp = corpus_file("zeek/ssh__ssh.pcap"), corpus_file("zeek/ftp__cwd-navigation.pcap")
+    analyses = [analyze_capture(str(ssh), part_bytes=ssh.stat().st_size // 6 + 1),
+                analyze_capture(str(ftp))]
+    findings = build_document(analyses)["findings"]
+    every = list(findings)
+    captures = [finding["capture"] for finding in every]
+    assert captures != sorted(captures) and captures != sorted(captures, reverse=True)
+    stalls: list = []
+    picked = shown_findings(findings, 10, stalls)
+    shown = picked[0]
+    assert [finding for _, finding in shown] == [every[rank - 1] for rank, _ in shown]
+    assert len(shown) == 10 and picked[1] + picked[2] == len(every) - 10
+    assert stalls == [finding for finding in every if finding["kind"] == "nagle-delack-stall"]
+    assert {finding["capture"] for finding in stalls} == {0, 1}
+    from_list: list = []
+    assert shown_findings(every, 10, from_list) == picked
+    assert from_list == stalls

@@ -321,15 +321,23 @@ class FindingEntries(ChunkedSequence):
         times: list[float] = []
         self._advice: list[tuple[str, ...]] = []
         evidence_rows: list[int] = []
+        kinds: list[str] = []
         for findings in self._findings:
             columns = ranking_columns(findings)
             times += columns.time_lost_s
             self._advice += columns.advice
             evidence_rows += columns.evidence_rows
+            kinds += columns.kind
         self._bounds = np.cumsum([0] + [len(findings) for findings in self._findings])
-        self._order = np.argsort(np.array([-round(t, 6) for t in times], dtype=np.float64),
-                                 kind="stable")
+        rounded = [round(t, 6) for t in times]
+        self._order = np.argsort(-np.array(rounded, dtype=np.float64), kind="stable")
         self._evidence_rows = np.array(evidence_rows, dtype=np.int64)[self._order]
+        ranked = self._order.tolist()
+        self.kinds = [kinds[position] for position in ranked]
+        """Each finding's kind, in document order."""
+        self.times_lost_s = [rounded[position] for position in ranked]
+        """Each finding's time lost as its entry gives it, in document order: with the kinds,
+        what a report needs to pick the findings it shows without reading them all."""
 
     def __len__(self) -> int:
         return len(self._order)
@@ -349,7 +357,15 @@ class FindingEntries(ChunkedSequence):
         return list(keys)
 
     def items(self, start: int, stop: int) -> list[dict[str, Any]]:
-        positions = self._order[start:stop]
+        return self._entries(self._order[start:stop])
+
+    def take(self, positions: Sequence[int]) -> list[dict[str, Any]]:
+        """The entries at these positions of the document, in that order."""
+        return self._entries(self._order[np.asarray(positions, dtype=np.int64)])
+
+    def _entries(self, positions: np.ndarray) -> list[dict[str, Any]]:
+        """The entries of the findings at these positions of the captures' findings laid end to
+        end, in that order."""
         capture = np.searchsorted(self._bounds, positions, side="right") - 1
         made: dict[int, dict[str, Any]] = {}
         for index in np.unique(capture).tolist():

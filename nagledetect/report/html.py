@@ -31,11 +31,10 @@ from nagledetect.detectors.model import HostProfile
 from nagledetect.report.text import (
     KIND_TITLES,
     AccountingTotals,
-    capped_findings,
     captures_shown,
     connections_at,
     in_capture,
-    noting_stalls,
+    shown_findings,
     stalls_by_connection,
 )
 
@@ -219,7 +218,7 @@ def _findings(document: dict[str, Any], stalls: list[dict[str, Any]], notes: lis
     """The capped list; the stalls are noted in `stalls` on the way (a large capture's findings
     are read from disk once)."""
     parts = []
-    shown, *_ = capped_findings(noting_stalls(document["findings"], stalls), MAX_FINDINGS_SHOWN)
+    shown, *_ = shown_findings(document["findings"], MAX_FINDINGS_SHOWN, stalls)
     if len(document["findings"]) > len(shown):
         notes.append(f"findings: {len(shown)} of {len(document['findings']):,} are listed, the "
                      "Nagle-related ones that cost time first, then the costliest others (all "
