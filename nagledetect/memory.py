@@ -12,7 +12,7 @@ hundreds of MB it freed while another worker analyses the next part: `give_back_
 (`malloc_trim`) returns the free pages wherever they lie. A process that analyses parts itself
 and then goes on (`freed_memory_kept`) is left with glibc's usual thresholds afterwards. The
 main process keeps what it frees while it routes a capture into parts too: each batch's decoded
-columns are freed as the next is made (on the 10 M mix 60,000 fewer page faults, 0.3 s less
+columns are freed as the next is made (on the 10 M mix 70,000 fewer page faults, 0.15 s less
 system time).
 """
 
@@ -47,7 +47,10 @@ def _libc() -> ctypes.CDLL | None:
     """The C library already loaded in this process (looked up without `find_library`, which
     starts a process of its own to ask `ldconfig`), or None where it has no `malloc_trim`
     (musl, macOS)."""
-    library = ctypes.CDLL(None)
+    try:
+        library = ctypes.CDLL(None)
+    except (OSError, TypeError):  # a platform that cannot name the loaded C library
+        return None
     if not hasattr(library, "malloc_trim") or not hasattr(library, "mallopt"):
         return None
     return library
