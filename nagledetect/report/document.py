@@ -332,15 +332,21 @@ class FindingEntries(ChunkedSequence):
         rounded = [round(t, 6) for t in times]
         self._order = np.argsort(-np.array(rounded, dtype=np.float64), kind="stable")
         self._evidence_rows = np.array(evidence_rows, dtype=np.int64)[self._order]
-        ranked = self._order.tolist()
-        self.kinds = [kinds[position] for position in ranked]
-        """Each finding's kind, in document order."""
-        self.times_lost_s = [rounded[position] for position in ranked]
-        """Each finding's time lost as its entry gives it, in document order: with the kinds,
-        what a report needs to pick the findings it shows without reading them all."""
+        kind_codes, self._kind_names = pd.factorize(np.array(kinds, dtype=object))
+        self._kind_codes = kind_codes.astype(np.int16)[self._order]
+        self._times_lost_s = np.array(rounded, dtype=np.float64)[self._order]
 
     def __len__(self) -> int:
         return len(self._order)
+
+    def kinds(self) -> list[str]:
+        """Each finding's kind, in document order."""
+        return self._kind_names[self._kind_codes].tolist() if len(self._kind_codes) else []
+
+    def times_lost_s(self) -> list[float]:
+        """Each finding's time lost as its entry gives it, in document order: with the kinds,
+        what a report needs to pick the findings it shows without reading them all."""
+        return self._times_lost_s.tolist()
 
     def evidence_counts(self) -> list[int]:
         """Each finding's number of evidence rows, in document order."""

@@ -85,7 +85,7 @@ def shown_findings(findings: Sequence[dict[str, Any]], limit: int, stalls: list[
     kinds and times, and only those shown and the stalls are made: a large capture's are read
     from disk (the 10 M mix's text report took 8.1-8.8 s so, 9.5-9.8 s reading all 76,544)."""
     if isinstance(findings, FindingEntries):
-        kinds, times = findings.kinds, findings.times_lost_s
+        kinds, times = findings.kinds(), findings.times_lost_s()
     else:
         kinds = [finding["kind"] for finding in findings]
         times = [finding["time_lost_s"] for finding in findings]
