@@ -9,19 +9,21 @@ fails only where its stalls grew beyond the tolerance. It reads the document onl
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from nagledetect.detectors.nagle_stall import KIND as STALL_KIND
 from nagledetect.errors import InputError
+from nagledetect.report.document import FindingEntries
+from nagledetect.stored import RECORDS_PER_CHUNK
 
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover - exercised on Python 3.10 only
     import tomli as tomllib
 
-STALL_KIND = "nagle-delack-stall"
 CONFIG_KEYS = ("max-stalls", "max-stall-time", "max-stall-share", "fail-on", "tolerance")
 DEFAULT_TOLERANCE = 0.1
 
@@ -119,13 +121,26 @@ def evaluate(document: dict[str, Any], budgets: Budgets,
     """Every configured rule on every capture of the document. The findings (read from disk a
     chunk at a time) are gone through once, not once per capture: a gate over thousands of
     captures would otherwise read them thousands of times."""
-    findings = _by_capture(document["findings"])
+    findings = _by_capture(_rule_findings(document["findings"], {STALL_KIND, *budgets.fail_on}))
     previous = None if baseline is None else _Baseline.of(baseline)
     results = []
     for index, capture in enumerate(document["captures"]):
         results += _capture_rules(index, capture["path"], findings.get(index, []), document,
                                   budgets, previous)
     return results
+
+
+def _rule_findings(findings: Sequence[dict[str, Any]], kinds: set[str]
+                   ) -> Iterator[dict[str, Any]]:
+    """The findings of the kinds the rules read. A document's are picked by their kinds, and
+    only those are read from disk, a chunk at a time (the 10 M mix: its 7,040 stalls, not all
+    76,544 findings)."""
+    if not isinstance(findings, FindingEntries):
+        yield from (finding for finding in findings if finding["kind"] in kinds)
+        return
+    wanted = [position for position, kind in enumerate(findings.kinds()) if kind in kinds]
+    for start in range(0, len(wanted), RECORDS_PER_CHUNK):
+        yield from findings.take(wanted[start:start + RECORDS_PER_CHUNK])
 
 
 def _by_capture(findings: Iterable[dict[str, Any]]) -> dict[int, list[dict[str, Any]]]:
