@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import SAMPLE_TRACES
+from tests.conftest import SAMPLE_TRACES, corpus_file
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 CAPTURES = [str(SAMPLE_TRACES / name) for name in
@@ -103,3 +103,12 @@ def test_files_not_analysed_are_listed_errors_first_and_capped(tmp_path, monkeyp
     assert section == ("<ul><li>error: <code>a/cut.pcap</code>: empty file, not a capture</li>"
                        "<li>left out: <code>a/notes.txt</code>: not a pcap or pcapng capture</li>")
     assert "files not analysed: 2 of 3, errors first" in page
+
+
+def test_a_capture_without_tcp_gets_a_report_with_an_empty_flow_table(tmp_path) -> None:
+    """zeek/dns-caa.pcap holds no TCP (`tcpdump -nr FILE tcp` prints nothing): the report
+    says there is no stall, lists no connection, and is still written (the connections its
+    table shows are made by id, and there are none)."""
+    text = _report(tmp_path, str(corpus_file("zeek/dns-caa.pcap"))).read_text()
+    assert "No findings." in text
+    assert "<td>" not in text.split("<h2>Connections</h2>")[1].split("</table>")[0]

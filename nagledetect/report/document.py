@@ -247,6 +247,8 @@ class ConnectionEntries(ChunkedSequence):
                   ) -> Iterator[tuple[pd.DataFrame, np.ndarray, list[int]]]:
         """The positions picked, as rows of the tables holding them, a table at a time, with
         each row's capture (`capture`: each position's, ascending)."""
+        if not len(ordered):
+            return
         within = ordered - np.asarray(self.first_ids)[capture]
         bounds = [0, *(np.flatnonzero(np.diff(capture)) + 1).tolist(), len(capture)]
         held: pd.DataFrame | None = None
