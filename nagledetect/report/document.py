@@ -183,6 +183,11 @@ class CaptureEntries(ChunkedSequence):
     def __len__(self) -> int:
         return len(self._captures)
 
+    def path(self, position: int) -> str:
+        """The path of one capture, without making entries (a report names the file of each
+        finding it shows, and those lie anywhere among thousands of captures)."""
+        return self._captures[position].path
+
     def items(self, start: int, stop: int) -> list[dict[str, Any]]:
         if stop - start == 1:
             return [self._entry(start)]

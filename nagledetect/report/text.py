@@ -16,7 +16,7 @@ import click
 
 from nagledetect.detectors.nagle_stall import KIND as STALL_KIND
 from nagledetect.detectors.other_stalls import CAUSES as NOT_NAGLE_KINDS
-from nagledetect.report.document import ConnectionEntries, FindingEntries
+from nagledetect.report.document import CaptureEntries, ConnectionEntries, FindingEntries
 
 KIND_TITLES = {
     "nagle-delack-stall": "Nagle / delayed-ACK stall",
@@ -248,7 +248,12 @@ def in_capture(document: dict[str, Any], entry: dict[str, Any]) -> str:
     """" in FILE" for an entry of a run over several captures (its frame numbers are that
     file's), else nothing."""
     captures = document["captures"]
-    return f" in {captures[entry['capture']]['path']}" if len(captures) > 1 else ""
+    if len(captures) <= 1:
+        return ""
+    index = entry["capture"]
+    path = (captures.path(index) if isinstance(captures, CaptureEntries)
+            else captures[index]["path"])
+    return f" in {path}"
 
 
 def _how_to_fix(document: dict[str, Any], style: _Style) -> list[str]:
