@@ -33,7 +33,6 @@ from nagledetect.detectors.model import HostProfile
 from nagledetect.report.text import (
     KIND_TITLES,
     AccountingTotals,
-    captures_shown,
     connections_at,
     in_capture,
     shown_findings,
@@ -293,11 +292,11 @@ def _accounting(document: dict[str, Any], notes: list[str]) -> str:
     captures = document["captures"]
     if len(captures) == 1:
         return _one_capture_accounting(captures[0])
-    shown = captures_shown(captures, CAPTURES_SHOWN)
+    totals = AccountingTotals.of(captures, CAPTURES_SHOWN)
+    shown = totals.shown
     if len(shown) < len(captures):
         notes.append(f"capture accounting: {len(shown):,} of {len(captures):,} captures, those "
                      "with warnings first (the JSON document has every one)")
-    totals = AccountingTotals.of(captures)
     reasons = "".join(f"<li>{_e(reason)}: {count}</li>"
                       for reason, count in totals.skipped.most_common())
     head = ("<tr><th>capture</th><th>link type</th><th>packets read</th><th>TCP used</th>"

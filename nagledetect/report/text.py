@@ -398,9 +398,10 @@ def _accounting(document: dict[str, Any], style: _Style, verbose: bool) -> list[
     with warnings chosen first (an archive's thousands of lines would bury them)."""
     captures = document["captures"]
     lines = [style.heading("CAPTURE ACCOUNTING")]
+    totals = AccountingTotals.of(captures, CAPTURES_SHOWN)
     if len(captures) > 1:
-        lines += _accounting_totals(captures, verbose)
-    shown = list(captures) if verbose else captures_shown(captures, CAPTURES_SHOWN)
+        lines += _accounting_totals(totals, len(captures), verbose)
+    shown = list(captures) if verbose else totals.shown
     lines += _capture_accounting(shown)
     if len(shown) < len(captures):
         lines.append(_left_out_line(len(captures) - len(shown), "captures"))
@@ -409,48 +410,44 @@ def _accounting(document: dict[str, Any], style: _Style, verbose: bool) -> list[
 
 @dataclass
 class AccountingTotals:
-    """The packets of several captures read, used and skipped (by reason), and how many of the
-    captures have warnings."""
+    """The packets of several captures read, used and skipped (by reason), how many of the
+    captures have warnings, and the captures a report lists: the first `limit` with warnings,
+    made up to that many with the first without, in run order. One pass over the document's
+    captures, whose entries are made as they are read."""
 
     read: int = 0
     used: int = 0
     warned: int = 0
     skipped: Counter[str] = field(default_factory=Counter)
+    shown: list[dict[str, Any]] = field(default_factory=list)
 
     @classmethod
-    def of(cls, captures: Sequence[dict[str, Any]]) -> AccountingTotals:
+    def of(cls, captures: Iterable[dict[str, Any]], limit: int) -> AccountingTotals:
         totals = cls()
-        for capture in captures:
+        warned: list[tuple[int, dict[str, Any]]] = []
+        quiet: list[tuple[int, dict[str, Any]]] = []
+        for position, capture in enumerate(captures):
             totals.read += capture["packets"]
             totals.used += capture["tcp_packets"]
             totals.warned += bool(capture["warnings"])
             totals.skipped.update(capture["skipped"])
+            kept = warned if capture["warnings"] else quiet
+            if len(kept) < limit:
+                kept.append((position, capture))
+        chosen = sorted(warned + quiet[:limit - len(warned)], key=lambda item: item[0])
+        totals.shown = [capture for _, capture in chosen]
         return totals
 
 
-def _accounting_totals(captures: Sequence[dict[str, Any]], verbose: bool) -> list[str]:
-    totals = AccountingTotals.of(captures)
+def _accounting_totals(totals: AccountingTotals, captures: int, verbose: bool) -> list[str]:
     reasons = totals.skipped.most_common(None if verbose else SKIP_REASONS_SHOWN)
-    lines = [f"  all {len(captures)} captures: {totals.read} packets read = {totals.used} TCP "
+    lines = [f"  all {captures} captures: {totals.read} packets read = {totals.used} TCP "
              f"used + {sum(totals.skipped.values())} skipped; {totals.warned} with warnings"]
     lines += [f"    skipped {count:>9}  {reason}" for reason, count in reasons]
     if len(reasons) < len(totals.skipped):
         lines.append(_left_out_line(len(totals.skipped) - len(reasons),
                                     "reasons, each skipping fewer"))
     return lines
-
-
-def captures_shown(captures: Sequence[dict[str, Any]], limit: int) -> list[dict[str, Any]]:
-    """The first `limit` captures with warnings, made up to that many with the first without,
-    in run order."""
-    warned: list[int] = []
-    quiet: list[int] = []
-    for position, capture in enumerate(captures):
-        (warned if capture["warnings"] else quiet).append(position)
-        if len(warned) >= limit:
-            break
-    chosen = sorted(warned + quiet[:max(0, limit - len(warned))])
-    return [captures[position] for position in chosen]
 
 
 def _capture_accounting(captures: list[dict[str, Any]]) -> list[str]:
