@@ -102,9 +102,9 @@ def ordinary_pages_for_arrays() -> None:
     the kernel then compacts memory to find them (transparent_hugepage/defrag "madvise", the
     usual setting), a part of a huge connection spent seconds of system time in it, more than
     ordinary pages' extra faults cost: 10 M packets in 2 connections took 17.6-18.1 s (5.2-5.9 s
-    of system time) against 18.3-21.1 s (6.6-9.2 s), the 10 M mix the same either way (docs/
-    performance.md, the eighteenth round). Set for the command line's process, whose workers are
-    forked from it; a program that imports nagledetect keeps numpy as it chose."""
+    of system time) against 18.3-21.1 s (6.6-9.2 s), the 10 M mix the same either way
+    (docs/performance.md, the eighteenth round). Set for the command line's process, whose
+    workers are forked from it; a program that imports nagledetect keeps numpy as it chose."""
     if HUGE_PAGES_VARIABLE in os.environ:
         return
     for name in ("numpy._core.multiarray", "numpy.core.multiarray"):
