@@ -208,6 +208,14 @@ class ChunkedSequence(Sequence):
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Sequence) and list(self) == list(other)
 
+    def take(self, positions: Sequence[int] | np.ndarray) -> list[Any]:
+        """The items at these positions, in that order, made a run of neighbours at a time; a
+        sequence that can make scattered items together says how."""
+        ordered = np.asarray(positions, dtype=np.int64)
+        breaks = (np.flatnonzero(np.diff(ordered) != 1) + 1).tolist()
+        return [item for run in np.split(ordered, breaks) if len(run)
+                for item in self.items(int(run[0]), int(run[-1]) + 1)]
+
 
 class RecordTable(ChunkedSequence):
     """Pickled records in a spill file, read in the order of `offsets` (`fix` mends each chunk
@@ -235,7 +243,7 @@ class RecordTable(ChunkedSequence):
             return by_reference(self)
         return list, (list(self),)
 
-    def take(self, positions: np.ndarray) -> list[Any]:
+    def take(self, positions: Sequence[int] | np.ndarray) -> list[Any]:
         """The records at these positions, in that order."""
         return self._read(np.asarray(positions, dtype=np.int64))
 
@@ -504,9 +512,9 @@ def ranking_columns(findings: Sequence[Finding]) -> RankingColumns:
                           [finding.kind for finding in findings])
 
 
-def take(records: Sequence[Any], positions: np.ndarray) -> list[Any]:
-    """The records at these positions, in that order: a stored table reads them a chunk at a
-    time, a list is indexed."""
-    if isinstance(records, RecordTable):
+def take(records: Sequence[Any], positions: Sequence[int] | np.ndarray) -> list[Any]:
+    """The records at these positions: a sequence whose items are made when read makes only
+    those (`ChunkedSequence.take`), a list is indexed."""
+    if isinstance(records, ChunkedSequence):
         return records.take(positions)
-    return [records[position] for position in positions.tolist()]
+    return [records[position] for position in np.asarray(positions, dtype=np.int64).tolist()]

@@ -35,7 +35,6 @@ from nagledetect.sent_tables import (
     rows_part,
 )
 from nagledetect.stored import (
-    RECORDS_PER_CHUNK,
     ChunkedSequence,
     StoredHosts,
     host_values,
@@ -172,21 +171,18 @@ def _json_values(values: np.ndarray) -> list[Any]:
 class CaptureEntries(ChunkedSequence):
     """The document's captures, each entry made when it is read (a run over an archive of a
     million captures would otherwise hold a million of them, about 0.8 KB each, before anything
-    is written). The chunk last made is kept: reporters read a capture's entry for each of its
-    connections and findings, in order."""
+    is written). The entry last read alone is kept: reporters read a capture's entry for each
+    of its connections and findings they show, in order. Only that one is made: the findings a
+    report shows lie anywhere among thousands of captures, and making the 2,048 entries around
+    each took an archive's HTML report a second."""
 
     def __init__(self, captures: list[Capture], read: ColumnReader) -> None:
         self._captures = captures
         self._read = read
-        self._chunk: tuple[int, list[dict[str, Any]]] = (0, [])
+        self._last: tuple[int, dict[str, Any]] | None = None
 
     def __len__(self) -> int:
         return len(self._captures)
-
-    def path(self, position: int) -> str:
-        """The path of one capture, without making entries (a report names the file of each
-        finding it shows, and those lie anywhere among thousands of captures)."""
-        return self._captures[position].path
 
     def items(self, start: int, stop: int) -> list[dict[str, Any]]:
         if stop - start == 1:
@@ -194,13 +190,9 @@ class CaptureEntries(ChunkedSequence):
         return [_capture_entry(capture, self._read) for capture in self._captures[start:stop]]
 
     def _entry(self, position: int) -> dict[str, Any]:
-        first, kept = self._chunk
-        if not first <= position < first + len(kept):
-            first = position - position % RECORDS_PER_CHUNK
-            kept = [_capture_entry(capture, self._read)
-                    for capture in self._captures[first:first + RECORDS_PER_CHUNK]]
-            self._chunk = (first, kept)
-        return kept[position - first]
+        if self._last is None or self._last[0] != position:
+            self._last = (position, _capture_entry(self._captures[position], self._read))
+        return self._last[1]
 
 
 class ConnectionEntries(ChunkedSequence):
@@ -387,6 +379,15 @@ class FindingEntries(ChunkedSequence):
             for slot, finding in zip(wanted.tolist(), take(self._findings[index], within)):
                 made[slot] = _finding_entry(finding, index, self._first_ids[index])
         return [made[slot] for slot in range(len(positions))]
+
+
+def kinds_and_times(findings: Sequence[dict[str, Any]]) -> tuple[list[str], list[float]]:
+    """Each finding's kind and time lost (as its entry gives it), in order: a document's from
+    the columns it ranks them by, without making their entries; a list's from its entries."""
+    if isinstance(findings, FindingEntries):
+        return findings.kinds(), findings.times_lost_s()
+    return ([finding["kind"] for finding in findings],
+            [finding["time_lost_s"] for finding in findings])
 
 
 def _finding_entry(finding: Finding, capture_index: int, first_id: int) -> dict[str, Any]:

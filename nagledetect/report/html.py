@@ -33,11 +33,11 @@ from nagledetect.detectors.model import HostProfile
 from nagledetect.report.text import (
     KIND_TITLES,
     AccountingTotals,
-    connections_at,
     in_capture,
     shown_findings,
     stalls_by_connection,
 )
+from nagledetect.stored import take
 
 CHART_TEMPLATE = "plotly_white"
 MAX_TABLE_ROWS = 2_000
@@ -267,7 +267,7 @@ def _table_connections(connections: Sequence[dict[str, Any]],
     chosen = set(stalled)
     others = (c for c in range(len(connections)) if c not in chosen)
     ids = stalled + list(islice(others, MAX_TABLE_ROWS - len(stalled)))
-    entries = {entry["id"]: entry for entry in connections_at(connections, sorted(ids))}
+    entries = {entry["id"]: entry for entry in take(connections, sorted(ids))}
     return [entries[c] for c in ids]
 
 

@@ -16,7 +16,8 @@ import click
 
 from nagledetect.detectors.nagle_stall import KIND as STALL_KIND
 from nagledetect.detectors.other_stalls import CAUSES as NOT_NAGLE_KINDS
-from nagledetect.report.document import CaptureEntries, ConnectionEntries, FindingEntries
+from nagledetect.report.document import kinds_and_times
+from nagledetect.stored import take
 
 KIND_TITLES = {
     "nagle-delack-stall": "Nagle / delayed-ACK stall",
@@ -84,16 +85,11 @@ def shown_findings(findings: Sequence[dict[str, Any]], limit: int, stalls: list[
     below a list of idle gaps that cost more time. The document's findings are picked by their
     kinds and times, and only those shown and the stalls are made: a large capture's are read
     from disk (the 10 M mix's text report took 8.1-8.8 s so, 9.5-9.8 s reading all 76,544)."""
-    if isinstance(findings, FindingEntries):
-        kinds, times = findings.kinds(), findings.times_lost_s()
-    else:
-        kinds = [finding["kind"] for finding in findings]
-        times = [finding["time_lost_s"] for finding in findings]
+    kinds, times = kinds_and_times(findings)
     ranks, nagle_left_out, others_left_out = _shown_ranks(kinds, times, limit)
     stall_positions = [position for position, kind in enumerate(kinds) if kind == STALL_KIND]
     wanted = sorted({*stall_positions, *(rank - 1 for rank in ranks)})
-    made = dict(zip(wanted, findings.take(wanted) if isinstance(findings, FindingEntries)
-                    else [findings[position] for position in wanted]))
+    made = dict(zip(wanted, take(findings, wanted)))
     stalls += [made[position] for position in stall_positions]
     return [(rank, made[rank - 1]) for rank in ranks], nagle_left_out, others_left_out
 
@@ -124,14 +120,6 @@ def stalls_by_connection(stalls: list[dict[str, Any]]) -> dict[int, tuple[int, f
         count, lost = totals.get(finding["connection"], (0, 0.0))
         totals[finding["connection"]] = (count + finding["count"], lost + finding["time_lost_s"])
     return totals
-
-
-def connections_at(connections: Sequence[dict[str, Any]], ids: list[int]
-                   ) -> list[dict[str, Any]]:
-    """The document's connections with these ids (ascending): only their entries are made."""
-    if isinstance(connections, ConnectionEntries):
-        return connections.take(ids)
-    return [connections[i] for i in ids]
 
 
 def _findings_left_out_line(nagle: int, others: int) -> list[str]:
@@ -248,12 +236,7 @@ def in_capture(document: dict[str, Any], entry: dict[str, Any]) -> str:
     """" in FILE" for an entry of a run over several captures (its frame numbers are that
     file's), else nothing."""
     captures = document["captures"]
-    if len(captures) <= 1:
-        return ""
-    index = entry["capture"]
-    path = (captures.path(index) if isinstance(captures, CaptureEntries)
-            else captures[index]["path"])
-    return f" in {path}"
+    return f" in {captures[entry['capture']]['path']}" if len(captures) > 1 else ""
 
 
 def _how_to_fix(document: dict[str, Any], style: _Style) -> list[str]:
@@ -352,7 +335,7 @@ def _worst_connections(connections: Any, stalls: dict[int, tuple[int, float]],
     chosen = set(ranked)
     fill = (i for i in range(len(connections)) if i not in chosen)
     chosen.update(itertools.islice(fill, CONNECTIONS_SHOWN - len(ranked)))
-    return (connections_at(connections, sorted(chosen)),
+    return (take(connections, sorted(chosen)),
             [_left_out_line(len(connections) - CONNECTIONS_SHOWN,
                             "connections, each with less stall time")])
 
