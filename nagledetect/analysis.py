@@ -50,7 +50,7 @@ def analyze_capture(path: str, bpf_filter: str | None = None,
     of a large capture). `spill`: where a capture in parts spills (by default a file of its
     own; a run over many captures shares one, or hands one over to another process).
     `parts_memory_bytes`: about what the parts analysed at once may take (`--memory`)."""
-    parts = min(MAX_PARTS, max(1, math.ceil(_size(path) / part_bytes)))
+    parts = min(MAX_PARTS, max(1, math.ceil(capture_bytes(path) / part_bytes)))
     if parts == 1:
         return run_detectors(load_capture(path, bpf_filter, progress), charts)
     return analyze_in_parts(path, bpf_filter, progress, parts, workers,
@@ -61,16 +61,7 @@ def analyze_capture(path: str, bpf_filter: str | None = None,
 def capture_groups(paths: Sequence[str], workers: int) -> list[list[int]]:
     """The captures' positions in the groups a run over them analyses, each group with
     `analyze_together` when it holds several: small captures together, each other alone."""
-    return groups_by_size([_size(path) for path in paths], workers)
-
-
-def _size(path: str) -> int:
-    """The capture's bytes, decompressed (so that a compressed one is split and grouped by the
-    work it holds)."""
-    try:
-        return capture_bytes(path)
-    except OSError:
-        return 0
+    return groups_by_size([capture_bytes(path) for path in paths], workers)
 
 
 def for_another_process(analysis: Analysis, tables: bool) -> Analysis:

@@ -17,14 +17,6 @@ WIDTH = 120
 DECOMPRESSING = "decompressing"
 
 
-def _capture_bytes(path: str) -> int:
-    """The capture's bytes once decompressed, as the read counts them (0: unknown)."""
-    try:
-        return capture_bytes(path)
-    except OSError:
-        return 0
-
-
 class ProgressLine:
     """One line rewritten in place. Call it with (packets, bytes) as batches are read; call
     `stage(name, done, total)` as a later stage gets on; `done()` clears the line."""
@@ -32,7 +24,7 @@ class ProgressLine:
     def __init__(self, path: str, stream: TextIO | None = None, quiet: bool = False) -> None:
         self.stream = stream or sys.stderr
         self.enabled = not quiet and self.stream.isatty()
-        self.total_bytes = _capture_bytes(path) if self.enabled else 0
+        self.total_bytes = capture_bytes(path) if self.enabled else 0
         self.name = os.path.basename(path)
         self.start_s = time.monotonic()
         self.read_start_s = self.start_s

@@ -51,10 +51,7 @@ ProgressCallback = Callable[[int, int], None]
 def expected_tcp_packets(path: str) -> int:
     """A generous estimate of a capture's TCP packets from its size, for reserving room (too
     high costs nothing: room never written takes no memory; too low only costs a move)."""
-    try:
-        return min(capture_bytes(path) // SMALLEST_TCP_RECORD_BYTES, MOST_EXPECTED_PACKETS)
-    except OSError:
-        return 0
+    return min(capture_bytes(path) // SMALLEST_TCP_RECORD_BYTES, MOST_EXPECTED_PACKETS)
 
 
 def decoded_batches(path: str, bpf_filter: str | None = None,

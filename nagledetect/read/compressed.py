@@ -89,18 +89,23 @@ def _first_bytes(path: str) -> bytes:
 
 def capture_bytes(path: str) -> int:
     """About how many bytes the capture takes once decompressed (its size when it is not
-    compressed): gzip's trailer says it modulo 4 GiB, taken as the least such size that is at
-    least half the file (gzip never doubles what it stores; a small capture's file is often
-    larger than the capture); other formats are estimated."""
-    size = os.path.getsize(path)
-    with open(path, "rb", buffering=0) as handle:
-        compression = compression_of(handle.read(MAGIC_BYTES))
-        if compression is None:
-            return size
-        if compression != "gzip" or size < 18:
-            return size * ESTIMATED_RATIO
-        handle.seek(-4, os.SEEK_END)
-        (modulo,) = struct.unpack("<I", handle.read(4))
+    compressed; 0 when it cannot be read, which its reader then says): gzip's trailer says it
+    modulo 4 GiB, taken as the least such size that is at least half the file (gzip never
+    doubles what it stores; a small capture's file is often larger than the capture); other
+    formats are estimated. It steers the split into parts, the grouping and the progress line
+    only."""
+    try:
+        size = os.path.getsize(path)
+        with open(path, "rb", buffering=0) as handle:
+            compression = compression_of(handle.read(MAGIC_BYTES))
+            if compression is None:
+                return size
+            if compression != "gzip" or size < 18:
+                return size * ESTIMATED_RATIO
+            handle.seek(-4, os.SEEK_END)
+            (modulo,) = struct.unpack("<I", handle.read(4))
+    except OSError:
+        return 0
     least = size // 2
     wraps = max(0, least - modulo + GZIP_SIZE_MODULUS - 1) // GZIP_SIZE_MODULUS
     return modulo + wraps * GZIP_SIZE_MODULUS
