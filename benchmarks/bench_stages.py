@@ -18,7 +18,8 @@ detector, the parity table, pickling findings and bucketing hosts.
 
 The third routes the capture, then runs its largest part in this process with `tracemalloc`
 on (numpy reports its arrays to it) and prints, for each step, the bytes per packet of the part
-held when it starts, at its peak and when it ends: what a worker's memory is made of.
+held when it starts, at its peak and when it ends: what a worker's memory is made of (with the
+steps inside building connections and data segments).
 
 Both wrap the functions that run the stages and steps, looked up by name where they are
 called (`nagledetect.parts`, `nagledetect.pipeline`, the detector modules), so they time the
@@ -43,7 +44,8 @@ from typing import Any
 from nagledetect import parts, pipeline
 from nagledetect.analysis import Wanted, analyze_capture
 from nagledetect.detectors import CONNECTION_DETECTORS, segment_parity
-from nagledetect.flows import partition
+from nagledetect.events import segments
+from nagledetect.flows import build, partition
 from nagledetect.memory import ordinary_pages_for_arrays
 from nagledetect.read.capture import decoded_batches
 from nagledetect.report.document import build_document, write_json
@@ -140,6 +142,17 @@ STEPS: list[tuple[Any, str, str]] = [
     *((detector, "detect", f"detector {detector.__name__.rsplit('.', 1)[-1]}")
       for detector in CONNECTION_DETECTORS),
 ]
+INNER_STEPS: list[tuple[Any, str, str]] = [
+    (build, "_collect", "endpoint pairs"),
+    (build, "_number_and_classify", "numbering and roles"),
+    (build, "relative_ack", "relative ACKs"),
+    (build, "assign_roles", "roles"),
+    (build, "ack_lags_us", "data -> ACK lags"),
+    (segments, "_context", "context"),
+    (segments, "_segment_rows", "segment rows"),
+]
+"""Steps inside building connections and data segments, traced by --part-memory only (timed
+apart, they would split the part's CPU shares)."""
 
 
 def part_step_times(path: str, count: int) -> tuple[Counter, int]:
@@ -160,7 +173,8 @@ def part_memory(path: str) -> tuple[list[tuple[str, int, float, float, float]], 
     step (with its nesting depth), in the order the steps ended; and the part's packets."""
     rows: list[tuple[str, int, float, float, float]] = []
     peaks: list[int] = []
-    with (_wrapped_steps(lambda function, label: _traced(function, label, rows, peaks)),
+    with (_wrapped_steps(lambda function, label: _traced(function, label, rows, peaks),
+                         STEPS + INNER_STEPS),
           _routed(path) as files):
         largest = max(files, key=lambda part: os.path.getsize(part[0]))
         tracemalloc.start()
@@ -172,11 +186,11 @@ def part_memory(path: str) -> tuple[list[tuple[str, int, float, float, float]], 
 
 
 @contextmanager
-def _wrapped_steps(wrap: Callable[[Callable[..., Any], str], Callable[..., Any]]
-                   ) -> Iterator[None]:
-    """Each of STEPS replaced by `wrap(function, label)` for the block, where it is called."""
-    originals = [(module, name, getattr(module, name)) for module, name, _ in STEPS]
-    for (module, name, original), (_, _, label) in zip(originals, STEPS):
+def _wrapped_steps(wrap: Callable[[Callable[..., Any], str], Callable[..., Any]],
+                   steps: list[tuple[Any, str, str]] = STEPS) -> Iterator[None]:
+    """Each of `steps` replaced by `wrap(function, label)` for the block, where it is called."""
+    originals = [(module, name, getattr(module, name)) for module, name, _ in steps]
+    for (module, name, original), (_, _, label) in zip(originals, steps):
         setattr(module, name, wrap(original, label))
     try:
         yield
