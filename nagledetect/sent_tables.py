@@ -116,6 +116,13 @@ def rows_frame(rows: Rows) -> pd.DataFrame:
     return frame
 
 
+def held_in(rows: Rows) -> tuple[pd.DataFrame, int]:
+    """The frame that holds the rows, and where in it they start."""
+    if isinstance(rows, TableRows):
+        return rows.table, rows.start
+    return rows, 0
+
+
 def rows_part(rows: Rows, begin: int, end: int) -> Rows:
     """Rows `begin` to `end` of the rows."""
     if isinstance(rows, TableRows):

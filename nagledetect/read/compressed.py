@@ -59,14 +59,14 @@ def compression_of(start: bytes) -> str | None:
 
 def file_compression(path: str) -> str | None:
     """The compression format of the file, from its first bytes (None: not compressed)."""
-    return compression_of(_first_bytes(path))
+    return compression_of(first_bytes(path))
 
 
 def held_start(path: str) -> tuple[str | None, bytes]:
     """The file's compression format (None: not compressed) and the first MAGIC_BYTES of what
     it holds: decompressed when compressed in a format read here (empty when that data is
     damaged), else as they lie."""
-    start = _first_bytes(path)
+    start = first_bytes(path)
     compression = compression_of(start)
     if compression not in OPENERS:
         return compression, start
@@ -77,7 +77,7 @@ def held_start(path: str) -> tuple[str | None, bytes]:
         return compression, b""
 
 
-def _first_bytes(path: str) -> bytes:
+def first_bytes(path: str) -> bytes:
     """The file's first MAGIC_BYTES, read without a file object (a folder of an archive is
     sniffed a file at a time: 161,700 files took a fifth longer through `open`)."""
     descriptor = os.open(path, os.O_RDONLY)

@@ -16,7 +16,12 @@ import numpy as np
 import pcapy
 
 from nagledetect.errors import InputError
-from nagledetect.read.compressed import DecompressedCopy, DecompressionProgress, file_compression
+from nagledetect.read.compressed import (
+    DecompressedCopy,
+    DecompressionProgress,
+    file_compression,
+    first_bytes,
+)
 from nagledetect.read.decode import pad_batch
 from nagledetect.read.pcapng import PcapngReader
 from nagledetect.read.raw import RawBatch
@@ -68,8 +73,7 @@ def _unpack(packet_bytes: bytes, packed_meta: bytes, first_frame: int, linktype:
 
 
 def _is_pcapng(path: str) -> bool:
-    with open(path, "rb") as handle:
-        return handle.read(len(PCAPNG_MAGIC)) == PCAPNG_MAGIC
+    return first_bytes(path) == PCAPNG_MAGIC
 
 
 def _nothing() -> None:

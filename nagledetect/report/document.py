@@ -29,7 +29,7 @@ from nagledetect.report.turns import write_in_turns
 from nagledetect.sent_tables import (
     ColumnReader,
     Rows,
-    TableRows,
+    held_in,
     joined_rows,
     rows_frame,
     rows_part,
@@ -253,9 +253,7 @@ class ConnectionEntries(ChunkedSequence):
         captures: list[int] = []
         for low, high in zip(bounds[:-1], bounds[1:]):
             index = int(capture[low])
-            table_rows = self._tables[index]
-            table, start = ((table_rows.table, table_rows.start)
-                            if isinstance(table_rows, TableRows) else (table_rows, 0))
+            table, start = held_in(self._tables[index])
             if held is not None and table is not held:
                 yield held, np.concatenate(rows), captures
                 rows, captures = [], []
