@@ -143,7 +143,7 @@ def build_flows(batches: Iterable[DecodedColumns], expected_packets: int = 0) ->
     group = _direction_groups(columns)
     totals = _number_and_classify(columns, group, handshake, count)
     del group
-    table = _connection_table(totals, count, endpoints, handshake, guessed,
+    table = connection_table(totals, count, endpoints, handshake, guessed,
                               vantage_table(_handshake_times(columns, count),
                                             totals["ack_lag_us"]))
     packet_frame = pd.DataFrame({name: columns.pop(name) for name in PACKET_COLUMNS}, copy=False)
@@ -345,8 +345,15 @@ def _connection_endpoints(columns: dict[str, np.ndarray], pair_rows: np.ndarray,
                           first_rows: np.ndarray) -> dict[str, Any]:
     """Client and server address and port of each connection, from its first packet
     (`first_rows`); the endpoint-pair columns are let go here, their last use."""
-    endpoints = pair_rows[columns.pop("pair")[first_rows]]
     client_is_low = columns.pop("src_is_low")[first_rows] == (columns["direction"][first_rows] == 0)
+    return connection_endpoints(pair_rows[columns.pop("pair")[first_rows]], client_is_low,
+                                columns["frame"][first_rows])
+
+
+def connection_endpoints(endpoints: np.ndarray, client_is_low: np.ndarray,
+                         first_frame: np.ndarray) -> dict[str, Any]:
+    """Client and server address and port, IP version and first frame of each connection, from
+    its endpoint pair's row (`EndpointPairs.rows`) and whether the client is its lower end."""
     table: dict[str, Any] = {}
     words = {side: np.where(is_low[:, None], endpoints[:, :5], endpoints[:, 5:])
              for side, is_low in (("client", client_is_low), ("server", ~client_is_low))}
@@ -354,11 +361,11 @@ def _connection_endpoints(columns: dict[str, np.ndarray], pair_rows: np.ndarray,
         table[f"{side}_address"] = _formatted_addresses(side_words[:, :4])
         table[f"{side}_port"] = side_words[:, 4].astype(np.int64)
     table["ip_version"] = np.where(ipv4_mapped(*words["client"][:, :3].T), 4, 6)
-    table["first_frame"] = columns["frame"][first_rows].astype(np.int64)
+    table["first_frame"] = first_frame.astype(np.int64)
     return table
 
 
-def _connection_table(totals: dict[str, np.ndarray], count: int, endpoints: dict[str, Any],
+def connection_table(totals: dict[str, np.ndarray], count: int, endpoints: dict[str, Any],
                       handshake: dict[str, np.ndarray], guessed: np.ndarray,
                       vantage: dict[str, np.ndarray]) -> pd.DataFrame:
     """One row per connection: endpoints, counts each way, handshake options, RTT, vantage

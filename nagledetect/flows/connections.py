@@ -13,6 +13,7 @@ ports, the sender of the first packet is the client. Such connections are flagge
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -46,30 +47,69 @@ def split_port_reuse(pair: np.ndarray, pair_first: np.ndarray, flags: np.ndarray
     reusable = np.zeros(len(pair_first), dtype=bool)
     reusable[pair[later_syns]] = True
     rows = np.flatnonzero(reusable[pair])
-    lifetime_starts = rows[_new_lifetimes(pair[rows], flags[rows], seq_raw[rows], time_us[rows])]
+    lifetime_starts = rows[new_lifetimes(pair[rows], flags[rows], seq_raw[rows], time_us[rows])]
     if not len(lifetime_starts):
         return pair, pair_first
     return _numbered_by_first_packet(pair, pair_first, lifetime_starts, rows)
 
 
-def _new_lifetimes(pair: np.ndarray, flags: np.ndarray, seq_raw: np.ndarray,
-                   time_us: np.ndarray) -> np.ndarray:
+@dataclass
+class PairsBefore:
+    """What the lifetime rule needs of each 4-tuple's packets before the rows it is given (a
+    part read a slice at a time), indexed by pair number."""
+
+    seen: np.ndarray
+    """bool: the pair has packets before (so its first row given is not its first packet)."""
+    syn_seq: np.ndarray
+    """int64: the sequence number of its latest SYN, -1 where it had none."""
+    closed: np.ndarray
+    """bool: a FIN or RST since its latest SYN (or since its first packet, without one)."""
+    last_us: np.ndarray
+    """int64: the time of its latest packet."""
+
+
+def new_lifetimes(pair: np.ndarray, flags: np.ndarray, seq_raw: np.ndarray, time_us: np.ndarray,
+                  before: PairsBefore | None = None) -> np.ndarray:
     """Positions (ascending) of the SYNs that start a new lifetime of their 4-tuple: a new ISN
-    after a FIN or RST since the 4-tuple's previous SYN, or after a long silence."""
+    after a FIN or RST since the 4-tuple's previous SYN, or after a long silence. The rows hold
+    every packet of their pairs from the first (`before` is None), or every packet after
+    those `before` tells of."""
     order = np.argsort(pair, kind="stable")
+    sorted_pair = pair[order]
     sorted_flags = flags[order]
-    starts = group_starts(pair[order])
+    sorted_seq = seq_raw[order].astype(np.int64)
+    sorted_time = time_us[order]
+    starts = group_starts(sorted_pair)
     is_syn_only = (sorted_flags & (FLAG_SYN | FLAG_ACK)) == FLAG_SYN
-    closings_so_far = np.cumsum((sorted_flags & (FLAG_FIN | FLAG_RST)) != 0)
-    syn_positions = np.flatnonzero(is_syn_only & ~starts)
-    previous_syn = _previous_syn_position(is_syn_only, starts)
-    before = previous_syn[syn_positions]
-    closed_between = closings_so_far[syn_positions - 1] > np.where(
-        before >= 0, closings_so_far[np.maximum(before, 0)], _group_base(closings_so_far,
-                                                                        starts)[syn_positions])
-    new_isn = (before < 0) | (seq_raw[order][syn_positions] != seq_raw[order][np.maximum(before, 0)])
-    silence = (time_us[order][syn_positions] - time_us[order][syn_positions - 1]) > PORT_REUSE_SILENCE_US
+    closing = ((sorted_flags & (FLAG_FIN | FLAG_RST)) != 0).astype(np.int64)
+    closings_before = np.cumsum(closing) - closing
+    seen = starts & False if before is None else before.seen[sorted_pair]
+    syn_positions = np.flatnonzero(is_syn_only & (~starts | seen))
+    previous = _previous_syn_position(is_syn_only, starts)[syn_positions]
+    group_first = np.maximum.accumulate(np.where(starts, np.arange(len(starts)), 0))[syn_positions]
+    has_previous = previous >= 0
+    safe_previous = np.maximum(previous, 0)
+    earlier = _before_rows(before, sorted_pair[syn_positions])
+    closed_between = np.where(
+        has_previous,
+        closings_before[syn_positions] > closings_before[safe_previous] + closing[safe_previous],
+        (closings_before[syn_positions] > closings_before[group_first]) | earlier.closed)
+    previous_seq = np.where(has_previous, sorted_seq[safe_previous], earlier.syn_seq)
+    new_isn = (previous_seq < 0) | (sorted_seq[syn_positions] != previous_seq)
+    previous_us = np.where(syn_positions == group_first, earlier.last_us,
+                           sorted_time[np.maximum(syn_positions - 1, 0)])
+    silence = (sorted_time[syn_positions] - previous_us) > PORT_REUSE_SILENCE_US
     return np.sort(order[syn_positions[new_isn & (closed_between | silence)]])
+
+
+def _before_rows(before: PairsBefore | None, pair: np.ndarray) -> PairsBefore:
+    """What `before` says of each of `pair` (nothing seen where it is None)."""
+    if before is None:
+        count = len(pair)
+        return PairsBefore(np.zeros(count, dtype=bool), np.full(count, -1, dtype=np.int64),
+                           np.zeros(count, dtype=bool), np.zeros(count, dtype=np.int64))
+    return PairsBefore(before.seen[pair], before.syn_seq[pair], before.closed[pair],
+                       before.last_us[pair])
 
 
 def _previous_syn_position(is_syn_only: np.ndarray, starts: np.ndarray) -> np.ndarray:
@@ -79,12 +119,6 @@ def _previous_syn_position(is_syn_only: np.ndarray, starts: np.ndarray) -> np.nd
     shifted = np.concatenate(([-1], latest[:-1]))
     group_first = np.maximum.accumulate(np.where(starts, np.arange(len(starts)), 0))
     return np.where(shifted >= group_first, shifted, -1)
-
-
-def _group_base(running: np.ndarray, starts: np.ndarray) -> np.ndarray:
-    """The running total just before each element's group began."""
-    first = np.maximum.accumulate(np.where(starts, np.arange(len(starts)), 0))
-    return np.where(first > 0, running[first - 1], 0)
 
 
 def _numbered_by_first_packet(pair: np.ndarray, pair_first: np.ndarray,
@@ -98,50 +132,57 @@ def _numbered_by_first_packet(pair: np.ndarray, pair_first: np.ndarray,
     number = np.empty(len(first_packets), dtype=np.int64)
     number[by_position] = np.arange(len(first_packets))
     connection = number[pair]
+    in_lifetime, lifetime = latest_lifetime(pair, rows, lifetime_starts)
+    connection[rows[in_lifetime]] = number[len(pair_first) + lifetime]
+    return connection, first_packets[by_position]
+
+
+def latest_lifetime(pair: np.ndarray, rows: np.ndarray, lifetime_starts: np.ndarray
+                    ) -> tuple[np.ndarray, np.ndarray]:
+    """For the packets at `rows`: whether a lifetime of their pair starts at or before them
+    among `lifetime_starts` (positions of SYNs), and, where one does, the index in
+    `lifetime_starts` of the latest."""
     lifetime_pair = pair[lifetime_starts].astype(np.int64)
     by_pair = np.lexsort((lifetime_starts, lifetime_pair))
     span = np.int64(len(pair))
     found = np.searchsorted(lifetime_pair[by_pair] * span + lifetime_starts[by_pair],
                             pair[rows].astype(np.int64) * span + rows, side="right") - 1
-    in_pair = (found >= 0) & (lifetime_pair[by_pair][np.maximum(found, 0)] == pair[rows])
-    connection[rows[in_pair]] = number[len(pair_first) + by_pair[found[in_pair]]]
-    return connection, first_packets[by_position]
+    in_lifetime = (found >= 0) & (lifetime_pair[by_pair][np.maximum(found, 0)] == pair[rows])
+    return in_lifetime, by_pair[found[in_lifetime]]
 
 
 def client_is_source(connection: np.ndarray, first_rows: np.ndarray, flags: np.ndarray,
                      src_is_low: np.ndarray, ports_at: PortsAt) -> tuple[np.ndarray, np.ndarray]:
-    """Per packet: does it go client -> server; per connection: was the client guessed.
-
-    Each connection gets a reference packet whose direction is known (its first SYN, else its
-    first SYN/ACK, else its first packet (`first_rows`) with the port rule, from
-    `ports_at(rows)`: the source and destination ports of those packets); every other packet's
-    direction follows from whether it has the same source endpoint as the reference.
-    """
+    """Per packet: does it go client -> server; per connection: was the client guessed (see
+    `client_is_low`; `ports_at(rows)`: the source and destination ports of those packets)."""
     count = len(first_rows)
-    reference = np.full(count, -1, dtype=np.int64)
-    reference_from_client = np.zeros(count, dtype=bool)
-    syn_only = (flags & (FLAG_SYN | FLAG_ACK)) == FLAG_SYN
-    syn_ack = (flags & (FLAG_SYN | FLAG_ACK)) == (FLAG_SYN | FLAG_ACK)
-    for mask, from_client in ((syn_only, True), (syn_ack, False)):
-        conn, rows = _first_rows(connection, np.flatnonzero(mask), reference)
-        reference[conn] = rows
-        reference_from_client[conn] = from_client
-    guessed = reference < 0
-    rows = first_rows[guessed]
-    conn = connection[rows]
-    reference[conn] = rows
-    reference_from_client[conn] = _client_by_port_rule(*ports_at(rows))
-    client_is_low = src_is_low[reference] == reference_from_client
-    return src_is_low == client_is_low[connection], guessed
+    senders = []
+    for wanted in (FLAG_SYN, FLAG_SYN | FLAG_ACK):
+        rows = np.flatnonzero((flags & (FLAG_SYN | FLAG_ACK)) == wanted)
+        conn, first = np.unique(connection[rows], return_index=True)
+        sender_is_low = np.full(count, -1, dtype=np.int8)
+        sender_is_low[conn] = src_is_low[rows[first]]
+        senders.append(sender_is_low)
+    low, guessed = client_is_low(*senders, src_is_low[first_rows],
+                                 lambda chosen: ports_at(first_rows[chosen]))
+    return src_is_low == low[connection], guessed
 
 
-def _first_rows(connection: np.ndarray, rows: np.ndarray,
-                reference: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The first of `rows` in each connection that has no reference packet yet."""
-    conn, first = np.unique(connection[rows], return_index=True)
-    rows = rows[first]
-    fresh = reference[conn] < 0
-    return conn[fresh], rows[fresh]
+def client_is_low(syn_sender_is_low: np.ndarray, syn_ack_sender_is_low: np.ndarray,
+                  first_sender_is_low: np.ndarray, first_ports: PortsAt
+                  ) -> tuple[np.ndarray, np.ndarray]:
+    """Per connection: is the client its lower endpoint, and was that guessed.
+
+    The sender of the connection's first SYN is the client, else the receiver of its first
+    SYN/ACK (`*_sender_is_low`: whether that packet's source is the lower endpoint, -1 where
+    the connection has none), else the port rule decides on its first packet
+    (`first_ports(chosen)`: the source and destination ports of the chosen connections' first
+    packets).
+    """
+    guessed = (syn_sender_is_low < 0) & (syn_ack_sender_is_low < 0)
+    low = np.where(syn_sender_is_low >= 0, syn_sender_is_low == 1, syn_ack_sender_is_low == 0)
+    low[guessed] = first_sender_is_low[guessed] == _client_by_port_rule(*first_ports(guessed))
+    return low, guessed
 
 
 def _client_by_port_rule(first_src_port: np.ndarray, first_dst_port: np.ndarray) -> np.ndarray:

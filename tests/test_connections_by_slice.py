@@ -1,0 +1,136 @@
+"""Pass 1 over slices (`flows.facts`) knows what a whole run knows of every connection.
+
+The expected values are not the slice code's own: each capture is also built whole
+(`build_flows`, whose tables the other tests check against tshark and by hand), and the slices
+must give the same connection and direction for every packet, the same connection table
+column by column (dtypes included), each direction's ISN (checked through the whole run's
+relative sequence number of its first packet) and the handshake times (the times of the
+frames the table names). Slices of one packet cut every connection at every packet.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from nagledetect.flows.build import FlowTables, build_flows
+from nagledetect.flows.facts import ConnectionFacts, ConnectionsBySlice
+from nagledetect.read.capture import decoded_batches
+from tests.conftest import SAMPLE_TRACES, corpus_file
+from tests.handbuilt import CLIENT, SERVER, segment, write
+
+SLICE_PACKETS = (1, 7, 500)
+CORPUS = [
+    "zeek/ssh__ssh.pcap",  # 23 connections, one without its handshake
+    "zeek/modbus__modbusBig.pcap",  # no handshakes: clients guessed, MSS estimated
+    "zeek/cisco-fabric-path.pcap",  # IPv6 beside IPv4
+    "tcpdump/kday4.pcap",  # time going backwards, no handshakes
+    "zeek/smb__smb3_multichannel.pcap",
+]
+
+
+def _sliced(path: Path, slice_packets: int) -> tuple[ConnectionFacts, np.ndarray, np.ndarray]:
+    facts = ConnectionsBySlice()
+    connection, source_is_low = [], []
+    for columns, _ in decoded_batches(str(path))[1]:
+        for start in range(0, len(columns["frame"]), slice_packets):
+            numbers, low = facts.add({name: values[start:start + slice_packets]
+                                      for name, values in columns.items()})
+            connection.append(numbers)
+            source_is_low.append(low)
+    return facts.finish(), np.concatenate(connection), np.concatenate(source_is_low)
+
+
+def _assert_same_as_whole(path: Path, slice_packets: int) -> FlowTables:
+    whole = build_flows(decoded_batches(str(path))[1])
+    facts, connection, source_is_low = _sliced(path, slice_packets)
+    packets = whole.packets
+    assert connection.tolist() == packets["connection"].tolist()
+    direction = (source_is_low != facts.client_is_low[connection]).astype(np.uint8)
+    assert direction.tolist() == packets["direction"].tolist()
+    assert set(facts.table.columns) <= set(whole.connections.columns)
+    for name in facts.table.columns:
+        pd.testing.assert_series_equal(facts.table[name], whole.connections[name], obj=name)
+    group = packets["connection"].to_numpy().astype(np.int64) * 2 + packets["direction"].to_numpy()
+    present, first = np.unique(group, return_index=True)
+    distance = (packets["seq_raw"].to_numpy()[first].astype(np.int64) - facts.isn_raw[present])
+    assert ((distance & 0xFFFFFFFF) == (packets["rel_seq"].to_numpy()[first] & 0xFFFFFFFF)).all()
+    assert (np.delete(facts.isn_raw, present) == -1).all()
+    time_of = dict(zip(packets["frame"].tolist(), packets["time_us"].tolist()))
+    for times, frames in ((facts.syn_us, "syn_frame"), (facts.syn_ack_us, "syn_ack_frame")):
+        assert times.tolist() == [time_of.get(frame, -1) for frame in whole.connections[frames]]
+    return whole
+
+
+@pytest.mark.parametrize("slice_packets", SLICE_PACKETS)
+@pytest.mark.parametrize("name", ["mixed.pcap", "seed004-header-body-middle.pcap",
+                                  "merged-interfaces.pcapng", "classic-phase-lock.pcap"])
+def test_sample_trace_by_slices_equals_whole(name: str, slice_packets: int) -> None:
+    whole = _assert_same_as_whole(SAMPLE_TRACES / name, slice_packets)
+    assert len(whole.packets) > 3 * slice_packets or slice_packets == 500
+
+
+@pytest.mark.parametrize("slice_packets", (13, 500))
+@pytest.mark.parametrize("relative", CORPUS)
+def test_corpus_capture_by_slices_equals_whole(relative: str, slice_packets: int) -> None:
+    _assert_same_as_whole(corpus_file(relative), slice_packets)
+
+
+def _handshake(sport: int, client_isn: int, start_s: float) -> list:
+    return [segment(CLIENT, SERVER, sport, 80, "S", client_isn, time_s=start_s,
+                    options=[("MSS", 1400), ("WScale", 7)]),
+            segment(SERVER, CLIENT, 80, sport, "SA", 5000, client_isn + 1, time_s=start_s + 0.001,
+                    options=[("MSS", 1200), ("WScale", 2)]),
+            segment(CLIENT, SERVER, sport, 80, "A", client_isn + 1, 5001, time_s=start_s + 0.002)]
+
+
+def _port_reuse_packets() -> list:
+    """Every way a 4-tuple's lifetime can end or not, interleaved so that connections are
+    numbered out of pair order: A closes with FINs and comes back with a new ISN; B is reset
+    and comes back; C's SYN is sent again with the same ISN (a retransmission, not a new
+    lifetime); D falls silent for more than 300 s and comes back; E starts mid-connection with
+    full-sized payloads from port 80 (the port rule makes 40014 its client) until a SYN/ACK
+    from 40014 shows port 80 was the client; F never shows a handshake (its client guessed, its
+    MSS estimated from its payloads)."""
+    a, b, c, d, e, f = 40010, 40011, 40012, 40013, 40014, 40015
+    return [
+        *_handshake(a, 1000, 1.0),
+        segment(SERVER, CLIENT, 80, e, "PA", 70000, 900, 1300, time_s=1.05),
+        segment(SERVER, CLIENT, 80, e, "PA", 71300, 900, 1300, time_s=1.06),
+        segment(CLIENT, SERVER, a, 80, "FA", 1001, 5001, time_s=1.1),
+        *_handshake(b, 7000, 1.15),
+        segment(SERVER, CLIENT, 80, a, "FA", 5001, 1002, time_s=1.2),
+        segment(CLIENT, SERVER, b, 80, "R", 7001, time_s=1.3),
+        segment(CLIENT, SERVER, c, 80, "S", 300, time_s=1.4),
+        *_handshake(d, 9000, 1.5),
+        *_handshake(a, 50000, 3.0),
+        segment(CLIENT, SERVER, c, 80, "S", 300, time_s=4.0),
+        *_handshake(b, 60000, 4.5),
+        segment(CLIENT, SERVER, e, 80, "SA", 900, 70000, time_s=4.6),
+        segment(SERVER, CLIENT, 80, e, "PA", 72600, 901, 700, time_s=4.7),
+        segment(CLIENT, SERVER, f, 80, "PA", 100, 8000, 1300, time_s=5.0),
+        segment(CLIENT, SERVER, f, 80, "PA", 1400, 8000, 1300, time_s=5.1),
+        segment(SERVER, CLIENT, 80, f, "A", 8000, 2700, time_s=5.15),
+        segment(CLIENT, SERVER, f, 80, "PA", 2700, 8000, 600, time_s=5.2),
+        segment(CLIENT, SERVER, d, 80, "PA", 9001, 5001, 10, time_s=10.0),
+        *_handshake(d, 20000, 400.0),
+        segment(CLIENT, SERVER, a, 80, "PA", 50001, 5001, 10, time_s=401.0),
+    ]
+
+
+def test_port_reuse_cut_at_every_packet_equals_whole(tmp_path: Path) -> None:
+    """Hand-built: port reuse with chosen ISNs and a 300 s silence cannot be had on demand
+    from a real stack. The whole run's table of these packets is itself checked by hand: 9
+    connections in order of their first packet (A, E, B, C, D, A again, B again, F, D again)."""
+    path = write(tmp_path / "reuse.pcap", _port_reuse_packets())
+    for slice_packets in range(1, 8):
+        whole = _assert_same_as_whole(path, slice_packets)
+    table = whole.connections
+    assert table["client_port"].tolist() == [40010, 80, 40011, 40012, 40013, 40010, 40011, 40015,
+                                             40013]
+    assert table["client_guessed"].tolist() == [False] * 7 + [True, False]
+    assert table["mss_estimated"].tolist() == [False] * 7 + [True, False]
+    assert table["effective_mss"].tolist() == [1200, 536, 1200, 536, 1200, 1200, 1200, 1300, 1200]
