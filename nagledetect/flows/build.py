@@ -21,7 +21,7 @@ from nagledetect.flows.connections import FLAG_ACK, FLAG_SYN
 from nagledetect.flows.endpoints import EndpointPairs, packet_ports
 from nagledetect.flows.grouped import group_starts
 from nagledetect.flows.handshake import handshake_table
-from nagledetect.flows.roles import ROLES, assign_roles
+from nagledetect.flows.roles import ROLES, DirectionsBefore, assign_roles
 from nagledetect.flows.sequence import relative_ack, relative_sequence
 from nagledetect.flows.vantage import ack_lags_us, vantage_table
 from nagledetect.read.capture import DecodedColumns
@@ -189,8 +189,8 @@ def _number_and_classify(columns: dict[str, np.ndarray], group: np.ndarray,
             for name, values in chunk_totals.items():
                 totals[name][first_group:first_group + len(values)] = values
     del chunks
-    columns["window_bytes"] = _scaled_window(columns, group, handshake)
-    columns["wire_segments"], columns["super_segment"] = _wire_segments(columns, handshake)
+    columns["window_bytes"] = scaled_window(columns, group, handshake)
+    columns["wire_segments"], columns["super_segment"] = wire_segments(columns, handshake)
     return totals
 
 
@@ -226,7 +226,7 @@ def _classify_chunk(columns: dict[str, np.ndarray], rows: np.ndarray
     del has_ack, base
     for name in ("rel_seq", "rel_ack"):
         columns[name][rows] = view[name]
-    columns["role"][rows] = assign_roles(view, starts, partial(_peer_values, view, rows, group))
+    columns["role"][rows] = assign_roles(view, starts, partial(peer_values, view, rows, group))
     totals = _chunk_totals(view, group, starts)
     totals["ack_lag_us"] = ack_lags_us(view, group, groups)
     return first_connection * 2, totals
@@ -260,10 +260,11 @@ def _sequence_bases(view: dict[str, np.ndarray], group: np.ndarray, starts: np.n
     return base
 
 
-def _peer_values(view: dict[str, np.ndarray], rows: np.ndarray, group: np.ndarray,
-                 at: np.ndarray) -> dict[str, np.ndarray]:
+def peer_values(view: dict[str, np.ndarray], rows: np.ndarray, group: np.ndarray,
+                 at: np.ndarray, before: DirectionsBefore | None = None) -> dict[str, np.ndarray]:
     """The window, sequence, payload and flags of the latest packet the peer sent before each
-    packet at `at` (positions in direction order), -1 where the peer has sent nothing yet.
+    packet at `at` (positions in direction order), -1 where the peer has sent nothing yet
+    (`before`: the peer's latest packet before these rows, where they continue earlier ones).
 
     `rows` are the packets' file positions (time order), `group` their direction groups
     (connection * 2 + direction, ascending). Keyed by (group, file position), the packets are
@@ -274,11 +275,16 @@ def _peer_values(view: dict[str, np.ndarray], rows: np.ndarray, group: np.ndarra
     found = np.searchsorted(group * span + rows, peer_group * span + rows[at], side="left") - 1
     safe = np.maximum(found, 0)
     sent = (found >= 0) & (group[safe] == peer_group)
-    return {name: np.where(sent, view[name][safe], -1).astype(np.int64)
-            for name in ("window_raw", "rel_seq", "payload_bytes", "flags")}
+    values = {name: np.where(sent, view[name][safe], -1).astype(np.int64)
+              for name in ("window_raw", "rel_seq", "payload_bytes", "flags")}
+    if before is not None:
+        earlier = ~sent & before.seen[peer_group]
+        for name, column in values.items():
+            column[earlier] = getattr(before, name)[peer_group[earlier]]
+    return values
 
 
-def _scaled_window(columns: dict[str, np.ndarray], group: np.ndarray,
+def scaled_window(columns: dict[str, np.ndarray], group: np.ndarray,
                    handshake: dict[str, np.ndarray]) -> np.ndarray:
     """Window in bytes: raw << sender's scale when both sides agreed to scaling (not on SYNs)."""
     scale = np.stack([handshake["window_scale_client"], handshake["window_scale_server"]], axis=1)
@@ -289,7 +295,7 @@ def _scaled_window(columns: dict[str, np.ndarray], group: np.ndarray,
     return np.left_shift(window_bytes, shift, out=window_bytes)
 
 
-def _wire_segments(columns: dict[str, np.ndarray], handshake: dict[str, np.ndarray]
+def wire_segments(columns: dict[str, np.ndarray], handshake: dict[str, np.ndarray]
                    ) -> tuple[np.ndarray, np.ndarray]:
     """Wire segments each packet stands for (its payload over the connection's effective MSS,
     rounded up; 1 where the MSS is unknown) and whether it is a super-segment (longer than

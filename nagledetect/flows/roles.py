@@ -12,6 +12,7 @@ window update (same ACK and sequence, new window). RST wins over everything.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -29,32 +30,70 @@ NONE_YET = -(1 << 62)
 PeerAt = Callable[[np.ndarray], dict[str, np.ndarray]]
 
 
+@dataclass
+class DirectionsBefore:
+    """What the role rules read of each direction group's packets before the rows given (a
+    part read a slice at a time), indexed by group number (connection * 2 + direction)."""
+
+    seen: np.ndarray
+    max_end: np.ndarray
+    """The highest sequence end sent (NONE_YET where none)."""
+    rel_seq: np.ndarray
+    rel_ack: np.ndarray
+    window_raw: np.ndarray
+    payload_bytes: np.ndarray
+    flags: np.ndarray
+    """The latest packet's values (the peer's latest, read by the other group)."""
+    advance_us: np.ndarray
+    """The time of the latest packet that advanced the stream."""
+
+
+def sequence_ends(direction_view: dict[str, np.ndarray], starts: np.ndarray,
+                  group: np.ndarray | None = None, before: DirectionsBefore | None = None
+                  ) -> tuple[np.ndarray, np.ndarray]:
+    """Each packet's sequence end (SYN and FIN count one) and the highest end its group sent
+    before it (NONE_YET for a group's first packet)."""
+    flags = direction_view["flags"]
+    end = (direction_view["rel_seq"] + direction_view["payload_bytes"].astype(np.int64)
+           + ((flags & (FLAG_SYN | FLAG_FIN)) != 0))
+    max_end_before = previous_in_group(grouped_cummax(end, starts), starts, NONE_YET)
+    if before is not None:
+        np.maximum(max_end_before, before.max_end[group], out=max_end_before)
+    return end, max_end_before
+
+
 def assign_roles(direction_view: dict[str, np.ndarray], starts: np.ndarray,
-                 peer_at: PeerAt) -> np.ndarray:
+                 peer_at: PeerAt, group: np.ndarray | None = None,
+                 before: DirectionsBefore | None = None) -> np.ndarray:
     """Role code per packet; inputs are in direction order (connection, direction, time).
 
     `peer_at(rows)` gives the other direction's latest `window_raw`, `rel_seq`,
     `payload_bytes`, `flags` at those packets' times (-1 when it has sent nothing yet): asked
     only for the few packets whose role depends on the peer (zero-window probe and duplicate
-    ACK candidates).
+    ACK candidates). `before`: what came before each group's first row here (`group`: each
+    row's group number), where the rows continue a part read a slice at a time.
     """
     flags = direction_view["flags"]
     payload = direction_view["payload_bytes"].astype(np.int64)
     seq = direction_view["rel_seq"]
     ack = direction_view["rel_ack"]
     window = direction_view["window_raw"].astype(np.int64)
-    end = seq + payload + ((flags & (FLAG_SYN | FLAG_FIN)) != 0)
-    max_end_before = previous_in_group(grouped_cummax(end, starts), starts, NONE_YET)
-    has_previous = ~starts
+    end, max_end_before = sequence_ends(direction_view, starts, group, before)
+    previous = {"seen": ~starts, "rel_ack": previous_in_group(ack, starts, NONE_YET),
+                "window_raw": previous_in_group(window, starts, -1),
+                "rel_seq": previous_in_group(seq, starts, NONE_YET)}
+    if before is not None:
+        _continued(previous, starts, group, before)
+    has_previous = previous["seen"]
     role = np.full(len(flags), ROLE["pure_ack"], dtype=np.uint8)
 
     carries_data = payload > 0
     fin_or_syn = (flags & (FLAG_FIN | FLAG_SYN)) != 0
     keepalive = has_previous & (payload <= 1) & (seq == max_end_before - 1) & ~fin_or_syn
     old_data = has_previous & (seq < max_end_before) & ~keepalive
-    same_ack = has_previous & (ack == previous_in_group(ack, starts, NONE_YET))
-    same_window = window == previous_in_group(window, starts, -1)
-    same_seq = seq == previous_in_group(seq, starts, NONE_YET)
+    same_ack = has_previous & (ack == previous["rel_ack"])
+    same_window = window == previous["window_raw"]
+    same_seq = seq == previous["rel_seq"]
     bare = ~carries_data & ((flags & (FLAG_SYN | FLAG_FIN | FLAG_RST)) == 0)
     probe_rows = np.flatnonzero((payload == 1) & (seq == max_end_before))
     repeat_rows = np.flatnonzero(bare & same_ack & same_window & (window != 0))
@@ -73,19 +112,38 @@ def assign_roles(direction_view: dict[str, np.ndarray], starts: np.ndarray,
     role[(flags & FLAG_SYN) != 0] = ROLE["syn"]
     role[(carries_data | fin_or_syn) & old_data] = ROLE["retransmission"]
     old_segments = np.flatnonzero(carries_data & old_data)
-    role[old_segments[_fills_hole(direction_view["time_us"], starts, end, max_end_before,
-                                  old_segments)]] = ROLE["out_of_order"]
+    since_advance_us = direction_view["time_us"][old_segments] - _latest_advance_us(
+        direction_view["time_us"], starts, end, max_end_before, old_segments,
+        None if before is None else before.advance_us[group[old_segments]])
+    fills_hole = (end[old_segments] != max_end_before[old_segments]) & (
+        since_advance_us < OUT_OF_ORDER_WINDOW_US)
+    role[old_segments[fills_hole]] = ROLE["out_of_order"]
     role[keepalive] = ROLE["keepalive"]
     role[(flags & FLAG_RST) != 0] = ROLE["rst"]
     return role
 
 
-def _fills_hole(time_us: np.ndarray, starts: np.ndarray, end: np.ndarray,
-                max_end_before: np.ndarray, rows: np.ndarray) -> np.ndarray:
-    """At `rows` (old data, never a group's first packet): does the segment fill a hole, i.e.
-    not end where the stream had got to, within OUT_OF_ORDER_WINDOW_US of the latest segment
-    of its group that advanced the stream (a group's first packet always advances it)."""
+def _continued(previous: dict[str, np.ndarray], starts: np.ndarray, group: np.ndarray,
+               before: DirectionsBefore) -> None:
+    """The previous packet of each group's first row: the group's latest before, if any."""
+    first = np.flatnonzero(starts)
+    seen = before.seen[group[first]]
+    previous["seen"][first] = seen
+    for name, missing in (("rel_ack", NONE_YET), ("window_raw", -1), ("rel_seq", NONE_YET)):
+        previous[name][first] = np.where(seen, getattr(before, name)[group[first]], missing)
+
+
+def _latest_advance_us(time_us: np.ndarray, starts: np.ndarray, end: np.ndarray,
+                       max_end_before: np.ndarray, rows: np.ndarray,
+                       advance_before_us: np.ndarray | None) -> np.ndarray:
+    """At `rows` (old data, never a group's first packet of all): the time of the latest
+    segment of its group that advanced the stream (a group's first packet always advances it),
+    before these rows where none here did (`advance_before_us`, at `rows`)."""
     advancing = np.flatnonzero(end > max_end_before)
-    latest_advance = advancing[np.searchsorted(advancing, rows, side="right") - 1]
-    since_advance_us = time_us[rows] - time_us[latest_advance]
-    return (end[rows] != max_end_before[rows]) & (since_advance_us < OUT_OF_ORDER_WINDOW_US)
+    found = np.searchsorted(advancing, rows, side="right") - 1
+    latest = advancing[np.maximum(found, 0)] if len(advancing) else np.zeros(len(rows), dtype=np.int64)
+    if advance_before_us is None:
+        return time_us[latest]
+    group_first = np.maximum.accumulate(np.where(starts, np.arange(len(starts)), 0))[rows]
+    here = (found >= 0) & (latest >= group_first)
+    return np.where(here, time_us[latest], advance_before_us)

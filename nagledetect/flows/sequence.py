@@ -8,6 +8,8 @@ SYN (so the first data byte is 1, as in Wireshark), or the first seen value minu
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 
 from nagledetect.flows.grouped import grouped_cumsum
@@ -36,21 +38,45 @@ def wrapped_distance(value: np.ndarray, base: np.ndarray) -> np.ndarray:
     return np.where(distance >= 1 << 31, distance - (1 << 32), distance)
 
 
-def relative_sequence(seq_raw: np.ndarray, starts: np.ndarray, base_raw: np.ndarray) -> np.ndarray:
-    """Sequence numbers relative to their group's ISN (`base_raw`, one per group, in order)."""
+class Latest(NamedTuple):
+    """Each direction group's latest value before the rows given (a part read a slice at a
+    time), indexed by group number: raw and relative, and whether it had one."""
+
+    seen: np.ndarray
+    raw: np.ndarray
+    relative: np.ndarray
+
+
+def _first_values(raw_first: np.ndarray, base_raw: np.ndarray, groups: np.ndarray,
+                  latest: Latest | None) -> np.ndarray:
+    """The relative value of each group's first row: its distance from the base, or, where
+    the group's latest value is known (`latest` at `groups`), a step on from it."""
+    first = wrapped_distance(raw_first, base_raw)
+    if latest is None:
+        return first
+    step = np.subtract(raw_first.astype(np.uint32), latest.raw[groups].astype(np.uint32)).view(np.int32)
+    return np.where(latest.seen[groups], latest.relative[groups] + step, first)
+
+
+def relative_sequence(seq_raw: np.ndarray, starts: np.ndarray, base_raw: np.ndarray,
+                      group: np.ndarray | None = None, latest: Latest | None = None) -> np.ndarray:
+    """Sequence numbers relative to their group's ISN (`base_raw`, one per group, in order);
+    `latest`: where a group continues rows given before (`group`: each row's group number)."""
     unwrapped = unwrap_in_groups(seq_raw, starts)
     first = np.flatnonzero(starts)
-    unwrapped += np.repeat(wrapped_distance(seq_raw[first], base_raw),
+    groups = None if group is None else group[first]
+    unwrapped += np.repeat(_first_values(seq_raw[first], base_raw, groups, latest),
                            np.diff(np.append(first, len(seq_raw))))
     return unwrapped
 
 
 def relative_ack(ack_raw: np.ndarray, has_ack: np.ndarray, group: np.ndarray,
-                 peer_base_raw: np.ndarray) -> np.ndarray:
+                 peer_base_raw: np.ndarray, latest: Latest | None = None) -> np.ndarray:
     """Acknowledgement numbers relative to the peer direction's ISN; NO_ACK without the ACK flag.
 
     `peer_base_raw` is per row (the peer direction's ISN, -1 when the peer was never seen: then
     the group's first ACK counts as 1, like a first sequence number seen mid-connection).
+    `latest`: each group's latest ACK before these rows, where it continues rows given before.
     """
     result = np.full(len(ack_raw), NO_ACK, dtype=np.int64)
     rows = np.flatnonzero(has_ack)
@@ -63,7 +89,7 @@ def relative_ack(ack_raw: np.ndarray, has_ack: np.ndarray, group: np.ndarray,
     first = rows[sub_starts]
     first_ack = ack_raw[first].astype(np.int64)
     peer_base = np.where(peer_base_raw[first] >= 0, peer_base_raw[first], (first_ack - 1) & 0xFFFFFFFF)
-    offset = wrapped_distance(first_ack, peer_base)
+    offset = _first_values(first_ack, peer_base, group[first], latest)
     unwrapped += np.repeat(offset, np.diff(np.append(np.flatnonzero(sub_starts), len(rows))))
     result[rows] = unwrapped
     return result

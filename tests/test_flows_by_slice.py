@@ -1,11 +1,12 @@
-"""Pass 1 over slices (`flows.facts`) knows what a whole run knows of every connection.
+"""Passes 1 and 2 over slices (`flows.facts`, `flows.numbering`) give what a whole run gives.
 
 The expected values are not the slice code's own: each capture is also built whole
 (`build_flows`, whose tables the other tests check against tshark and by hand), and the slices
 must give the same connection and direction for every packet, the same connection table
 column by column (dtypes included), each direction's ISN (checked through the whole run's
 relative sequence number of its first packet) and the handshake times (the times of the
-frames the table names). Slices of one packet cut every connection at every packet.
+frames the table names), and then every packet column of pass 2 (relative numbers, roles,
+windows, wire segments). Slices of one packet cut every connection at every packet.
 """
 
 from __future__ import annotations
@@ -16,13 +17,16 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from nagledetect.flows.build import FlowTables, build_flows
+from nagledetect.flows.build import PACKET_COLUMNS, FlowTables, build_flows
 from nagledetect.flows.facts import ConnectionFacts, ConnectionsBySlice
+from nagledetect.flows.numbering import PacketsBySlice
+from nagledetect.flows.roles import ROLES
 from nagledetect.read.capture import decoded_batches
 from tests.conftest import SAMPLE_TRACES, corpus_file
 from tests.handbuilt import CLIENT, SERVER, segment, write
 
 SLICE_PACKETS = (1, 7, 500)
+GIGABYTE = 1 << 30
 CORPUS = [
     "zeek/ssh__ssh.pcap",  # 23 connections, one without its handshake
     "zeek/modbus__modbusBig.pcap",  # no handshakes: clients guessed, MSS estimated
@@ -32,22 +36,35 @@ CORPUS = [
 ]
 
 
-def _sliced(path: Path, slice_packets: int) -> tuple[ConnectionFacts, np.ndarray, np.ndarray]:
+def _sliced(path: Path, slice_packets: int
+            ) -> tuple[ConnectionFacts, np.ndarray, np.ndarray, pd.DataFrame]:
+    """Pass 1 over the slices, then pass 2 over the same slices."""
     facts = ConnectionsBySlice()
-    connection, source_is_low = [], []
+    slices, connection, source_is_low = [], [], []
     for columns, _ in decoded_batches(str(path))[1]:
         for start in range(0, len(columns["frame"]), slice_packets):
-            numbers, low = facts.add({name: values[start:start + slice_packets]
-                                      for name, values in columns.items()})
+            slices.append({name: values[start:start + slice_packets]
+                           for name, values in columns.items()})
+            numbers, low = facts.add(slices[-1])
             connection.append(numbers)
             source_is_low.append(low)
-    return facts.finish(), np.concatenate(connection), np.concatenate(source_is_low)
+    known = facts.finish()
+    if not slices:
+        return known, np.zeros(0, dtype=np.int64), np.zeros(0, dtype=bool), pd.DataFrame()
+    numbering = PacketsBySlice(known)
+    packets = [numbering.add(*arguments) for arguments in zip(slices, connection, source_is_low)]
+    table = pd.DataFrame({name: np.concatenate([columns[name] for columns in packets])
+                          for name in PACKET_COLUMNS})
+    return known, np.concatenate(connection), np.concatenate(source_is_low), table
 
 
 def _assert_same_as_whole(path: Path, slice_packets: int) -> FlowTables:
     whole = build_flows(decoded_batches(str(path))[1])
-    facts, connection, source_is_low = _sliced(path, slice_packets)
+    facts, connection, source_is_low, numbered = _sliced(path, slice_packets)
     packets = whole.packets
+    if not len(packets):
+        assert not len(numbered)
+        return whole
     assert connection.tolist() == packets["connection"].tolist()
     direction = (source_is_low != facts.client_is_low[connection]).astype(np.uint8)
     assert direction.tolist() == packets["direction"].tolist()
@@ -62,6 +79,8 @@ def _assert_same_as_whole(path: Path, slice_packets: int) -> FlowTables:
     time_of = dict(zip(packets["frame"].tolist(), packets["time_us"].tolist()))
     for times, frames in ((facts.syn_us, "syn_frame"), (facts.syn_ack_us, "syn_ack_frame")):
         assert times.tolist() == [time_of.get(frame, -1) for frame in whole.connections[frames]]
+    numbered["role"] = pd.Categorical.from_codes(numbered["role"], categories=ROLES)
+    pd.testing.assert_frame_equal(numbered, packets)
     return whole
 
 
@@ -79,6 +98,13 @@ def test_corpus_capture_by_slices_equals_whole(relative: str, slice_packets: int
     _assert_same_as_whole(corpus_file(relative), slice_packets)
 
 
+@pytest.mark.parametrize("relative", ["zeek/tls__hrr.pcap", "zeek/tcp__ctu-64702-888.pcap"])
+def test_out_of_order_segments_cut_at_every_packet_equal_whole(relative: str) -> None:
+    """Segments filling a hole are told by the time since their direction last advanced the
+    stream, which a cut must carry (found by leaving it out: these captures then differ)."""
+    _assert_same_as_whole(corpus_file(relative), 1)
+
+
 def _handshake(sport: int, client_isn: int, start_s: float) -> list:
     return [segment(CLIENT, SERVER, sport, 80, "S", client_isn, time_s=start_s,
                     options=[("MSS", 1400), ("WScale", 7)]),
@@ -94,8 +120,10 @@ def _port_reuse_packets() -> list:
     lifetime); D falls silent for more than 300 s and comes back; E starts mid-connection with
     full-sized payloads from port 80 (the port rule makes 40014 its client) until a SYN/ACK
     from 40014 shows port 80 was the client; F never shows a handshake (its client guessed, its
-    MSS estimated from its payloads)."""
-    a, b, c, d, e, f = 40010, 40011, 40012, 40013, 40014, 40015
+    MSS estimated from its payloads); G repeats an ACK after a 2-byte segment from the last
+    byte acked (a duplicate ACK, not the answer to a keep-alive) and then sends past 2 GB in
+    1 GB steps (its numbers unwrapped, not read from the ISN)."""
+    a, b, c, d, e, f, g = 40010, 40011, 40012, 40013, 40014, 40015, 40016
     return [
         *_handshake(a, 1000, 1.0),
         segment(SERVER, CLIENT, 80, e, "PA", 70000, 900, 1300, time_s=1.05),
@@ -115,6 +143,16 @@ def _port_reuse_packets() -> list:
         segment(CLIENT, SERVER, f, 80, "PA", 1400, 8000, 1300, time_s=5.1),
         segment(SERVER, CLIENT, 80, f, "A", 8000, 2700, time_s=5.15),
         segment(CLIENT, SERVER, f, 80, "PA", 2700, 8000, 600, time_s=5.2),
+        *_handshake(g, 1000, 6.0),
+        segment(CLIENT, SERVER, g, 80, "PA", 1001, 5001, 100, time_s=6.01),
+        segment(SERVER, CLIENT, 80, g, "A", 5001, 1101, time_s=6.02),
+        segment(CLIENT, SERVER, g, 80, "PA", 1100, 5001, 2, time_s=6.03),
+        segment(SERVER, CLIENT, 80, g, "A", 5001, 1101, time_s=6.04),
+        *(packet for step in range(1, 5) for packet in (
+            segment(CLIENT, SERVER, g, 80, "PA", 1102 + step * GIGABYTE, 5001, 10,
+                    time_s=6.1 + step / 100),
+            segment(SERVER, CLIENT, 80, g, "A", 5001, 1112 + step * GIGABYTE,
+                    time_s=6.105 + step / 100))),
         segment(CLIENT, SERVER, d, 80, "PA", 9001, 5001, 10, time_s=10.0),
         *_handshake(d, 20000, 400.0),
         segment(CLIENT, SERVER, a, 80, "PA", 50001, 5001, 10, time_s=401.0),
@@ -123,14 +161,20 @@ def _port_reuse_packets() -> list:
 
 def test_port_reuse_cut_at_every_packet_equals_whole(tmp_path: Path) -> None:
     """Hand-built: port reuse with chosen ISNs and a 300 s silence cannot be had on demand
-    from a real stack. The whole run's table of these packets is itself checked by hand: 9
-    connections in order of their first packet (A, E, B, C, D, A again, B again, F, D again)."""
+    from a real stack. The whole run's table of these packets is itself checked by hand: 10
+    connections in order of their first packet (A, E, B, C, D, A again, B again, F, G, D
+    again), and G's roles and numbers."""
     path = write(tmp_path / "reuse.pcap", _port_reuse_packets())
     for slice_packets in range(1, 8):
         whole = _assert_same_as_whole(path, slice_packets)
     table = whole.connections
     assert table["client_port"].tolist() == [40010, 80, 40011, 40012, 40013, 40010, 40011, 40015,
-                                             40013]
-    assert table["client_guessed"].tolist() == [False] * 7 + [True, False]
-    assert table["mss_estimated"].tolist() == [False] * 7 + [True, False]
-    assert table["effective_mss"].tolist() == [1200, 536, 1200, 536, 1200, 1200, 1200, 1300, 1200]
+                                             40016, 40013]
+    assert table["client_guessed"].tolist() == [False] * 7 + [True, False, False]
+    assert table["mss_estimated"].tolist() == [False] * 7 + [True, False, False]
+    assert table["effective_mss"].tolist() == [1200, 536, 1200, 536, 1200, 1200, 1200, 1300, 1200,
+                                               1200]
+    g = whole.packets[whole.packets["connection"] == 8]
+    assert g["role"].tolist()[3:7] == ["data", "pure_ack", "out_of_order", "dup_ack"]
+    assert g["rel_seq"].tolist()[7::2] == [102 + step * GIGABYTE for step in range(1, 5)]
+    assert g["rel_ack"].tolist()[8::2] == [112 + step * GIGABYTE for step in range(1, 5)]
