@@ -23,7 +23,7 @@ from nagledetect.flows.grouped import group_starts
 from nagledetect.flows.handshake import handshake_table
 from nagledetect.flows.roles import ROLES, DirectionsBefore, assign_roles
 from nagledetect.flows.sequence import relative_ack, relative_sequence
-from nagledetect.flows.vantage import ack_lags_us, vantage_table
+from nagledetect.flows.vantage import ack_lags_us, note_client_acks, vantage_table
 from nagledetect.read.capture import DecodedColumns
 from nagledetect.read.decode import ipv4_mapped
 from nagledetect.read.threads import executor
@@ -337,13 +337,8 @@ def _handshake_times(columns: dict[str, np.ndarray], count: int) -> dict[str, np
     times["ack"] = np.full(count, -1, dtype=np.int64)
     for start in range(0, len(flags), CHUNK_PACKETS):
         block = slice(start, start + CHUNK_PACKETS)
-        rows = start + np.flatnonzero((handshake_flags[block] == FLAG_ACK)
-                                      & (columns["direction"][block] == 0))
-        syn_ack_time = times["syn_ack"][connection[rows]]
-        rows = rows[(syn_ack_time >= 0) & (time_us[rows] >= syn_ack_time)]
-        conn, first = np.unique(connection[rows], return_index=True)
-        unseen = times["ack"][conn] < 0
-        times["ack"][conn[unseen]] = time_us[rows[first[unseen]]]
+        note_client_acks(times["ack"], times["syn_ack"], flags[block], columns["direction"][block],
+                         connection[block], time_us[block])
     return times
 
 

@@ -80,6 +80,9 @@ class ConnectionFacts:
     isn_raw: np.ndarray
     syn_us: np.ndarray
     syn_ack_us: np.ndarray
+    later_from_us: np.ndarray
+    """Per slice: no packet of the slices after it is earlier than this (NOT_YET after the
+    last), so an ACK earlier than it cannot answer them."""
 
 
 class ConnectionsBySlice:
@@ -94,6 +97,7 @@ class ConnectionsBySlice:
                                              "first_us": NOT_YET, "last_us": -NOT_YET - 1,
                                              "first_seq": -1, "syn_seq": -1}))
         self._size_counts = size_counts_of(np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))
+        self._slice_first_us: list[int] = []
 
     def add(self, columns: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
         """Take the next slice (decoded columns, file order): each packet's connection number
@@ -101,6 +105,7 @@ class ConnectionsBySlice:
         direction is `source_is_low == client_is_low[connection]`, once known)."""
         if not self._connections.count:
             self._connections = KeyedColumns(_missing(CONNECTION_MISSING, columns))
+        self._slice_first_us.append(int(columns["time_us"].min(initial=NOT_YET)))
         known_pairs = self._pairs.count
         pair, src_is_low = self._endpoint_pairs.assign(columns)
         self._pairs.grow(int(pair.max(initial=known_pairs - 1)) + 1)
@@ -247,8 +252,10 @@ class ConnectionsBySlice:
         isn = np.where(self._by_direction("syn_seq", low) >= 0, self._by_direction("syn_seq", low),
                        (self._by_direction("first_seq", low) - 1) & 0xFFFFFFFF)
         isn[self._by_direction("packets", low) == 0] = -1
+        later_from_us = np.minimum.accumulate(
+            np.append(self._slice_first_us, NOT_YET)[::-1])[::-1][1:]
         return ConnectionFacts(table, low, isn, known["syn_time_us"].astype(np.int64),
-                               known["syn_ack_time_us"].astype(np.int64))
+                               known["syn_ack_time_us"].astype(np.int64), later_from_us)
 
     def _by_direction(self, name: str, client_is_low: np.ndarray) -> np.ndarray:
         """A sending side's column by direction group (connection * 2 + direction)."""

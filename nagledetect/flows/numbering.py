@@ -7,7 +7,8 @@ handshake. A slice's packets are then put in direction order and numbered by the
 rules (`sequence`, `roles`, `build`); each direction group goes on from what its packets before
 the cut left: its latest raw and relative sequence and ACK numbers, the highest end it sent,
 its latest packet's window, payload and flags (which the peer's roles read) and when it last
-advanced the stream. That is a few values a direction, whatever the connection's length.
+advanced the stream. That is a few values a direction, whatever the connection's length,
+and the segments still waiting for their ACK (`vantage.AckLags`).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from dataclasses import fields
 from functools import partial
 
 import numpy as np
+import pandas as pd
 
 from nagledetect.flows.build import PACKET_COLUMNS, peer_values, scaled_window, wire_segments
 from nagledetect.flows.connections import FLAG_ACK
@@ -23,6 +25,7 @@ from nagledetect.flows.facts import ConnectionFacts, KeyedColumns
 from nagledetect.flows.grouped import group_starts
 from nagledetect.flows.roles import NONE_YET, DirectionsBefore, assign_roles, sequence_ends
 from nagledetect.flows.sequence import NO_ACK, Latest, relative_ack, relative_sequence
+from nagledetect.flows.vantage import AckLags, note_client_acks, vantage_table
 
 HANDSHAKE_COLUMNS = ("window_scale_client", "window_scale_server", "window_scaling",
                      "effective_mss")
@@ -44,6 +47,9 @@ class PacketsBySlice:
         self._directions = KeyedColumns({name: np.asarray(value)[()]
                                          for name, value in DIRECTION_MISSING.items()})
         self._directions.grow(len(facts.isn_raw))
+        self._ack_lags = AckLags(len(facts.isn_raw))
+        self._client_ack_us = np.full(len(facts.table), -1, dtype=np.int64)
+        self._slices = 0
 
     def add(self, columns: dict[str, np.ndarray], connection: np.ndarray,
             source_is_low: np.ndarray) -> dict[str, np.ndarray]:
@@ -60,6 +66,10 @@ class PacketsBySlice:
         role = assign_roles(view, starts, partial(peer_values, view, order, in_order,
                                                   before=before), in_order, before)
         self._note(view, in_order, starts, before)
+        self._ack_lags.add(view, in_order, int(self._facts.later_from_us[self._slices]))
+        self._slices += 1
+        note_client_acks(self._client_ack_us, self._facts.syn_ack_us, columns["flags"], direction,
+                         connection, columns["time_us"])
         packets = {name: columns[name] for name in PACKET_COLUMNS if name in columns}
         packets["connection"] = connection.astype(np.int32)
         packets["direction"] = direction
@@ -70,6 +80,14 @@ class PacketsBySlice:
         packets["window_bytes"] = scaled_window(columns, group, self._handshake)
         packets["wire_segments"], packets["super_segment"] = wire_segments(packets, self._handshake)
         return {name: packets[name] for name in PACKET_COLUMNS}
+
+    def connections(self) -> pd.DataFrame:
+        """The connection table a whole run makes, once every slice has been added: pass 1's
+        with the round trips and vantage, which read the numbered packets."""
+        times = {"syn": self._facts.syn_us, "syn_ack": self._facts.syn_ack_us,
+                 "ack": self._client_ack_us}
+        vantage = vantage_table(times, self._ack_lags.smallest_us)
+        return self._facts.table.assign(**vantage)
 
     def _before(self) -> DirectionsBefore:
         return DirectionsBefore(**{field.name: self._directions[field.name]

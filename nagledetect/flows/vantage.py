@@ -12,43 +12,128 @@ from __future__ import annotations
 
 import numpy as np
 
-from nagledetect.flows.grouped import group_starts
+from nagledetect.flows.connections import FLAG_ACK, FLAG_SYN
 
 NEAR_SIDE_SHARE = 1 / 3
 VALUE_SPAN = 1 << 40
+NOT_YET = np.iinfo(np.int64).max
+
+
+class AckLags:
+    """Smallest data -> covering-ACK lag per direction group (-1 where none was seen), from
+    packets given a run at a time (a whole capture's at once, or a part's slice by slice).
+
+    Group g holds connection g // 2, direction g % 2, and the ACKs for group g's data are in
+    group g ^ 1. A segment's covering ACK is the first of the peer's ACKs, in file order, whose
+    running highest ACK reaches the segment's end, and counts when it is not earlier in time.
+    Cumulative ACKs are made monotone per group and offset by group so one `searchsorted`
+    serves every group at once. Across runs, a segment waits for its ACK (its group, end and
+    time are carried), and a segment whose ACK came in an earlier run looks it up among the
+    ACKs that raised each group's highest ACK there (`_raised`): only those not earlier than
+    every packet still to come can give a lag, so the others are kept as one boundary a run of
+    them, and in a capture in time order only the latest few are kept.
+    """
+
+    def __init__(self, group_count: int) -> None:
+        self._smallest_us = np.full(group_count, NOT_YET, dtype=np.int64)
+        self._highest_ack = np.full(group_count, -1, dtype=np.int64)
+        self._waiting = _rows("group", "end", "time_us")
+        self._raised = _rows("key", "time_us")
+
+    @property
+    def smallest_us(self) -> np.ndarray:
+        return np.where(self._smallest_us == NOT_YET, -1, self._smallest_us)
+
+    def add(self, view: dict[str, np.ndarray], group: np.ndarray,
+            later_from_us: int | None = None) -> None:
+        """Packets in direction order (`group` ascending), following those given before;
+        `later_from_us`: no packet given later is earlier than this (None: none will come)."""
+        group = group.astype(np.int64)
+        ack_rows = np.flatnonzero(view["rel_ack"] >= 0)
+        ack_group = group[ack_rows]
+        key = np.maximum.accumulate(ack_group * VALUE_SPAN + np.maximum(
+            np.clip(view["rel_ack"][ack_rows], 0, VALUE_SPAN - 1), self._highest_ack[ack_group]))
+        acks = {"key": key, "time_us": view["time_us"][ack_rows].astype(np.int64)}
+        data_rows = np.flatnonzero(view["payload_bytes"] > 0)
+        data = {"group": group[data_rows],
+                "end": np.clip(view["rel_seq"][data_rows]
+                               + view["payload_bytes"][data_rows].astype(np.int64), 0, VALUE_SPAN - 1),
+                "time_us": view["time_us"][data_rows].astype(np.int64)}
+        acked_before = data["end"] <= self._highest_ack[data["group"] ^ 1]
+        self._answered(self._raised, _picked(data, acked_before))
+        still_waiting = [_picked(rows, ~self._answered(acks, rows))
+                         for rows in (self._waiting, _picked(data, ~acked_before))]
+        self._waiting = {name: np.concatenate([rows[name] for rows in still_waiting])
+                         for name in self._waiting}
+        if later_from_us is not None:
+            self._remember(acks, ack_group, later_from_us)
+        if len(key):
+            last = np.append(ack_group[1:] != ack_group[:-1], True)
+            self._highest_ack[ack_group[last]] = key[last] - ack_group[last] * VALUE_SPAN
+
+    def _answered(self, acks: dict[str, np.ndarray], data: dict[str, np.ndarray]) -> np.ndarray:
+        """Note the lags of the segments whose covering ACK is among `acks` (keys ascending);
+        returns which segments it is among them."""
+        peer = data["group"] ^ 1
+        found = np.searchsorted(acks["key"], peer * VALUE_SPAN + data["end"], side="left")
+        answered = found < len(acks["key"])
+        answered[answered] = acks["key"][found[answered]] // VALUE_SPAN == peer[answered]
+        lag = acks["time_us"][found[answered]] - data["time_us"][answered]
+        counted = lag >= 0
+        np.minimum.at(self._smallest_us, data["group"][answered][counted], lag[counted])
+        return answered
+
+    def _remember(self, acks: dict[str, np.ndarray], ack_group: np.ndarray,
+                  later_from_us: int) -> None:
+        """Keep the ACKs that raised a group's highest ACK here (beside those kept before),
+        each run of those earlier than `later_from_us` as its last one, timed never."""
+        key = acks["key"]
+        raised = np.ones(len(key), dtype=bool)
+        raised[1:] = key[1:] != key[:-1]
+        raised &= key - ack_group * VALUE_SPAN > self._highest_ack[ack_group]
+        kept = {name: np.concatenate((self._raised[name], acks[name][raised]))
+                for name in self._raised}
+        order = np.argsort(kept["key"], kind="stable")
+        kept = {name: values[order] for name, values in kept.items()}
+        kept["time_us"][kept["time_us"] < later_from_us] = NEVER
+        group = kept["key"] // VALUE_SPAN
+        never = kept["time_us"] == NEVER
+        followed = np.zeros(len(never), dtype=bool)
+        followed[:-1] = never[1:] & (group[1:] == group[:-1])
+        self._raised = _picked(kept, ~(never & followed))
+
+
+NEVER = np.iinfo(np.int64).min // 2
+"""The time of a kept ACK that no packet still to come can follow: it gives no lag."""
+
+
+def _rows(*names: str) -> dict[str, np.ndarray]:
+    return {name: np.zeros(0, dtype=np.int64) for name in names}
+
+
+def _picked(rows: dict[str, np.ndarray], chosen: np.ndarray) -> dict[str, np.ndarray]:
+    return {name: values[chosen] for name, values in rows.items()}
 
 
 def ack_lags_us(view: dict[str, np.ndarray], group: np.ndarray, group_count: int) -> np.ndarray:
-    """Smallest data -> covering-ACK lag per direction group (-1 where none was seen).
+    """Smallest data -> covering-ACK lag per direction group of packets given at once (see
+    `AckLags`)."""
+    lags = AckLags(group_count)
+    lags.add(view, group)
+    return lags.smallest_us
 
-    `view` is in direction order; group g holds connection g // 2, direction g % 2, and the
-    ACKs for group g's data are in group g ^ 1. Cumulative ACKs are made monotone per group and
-    offset by group so one `searchsorted` serves every group at once.
-    """
-    group = group.astype(np.int64)
-    ack = view["rel_ack"]
-    ack_rows = np.flatnonzero(ack >= 0)
-    ack_group = group[ack_rows]
-    key = ack_group * VALUE_SPAN + np.clip(ack[ack_rows], 0, VALUE_SPAN - 1)
-    key = np.maximum.accumulate(key)
-    data_rows = np.flatnonzero(view["payload_bytes"] > 0)
-    data_group = group[data_rows]
-    data_end = view["rel_seq"][data_rows] + view["payload_bytes"][data_rows].astype(np.int64)
-    peer = data_group ^ 1
-    wanted = peer * VALUE_SPAN + np.clip(data_end, 0, VALUE_SPAN - 1)
-    found = np.searchsorted(key, wanted, side="left")
-    valid = found < len(key)
-    found = np.minimum(found, max(len(key) - 1, 0))
-    if len(key):
-        valid &= ack_group[found] == peer
-    lag = view["time_us"][ack_rows[found]] - view["time_us"][data_rows] if len(key) else found
-    valid &= lag >= 0
-    smallest = np.full(group_count, -1, dtype=np.int64)
-    if valid.any():
-        lag_group = data_group[valid]  # ascending: the view is in direction order
-        first = np.flatnonzero(group_starts(lag_group))
-        smallest[lag_group[first]] = np.minimum.reduceat(lag[valid], first)
-    return smallest
+
+def note_client_acks(ack_us: np.ndarray, syn_ack_us: np.ndarray, flags: np.ndarray,
+                     direction: np.ndarray, connection: np.ndarray, time_us: np.ndarray) -> None:
+    """Write each connection's first ACK from the client at or after its SYN/ACK (the
+    handshake's third packet) into `ack_us`, where it is still unknown (-1): packets in file
+    order, following those given before."""
+    rows = np.flatnonzero(((flags & (FLAG_SYN | FLAG_ACK)) == FLAG_ACK) & (direction == 0))
+    syn_ack_time = syn_ack_us[connection[rows]]
+    rows = rows[(syn_ack_time >= 0) & (time_us[rows] >= syn_ack_time)]
+    conn, first = np.unique(connection[rows], return_index=True)
+    unseen = ack_us[conn] < 0
+    ack_us[conn[unseen]] = time_us[rows[first[unseen]]]
 
 
 def _smaller_known(first_us: np.ndarray, second_us: np.ndarray) -> np.ndarray:
