@@ -1,0 +1,98 @@
+"""Time and memory of a capture's connection tables made whole or a slice at a time.
+
+`whole`: `build_flows` over every decoded batch, the tables held at once (what a part's worker
+does today). `sliced`: pass 1 (`flows.facts`) over the batches, then pass 2
+(`flows.numbering`) over them read again, each slice's packet columns let go once made (what a
+worker will do with a part too large to hold). Each run is a process of its own; prints the
+median seconds and the median of the processes' peak resident memory, and the packets:
+
+    python3 benchmarks/bench_slices.py --capture /tmp/s10m_2.pcap --repeats 3
+    python3 benchmarks/bench_slices.py --capture /tmp/mix1.pcap --slice-packets 1000000
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import time
+
+
+def _whole(path: str, _slice_packets: int) -> int:
+    from nagledetect.flows.build import build_flows
+    from nagledetect.read.capture import decoded_batches
+
+    return len(build_flows(decoded_batches(path)[1]).packets)
+
+
+def _slices(path: str, slice_packets: int):
+    """The decoded batches cut or joined into slices of about `slice_packets` packets."""
+    import numpy as np
+
+    from nagledetect.read.capture import decoded_batches
+
+    held: list[dict] = []
+    count = 0
+    for columns, _ in decoded_batches(path)[1]:
+        held.append(columns)
+        count += len(columns["frame"])
+        if count >= slice_packets:
+            yield {name: np.concatenate([batch[name] for batch in held]) for name in held[0]}
+            held, count = [], 0
+    if held:
+        yield {name: np.concatenate([batch[name] for batch in held]) for name in held[0]}
+
+
+def _sliced(path: str, slice_packets: int) -> int:
+    from nagledetect.flows.facts import ConnectionsBySlice
+    from nagledetect.flows.numbering import PacketsBySlice
+
+    first = ConnectionsBySlice()
+    numbered = [first.add(columns) for columns in _slices(path, slice_packets)]
+    second = PacketsBySlice(first.finish())
+    packets = 0
+    for columns, (connection, source_is_low) in zip(_slices(path, slice_packets), numbered):
+        packets += len(second.add(columns, connection, source_is_low)["frame"])
+    second.connections()
+    return packets
+
+
+def _run_one(mode: str, path: str, slice_packets: int) -> None:
+    import resource
+
+    start = time.perf_counter()
+    packets = {"whole": _whole, "sliced": _sliced}[mode](path, slice_packets)
+    seconds = time.perf_counter() - start
+    peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(json.dumps({"seconds": seconds, "peak_mb": peak_mb, "packets": packets}))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--capture", required=True)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--slice-packets", type=int, default=1 << 20)
+    parser.add_argument("--only", action="append", choices=("whole", "sliced"))
+    parser.add_argument("--one", help=argparse.SUPPRESS)
+    arguments = parser.parse_args()
+    if arguments.one:
+        _run_one(arguments.one, arguments.capture, arguments.slice_packets)
+        return
+    for mode in arguments.only or ("whole", "sliced"):
+        runs = []
+        for _ in range(arguments.repeats):
+            output = subprocess.run(
+                [sys.executable, __file__, "--capture", arguments.capture, "--one", mode,
+                 "--slice-packets", str(arguments.slice_packets)],
+                check=True, capture_output=True, text=True).stdout
+            runs.append(json.loads(output))
+        seconds = [run["seconds"] for run in runs]
+        print(f"{mode:7} {runs[0]['packets']:>11,} packets  {statistics.median(seconds):7.2f} s  "
+              f"{statistics.median(run['peak_mb'] for run in runs):7.0f} MB peak  "
+              f"(runs: {', '.join(f'{value:.2f}' for value in seconds)} s)")
+
+
+if __name__ == "__main__":
+    main()
