@@ -3,11 +3,13 @@
 `whole`: `build_flows` over every decoded batch, the tables held at once (what a part's worker
 does today). `sliced`: pass 1 (`flows.facts`) over the batches, then pass 2
 (`flows.numbering`) over them read again, each slice's packet columns let go once made (what a
-worker will do with a part too large to hold). Each run is a process of its own; prints the
-median seconds and the median of the processes' peak resident memory, and the packets:
+worker will do with a part too large to hold). With `--events`, both also make the data
+segments and the delayed-ACK samples (`events.segments`, `events.by_slice`). Each run is a
+process of its own; prints the median seconds and the median of the processes' peak resident
+memory, and the packets:
 
     python3 benchmarks/bench_slices.py --capture /tmp/s10m_2.pcap --repeats 3
-    python3 benchmarks/bench_slices.py --capture /tmp/mix1.pcap --slice-packets 1000000
+    python3 benchmarks/bench_slices.py --capture /tmp/s10m_2.pcap --repeats 3 --events
 """
 
 from __future__ import annotations
@@ -20,11 +22,16 @@ import sys
 import time
 
 
-def _whole(path: str, _slice_packets: int) -> int:
+def _whole(path: str, _slice_packets: int, events: bool) -> int:
+    from nagledetect.detectors.delack_timer import delack_samples
+    from nagledetect.events.segments import data_segments
     from nagledetect.flows.build import build_flows
     from nagledetect.read.capture import decoded_batches
 
-    return len(build_flows(decoded_batches(path)[1]).packets)
+    flows = build_flows(decoded_batches(path)[1])
+    if events:
+        delack_samples(data_segments(flows.packets, flows.connections), flows.connections)
+    return len(flows.packets)
 
 
 def _slices(path: str, slice_packets: int):
@@ -45,25 +52,39 @@ def _slices(path: str, slice_packets: int):
         yield {name: np.concatenate([batch[name] for batch in held]) for name in held[0]}
 
 
-def _sliced(path: str, slice_packets: int) -> int:
+def _sliced(path: str, slice_packets: int, events: bool) -> int:
+    import pandas as pd
+
+    from nagledetect.events.by_slice import SegmentsBySlice
     from nagledetect.flows.facts import ConnectionsBySlice
     from nagledetect.flows.numbering import PacketsBySlice
+    from nagledetect.flows.roles import ROLES
 
     first = ConnectionsBySlice()
     numbered = [first.add(columns) for columns in _slices(path, slice_packets)]
-    second = PacketsBySlice(first.finish())
+    facts = first.finish()
+    second = PacketsBySlice(facts)
+    segments = SegmentsBySlice(facts.table)
     packets = 0
-    for columns, (connection, source_is_low) in zip(_slices(path, slice_packets), numbered):
-        packets += len(second.add(columns, connection, source_is_low)["frame"])
-    second.connections()
+    for position, (columns, (connection, source_is_low)) in enumerate(
+            zip(_slices(path, slice_packets), numbered)):
+        table = second.add(columns, connection, source_is_low)
+        packets += len(table["frame"])
+        if events:
+            frame = pd.DataFrame(table)
+            frame["role"] = pd.Categorical.from_codes(frame["role"], categories=ROLES)
+            segments.add(frame, int(facts.later_from_us[position]))
+    connections = second.connections()
+    if events:
+        segments.samples(connections)
     return packets
 
 
-def _run_one(mode: str, path: str, slice_packets: int) -> None:
+def _run_one(mode: str, path: str, slice_packets: int, events: bool) -> None:
     import resource
 
     start = time.perf_counter()
-    packets = {"whole": _whole, "sliced": _sliced}[mode](path, slice_packets)
+    packets = {"whole": _whole, "sliced": _sliced}[mode](path, slice_packets, events)
     seconds = time.perf_counter() - start
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(json.dumps({"seconds": seconds, "peak_mb": peak_mb, "packets": packets}))
@@ -75,17 +96,20 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--slice-packets", type=int, default=1 << 20)
     parser.add_argument("--only", action="append", choices=("whole", "sliced"))
+    parser.add_argument("--events", action="store_true",
+                        help="also make the data segments and delayed-ACK samples")
     parser.add_argument("--one", help=argparse.SUPPRESS)
     arguments = parser.parse_args()
     if arguments.one:
-        _run_one(arguments.one, arguments.capture, arguments.slice_packets)
+        _run_one(arguments.one, arguments.capture, arguments.slice_packets, arguments.events)
         return
     for mode in arguments.only or ("whole", "sliced"):
         runs = []
         for _ in range(arguments.repeats):
             output = subprocess.run(
                 [sys.executable, __file__, "--capture", arguments.capture, "--one", mode,
-                 "--slice-packets", str(arguments.slice_packets)],
+                 "--slice-packets", str(arguments.slice_packets),
+                 *(["--events"] if arguments.events else [])],
                 check=True, capture_output=True, text=True).stdout
             runs.append(json.loads(output))
         seconds = [run["seconds"] for run in runs]

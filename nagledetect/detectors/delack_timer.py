@@ -47,18 +47,35 @@ SAMPLE_SEGMENT_COLUMNS = ("connection", "direction", "frame", "time_us", "rel_se
 detectors are done."""
 
 
+def answered_lone(segments: pd.DataFrame) -> np.ndarray:
+    """Which segments are lone (everything before them acknowledged when they left) and
+    answered by the peer's next packet, a pure ACK covering them, before their sender's next
+    data: the segments a sample is taken from."""
+    return ((segments["peer_ack"].to_numpy() >= segments["rel_seq"].to_numpy())
+            & role_in(segments["next_peer_role"], PURE_ACK_ROLES)
+            & (segments["next_peer_ack"].to_numpy() >= segments["end_seq"].to_numpy())
+            & ((segments["next_own_data_time_us"].to_numpy() < 0)
+               | (segments["next_own_data_time_us"].to_numpy()
+                  > segments["next_peer_time_us"].to_numpy())))
+
+
+LONE_SEGMENT_COLUMNS = ("connection", "direction", "frame", "time_us", "next_peer_frame",
+                        "next_peer_time_us")
+"""What a sample is made of, once its segment is known to be lone and answered."""
+
+
 def delack_samples(segments: pd.DataFrame, connections: pd.DataFrame) -> pd.DataFrame:
     """Delayed-ACK holding times, one row per lone segment answered by a pure ACK."""
-    lone = np.flatnonzero(
-        (segments["peer_ack"].to_numpy() >= segments["rel_seq"].to_numpy())
-        & role_in(segments["next_peer_role"], PURE_ACK_ROLES)
-        & (segments["next_peer_ack"].to_numpy() >= segments["end_seq"].to_numpy())
-        & ((segments["next_own_data_time_us"].to_numpy() < 0)
-           | (segments["next_own_data_time_us"].to_numpy()
-              > segments["next_peer_time_us"].to_numpy())))
+    lone = np.flatnonzero(answered_lone(segments))
+    return samples_of({name: segments[name].to_numpy()[lone] for name in LONE_SEGMENT_COLUMNS},
+                      connections)
+
+
+def samples_of(lone: Mapping[str, np.ndarray], connections: pd.DataFrame) -> pd.DataFrame:
+    """The samples of lone answered segments (`LONE_SEGMENT_COLUMNS`, in frame order)."""
 
     def column(name: str) -> np.ndarray:
-        return segments[name].to_numpy()[lone]
+        return lone[name]
 
     lone_connection, lone_direction = column("connection"), column("direction")
     ack_time_us = column("next_peer_time_us")

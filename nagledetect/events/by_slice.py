@@ -1,0 +1,276 @@
+"""Data segments and delayed-ACK samples of a part read a slice at a time (docs/performance.md,
+"The twenty-first round", step 3).
+
+Each slice's packets (pass 2's columns, `flows.numbering`) are made into segments by the whole
+run's `data_segments`; a segment whose context lies before the cut takes it from what each
+direction group's packets before it left: its latest new-data segment, its latest packet (the
+peer's context), the highest sequence end sent, and the peer's data packets and its own
+retransmissions since its latest new-data segment.
+
+What a segment's context reads after it (the peer's next packet, its sender's next data) is
+read only by the delayed-ACK samples, so the segments a slice gives leave it out, and a
+segment that may be a sample waits for those packets. Pass 1 gives each slice the earliest
+time of the slices after it: a segment whose sender's next data is no later than that cannot
+be answered before it (the peer's next packet will not be earlier), so in a capture in time
+order only a direction's latest segment waits.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from nagledetect.detectors.delack_timer import (
+    LONE_SEGMENT_COLUMNS,
+    SAMPLE_SEGMENT_COLUMNS,
+    answered_lone,
+    samples_of,
+)
+from nagledetect.events.segments import NONE, RETRANSMISSION_ROLES, data_segments
+from nagledetect.flows.facts import KeyedColumns
+from nagledetect.flows.roles import ROLE, ROLES
+
+LOOK_AHEAD_COLUMNS = ("next_peer_frame", "next_peer_time_us", "next_peer_role", "next_peer_ack",
+                      "next_own_data_time_us")
+"""The segment columns read after the segment: a slice's segments leave them out."""
+PEER_CONTEXT = {"peer_frame": "frame", "peer_time_us": "time_us", "peer_role": "role",
+                "peer_ack": "rel_ack", "peer_window_bytes": "window_bytes"}
+PREVIOUS_CONTEXT = {"prev_frame": "frame", "prev_time_us": "time_us",
+                    "prev_payload_bytes": "payload_bytes"}
+DIRECTION_MISSING = {
+    "new_data_seen": False, **{f"new_data_{name}": 0 for name in PREVIOUS_CONTEXT.values()},
+    "latest_seen": False, **{f"latest_{name}": 0 for name in PEER_CONTEXT.values()},
+    "sent_max": NONE, "connection_seen": False, "peer_data_since": 0,
+    "retransmissions_since": 0}
+"""Per direction group, what its packets before the cut leave for the segments after it."""
+
+
+class SegmentsBySlice:
+    """Feed pass 2's packet columns slice by slice (`add`), then take the samples."""
+
+    def __init__(self, connections: pd.DataFrame) -> None:
+        self._connections = connections
+        self._directions = KeyedColumns({name: np.asarray(value)[()]
+                                         for name, value in DIRECTION_MISSING.items()})
+        self._directions.grow(2 * len(connections))
+        self._waiting: pd.DataFrame | None = None
+        self._lone: list[dict[str, np.ndarray]] = []
+
+    def add(self, packets: pd.DataFrame, later_from_us: int) -> pd.DataFrame:
+        """The slice's segments (`data_segments`' columns less `LOOK_AHEAD_COLUMNS`, in frame
+        order); `later_from_us`: no packet of a later slice is earlier."""
+        segments = data_segments(packets, self._connections)
+        group = segments["connection"].to_numpy().astype(np.int64) * 2 + segments["direction"].to_numpy()
+        rows = _rows_of(packets, segments)
+        self._continue_context(segments, group, rows, packets)
+        self._look_ahead(segments, packets, later_from_us)
+        self._note(packets)
+        return segments.drop(columns=list(LOOK_AHEAD_COLUMNS))
+
+    def samples(self, connections: pd.DataFrame) -> pd.DataFrame:
+        """The delayed-ACK samples of every slice added, once the last has been: segments
+        still waiting for the peer's next packet had none; those answered, waiting for their
+        sender's next data, had none either."""
+        if self._waiting is not None:
+            waiting = self._waiting[self._waiting["next_peer_frame"].to_numpy() >= 0].copy()
+            waiting["next_own_data_time_us"] = NONE
+            self._keep_lone(waiting)
+        kept = self._lone or [{name: np.zeros(0, dtype=np.int64) for name in LONE_SEGMENT_COLUMNS}]
+        lone = {name: np.concatenate([rows[name] for rows in kept]) for name in LONE_SEGMENT_COLUMNS}
+        order = np.argsort(lone["frame"], kind="stable")
+        return samples_of({name: values[order] for name, values in lone.items()}, connections)
+
+    def _keep_lone(self, segments: pd.DataFrame) -> None:
+        """Keep what a sample is made of, of the segments lone and answered."""
+        lone = answered_lone(segments)
+        self._lone.append({name: segments[name].to_numpy()[lone] for name in LONE_SEGMENT_COLUMNS})
+
+    def _continue_context(self, segments: pd.DataFrame, group: np.ndarray, rows: np.ndarray,
+                          packets: pd.DataFrame) -> None:
+        """Give the segments whose context lies before the cut what their groups left."""
+        directions = self._directions
+        no_previous = np.flatnonzero(segments["prev_frame"].to_numpy() < 0)
+        earlier = no_previous[directions["new_data_seen"][group[no_previous]]]
+        for column, source in PREVIOUS_CONTEXT.items():
+            _write(segments, column, earlier, directions[f"new_data_{source}"][group[earlier]])
+        no_peer = np.flatnonzero(segments["peer_frame"].to_numpy() < 0)
+        peer_earlier = no_peer[directions["latest_seen"][group[no_peer] ^ 1]]
+        for column, source in PEER_CONTEXT.items():
+            _write(segments, column, peer_earlier, directions[f"latest_{source}"][group[peer_earlier] ^ 1])
+        first_here = _first_of_connection_here(packets, rows)
+        seen = directions["connection_seen"][group // 2 * 2]
+        carried_max = directions["sent_max"][group]
+        sent_max = segments["sent_max_before"].to_numpy()
+        segments["sent_max_before"] = np.where(
+            first_here, np.where(seen, carried_max, NONE),
+            np.where(seen, np.maximum(sent_max, carried_max), sent_max))
+        between = segments["peer_data_between"].to_numpy().copy()
+        between[no_previous] += directions["peer_data_since"][group[no_previous]]
+        segments["peer_data_between"] = between
+        retransmissions = segments["own_retransmissions_between"].to_numpy().copy()
+        retransmissions[earlier] = (directions["retransmissions_since"][group[earlier]]
+                                    + _before_in_group(packets, _retransmitted(packets), rows[earlier]))
+        segments["own_retransmissions_between"] = retransmissions
+
+    def _look_ahead(self, segments: pd.DataFrame, packets: pd.DataFrame,
+                    later_from_us: int) -> None:
+        """Answer the segments waiting from earlier slices with this slice's first packets,
+        then keep the lone ones answered and those that may still be."""
+        candidates = segments[list(SAMPLE_SEGMENT_COLUMNS)]
+        if self._waiting is not None:
+            candidates = pd.concat([_answered_by(self._waiting, packets), candidates],
+                                   ignore_index=True)
+        candidates = candidates[candidates["peer_ack"].to_numpy()
+                                >= candidates["rel_seq"].to_numpy()]
+        peer_known = candidates["next_peer_frame"].to_numpy() >= 0
+        own_time = candidates["next_own_data_time_us"].to_numpy()
+        peer_time = candidates["next_peer_time_us"].to_numpy()
+        own_later = (own_time < 0) & (later_from_us > peer_time)
+        done = peer_known & ((own_time >= 0) | own_later)
+        finished = candidates[done].copy()
+        finished.loc[own_later[done], "next_own_data_time_us"] = NONE
+        self._keep_lone(finished)
+        hopeless = ~peer_known & (own_time >= 0) & (own_time <= later_from_us)
+        self._waiting = candidates[~done & ~hopeless].reset_index(drop=True)
+
+    def _note(self, packets: pd.DataFrame) -> None:
+        """What each group's packets of this slice leave for the next."""
+        directions = self._directions
+        group = _groups(packets)
+        role = packets["role"].cat.codes.to_numpy()
+        payload = packets["payload_bytes"].to_numpy()
+        everything = np.arange(len(group))
+        new_data = np.flatnonzero((role == ROLE["data"]) & (payload > 0))
+        last_new = _last_per_group(group, new_data, len(directions["sent_max"]))
+        with_new = np.flatnonzero(last_new >= 0)
+        directions["new_data_seen"][with_new] = True
+        for source in PREVIOUS_CONTEXT.values():
+            directions[f"new_data_{source}"][with_new] = packets[source].to_numpy()[last_new[with_new]]
+        last = _last_per_group(group, everything, len(last_new))
+        present = np.flatnonzero(last >= 0)
+        directions["latest_seen"][present] = True
+        for source in PEER_CONTEXT.values():
+            values = role if source == "role" else packets[source].to_numpy()
+            directions[f"latest_{source}"][present] = values[last[present]]
+        self._note_sent_max(packets, group)
+        data_rows = np.flatnonzero(payload > 0)
+        directions["peer_data_since"][:] = _since(
+            directions["peer_data_since"], last_new, group, data_rows, peer=True)
+        directions["retransmissions_since"][:] = _since(
+            directions["retransmissions_since"], last_new, group,
+            np.flatnonzero(_retransmitted(packets)), peer=False)
+
+    def _note_sent_max(self, packets: pd.DataFrame, group: np.ndarray) -> None:
+        """Each group's highest end as the whole run's running value has it: its own packets'
+        ends, and NONE for each of its peer's packets, over the connection so far."""
+        directions = self._directions
+        count = len(directions["sent_max"])
+        end = packets["rel_seq"].to_numpy() + packets["payload_bytes"].to_numpy().astype(np.int64)
+        highest = np.full(count, np.iinfo(np.int64).min)
+        np.maximum.at(highest, group, end)
+        peer_rows = np.zeros(count, dtype=bool)
+        peer_rows[group ^ 1] = True
+        highest[peer_rows] = np.maximum(highest[peer_rows], NONE)
+        connection_here = np.zeros(count // 2, dtype=bool)
+        connection_here[group // 2] = True
+        here = np.repeat(connection_here, 2)
+        seen = directions["connection_seen"][:count]
+        directions["sent_max"][here] = np.where(seen[here],
+                                                np.maximum(directions["sent_max"][here], highest[here]),
+                                                highest[here])
+        directions["connection_seen"][here] = True
+
+
+def _groups(packets: pd.DataFrame) -> np.ndarray:
+    return packets["connection"].to_numpy().astype(np.int64) * 2 + packets["direction"].to_numpy()
+
+
+def _rows_of(packets: pd.DataFrame, segments: pd.DataFrame) -> np.ndarray:
+    """Each segment's row in the slice's packets (both in frame order)."""
+    return np.searchsorted(packets["frame"].to_numpy(), segments["frame"].to_numpy())
+
+
+def _write(segments: pd.DataFrame, column: str, rows: np.ndarray, values: np.ndarray) -> None:
+    """Write `values` into a segment column at `rows` (codes where it is categorical)."""
+    if isinstance(segments[column].dtype, pd.CategoricalDtype):
+        codes = segments[column].cat.codes.to_numpy().copy()
+        codes[rows] = values
+        segments[column] = pd.Categorical.from_codes(codes, categories=segments[column].cat.categories)
+        return
+    written = segments[column].to_numpy().copy()
+    written[rows] = values
+    segments[column] = written
+
+
+def _first_of_connection_here(packets: pd.DataFrame, rows: np.ndarray) -> np.ndarray:
+    """Whether each segment (its row in the slice) is its connection's first packet here."""
+    connection = packets["connection"].to_numpy()
+    first = _first_per_key(connection, np.arange(len(connection)), int(connection.max(initial=-1)) + 1)
+    return first[connection[rows]] == rows
+
+
+def _retransmitted(packets: pd.DataFrame) -> np.ndarray:
+    codes = packets["role"].cat.codes.to_numpy()
+    return np.isin(codes, [ROLES.index(name) for name in RETRANSMISSION_ROLES])
+
+
+def _before_in_group(packets: pd.DataFrame, mask: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """How many rows of `mask` in each of `rows`' groups come before it in the slice."""
+    group = _groups(packets)
+    span = np.int64(len(group) + 1)
+    marked = np.flatnonzero(mask)
+    keys = np.sort(group[marked] * span + marked)
+    return (np.searchsorted(keys, group[rows] * span + rows)
+            - np.searchsorted(keys, group[rows] * span)).astype(np.int64)
+
+
+def _first_per_key(key: np.ndarray, rows: np.ndarray, count: int) -> np.ndarray:
+    """The first of `rows` of each key below `count`, -1 where it has none."""
+    first = np.full(count, np.iinfo(np.int64).max, dtype=np.int64)
+    np.minimum.at(first, key[rows], rows)
+    return np.where(first == np.iinfo(np.int64).max, -1, first)
+
+
+def _last_per_group(group: np.ndarray, rows: np.ndarray, count: int) -> np.ndarray:
+    last = np.full(count, -1, dtype=np.int64)
+    np.maximum.at(last, group[rows], rows)
+    return last
+
+
+def _since(before: np.ndarray, last_new: np.ndarray, group: np.ndarray, rows: np.ndarray,
+           peer: bool) -> np.ndarray:
+    """Per group, the rows (of its peer's group, or its own) since its latest new-data
+    segment: those of this slice after it, or all of them added to `before`."""
+    count = len(before)
+    counted_group = group[rows] ^ 1 if peer else group[rows]
+    total = np.bincount(counted_group, minlength=count)
+    after = np.bincount(counted_group, weights=rows > last_new[counted_group],
+                        minlength=count).astype(np.int64)
+    return np.where(last_new >= 0, after, before + total)
+
+
+def _answered_by(waiting: pd.DataFrame, packets: pd.DataFrame) -> pd.DataFrame:
+    """The waiting segments with what this slice's first packets say: the first of the peer's
+    group where none has come yet, and the first data of their own where none has."""
+    if not len(waiting):
+        return waiting
+    waiting = waiting.copy()
+    group = _groups(packets)
+    count = int(max(group.max(initial=0), (waiting["connection"].max() + 1) * 2)) + 2
+    first = _first_per_key(group, np.arange(len(group)), count)
+    first_data = _first_per_key(group, np.flatnonzero(packets["payload_bytes"].to_numpy() > 0), count)
+    waiting_group = waiting["connection"].to_numpy().astype(np.int64) * 2 + waiting["direction"].to_numpy()
+    peer_unknown = waiting["next_peer_frame"].to_numpy() < 0
+    peer_row = np.where(peer_unknown, first[waiting_group ^ 1], -1)
+    answered = np.flatnonzero(peer_row >= 0)
+    for column, source in (("next_peer_frame", "frame"), ("next_peer_time_us", "time_us"),
+                           ("next_peer_ack", "rel_ack")):
+        _write(waiting, column, answered, packets[source].to_numpy()[peer_row[answered]])
+    _write(waiting, "next_peer_role", answered,
+           packets["role"].cat.codes.to_numpy()[peer_row[answered]])
+    own_row = np.where(waiting["next_own_data_time_us"].to_numpy() < 0,
+                       first_data[waiting_group], -1)
+    found = np.flatnonzero(own_row >= 0)
+    _write(waiting, "next_own_data_time_us", found,
+           packets["time_us"].to_numpy()[own_row[found]])
+    return waiting
