@@ -4,7 +4,8 @@
 does today). `sliced`: pass 1 (`flows.facts`) over the batches, then pass 2
 (`flows.numbering`) over them read again, each slice's packet columns let go once made (what a
 worker will do with a part too large to hold). With `--events`, both also make the data
-segments and the delayed-ACK samples (`events.segments`, `events.by_slice`). Each run is a
+segments, the delayed-ACK samples and the messages (`events.segments`, `events.messages`,
+`events.by_slice`), not kept. Each run is a
 process of its own; prints the median seconds and the median of the processes' peak resident
 memory, and the packets:
 
@@ -24,13 +25,17 @@ import time
 
 def _whole(path: str, _slice_packets: int, events: bool) -> int:
     from nagledetect.detectors.delack_timer import delack_samples
+    from nagledetect.events.messages import messages, number_messages
     from nagledetect.events.segments import data_segments
     from nagledetect.flows.build import build_flows
     from nagledetect.read.capture import decoded_batches
 
     flows = build_flows(decoded_batches(path)[1])
     if events:
-        delack_samples(data_segments(flows.packets, flows.connections), flows.connections)
+        segments = data_segments(flows.packets, flows.connections)
+        delack_samples(segments, flows.connections)
+        segments["message"] = number_messages(segments)
+        messages(segments)
     return len(flows.packets)
 
 
@@ -55,7 +60,7 @@ def _slices(path: str, slice_packets: int):
 def _sliced(path: str, slice_packets: int, events: bool) -> int:
     import pandas as pd
 
-    from nagledetect.events.by_slice import SegmentsBySlice
+    from nagledetect.events.by_slice import MessagesBySlice, SegmentsBySlice
     from nagledetect.flows.facts import ConnectionsBySlice
     from nagledetect.flows.numbering import PacketsBySlice
     from nagledetect.flows.roles import ROLES
@@ -65,6 +70,7 @@ def _sliced(path: str, slice_packets: int, events: bool) -> int:
     facts = first.finish()
     second = PacketsBySlice(facts)
     segments = SegmentsBySlice(facts.table)
+    messages = MessagesBySlice(len(facts.table))
     packets = 0
     for position, (columns, (connection, source_is_low)) in enumerate(
             zip(_slices(path, slice_packets), numbered)):
@@ -73,10 +79,11 @@ def _sliced(path: str, slice_packets: int, events: bool) -> int:
         if events:
             frame = pd.DataFrame(table)
             frame["role"] = pd.Categorical.from_codes(frame["role"], categories=ROLES)
-            segments.add(frame, int(facts.later_from_us[position]))
+            messages.add(segments.add(frame, int(facts.later_from_us[position])))
     connections = second.connections()
     if events:
         segments.samples(connections)
+        messages.finish()
     return packets
 
 

@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from nagledetect.events.by_slice import LOOK_AHEAD_COLUMNS, SegmentsBySlice
+from nagledetect.events.by_slice import LOOK_AHEAD_COLUMNS, MessagesBySlice, SegmentsBySlice
 from nagledetect.flows.build import PACKET_COLUMNS, FlowTables, build_flows
 from nagledetect.flows.facts import ConnectionFacts, ConnectionsBySlice
 from nagledetect.flows.numbering import PacketsBySlice
@@ -191,8 +191,9 @@ def test_port_reuse_cut_at_every_packet_equals_whole(tmp_path: Path) -> None:
     assert g["rel_ack"].tolist()[8::2] == [112 + step * GIGABYTE for step in range(1, 5)]
 
 
-def _segments_by_slice(path: Path, slice_packets: int) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Passes 1 and 2, then the segments and delayed-ACK samples a slice at a time."""
+def _segments_by_slice(path: Path, slice_packets: int
+                       ) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """Passes 1 and 2, then the segments, delayed-ACK samples and messages a slice at a time."""
     facts = ConnectionsBySlice()
     slices = []
     for columns, _ in decoded_batches(str(path))[1]:
@@ -203,23 +204,28 @@ def _segments_by_slice(path: Path, slice_packets: int) -> tuple[pd.DataFrame, pd
     known = facts.finish()
     numbering = PacketsBySlice(known)
     segments_by_slice = SegmentsBySlice(known.table)
+    messages_by_slice = MessagesBySlice(len(known.table))
     segments = []
     for position, columns in enumerate(slices):
         packets = pd.DataFrame(numbering.add(columns, *columns["numbers"]))
         packets["role"] = pd.Categorical.from_codes(packets["role"], categories=ROLES)
         segments.append(segments_by_slice.add(packets, int(known.later_from_us[position])))
-    return (pd.concat(segments, ignore_index=True),
-            segments_by_slice.samples(numbering.connections()))
+        segments[-1]["message"] = messages_by_slice.add(segments[-1])
+    table = pd.concat(segments, ignore_index=True)
+    messages, first_number = messages_by_slice.finish()
+    table["message"] += first_number[table["connection"].to_numpy()]
+    return table, segments_by_slice.samples(numbering.connections()), messages
 
 
 def _assert_segments_as_whole(path: Path, slice_packets: int) -> pd.DataFrame:
     level = connection_level(build_flows(decoded_batches(str(path))[1]))
     if level.packets.empty:
         return level.samples
-    segments, samples = _segments_by_slice(path, slice_packets)
+    segments, samples, messages = _segments_by_slice(path, slice_packets)
     pd.testing.assert_frame_equal(segments, level.segments.drop(
-        columns=[*LOOK_AHEAD_COLUMNS, "message"]).reset_index(drop=True))
+        columns=list(LOOK_AHEAD_COLUMNS)).reset_index(drop=True))
     pd.testing.assert_frame_equal(samples, level.samples)
+    pd.testing.assert_frame_equal(messages, level.messages)
     return level.samples
 
 

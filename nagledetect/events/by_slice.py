@@ -26,8 +26,10 @@ from nagledetect.detectors.delack_timer import (
     answered_lone,
     samples_of,
 )
+from nagledetect.events.messages import IDLE_GAP_US, median_from_counts, message_table, no_messages
 from nagledetect.events.segments import NONE, RETRANSMISSION_ROLES, data_segments
 from nagledetect.flows.facts import KeyedColumns
+from nagledetect.flows.grouped import grouped_cumsum
 from nagledetect.flows.roles import ROLE, ROLES
 
 LOOK_AHEAD_COLUMNS = ("next_peer_frame", "next_peer_time_us", "next_peer_role", "next_peer_ack",
@@ -274,3 +276,162 @@ def _answered_by(waiting: pd.DataFrame, packets: pd.DataFrame) -> pd.DataFrame:
     _write(waiting, "next_own_data_time_us", found,
            packets["time_us"].to_numpy()[own_row[found]])
     return waiting
+
+
+OPEN_MISSING = {"seen": False, "direction": 0, "last_us": 0, "messages": 0, "first_frame": 0,
+                "start_us": 0, "last_frame": 0, "end_us": 0, "bytes": 0, "packets": 0,
+                "wire_segments": 0, "mss": 0}
+"""Per connection: its latest segment (whether it had one, its direction and time), how many
+messages it began, and its last message's columns so far (still open: a later slice may go
+on with it)."""
+SUMMED = ("bytes", "packets", "wire_segments")
+
+
+class MessagesBySlice:
+    """Number a part's messages and make their table a slice at a time (`events.messages`):
+    feed each slice's segments to `add`, then `finish`. A message is numbered within its
+    connection as its segments come; the numbers a whole run gives (connection by connection)
+    are known at the end, when every connection's count is (`numbers`)."""
+
+    def __init__(self, connection_count: int) -> None:
+        self._open = KeyedColumns({name: np.asarray(value)[()]
+                                   for name, value in OPEN_MISSING.items()})
+        self._open.grow(connection_count)
+        self._open_sizes = _size_counts(np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))
+        self._closed: list[dict[str, np.ndarray]] = []
+        self._dtypes: dict[str, np.dtype] = {}
+
+    def add(self, segments: pd.DataFrame) -> np.ndarray:
+        """Each segment's message number within its connection (the slice's segments, in frame
+        order)."""
+        order = np.lexsort((segments["frame"].to_numpy(), segments["connection"].to_numpy()))
+        rows = {name: segments[name].to_numpy()[order] for name in
+                ("connection", "direction", "time_us", "frame", "payload_bytes", "wire_segments",
+                 "mss")}
+        self._dtypes = self._dtypes or {name: values.dtype for name, values in rows.items()}
+        connection = rows["connection"].astype(np.int64)
+        first_here = np.r_[True, connection[1:] != connection[:-1]] if len(connection) else (
+            np.zeros(0, dtype=bool))
+        new = _new_messages(rows, connection, first_here, self._open)
+        within = self._open["messages"][connection] - 1 + grouped_cumsum(new, first_here)
+        numbers = np.empty(len(order), dtype=np.int64)
+        numbers[order] = within
+        self._runs(rows, connection, first_here, new, within)
+        return numbers
+
+    def _runs(self, rows: dict[str, np.ndarray], connection: np.ndarray, first_here: np.ndarray,
+              new: np.ndarray, within: np.ndarray) -> None:
+        """Fold the slice's runs of segments into the open messages and the closed ones."""
+        opened = self._open
+        starts = np.flatnonzero(new | first_here)
+        if not len(starts):
+            return
+        ends = np.r_[starts[1:], len(connection)]
+        run = {"connection": connection[starts], "within": within[starts],
+               "direction": rows["direction"][starts], "first_frame": rows["frame"][starts],
+               "start_us": rows["time_us"][starts], "last_frame": rows["frame"][ends - 1],
+               "end_us": rows["time_us"][ends - 1], "mss": rows["mss"][starts],
+               "bytes": np.add.reduceat(rows["payload_bytes"].astype(np.int64), starts),
+               "packets": (ends - starts).astype(np.int64),
+               "wire_segments": np.add.reduceat(rows["wire_segments"].astype(np.int64), starts)}
+        run_of_row = np.repeat(np.arange(len(starts)), ends - starts)
+        sizes = _size_counts(run_of_row, rows["payload_bytes"].astype(np.int64))
+        continued = np.flatnonzero(~new[starts])
+        carried = run["connection"][continued]
+        for name in ("direction", "first_frame", "start_us", "mss"):
+            run[name][continued] = opened[name][carried]
+        for name in SUMMED:
+            run[name][continued] += opened[name][carried]
+        open_keys = self._open_sizes["key"].to_numpy()
+        going_on = np.isin(open_keys, carried)
+        sizes = pd.concat([sizes, self._open_sizes[going_on].assign(
+            key=continued[np.searchsorted(carried, open_keys[going_on])])])
+        closing = np.flatnonzero(opened["seen"] & np.isin(np.arange(opened.count),
+                                                          run["connection"][new[starts]]))
+        closing = np.setdiff1d(closing, carried)
+        self._close_open(closing)
+        last_run = np.r_[run["connection"][1:] != run["connection"][:-1], True]
+        self._close(run, sizes, np.flatnonzero(~last_run))
+        self._keep_open(run, sizes, np.flatnonzero(last_run), rows)
+
+    def _close(self, run: dict[str, np.ndarray], sizes: pd.DataFrame, chosen: np.ndarray) -> None:
+        """Add the chosen runs, whole messages now, to the closed ones."""
+        if not len(chosen):
+            return
+        picked = sizes[np.isin(sizes["key"].to_numpy(), chosen)].groupby(
+            ["key", "size"], as_index=False)["n"].sum()
+        closed = {name: values[chosen] for name, values in run.items()}
+        closed["median_payload_bytes"] = median_from_counts(
+            picked["key"].to_numpy(), picked["size"].to_numpy(), picked["n"].to_numpy())
+        self._closed.append(closed)
+
+    def _close_open(self, connections: np.ndarray) -> None:
+        """Close the open messages of `connections` (each begins a new one here)."""
+        if not len(connections):
+            return
+        opened = self._open
+        run = {name: opened[name][connections].copy() for name in
+               ("direction", "first_frame", "start_us", "last_frame", "end_us", "mss", *SUMMED)}
+        run["connection"] = connections
+        run["within"] = opened["messages"][connections] - 1
+        position = np.searchsorted(connections, self._open_sizes["key"].to_numpy())
+        mine = np.isin(self._open_sizes["key"].to_numpy(), connections)
+        self._close(run, self._open_sizes[mine].assign(key=position[mine]),
+                    np.arange(len(connections)))
+        self._open_sizes = self._open_sizes[~mine]
+
+    def _keep_open(self, run: dict[str, np.ndarray], sizes: pd.DataFrame, chosen: np.ndarray,
+                   rows: dict[str, np.ndarray]) -> None:
+        """Each connection's last run here is its open message now."""
+        opened = self._open
+        connection = run["connection"][chosen]
+        for name in ("direction", "first_frame", "start_us", "last_frame", "end_us", "mss",
+                     *SUMMED):
+            opened[name][connection] = run[name][chosen]
+        opened["messages"][connection] = run["within"][chosen] + 1
+        opened["seen"][connection] = True
+        opened["last_us"][connection] = run["end_us"][chosen]
+        kept = sizes[np.isin(sizes["key"].to_numpy(), chosen)]
+        kept = kept.assign(key=run["connection"][kept["key"].to_numpy()])
+        self._open_sizes = pd.concat([self._open_sizes[~np.isin(self._open_sizes["key"].to_numpy(),
+                                                                connection)], kept])
+
+    def finish(self) -> tuple[pd.DataFrame, np.ndarray]:
+        """The message table a whole run makes, and each connection's first message number
+        (a segment's number is its connection's first plus its number within)."""
+        opened = self._open
+        self._close_open(np.flatnonzero(opened["seen"]))
+        first_number = np.concatenate(([0], np.cumsum(opened["messages"])[:-1]))
+        if not self._closed:
+            return no_messages(), first_number
+        closed = {name: np.concatenate([part[name] for part in self._closed])
+                  for name in self._closed[0]}
+        message = first_number[closed["connection"]] + closed["within"]
+        order = np.argsort(message, kind="stable")
+        table = {"message": message[order]}
+        for name, source in (("connection", "connection"), ("direction", "direction"),
+                             ("first_frame", "frame"), ("last_frame", "frame"),
+                             ("start_us", "time_us"), ("end_us", "time_us"), ("bytes", None),
+                             ("packets", None), ("wire_segments", "wire_segments"),
+                             ("mss", "mss"), ("median_payload_bytes", None)):
+            values = closed[name][order]
+            table[name] = values if source is None else values.astype(self._dtypes[source])
+        return message_table(table), first_number
+
+
+def _new_messages(rows: dict[str, np.ndarray], connection: np.ndarray, first_here: np.ndarray,
+                  opened: KeyedColumns) -> np.ndarray:
+    """Where a message begins (`messages.number_messages`' rule): a connection's first
+    segment, a turn of direction, or an idle gap, the segment before a cut included."""
+    direction = rows["direction"]
+    time_us = rows["time_us"]
+    previous_direction = np.r_[0, direction[:-1]] if len(direction) else direction
+    previous_us = np.r_[0, time_us[:-1]] if len(time_us) else time_us
+    previous_direction = np.where(first_here, opened["direction"][connection], previous_direction)
+    previous_us = np.where(first_here, opened["last_us"][connection], previous_us)
+    seen = np.where(first_here, opened["seen"][connection], True)
+    return ~seen | (direction != previous_direction) | ((time_us - previous_us) > IDLE_GAP_US)
+
+
+def _size_counts(key: np.ndarray, size: np.ndarray) -> pd.DataFrame:
+    return pd.DataFrame({"key": key, "size": size}).value_counts().reset_index(name="n")

@@ -63,11 +63,29 @@ def messages(segments: pd.DataFrame) -> pd.DataFrame:
         "mss": column("mss")[first],
         "median_payload_bytes": _median_per_message(payload, message, starts, ends),
     }
+    return message_table(table)
+
+
+def message_table(table: dict[str, np.ndarray]) -> pd.DataFrame:
+    """The message table from its columns up to the median payload: the segments each message
+    needs at the connection's MSS follow from its bytes."""
     mss = np.maximum(table["mss"], 1)
     table["segments_needed"] = -(-table["bytes"] // mss)
     table["last_segment_full"] = table["bytes"] % mss == 0
     table["odd_segments"] = table["segments_needed"] % 2 == 1
     return pd.DataFrame(table, copy=False)
+
+
+def median_from_counts(key: np.ndarray, size: np.ndarray, count: np.ndarray) -> np.ndarray:
+    """Each key's median size, from how often each size occurs (rows sorted by key, then size):
+    the middle value, or the mean of the two middle ones, as `messages` takes it."""
+    running = np.cumsum(count)
+    first = np.flatnonzero(np.r_[True, key[1:] != key[:-1]])
+    before = np.where(first > 0, running[np.maximum(first - 1, 0)], 0)
+    total = np.add.reduceat(count, first)
+    lower = size[np.searchsorted(running, before + (total - 1) // 2, side="right")]
+    upper = size[np.searchsorted(running, before + total // 2, side="right")]
+    return (lower.astype(np.float64) + upper) / 2
 
 
 def _median_per_message(payload: np.ndarray, message: np.ndarray, starts: np.ndarray,
