@@ -26,7 +26,13 @@ from nagledetect.detectors.delack_timer import (
     answered_lone,
     samples_of,
 )
-from nagledetect.events.messages import IDLE_GAP_US, median_from_counts, message_table, no_messages
+from nagledetect.events.messages import (
+    IDLE_GAP_US,
+    median_from_counts,
+    median_per_message,
+    message_table,
+    no_messages,
+)
 from nagledetect.events.segments import NONE, RETRANSMISSION_ROLES, data_segments
 from nagledetect.flows.facts import KeyedColumns
 from nagledetect.flows.grouped import grouped_cumsum
@@ -335,31 +341,46 @@ class MessagesBySlice:
                "packets": (ends - starts).astype(np.int64),
                "wire_segments": np.add.reduceat(rows["wire_segments"].astype(np.int64), starts)}
         run_of_row = np.repeat(np.arange(len(starts)), ends - starts)
-        sizes = _size_counts(run_of_row, rows["payload_bytes"].astype(np.int64))
+        payload = rows["payload_bytes"].astype(np.int64)
+        run["median_payload_bytes"] = median_per_message(payload, run_of_row, starts, ends)
         continued = np.flatnonzero(~new[starts])
         carried = run["connection"][continued]
         for name in ("direction", "first_frame", "start_us", "mss"):
             run[name][continued] = opened[name][carried]
         for name in SUMMED:
             run[name][continued] += opened[name][carried]
-        open_keys = self._open_sizes["key"].to_numpy()
-        going_on = np.isin(open_keys, carried)
-        sizes = pd.concat([sizes, self._open_sizes[going_on].assign(
-            key=continued[np.searchsorted(carried, open_keys[going_on])])])
+        last_run = np.r_[run["connection"][1:] != run["connection"][:-1], True]
+        sizes = self._sizes_of(np.union1d(continued, np.flatnonzero(last_run)), run_of_row,
+                               payload, continued, carried)
+        merged = sizes[np.isin(sizes["key"].to_numpy(), continued)]
+        run["median_payload_bytes"][continued] = median_from_counts(
+            merged["key"].to_numpy(), merged["size"].to_numpy(), merged["n"].to_numpy())
         closing = np.flatnonzero(opened["seen"] & np.isin(np.arange(opened.count),
                                                           run["connection"][new[starts]]))
-        closing = np.setdiff1d(closing, carried)
-        self._close_open(closing)
-        last_run = np.r_[run["connection"][1:] != run["connection"][:-1], True]
-        self._close(run, sizes, np.flatnonzero(~last_run))
-        self._keep_open(run, sizes, np.flatnonzero(last_run), rows)
+        self._close_open(np.setdiff1d(closing, carried))
+        self._closed.append({name: values[~last_run] for name, values in run.items()})
+        self._keep_open(run, sizes, np.flatnonzero(last_run))
+
+    def _sizes_of(self, counted: np.ndarray, run_of_row: np.ndarray, payload: np.ndarray,
+                  continued: np.ndarray, carried: np.ndarray) -> pd.DataFrame:
+        """The payload sizes' counts of the `counted` runs (those that go on with an open
+        message, and each connection's last, which stays open), the open messages' counts
+        added to the runs that go on with them; the medians of those that go on are taken
+        from them (a run's own median is not its message's)."""
+        rows = np.isin(run_of_row, counted)
+        open_keys = self._open_sizes["key"].to_numpy()
+        going_on = np.isin(open_keys, carried)
+        sizes = pd.concat([_size_counts(run_of_row[rows], payload[rows]),
+                           self._open_sizes[going_on].assign(
+                               key=continued[np.searchsorted(carried, open_keys[going_on])])])
+        return sizes.groupby(["key", "size"], as_index=False)["n"].sum()
 
     def _close(self, run: dict[str, np.ndarray], sizes: pd.DataFrame, chosen: np.ndarray) -> None:
-        """Add the chosen runs, whole messages now, to the closed ones."""
+        """Add the chosen runs, whole messages now, to the closed ones (their medians from
+        `sizes`, keyed by run)."""
         if not len(chosen):
             return
-        picked = sizes[np.isin(sizes["key"].to_numpy(), chosen)].groupby(
-            ["key", "size"], as_index=False)["n"].sum()
+        picked = sizes[np.isin(sizes["key"].to_numpy(), chosen)].sort_values(["key", "size"])
         closed = {name: values[chosen] for name, values in run.items()}
         closed["median_payload_bytes"] = median_from_counts(
             picked["key"].to_numpy(), picked["size"].to_numpy(), picked["n"].to_numpy())
@@ -380,8 +401,8 @@ class MessagesBySlice:
                     np.arange(len(connections)))
         self._open_sizes = self._open_sizes[~mine]
 
-    def _keep_open(self, run: dict[str, np.ndarray], sizes: pd.DataFrame, chosen: np.ndarray,
-                   rows: dict[str, np.ndarray]) -> None:
+    def _keep_open(self, run: dict[str, np.ndarray], sizes: pd.DataFrame, chosen: np.ndarray
+                   ) -> None:
         """Each connection's last run here is its open message now."""
         opened = self._open
         connection = run["connection"][chosen]

@@ -61,7 +61,7 @@ def messages(segments: pd.DataFrame) -> pd.DataFrame:
         "packets": (ends - starts).astype(np.int64),
         "wire_segments": np.add.reduceat(column("wire_segments")[by_message], starts),
         "mss": column("mss")[first],
-        "median_payload_bytes": _median_per_message(payload, message, starts, ends),
+        "median_payload_bytes": median_per_message(payload, message, starts, ends),
     }
     return message_table(table)
 
@@ -79,6 +79,8 @@ def message_table(table: dict[str, np.ndarray]) -> pd.DataFrame:
 def median_from_counts(key: np.ndarray, size: np.ndarray, count: np.ndarray) -> np.ndarray:
     """Each key's median size, from how often each size occurs (rows sorted by key, then size):
     the middle value, or the mean of the two middle ones, as `messages` takes it."""
+    if not len(key):
+        return np.zeros(0, dtype=np.float64)
     running = np.cumsum(count)
     first = np.flatnonzero(np.r_[True, key[1:] != key[:-1]])
     before = np.where(first > 0, running[np.maximum(first - 1, 0)], 0)
@@ -88,7 +90,7 @@ def median_from_counts(key: np.ndarray, size: np.ndarray, count: np.ndarray) -> 
     return (lower.astype(np.float64) + upper) / 2
 
 
-def _median_per_message(payload: np.ndarray, message: np.ndarray, starts: np.ndarray,
+def median_per_message(payload: np.ndarray, message: np.ndarray, starts: np.ndarray,
                         ends: np.ndarray) -> np.ndarray:
     """Each message's median payload: the middle value, or the mean of the two middle ones.
     Payloads are ranked within messages by one sort of message << 32 | payload (payloads are
