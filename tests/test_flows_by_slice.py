@@ -17,7 +17,15 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from nagledetect.events.by_slice import LOOK_AHEAD_COLUMNS, MessagesBySlice, SegmentsBySlice
+from nagledetect.detectors.model import DETECTOR_PACKET_COLUMNS, DetectorInput
+from nagledetect.detectors.nagle_stall import stall_candidates, timed_stalls, untimed_stalls
+from nagledetect.detectors.other_stalls import classify_gaps, gap_causes, timed_gaps
+from nagledetect.events.by_slice import (
+    LOOK_AHEAD_COLUMNS,
+    GapsBySlice,
+    MessagesBySlice,
+    SegmentsBySlice,
+)
 from nagledetect.flows.build import PACKET_COLUMNS, FlowTables, build_flows
 from nagledetect.flows.facts import ConnectionFacts, ConnectionsBySlice
 from nagledetect.flows.numbering import PacketsBySlice
@@ -29,6 +37,8 @@ from tests.handbuilt import CLIENT, SERVER, segment, write
 
 SLICE_PACKETS = (1, 7, 500)
 GIGABYTE = 1 << 30
+STALLED = ("seed003-nagle.pcap", "classic-phase-lock.pcap", "seed004-header-body.pcap")
+"""Sample traces whose whole runs find Nagle/delayed-ACK stalls (README, sample_traces)."""
 CORPUS = [
     "zeek/ssh__ssh.pcap",  # 23 connections, one without its handshake
     "zeek/modbus__modbusBig.pcap",  # no handshakes: clients guessed, MSS estimated
@@ -192,8 +202,10 @@ def test_port_reuse_cut_at_every_packet_equals_whole(tmp_path: Path) -> None:
 
 
 def _segments_by_slice(path: Path, slice_packets: int
-                       ) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
-    """Passes 1 and 2, then the segments, delayed-ACK samples and messages a slice at a time."""
+                       ) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, dict, dict]:
+    """Passes 1 and 2, then the segments, delayed-ACK samples, messages, stall candidates
+    (their packet tests) and gaps a slice at a time; the round-trip tests at the end, and the
+    gaps' causes without the stalls (which a finding of the whole run names)."""
     facts = ConnectionsBySlice()
     slices = []
     for columns, _ in decoded_batches(str(path))[1]:
@@ -205,27 +217,40 @@ def _segments_by_slice(path: Path, slice_packets: int
     numbering = PacketsBySlice(known)
     segments_by_slice = SegmentsBySlice(known.table)
     messages_by_slice = MessagesBySlice(len(known.table))
-    segments = []
+    gaps_by_slice = GapsBySlice(len(known.table))
+    segments, untimed = [], []
     for position, columns in enumerate(slices):
         packets = pd.DataFrame(numbering.add(columns, *columns["numbers"]))
         packets["role"] = pd.Categorical.from_codes(packets["role"], categories=ROLES)
         segments.append(segments_by_slice.add(packets, int(known.later_from_us[position])))
         segments[-1]["message"] = messages_by_slice.add(segments[-1])
+        untimed.append(untimed_stalls(segments[-1]))
+        gaps_by_slice.add(segments[-1], packets)
     table = pd.concat(segments, ignore_index=True)
     messages, first_number = messages_by_slice.finish()
     table["message"] += first_number[table["connection"].to_numpy()]
-    return table, segments_by_slice.samples(numbering.connections()), messages
+    connections = numbering.connections()
+    stalls = timed_stalls({name: np.concatenate([rows[name] for rows in untimed])
+                           for name in untimed[0]}, connections)
+    gap_table = gap_causes(timed_gaps(gaps_by_slice.gaps(), connections), np.zeros(0))
+    return table, segments_by_slice.samples(connections), messages, stalls, gap_table
 
 
 def _assert_segments_as_whole(path: Path, slice_packets: int) -> pd.DataFrame:
     level = connection_level(build_flows(decoded_batches(str(path))[1]))
     if level.packets.empty:
         return level.samples
-    segments, samples, messages = _segments_by_slice(path, slice_packets)
+    segments, samples, messages, stalls, gaps = _segments_by_slice(path, slice_packets)
     pd.testing.assert_frame_equal(segments, level.segments.drop(
         columns=list(LOOK_AHEAD_COLUMNS)).reset_index(drop=True))
     pd.testing.assert_frame_equal(samples, level.samples)
     pd.testing.assert_frame_equal(messages, level.messages)
+    whole = DetectorInput(level.packets[list(DETECTOR_PACKET_COLUMNS)], level.connections,
+                          level.segments, level.messages, {})
+    pd.testing.assert_frame_equal(pd.DataFrame(stalls), pd.DataFrame(stall_candidates(whole)))
+    pd.testing.assert_frame_equal(pd.DataFrame(gaps), pd.DataFrame(classify_gaps(whole)))
+    if path.name in STALLED:
+        assert len(stalls["frame"]), "the comparison needs stalls to mean something"
     return level.samples
 
 

@@ -68,10 +68,14 @@ def stall_candidates(columns: DetectorInput) -> dict[str, np.ndarray]:
 
 
 def _stall_candidates(columns: DetectorInput) -> dict[str, np.ndarray]:
-    """The packet tests first, then the timing tests on the segments that passed them only
-    (most segments fail the first: the timing columns are made for few rows)."""
-    segments = columns.segments
-    connections = columns.connections
+    return timed_stalls(untimed_stalls(columns.segments), columns.connections)
+
+
+def untimed_stalls(segments: pd.DataFrame) -> dict[str, np.ndarray]:
+    """The segments that pass the packet tests, each on its own row and context (so a part
+    read a slice at a time takes them a slice at a time), and whose ACK came 10 ms or more
+    after the data (no hold of `MIN_DELAYED_HOLD_MS` can come of a shorter lag, whatever the
+    round trips, which are known only once every packet has been read)."""
     passed = np.flatnonzero(
         segments["is_small"].to_numpy()
         & (segments["prev_frame"].to_numpy() >= 0)
@@ -81,12 +85,22 @@ def _stall_candidates(columns: DetectorInput) -> dict[str, np.ndarray]:
         & (segments["peer_data_between"].to_numpy() == 0)
         & (segments["own_retransmissions_between"].to_numpy() == 0)
         & (segments["peer_window_bytes"].to_numpy() > 0))
-    found = {name: segments[name].to_numpy()[passed] for name in STALL_COLUMNS}
+    found = {name: segments[name].to_numpy()[passed] for name in (*STALL_COLUMNS, "peer_time_us")}
+    lagged = (found["peer_time_us"] - found["prev_time_us"]) / 1000 >= MIN_DELAYED_HOLD_MS
+    return {name: values[lagged] for name, values in found.items()}
+
+
+def timed_stalls(untimed: dict[str, np.ndarray], connections: pd.DataFrame
+                 ) -> dict[str, np.ndarray]:
+    """The timing tests on the segments that passed the packet tests (most segments fail
+    those: the timing columns are made for few rows), with each stall's ACK delay and
+    reaction time."""
+    found = {name: untimed[name] for name in STALL_COLUMNS}
     connection, direction = found["connection"], found["direction"]
     rtt_ms = by_connection(connections, "rtt_ms", connection)
     rtt_known = ~np.isnan(rtt_ms)
     total_rtt_ms = np.nan_to_num(rtt_ms, nan=0.0)
-    peer_time_us = segments["peer_time_us"].to_numpy()[passed]
+    peer_time_us = untimed["peer_time_us"]
     reaction_ms = (found["time_us"] - peer_time_us) / 1000
     sender_rtt_ms = sender_side_rtt_ms(connections, connection, direction)
     reaction_limit_ms = np.where(

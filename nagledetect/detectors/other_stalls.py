@@ -11,6 +11,8 @@ the client starts its next request after a pause).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import pandas as pd
 
@@ -42,29 +44,89 @@ DESCRIPTIONS = {
 }
 
 
-def _gaps(columns: DetectorInput) -> dict[str, np.ndarray]:
-    """Gaps between consecutive new-data segments of each connection above the threshold, as
-    columns (a capture has few gaps: a frame of them costs more than their work)."""
-    segments = columns.segments
+@dataclass
+class GapsBefore:
+    """Per connection, what came before the rows given (a part read a slice at a time): its
+    latest new-data segment (frame, time, direction; a frame of 0 where none), and the latest
+    frame of a retransmitted or out-of-order packet and of a zero window (0 where none)."""
+
+    frame: np.ndarray
+    time_us: np.ndarray
+    direction: np.ndarray
+    retransmitted_frame: np.ndarray
+    zero_window_frame: np.ndarray
+
+
+def gap_rows(segments: pd.DataFrame, packets: pd.DataFrame,
+             before: GapsBefore | None = None) -> dict[str, np.ndarray]:
+    """Gaps of more than `GAP_MIN_MS` between consecutive new-data segments of each connection
+    (in frame order, either direction), each with whether a retransmission or a zero window lies
+    in it: all that a gap's cause reads but the round trip (known once every packet is) and
+    the stalls. `before`: what the rows given follow, where they continue a connection."""
     order = np.argsort(segments["connection"].to_numpy(), kind="stable")  # segments: frame order
     connection, frame, time_us, direction = (
         segments[name].to_numpy()[order] for name in ("connection", "frame", "time_us",
                                                       "direction"))
-    gap_us = np.diff(time_us)
-    before = np.flatnonzero((connection[1:] == connection[:-1]) & (gap_us > GAP_MIN_MS * 1000))
-    after = before + 1
-    rtt_ms = np.nan_to_num(by_connection(columns.connections, "rtt_ms", connection[after]), nan=0.0)
-    above = gap_us[before] > np.maximum(GAP_MIN_MS, RTT_MULTIPLE * rtt_ms) * 1000
-    before, after = before[above], after[above]
-    return {"connection": connection[after],
-            "before_frame": frame[before], "after_frame": frame[after],
-            "before_time_us": time_us[before], "after_time_us": time_us[after],
-            "before_direction": direction[before], "after_direction": direction[after]}
+    first = np.ones(len(connection), dtype=bool)
+    first[1:] = connection[1:] != connection[:-1]
+    previous = {name: np.concatenate((values[:1], values[:-1])) for name, values in
+                (("frame", frame), ("time_us", time_us), ("direction", direction))}
+    has_previous = ~first
+    if before is not None:
+        continued = connection[first]
+        for name, values in previous.items():
+            values[first] = getattr(before, name)[continued]
+        has_previous[first] = before.frame[continued] > 0
+    gap = np.flatnonzero(has_previous & (time_us - previous["time_us"] > GAP_MIN_MS * 1000))
+    gaps = {"connection": connection[gap],
+            "before_frame": previous["frame"][gap], "after_frame": frame[gap],
+            "before_time_us": previous["time_us"][gap], "after_time_us": time_us[gap],
+            "before_direction": previous["direction"][gap], "after_direction": direction[gap]}
+    for name, mask in _inside_masks(packets).items():
+        gaps[name] = _packets_within(packets, gaps, mask)
+        if before is not None:
+            gaps[name] |= getattr(before, f"{name}_frame")[gaps["connection"]] > gaps["before_frame"]
+    return gaps
+
+
+def _inside_masks(packets: pd.DataFrame) -> dict[str, np.ndarray]:
+    """The packets whose presence inside a gap names its cause: a retransmission (or an
+    out-of-order segment), and a zero window (not on a SYN or RST)."""
+    role = packets["role"].cat.codes.to_numpy()
+    return {"retransmitted": np.isin(role, (ROLE["retransmission"], ROLE["out_of_order"])),
+            "zero_window": ((packets["window_bytes"].to_numpy() == 0) & (role != ROLE["rst"])
+                            & (role != ROLE["syn"]))}
+
+
+def gaps_after(segments: pd.DataFrame, packets: pd.DataFrame, before: GapsBefore) -> GapsBefore:
+    """What the rows given leave for the next: `before`, updated in place (arrays by
+    connection)."""
+    connection = segments["connection"].to_numpy()
+    last = np.full(len(before.frame), -1, dtype=np.int64)
+    np.maximum.at(last, connection, np.arange(len(connection)))  # segments: frame order
+    present = np.flatnonzero(last >= 0)
+    for name in ("frame", "time_us", "direction"):
+        getattr(before, name)[present] = segments[name].to_numpy()[last[present]]
+    packet_connection = packets["connection"].to_numpy()
+    frame = packets["frame"].to_numpy().astype(np.int64)
+    for name, mask in _inside_masks(packets).items():
+        np.maximum.at(getattr(before, f"{name}_frame"), packet_connection[mask], frame[mask])
+    return before
+
+
+def timed_gaps(gaps: dict[str, np.ndarray], connections: pd.DataFrame) -> dict[str, np.ndarray]:
+    """The gaps longer than four round trips as well (a capture has few gaps: columns, not a
+    frame, cost less than their work)."""
+    rtt_ms = np.nan_to_num(by_connection(connections, "rtt_ms", gaps["connection"]), nan=0.0)
+    above = (gaps["after_time_us"] - gaps["before_time_us"]) > np.maximum(
+        GAP_MIN_MS, RTT_MULTIPLE * rtt_ms) * 1000
+    return {name: values[above] for name, values in gaps.items()}
 
 
 def _packets_within(packets: pd.DataFrame, gaps: dict[str, np.ndarray],
                     mask: np.ndarray) -> np.ndarray:
-    """For each gap: does any packet selected by `mask` lie strictly inside it (same connection)."""
+    """For each gap: does any packet selected by `mask` lie in it, after its first segment and
+    up to its last, that included (same connection)."""
     rows = np.flatnonzero(mask)
     if not len(rows) or not len(gaps["connection"]):
         return np.zeros(len(gaps["connection"]), dtype=bool)
@@ -79,20 +141,21 @@ def _packets_within(packets: pd.DataFrame, gaps: dict[str, np.ndarray],
 
 def classify_gaps(columns: DetectorInput) -> dict[str, np.ndarray]:
     """The gaps, each with its cause (`cause`, its code in `GAP_CAUSES`) and length (`gap_s`)."""
-    gaps = _gaps(columns)
-    released = released_frames(columns.earlier_findings, (STALL_KIND, STREAM_KIND))
-    packets = columns.packets
-    role = packets["role"].cat.codes.to_numpy()
-    retransmitted = _packets_within(packets, gaps, np.isin(
-        role, (ROLE["retransmission"], ROLE["out_of_order"])))
-    zero_window = _packets_within(packets, gaps, (packets["window_bytes"].to_numpy() == 0)
-                                  & (role != ROLE["rst"]) & (role != ROLE["syn"]))
+    gaps = timed_gaps(gap_rows(columns.segments, columns.packets), columns.connections)
+    return gap_causes(gaps, released_frames(columns.earlier_findings, (STALL_KIND, STREAM_KIND)))
+
+
+def gap_causes(gaps: dict[str, np.ndarray], released: np.ndarray) -> dict[str, np.ndarray]:
+    """Each gap's cause (the first that holds: a stall released its last segment, a
+    retransmission or a zero window lies in it, the server answered the client, else idle)."""
     server_answers = (gaps["before_direction"] == 0) & (gaps["after_direction"] == 1)
     cause = np.where(server_answers, _CAUSE_CODE["think-time"], _CAUSE_CODE["idle"])
-    cause = np.where(zero_window, _CAUSE_CODE["zero-window"], cause)
-    cause = np.where(retransmitted, _CAUSE_CODE["loss-recovery"], cause)
+    cause = np.where(gaps["zero_window"], _CAUSE_CODE["zero-window"], cause)
+    cause = np.where(gaps["retransmitted"], _CAUSE_CODE["loss-recovery"], cause)
     cause = np.where(np.isin(gaps["after_frame"], released), _CAUSE_CODE[STALL_KIND], cause)
-    return {**gaps, "cause": cause, "gap_s": (gaps["after_time_us"] - gaps["before_time_us"]) / 1e6}
+    kept = {name: values for name, values in gaps.items()
+            if name not in ("retransmitted", "zero_window")}
+    return {**kept, "cause": cause, "gap_s": (gaps["after_time_us"] - gaps["before_time_us"]) / 1e6}
 
 
 def detect(columns: DetectorInput) -> list[Finding]:

@@ -1,5 +1,5 @@
-"""Data segments and delayed-ACK samples of a part read a slice at a time (docs/performance.md,
-"The twenty-first round", step 3).
+"""Data segments, delayed-ACK samples, messages and gaps of a part read a slice at a time
+(docs/performance.md, "The twenty-first round", steps 3 and 4).
 
 Each slice's packets (pass 2's columns, `flows.numbering`) are made into segments by the whole
 run's `data_segments`; a segment whose context lies before the cut takes it from what each
@@ -26,6 +26,7 @@ from nagledetect.detectors.delack_timer import (
     answered_lone,
     samples_of,
 )
+from nagledetect.detectors.other_stalls import GapsBefore, gap_rows, gaps_after
 from nagledetect.events.messages import (
     IDLE_GAP_US,
     median_from_counts,
@@ -456,3 +457,25 @@ def _new_messages(rows: dict[str, np.ndarray], connection: np.ndarray, first_her
 
 def _size_counts(key: np.ndarray, size: np.ndarray) -> pd.DataFrame:
     return pd.DataFrame({"key": key, "size": size}).value_counts().reset_index(name="n")
+
+
+class GapsBySlice:
+    """The gaps between a connection's data segments (`other_stalls.gap_rows`) a slice at a
+    time: each connection's latest segment and the latest frames of the packets that name a
+    gap's cause are carried across the cut."""
+
+    def __init__(self, connection_count: int) -> None:
+        self._before = GapsBefore(*(np.zeros(connection_count, dtype=np.int64) for _ in range(5)))
+        self._gaps: list[dict[str, np.ndarray]] = []
+
+    def add(self, segments: pd.DataFrame, packets: pd.DataFrame) -> None:
+        """Take the gaps that end in this slice (its segments and packets, in frame order)."""
+        self._gaps.append(gap_rows(segments, packets, self._before))
+        self._before = gaps_after(segments, packets, self._before)
+
+    def gaps(self) -> dict[str, np.ndarray]:
+        """Every gap, in the whole run's order (connection, then frame), once a slice or more
+        has been added."""
+        gaps = {name: np.concatenate([rows[name] for rows in self._gaps]) for name in self._gaps[0]}
+        order = np.lexsort((gaps["after_frame"], gaps["connection"]))
+        return {name: values[order] for name, values in gaps.items()}
