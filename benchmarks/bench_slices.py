@@ -5,7 +5,7 @@ does today). `sliced`: pass 1 (`flows.facts`) over the batches, then pass 2
 (`flows.numbering`) over them read again, each slice's packet columns let go once made (what a
 worker will do with a part too large to hold). With `--events`, both also make the data
 segments, the delayed-ACK samples and the messages (`events.segments`, `events.messages`,
-`events.by_slice`), not kept. Each run is a
+`events.by_slice`, `delack_timer.SamplesBySlice`), not kept. Each run is a
 process of its own; prints the median seconds and the median of the processes' peak resident
 memory, and the packets:
 
@@ -60,6 +60,7 @@ def _slices(path: str, slice_packets: int):
 def _sliced(path: str, slice_packets: int, events: bool) -> int:
     import pandas as pd
 
+    from nagledetect.detectors.delack_timer import SamplesBySlice
     from nagledetect.events.by_slice import MessagesBySlice, SegmentsBySlice
     from nagledetect.flows.facts import ConnectionsBySlice
     from nagledetect.flows.numbering import PacketsBySlice
@@ -70,6 +71,7 @@ def _sliced(path: str, slice_packets: int, events: bool) -> int:
     facts = first.finish()
     second = PacketsBySlice(facts)
     segments = SegmentsBySlice(facts.table)
+    samples = SamplesBySlice()
     messages = MessagesBySlice(len(facts.table))
     packets = 0
     for position, (columns, (connection, source_is_low)) in enumerate(
@@ -79,10 +81,12 @@ def _sliced(path: str, slice_packets: int, events: bool) -> int:
         if events:
             frame = pd.DataFrame(table)
             frame["role"] = pd.Categorical.from_codes(frame["role"], categories=ROLES)
-            messages.add(segments.add(frame, int(facts.later_from_us[position])))
+            slice_segments = segments.add(frame)
+            samples.add(slice_segments, frame, int(facts.later_from_us[position]))
+            messages.add(slice_segments)
     connections = second.connections()
     if events:
-        segments.samples(connections)
+        samples.samples(connections)
         messages.finish()
     return packets
 

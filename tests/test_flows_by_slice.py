@@ -17,15 +17,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from nagledetect.detectors.delack_timer import SamplesBySlice
 from nagledetect.detectors.model import DETECTOR_PACKET_COLUMNS, DetectorInput
 from nagledetect.detectors.nagle_stall import stall_candidates, timed_stalls, untimed_stalls
-from nagledetect.detectors.other_stalls import classify_gaps, gap_causes, timed_gaps
-from nagledetect.events.by_slice import (
-    LOOK_AHEAD_COLUMNS,
-    GapsBySlice,
-    MessagesBySlice,
-    SegmentsBySlice,
-)
+from nagledetect.detectors.other_stalls import GapsBySlice, classify_gaps, gap_causes, timed_gaps
+from nagledetect.events.by_slice import LOOK_AHEAD_COLUMNS, MessagesBySlice, SegmentsBySlice
 from nagledetect.flows.build import PACKET_COLUMNS, FlowTables, build_flows
 from nagledetect.flows.facts import ConnectionFacts, ConnectionsBySlice
 from nagledetect.flows.numbering import PacketsBySlice
@@ -216,13 +212,16 @@ def _segments_by_slice(path: Path, slice_packets: int
     known = facts.finish()
     numbering = PacketsBySlice(known)
     segments_by_slice = SegmentsBySlice(known.table)
+    samples_by_slice = SamplesBySlice()
     messages_by_slice = MessagesBySlice(len(known.table))
     gaps_by_slice = GapsBySlice(len(known.table))
     segments, untimed = [], []
     for position, columns in enumerate(slices):
         packets = pd.DataFrame(numbering.add(columns, *columns["numbers"]))
         packets["role"] = pd.Categorical.from_codes(packets["role"], categories=ROLES)
-        segments.append(segments_by_slice.add(packets, int(known.later_from_us[position])))
+        segments.append(segments_by_slice.add(packets))
+        samples_by_slice.add(segments[-1], packets, int(known.later_from_us[position]))
+        segments[-1] = segments[-1].drop(columns=list(LOOK_AHEAD_COLUMNS))
         segments[-1]["message"] = messages_by_slice.add(segments[-1])
         untimed.append(untimed_stalls(segments[-1]))
         gaps_by_slice.add(segments[-1], packets)
@@ -233,7 +232,7 @@ def _segments_by_slice(path: Path, slice_packets: int
     stalls = timed_stalls({name: np.concatenate([rows[name] for rows in untimed])
                            for name in untimed[0]}, connections)
     gap_table = gap_causes(timed_gaps(gaps_by_slice.gaps(), connections), np.zeros(0))
-    return table, segments_by_slice.samples(connections), messages, stalls, gap_table
+    return table, samples_by_slice.samples(connections), messages, stalls, gap_table
 
 
 def _assert_segments_as_whole(path: Path, slice_packets: int) -> pd.DataFrame:

@@ -17,7 +17,8 @@ import numpy as np
 import pandas as pd
 
 from nagledetect.detectors.model import HostProfile, HostValues
-from nagledetect.events.segments import PURE_ACK_ROLES, role_in
+from nagledetect.events.by_slice import direction_groups, first_per_key, written_at
+from nagledetect.events.segments import NONE, PURE_ACK_ROLES, role_in
 from nagledetect.flows.connections import by_connection
 from nagledetect.ordering import factorize_in_name_order
 
@@ -97,6 +98,85 @@ def samples_of(lone: Mapping[str, np.ndarray], connections: pd.DataFrame) -> pd.
         "delayed": hold_ms >= np.maximum(MIN_DELAYED_HOLD_MS, RTT_MULTIPLE * total_rtt_ms),
     }, copy=False)
     return samples
+
+
+class SamplesBySlice:
+    """The samples of a part read a slice at a time. A segment's answer (the peer's next
+    packet, its own next data) may lie in a later slice: a segment that may be a sample waits
+    for it, and is let go once its own next data is no later than every packet still to come
+    (the peer's answer cannot then come before it), so in a capture in time order only a
+    direction's latest segment waits. A sample is kept as the six values it is made of."""
+
+    def __init__(self) -> None:
+        self._waiting: pd.DataFrame | None = None
+        self._lone: list[dict[str, np.ndarray]] = []
+
+    def add(self, segments: pd.DataFrame, packets: pd.DataFrame, later_from_us: int) -> None:
+        """Take a slice's segments and packets (`events.by_slice.SegmentsBySlice`, frame
+        order); `later_from_us`: no packet of a later slice is earlier. The segments waiting
+        from earlier slices are answered by this slice's first packets; the lone ones answered
+        are kept, and those that may still be."""
+        candidates = segments[list(SAMPLE_SEGMENT_COLUMNS)]
+        if self._waiting is not None:
+            candidates = pd.concat([_answered_by(self._waiting, packets), candidates],
+                                   ignore_index=True)
+        candidates = candidates[candidates["peer_ack"].to_numpy()
+                                >= candidates["rel_seq"].to_numpy()]
+        peer_known = candidates["next_peer_frame"].to_numpy() >= 0
+        own_time = candidates["next_own_data_time_us"].to_numpy()
+        peer_time = candidates["next_peer_time_us"].to_numpy()
+        own_later = (own_time < 0) & (later_from_us > peer_time)
+        done = peer_known & ((own_time >= 0) | own_later)
+        finished = candidates[done].copy()
+        finished.loc[own_later[done], "next_own_data_time_us"] = NONE
+        self._keep_lone(finished)
+        hopeless = ~peer_known & (own_time >= 0) & (own_time <= later_from_us)
+        self._waiting = candidates[~done & ~hopeless].reset_index(drop=True)
+
+    def samples(self, connections: pd.DataFrame) -> pd.DataFrame:
+        """The delayed-ACK samples of every slice added, once the last has been: segments
+        still waiting for the peer's next packet had none; those answered, waiting for their
+        sender's next data, had none either."""
+        if self._waiting is not None:
+            waiting = self._waiting[self._waiting["next_peer_frame"].to_numpy() >= 0].copy()
+            waiting["next_own_data_time_us"] = NONE
+            self._keep_lone(waiting)
+        kept = self._lone or [{name: np.zeros(0, dtype=np.int64) for name in LONE_SEGMENT_COLUMNS}]
+        lone = {name: np.concatenate([rows[name] for rows in kept]) for name in LONE_SEGMENT_COLUMNS}
+        order = np.argsort(lone["frame"], kind="stable")
+        return samples_of({name: values[order] for name, values in lone.items()}, connections)
+
+    def _keep_lone(self, segments: pd.DataFrame) -> None:
+        """Keep what a sample is made of, of the segments lone and answered."""
+        lone = answered_lone(segments)
+        self._lone.append({name: segments[name].to_numpy()[lone] for name in LONE_SEGMENT_COLUMNS})
+
+
+def _answered_by(waiting: pd.DataFrame, packets: pd.DataFrame) -> pd.DataFrame:
+    """The waiting segments with what this slice's first packets say: the first of the peer's
+    group where none has come yet, and the first data of their own where none has."""
+    if not len(waiting):
+        return waiting
+    waiting = waiting.copy()
+    group = direction_groups(packets)
+    count = int(max(group.max(initial=0), (waiting["connection"].max() + 1) * 2)) + 2
+    first = first_per_key(group, np.arange(len(group)), count)
+    first_data = first_per_key(group, np.flatnonzero(packets["payload_bytes"].to_numpy() > 0), count)
+    waiting_group = waiting["connection"].to_numpy().astype(np.int64) * 2 + waiting["direction"].to_numpy()
+    peer_unknown = waiting["next_peer_frame"].to_numpy() < 0
+    peer_row = np.where(peer_unknown, first[waiting_group ^ 1], -1)
+    answered = np.flatnonzero(peer_row >= 0)
+    for column, source in (("next_peer_frame", "frame"), ("next_peer_time_us", "time_us"),
+                           ("next_peer_ack", "rel_ack")):
+        written_at(waiting, column, answered, packets[source].to_numpy()[peer_row[answered]])
+    written_at(waiting, "next_peer_role", answered,
+           packets["role"].cat.codes.to_numpy()[peer_row[answered]])
+    own_row = np.where(waiting["next_own_data_time_us"].to_numpy() < 0,
+                       first_data[waiting_group], -1)
+    found = np.flatnonzero(own_row >= 0)
+    written_at(waiting, "next_own_data_time_us", found,
+           packets["time_us"].to_numpy()[own_row[found]])
+    return waiting
 
 
 def _modal_timers(host: np.ndarray, hold_ms: np.ndarray, count: int

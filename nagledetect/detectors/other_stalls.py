@@ -114,6 +114,28 @@ def gaps_after(segments: pd.DataFrame, packets: pd.DataFrame, before: GapsBefore
     return before
 
 
+class GapsBySlice:
+    """The gaps between a connection's data segments (`other_stalls.gap_rows`) a slice at a
+    time: each connection's latest segment and the latest frames of the packets that name a
+    gap's cause are carried across the cut."""
+
+    def __init__(self, connection_count: int) -> None:
+        self._before = GapsBefore(*(np.zeros(connection_count, dtype=np.int64) for _ in range(5)))
+        self._gaps: list[dict[str, np.ndarray]] = []
+
+    def add(self, segments: pd.DataFrame, packets: pd.DataFrame) -> None:
+        """Take the gaps that end in this slice (its segments and packets, in frame order)."""
+        self._gaps.append(gap_rows(segments, packets, self._before))
+        self._before = gaps_after(segments, packets, self._before)
+
+    def gaps(self) -> dict[str, np.ndarray]:
+        """Every gap, in the whole run's order (connection, then frame), once a slice or more
+        has been added."""
+        gaps = {name: np.concatenate([rows[name] for rows in self._gaps]) for name in self._gaps[0]}
+        order = np.lexsort((gaps["after_frame"], gaps["connection"]))
+        return {name: values[order] for name, values in gaps.items()}
+
+
 def timed_gaps(gaps: dict[str, np.ndarray], connections: pd.DataFrame) -> dict[str, np.ndarray]:
     """The gaps longer than four round trips as well (a capture has few gaps: columns, not a
     frame, cost less than their work)."""

@@ -1,5 +1,5 @@
-"""Data segments, delayed-ACK samples, messages and gaps of a part read a slice at a time
-(docs/performance.md, "The twenty-first round", steps 3 and 4).
+"""Data segments and messages of a part read a slice at a time (docs/performance.md, "The
+twenty-first round", step 3).
 
 Each slice's packets (pass 2's columns, `flows.numbering`) are made into segments by the whole
 run's `data_segments`; a segment whose context lies before the cut takes it from what each
@@ -8,11 +8,8 @@ peer's context), the highest sequence end sent, and the peer's data packets and 
 retransmissions since its latest new-data segment.
 
 What a segment's context reads after it (the peer's next packet, its sender's next data) is
-read only by the delayed-ACK samples, so the segments a slice gives leave it out, and a
-segment that may be a sample waits for those packets. Pass 1 gives each slice the earliest
-time of the slices after it: a segment whose sender's next data is no later than that cannot
-be answered before it (the peer's next packet will not be earlier), so in a capture in time
-order only a direction's latest segment waits.
+read only by the delayed-ACK samples, which wait for it (`delack_timer.SamplesBySlice`): a
+slice's segments read it where the slice holds it.
 """
 
 from __future__ import annotations
@@ -20,13 +17,6 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from nagledetect.detectors.delack_timer import (
-    LONE_SEGMENT_COLUMNS,
-    SAMPLE_SEGMENT_COLUMNS,
-    answered_lone,
-    samples_of,
-)
-from nagledetect.detectors.other_stalls import GapsBefore, gap_rows, gaps_after
 from nagledetect.events.messages import (
     IDLE_GAP_US,
     median_from_counts,
@@ -55,44 +45,24 @@ DIRECTION_MISSING = {
 
 
 class SegmentsBySlice:
-    """Feed pass 2's packet columns slice by slice (`add`), then take the samples."""
+    """Feed pass 2's packet columns slice by slice (`add`): each slice's segments."""
 
     def __init__(self, connections: pd.DataFrame) -> None:
         self._connections = connections
         self._directions = KeyedColumns({name: np.asarray(value)[()]
                                          for name, value in DIRECTION_MISSING.items()})
         self._directions.grow(2 * len(connections))
-        self._waiting: pd.DataFrame | None = None
-        self._lone: list[dict[str, np.ndarray]] = []
 
-    def add(self, packets: pd.DataFrame, later_from_us: int) -> pd.DataFrame:
-        """The slice's segments (`data_segments`' columns less `LOOK_AHEAD_COLUMNS`, in frame
-        order); `later_from_us`: no packet of a later slice is earlier."""
+    def add(self, packets: pd.DataFrame) -> pd.DataFrame:
+        """The slice's segments (`data_segments`' columns, in frame order): their
+        `LOOK_AHEAD_COLUMNS` read what this slice holds, -1 past its end (the delayed-ACK
+        samples, their only reader, wait for the rest: `delack_timer.SamplesBySlice`)."""
         segments = data_segments(packets, self._connections)
         group = segments["connection"].to_numpy().astype(np.int64) * 2 + segments["direction"].to_numpy()
         rows = _rows_of(packets, segments)
         self._continue_context(segments, group, rows, packets)
-        self._look_ahead(segments, packets, later_from_us)
         self._note(packets)
-        return segments.drop(columns=list(LOOK_AHEAD_COLUMNS))
-
-    def samples(self, connections: pd.DataFrame) -> pd.DataFrame:
-        """The delayed-ACK samples of every slice added, once the last has been: segments
-        still waiting for the peer's next packet had none; those answered, waiting for their
-        sender's next data, had none either."""
-        if self._waiting is not None:
-            waiting = self._waiting[self._waiting["next_peer_frame"].to_numpy() >= 0].copy()
-            waiting["next_own_data_time_us"] = NONE
-            self._keep_lone(waiting)
-        kept = self._lone or [{name: np.zeros(0, dtype=np.int64) for name in LONE_SEGMENT_COLUMNS}]
-        lone = {name: np.concatenate([rows[name] for rows in kept]) for name in LONE_SEGMENT_COLUMNS}
-        order = np.argsort(lone["frame"], kind="stable")
-        return samples_of({name: values[order] for name, values in lone.items()}, connections)
-
-    def _keep_lone(self, segments: pd.DataFrame) -> None:
-        """Keep what a sample is made of, of the segments lone and answered."""
-        lone = answered_lone(segments)
-        self._lone.append({name: segments[name].to_numpy()[lone] for name in LONE_SEGMENT_COLUMNS})
+        return segments
 
     def _continue_context(self, segments: pd.DataFrame, group: np.ndarray, rows: np.ndarray,
                           packets: pd.DataFrame) -> None:
@@ -101,11 +71,12 @@ class SegmentsBySlice:
         no_previous = np.flatnonzero(segments["prev_frame"].to_numpy() < 0)
         earlier = no_previous[directions["new_data_seen"][group[no_previous]]]
         for column, source in PREVIOUS_CONTEXT.items():
-            _write(segments, column, earlier, directions[f"new_data_{source}"][group[earlier]])
+            written_at(segments, column, earlier, directions[f"new_data_{source}"][group[earlier]])
         no_peer = np.flatnonzero(segments["peer_frame"].to_numpy() < 0)
         peer_earlier = no_peer[directions["latest_seen"][group[no_peer] ^ 1]]
         for column, source in PEER_CONTEXT.items():
-            _write(segments, column, peer_earlier, directions[f"latest_{source}"][group[peer_earlier] ^ 1])
+            written_at(segments, column, peer_earlier,
+                       directions[f"latest_{source}"][group[peer_earlier] ^ 1])
         first_here = _first_of_connection_here(packets, rows)
         seen = directions["connection_seen"][group // 2 * 2]
         carried_max = directions["sent_max"][group]
@@ -121,31 +92,10 @@ class SegmentsBySlice:
                                     + _before_in_group(packets, _retransmitted(packets), rows[earlier]))
         segments["own_retransmissions_between"] = retransmissions
 
-    def _look_ahead(self, segments: pd.DataFrame, packets: pd.DataFrame,
-                    later_from_us: int) -> None:
-        """Answer the segments waiting from earlier slices with this slice's first packets,
-        then keep the lone ones answered and those that may still be."""
-        candidates = segments[list(SAMPLE_SEGMENT_COLUMNS)]
-        if self._waiting is not None:
-            candidates = pd.concat([_answered_by(self._waiting, packets), candidates],
-                                   ignore_index=True)
-        candidates = candidates[candidates["peer_ack"].to_numpy()
-                                >= candidates["rel_seq"].to_numpy()]
-        peer_known = candidates["next_peer_frame"].to_numpy() >= 0
-        own_time = candidates["next_own_data_time_us"].to_numpy()
-        peer_time = candidates["next_peer_time_us"].to_numpy()
-        own_later = (own_time < 0) & (later_from_us > peer_time)
-        done = peer_known & ((own_time >= 0) | own_later)
-        finished = candidates[done].copy()
-        finished.loc[own_later[done], "next_own_data_time_us"] = NONE
-        self._keep_lone(finished)
-        hopeless = ~peer_known & (own_time >= 0) & (own_time <= later_from_us)
-        self._waiting = candidates[~done & ~hopeless].reset_index(drop=True)
-
     def _note(self, packets: pd.DataFrame) -> None:
         """What each group's packets of this slice leave for the next."""
         directions = self._directions
-        group = _groups(packets)
+        group = direction_groups(packets)
         role = packets["role"].cat.codes.to_numpy()
         payload = packets["payload_bytes"].to_numpy()
         everything = np.arange(len(group))
@@ -190,7 +140,7 @@ class SegmentsBySlice:
         directions["connection_seen"][here] = True
 
 
-def _groups(packets: pd.DataFrame) -> np.ndarray:
+def direction_groups(packets: pd.DataFrame) -> np.ndarray:
     return packets["connection"].to_numpy().astype(np.int64) * 2 + packets["direction"].to_numpy()
 
 
@@ -199,7 +149,7 @@ def _rows_of(packets: pd.DataFrame, segments: pd.DataFrame) -> np.ndarray:
     return np.searchsorted(packets["frame"].to_numpy(), segments["frame"].to_numpy())
 
 
-def _write(segments: pd.DataFrame, column: str, rows: np.ndarray, values: np.ndarray) -> None:
+def written_at(segments: pd.DataFrame, column: str, rows: np.ndarray, values: np.ndarray) -> None:
     """Write `values` into a segment column at `rows` (codes where it is categorical)."""
     if isinstance(segments[column].dtype, pd.CategoricalDtype):
         codes = segments[column].cat.codes.to_numpy().copy()
@@ -214,7 +164,7 @@ def _write(segments: pd.DataFrame, column: str, rows: np.ndarray, values: np.nda
 def _first_of_connection_here(packets: pd.DataFrame, rows: np.ndarray) -> np.ndarray:
     """Whether each segment (its row in the slice) is its connection's first packet here."""
     connection = packets["connection"].to_numpy()
-    first = _first_per_key(connection, np.arange(len(connection)), int(connection.max(initial=-1)) + 1)
+    first = first_per_key(connection, np.arange(len(connection)), int(connection.max(initial=-1)) + 1)
     return first[connection[rows]] == rows
 
 
@@ -225,7 +175,7 @@ def _retransmitted(packets: pd.DataFrame) -> np.ndarray:
 
 def _before_in_group(packets: pd.DataFrame, mask: np.ndarray, rows: np.ndarray) -> np.ndarray:
     """How many rows of `mask` in each of `rows`' groups come before it in the slice."""
-    group = _groups(packets)
+    group = direction_groups(packets)
     span = np.int64(len(group) + 1)
     marked = np.flatnonzero(mask)
     keys = np.sort(group[marked] * span + marked)
@@ -233,7 +183,7 @@ def _before_in_group(packets: pd.DataFrame, mask: np.ndarray, rows: np.ndarray) 
             - np.searchsorted(keys, group[rows] * span)).astype(np.int64)
 
 
-def _first_per_key(key: np.ndarray, rows: np.ndarray, count: int) -> np.ndarray:
+def first_per_key(key: np.ndarray, rows: np.ndarray, count: int) -> np.ndarray:
     """The first of `rows` of each key below `count`, -1 where it has none."""
     first = np.full(count, np.iinfo(np.int64).max, dtype=np.int64)
     np.minimum.at(first, key[rows], rows)
@@ -258,31 +208,6 @@ def _since(before: np.ndarray, last_new: np.ndarray, group: np.ndarray, rows: np
     return np.where(last_new >= 0, after, before + total)
 
 
-def _answered_by(waiting: pd.DataFrame, packets: pd.DataFrame) -> pd.DataFrame:
-    """The waiting segments with what this slice's first packets say: the first of the peer's
-    group where none has come yet, and the first data of their own where none has."""
-    if not len(waiting):
-        return waiting
-    waiting = waiting.copy()
-    group = _groups(packets)
-    count = int(max(group.max(initial=0), (waiting["connection"].max() + 1) * 2)) + 2
-    first = _first_per_key(group, np.arange(len(group)), count)
-    first_data = _first_per_key(group, np.flatnonzero(packets["payload_bytes"].to_numpy() > 0), count)
-    waiting_group = waiting["connection"].to_numpy().astype(np.int64) * 2 + waiting["direction"].to_numpy()
-    peer_unknown = waiting["next_peer_frame"].to_numpy() < 0
-    peer_row = np.where(peer_unknown, first[waiting_group ^ 1], -1)
-    answered = np.flatnonzero(peer_row >= 0)
-    for column, source in (("next_peer_frame", "frame"), ("next_peer_time_us", "time_us"),
-                           ("next_peer_ack", "rel_ack")):
-        _write(waiting, column, answered, packets[source].to_numpy()[peer_row[answered]])
-    _write(waiting, "next_peer_role", answered,
-           packets["role"].cat.codes.to_numpy()[peer_row[answered]])
-    own_row = np.where(waiting["next_own_data_time_us"].to_numpy() < 0,
-                       first_data[waiting_group], -1)
-    found = np.flatnonzero(own_row >= 0)
-    _write(waiting, "next_own_data_time_us", found,
-           packets["time_us"].to_numpy()[own_row[found]])
-    return waiting
 
 
 OPEN_MISSING = {"seen": False, "direction": 0, "last_us": 0, "messages": 0, "first_frame": 0,
@@ -457,25 +382,3 @@ def _new_messages(rows: dict[str, np.ndarray], connection: np.ndarray, first_her
 
 def _size_counts(key: np.ndarray, size: np.ndarray) -> pd.DataFrame:
     return pd.DataFrame({"key": key, "size": size}).value_counts().reset_index(name="n")
-
-
-class GapsBySlice:
-    """The gaps between a connection's data segments (`other_stalls.gap_rows`) a slice at a
-    time: each connection's latest segment and the latest frames of the packets that name a
-    gap's cause are carried across the cut."""
-
-    def __init__(self, connection_count: int) -> None:
-        self._before = GapsBefore(*(np.zeros(connection_count, dtype=np.int64) for _ in range(5)))
-        self._gaps: list[dict[str, np.ndarray]] = []
-
-    def add(self, segments: pd.DataFrame, packets: pd.DataFrame) -> None:
-        """Take the gaps that end in this slice (its segments and packets, in frame order)."""
-        self._gaps.append(gap_rows(segments, packets, self._before))
-        self._before = gaps_after(segments, packets, self._before)
-
-    def gaps(self) -> dict[str, np.ndarray]:
-        """Every gap, in the whole run's order (connection, then frame), once a slice or more
-        has been added."""
-        gaps = {name: np.concatenate([rows[name] for rows in self._gaps]) for name in self._gaps[0]}
-        order = np.lexsort((gaps["after_frame"], gaps["connection"]))
-        return {name: values[order] for name, values in gaps.items()}
