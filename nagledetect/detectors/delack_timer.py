@@ -17,9 +17,10 @@ import numpy as np
 import pandas as pd
 
 from nagledetect.detectors.model import HostProfile, HostValues
-from nagledetect.events.by_slice import direction_groups, first_per_key, written_at
+from nagledetect.events.by_slice import written_at
 from nagledetect.events.segments import NONE, PURE_ACK_ROLES, role_in
-from nagledetect.flows.connections import by_connection
+from nagledetect.flows.connections import by_connection, direction_key
+from nagledetect.flows.grouped import first_per_key
 from nagledetect.ordering import factorize_in_name_order
 
 MIN_DELAYED_HOLD_MS = 10.0
@@ -158,11 +159,11 @@ def _answered_by(waiting: pd.DataFrame, packets: pd.DataFrame) -> pd.DataFrame:
     if not len(waiting):
         return waiting
     waiting = waiting.copy()
-    group = direction_groups(packets)
-    count = int(max(group.max(initial=0), (waiting["connection"].max() + 1) * 2)) + 2
+    group = direction_key(packets)
+    waiting_group = direction_key(waiting)
+    count = int(max(group.max(initial=-1), waiting_group.max())) + 2
     first = first_per_key(group, np.arange(len(group)), count)
     first_data = first_per_key(group, np.flatnonzero(packets["payload_bytes"].to_numpy() > 0), count)
-    waiting_group = waiting["connection"].to_numpy().astype(np.int64) * 2 + waiting["direction"].to_numpy()
     peer_unknown = waiting["next_peer_frame"].to_numpy() < 0
     peer_row = np.where(peer_unknown, first[waiting_group ^ 1], -1)
     answered = np.flatnonzero(peer_row >= 0)
@@ -170,12 +171,12 @@ def _answered_by(waiting: pd.DataFrame, packets: pd.DataFrame) -> pd.DataFrame:
                            ("next_peer_ack", "rel_ack")):
         written_at(waiting, column, answered, packets[source].to_numpy()[peer_row[answered]])
     written_at(waiting, "next_peer_role", answered,
-           packets["role"].cat.codes.to_numpy()[peer_row[answered]])
+               packets["role"].cat.codes.to_numpy()[peer_row[answered]])
     own_row = np.where(waiting["next_own_data_time_us"].to_numpy() < 0,
                        first_data[waiting_group], -1)
     found = np.flatnonzero(own_row >= 0)
     written_at(waiting, "next_own_data_time_us", found,
-           packets["time_us"].to_numpy()[own_row[found]])
+               packets["time_us"].to_numpy()[own_row[found]])
     return waiting
 
 

@@ -25,8 +25,9 @@ from nagledetect.detectors.model import (
 )
 from nagledetect.detectors.nagle_stall import KIND as STALL_KIND
 from nagledetect.detectors.stream_coalescing import KIND as STREAM_KIND
+from nagledetect.events.segments import RETRANSMISSION_ROLES, role_in
 from nagledetect.flows.connections import by_connection
-from nagledetect.flows.grouped import KeyGroups
+from nagledetect.flows.grouped import KeyGroups, last_per_key
 from nagledetect.flows.roles import ROLE
 
 GAP_MIN_MS = 10.0
@@ -93,7 +94,7 @@ def _inside_masks(packets: pd.DataFrame) -> dict[str, np.ndarray]:
     """The packets whose presence inside a gap names its cause: a retransmission (or an
     out-of-order segment), and a zero window (not on a SYN or RST)."""
     role = packets["role"].cat.codes.to_numpy()
-    return {"retransmitted": np.isin(role, (ROLE["retransmission"], ROLE["out_of_order"])),
+    return {"retransmitted": role_in(packets["role"], RETRANSMISSION_ROLES),
             "zero_window": ((packets["window_bytes"].to_numpy() == 0) & (role != ROLE["rst"])
                             & (role != ROLE["syn"]))}
 
@@ -102,8 +103,7 @@ def gaps_after(segments: pd.DataFrame, packets: pd.DataFrame, before: GapsBefore
     """What the rows given leave for the next: `before`, updated in place (arrays by
     connection)."""
     connection = segments["connection"].to_numpy()
-    last = np.full(len(before.frame), -1, dtype=np.int64)
-    np.maximum.at(last, connection, np.arange(len(connection)))  # segments: frame order
+    last = last_per_key(connection, np.arange(len(connection)), len(before.frame))
     present = np.flatnonzero(last >= 0)
     for name in ("frame", "time_us", "direction"):
         getattr(before, name)[present] = segments[name].to_numpy()[last[present]]

@@ -24,10 +24,11 @@ from nagledetect.events.messages import (
     message_table,
     no_messages,
 )
-from nagledetect.events.segments import NONE, RETRANSMISSION_ROLES, data_segments
+from nagledetect.events.segments import NONE, RETRANSMISSION_ROLES, data_segments, role_in
+from nagledetect.flows.connections import direction_key
 from nagledetect.flows.facts import KeyedColumns
-from nagledetect.flows.grouped import grouped_cumsum
-from nagledetect.flows.roles import ROLE, ROLES
+from nagledetect.flows.grouped import first_per_key, grouped_cumsum, last_per_key
+from nagledetect.flows.roles import ROLE
 
 LOOK_AHEAD_COLUMNS = ("next_peer_frame", "next_peer_time_us", "next_peer_role", "next_peer_ack",
                       "next_own_data_time_us")
@@ -49,8 +50,7 @@ class SegmentsBySlice:
 
     def __init__(self, connections: pd.DataFrame) -> None:
         self._connections = connections
-        self._directions = KeyedColumns({name: np.asarray(value)[()]
-                                         for name, value in DIRECTION_MISSING.items()})
+        self._directions = KeyedColumns(DIRECTION_MISSING)
         self._directions.grow(2 * len(connections))
 
     def add(self, packets: pd.DataFrame) -> pd.DataFrame:
@@ -60,13 +60,15 @@ class SegmentsBySlice:
         segments = data_segments(packets, self._connections)
         group = segments["connection"].to_numpy().astype(np.int64) * 2 + segments["direction"].to_numpy()
         rows = _rows_of(packets, segments)
-        self._continue_context(segments, group, rows, packets)
-        self._note(packets)
+        retransmitted = role_in(packets["role"], RETRANSMISSION_ROLES)
+        self._continue_context(segments, group, rows, packets, retransmitted)
+        self._note(packets, retransmitted)
         return segments
 
     def _continue_context(self, segments: pd.DataFrame, group: np.ndarray, rows: np.ndarray,
-                          packets: pd.DataFrame) -> None:
-        """Give the segments whose context lies before the cut what their groups left."""
+                          packets: pd.DataFrame, retransmitted: np.ndarray) -> None:
+        """Give the segments whose context lies before the cut what their groups left
+        (`retransmitted`: the slice's retransmitted packets)."""
         directions = self._directions
         no_previous = np.flatnonzero(segments["prev_frame"].to_numpy() < 0)
         earlier = no_previous[directions["new_data_seen"][group[no_previous]]]
@@ -89,23 +91,23 @@ class SegmentsBySlice:
         segments["peer_data_between"] = between
         retransmissions = segments["own_retransmissions_between"].to_numpy().copy()
         retransmissions[earlier] = (directions["retransmissions_since"][group[earlier]]
-                                    + _before_in_group(packets, _retransmitted(packets), rows[earlier]))
+                                    + _before_in_group(packets, retransmitted, rows[earlier]))
         segments["own_retransmissions_between"] = retransmissions
 
-    def _note(self, packets: pd.DataFrame) -> None:
+    def _note(self, packets: pd.DataFrame, retransmitted: np.ndarray) -> None:
         """What each group's packets of this slice leave for the next."""
         directions = self._directions
-        group = direction_groups(packets)
+        group = direction_key(packets)
         role = packets["role"].cat.codes.to_numpy()
         payload = packets["payload_bytes"].to_numpy()
         everything = np.arange(len(group))
         new_data = np.flatnonzero((role == ROLE["data"]) & (payload > 0))
-        last_new = _last_per_group(group, new_data, len(directions["sent_max"]))
+        last_new = last_per_key(group, new_data, len(directions["sent_max"]))
         with_new = np.flatnonzero(last_new >= 0)
         directions["new_data_seen"][with_new] = True
         for source in PREVIOUS_CONTEXT.values():
             directions[f"new_data_{source}"][with_new] = packets[source].to_numpy()[last_new[with_new]]
-        last = _last_per_group(group, everything, len(last_new))
+        last = last_per_key(group, everything, len(last_new))
         present = np.flatnonzero(last >= 0)
         directions["latest_seen"][present] = True
         for source in PEER_CONTEXT.values():
@@ -117,7 +119,7 @@ class SegmentsBySlice:
             directions["peer_data_since"], last_new, group, data_rows, peer=True)
         directions["retransmissions_since"][:] = _since(
             directions["retransmissions_since"], last_new, group,
-            np.flatnonzero(_retransmitted(packets)), peer=False)
+            np.flatnonzero(retransmitted), peer=False)
 
     def _note_sent_max(self, packets: pd.DataFrame, group: np.ndarray) -> None:
         """Each group's highest end as the whole run's running value has it: its own packets'
@@ -138,10 +140,6 @@ class SegmentsBySlice:
                                                 np.maximum(directions["sent_max"][here], highest[here]),
                                                 highest[here])
         directions["connection_seen"][here] = True
-
-
-def direction_groups(packets: pd.DataFrame) -> np.ndarray:
-    return packets["connection"].to_numpy().astype(np.int64) * 2 + packets["direction"].to_numpy()
 
 
 def _rows_of(packets: pd.DataFrame, segments: pd.DataFrame) -> np.ndarray:
@@ -168,32 +166,14 @@ def _first_of_connection_here(packets: pd.DataFrame, rows: np.ndarray) -> np.nda
     return first[connection[rows]] == rows
 
 
-def _retransmitted(packets: pd.DataFrame) -> np.ndarray:
-    codes = packets["role"].cat.codes.to_numpy()
-    return np.isin(codes, [ROLES.index(name) for name in RETRANSMISSION_ROLES])
-
-
 def _before_in_group(packets: pd.DataFrame, mask: np.ndarray, rows: np.ndarray) -> np.ndarray:
     """How many rows of `mask` in each of `rows`' groups come before it in the slice."""
-    group = direction_groups(packets)
+    group = direction_key(packets)
     span = np.int64(len(group) + 1)
     marked = np.flatnonzero(mask)
     keys = np.sort(group[marked] * span + marked)
     return (np.searchsorted(keys, group[rows] * span + rows)
             - np.searchsorted(keys, group[rows] * span)).astype(np.int64)
-
-
-def first_per_key(key: np.ndarray, rows: np.ndarray, count: int) -> np.ndarray:
-    """The first of `rows` of each key below `count`, -1 where it has none."""
-    first = np.full(count, np.iinfo(np.int64).max, dtype=np.int64)
-    np.minimum.at(first, key[rows], rows)
-    return np.where(first == np.iinfo(np.int64).max, -1, first)
-
-
-def _last_per_group(group: np.ndarray, rows: np.ndarray, count: int) -> np.ndarray:
-    last = np.full(count, -1, dtype=np.int64)
-    np.maximum.at(last, group[rows], rows)
-    return last
 
 
 def _since(before: np.ndarray, last_new: np.ndarray, group: np.ndarray, rows: np.ndarray,
@@ -206,8 +186,6 @@ def _since(before: np.ndarray, last_new: np.ndarray, group: np.ndarray, rows: np
     after = np.bincount(counted_group, weights=rows > last_new[counted_group],
                         minlength=count).astype(np.int64)
     return np.where(last_new >= 0, after, before + total)
-
-
 
 
 OPEN_MISSING = {"seen": False, "direction": 0, "last_us": 0, "messages": 0, "first_frame": 0,
@@ -226,8 +204,7 @@ class MessagesBySlice:
     are known at the end, when every connection's count is (`numbers`)."""
 
     def __init__(self, connection_count: int) -> None:
-        self._open = KeyedColumns({name: np.asarray(value)[()]
-                                   for name, value in OPEN_MISSING.items()})
+        self._open = KeyedColumns(OPEN_MISSING)
         self._open.grow(connection_count)
         self._open_sizes = _size_counts(np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))
         self._closed: list[dict[str, np.ndarray]] = []

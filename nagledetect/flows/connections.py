@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from nagledetect.flows.grouped import group_starts
+from nagledetect.flows.grouped import group_first_positions, group_starts
 
 FLAG_FIN = 0x01
 FLAG_SYN = 0x02
@@ -83,10 +83,10 @@ def new_lifetimes(pair: np.ndarray, flags: np.ndarray, seq_raw: np.ndarray, time
     is_syn_only = (sorted_flags & (FLAG_SYN | FLAG_ACK)) == FLAG_SYN
     closing = ((sorted_flags & (FLAG_FIN | FLAG_RST)) != 0).astype(np.int64)
     closings_before = np.cumsum(closing) - closing
-    seen = starts & False if before is None else before.seen[sorted_pair]
+    seen = np.zeros(len(order), dtype=bool) if before is None else before.seen[sorted_pair]
     syn_positions = np.flatnonzero(is_syn_only & (~starts | seen))
     previous = _previous_syn_position(is_syn_only, starts)[syn_positions]
-    group_first = np.maximum.accumulate(np.where(starts, np.arange(len(starts)), 0))[syn_positions]
+    group_first = group_first_positions(starts)[syn_positions]
     has_previous = previous >= 0
     safe_previous = np.maximum(previous, 0)
     earlier = _before_rows(before, sorted_pair[syn_positions])
@@ -117,7 +117,7 @@ def _previous_syn_position(is_syn_only: np.ndarray, starts: np.ndarray) -> np.nd
     positions = np.where(is_syn_only, np.arange(len(is_syn_only)), -1)
     latest = np.maximum.accumulate(positions)
     shifted = np.concatenate(([-1], latest[:-1]))
-    group_first = np.maximum.accumulate(np.where(starts, np.arange(len(starts)), 0))
+    group_first = group_first_positions(starts)
     return np.where(shifted >= group_first, shifted, -1)
 
 

@@ -31,6 +31,7 @@ from nagledetect.flows.connections import (
     new_lifetimes,
 )
 from nagledetect.flows.endpoints import EndpointPairs, packet_ports
+from nagledetect.flows.grouped import last_per_key
 from nagledetect.flows.handshake import OPTION_COLUMNS, full_looking, handshake_columns, size_counts_of
 
 HANDSHAKE_PACKETS = {"syn": FLAG_SYN, "syn_ack": FLAG_SYN | FLAG_ACK}
@@ -48,11 +49,12 @@ COPIED_FROM = {"first_frame": "frame", **{f"{packet}_{name}": name for packet in
 
 class KeyedColumns:
     """Columns indexed by a number that only grows (a pair, a connection, a sending side), each
-    holding its `missing` value (whose dtype it takes) for a number not written yet."""
+    holding its `missing` value (whose dtype it takes: a numpy scalar's, or numpy's for a plain
+    value) for a number not written yet."""
 
-    def __init__(self, missing: dict[str, np.generic]) -> None:
-        self._missing = missing
-        self._arrays = {name: np.zeros(0, dtype=value.dtype) for name, value in missing.items()}
+    def __init__(self, missing: dict[str, object]) -> None:
+        self._missing = {name: np.asarray(value)[()] for name, value in missing.items()}
+        self._arrays = {name: np.zeros(0, dtype=value.dtype) for name, value in self._missing.items()}
         self.count = 0
 
     def grow(self, count: int) -> None:
@@ -90,12 +92,11 @@ class ConnectionsBySlice:
 
     def __init__(self) -> None:
         self._endpoint_pairs = EndpointPairs()
-        self._pairs = KeyedColumns(_missing({"connection": -1, "seen": False, "syn_seq": -1,
-                                             "closed": False, "last_us": 0}))
-        self._connections = KeyedColumns(_missing(CONNECTION_MISSING))
-        self._sides = KeyedColumns(_missing({"packets": 0, "payload_bytes": 0,
-                                             "first_us": NOT_YET, "last_us": -NOT_YET - 1,
-                                             "first_seq": -1, "syn_seq": -1}))
+        self._pairs = KeyedColumns({"connection": -1, "seen": False, "syn_seq": -1,
+                                    "closed": False, "last_us": 0})
+        self._connections = KeyedColumns(CONNECTION_MISSING)
+        self._sides = KeyedColumns({"packets": 0, "payload_bytes": 0, "first_us": NOT_YET,
+                                    "last_us": -NOT_YET - 1, "first_seq": -1, "syn_seq": -1})
         self._size_counts = size_counts_of(np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))
         self._slice_first_us: list[int] = []
 
@@ -104,7 +105,7 @@ class ConnectionsBySlice:
         (as a whole run numbers them) and whether its source is the lower endpoint (its
         direction is `source_is_low == client_is_low[connection]`, once known)."""
         if not self._connections.count:
-            self._connections = KeyedColumns(_missing(CONNECTION_MISSING, columns))
+            self._connections = KeyedColumns(_typed_as(CONNECTION_MISSING, columns))
         self._slice_first_us.append(int(columns["time_us"].min(initial=NOT_YET)))
         known_pairs = self._pairs.count
         pair, src_is_low = self._endpoint_pairs.assign(columns)
@@ -153,7 +154,7 @@ class ConnectionsBySlice:
             rows = np.flatnonzero(affected[pair])
             in_lifetime, lifetime = latest_lifetime(pair, rows, lifetime_starts)
             connection[rows[in_lifetime]] = number_starting_at(lifetime_starts[lifetime])
-            last = _last_rows(pair, rows, self._pairs.count)
+            last = last_per_key(pair, rows, self._pairs.count)
             reused = np.flatnonzero(last >= 0)
             current[reused] = connection[last[reused]]
         self._connections.grow(self._connections.count + len(first_rows))
@@ -162,10 +163,10 @@ class ConnectionsBySlice:
     def _note_pairs(self, columns: dict[str, np.ndarray], pair: np.ndarray) -> None:
         """What the lifetime rule reads of each pair's packets so far (`PairsBefore`)."""
         flags = columns["flags"]
-        last = _last_rows(pair, np.arange(len(pair)), self._pairs.count)
-        last_syn = _last_rows(pair, np.flatnonzero((flags & (FLAG_SYN | FLAG_ACK)) == FLAG_SYN),
+        last = last_per_key(pair, np.arange(len(pair)), self._pairs.count)
+        last_syn = last_per_key(pair, np.flatnonzero((flags & (FLAG_SYN | FLAG_ACK)) == FLAG_SYN),
                               self._pairs.count)
-        last_close = _last_rows(pair, np.flatnonzero(flags & (FLAG_FIN | FLAG_RST)),
+        last_close = last_per_key(pair, np.flatnonzero(flags & (FLAG_FIN | FLAG_RST)),
                                 self._pairs.count)
         present = np.flatnonzero(last >= 0)
         pairs = self._pairs
@@ -263,20 +264,8 @@ class ConnectionsBySlice:
         return np.where(client_is_low[:, None], by_side, by_side[:, ::-1]).ravel()
 
 
-def _missing(values: dict[str, object], columns: dict[str, np.ndarray] | None = None
-             ) -> dict[str, np.generic]:
-    """The missing values as numpy scalars, typed as the packet column each copies where
-    `columns` are given (so the table's dtypes are a whole run's)."""
-    typed = {}
-    for name, value in values.items():
-        source = COPIED_FROM.get(name)
-        dtype = columns[source].dtype if columns is not None and source is not None else None
-        typed[name] = np.asarray(value, dtype=dtype)[()]
-    return typed
-
-
-def _last_rows(key: np.ndarray, rows: np.ndarray, count: int) -> np.ndarray:
-    """The last of `rows` of each key below `count`, -1 where it has none."""
-    last = np.full(count, -1, dtype=np.int64)
-    np.maximum.at(last, key[rows], rows)
-    return last
+def _typed_as(values: dict[str, object], columns: dict[str, np.ndarray]) -> dict[str, object]:
+    """The missing values, typed as the packet column each copies (so the table's dtypes are a
+    whole run's)."""
+    return {name: np.asarray(value, dtype=columns[COPIED_FROM[name]].dtype)[()]
+            if name in COPIED_FROM else value for name, value in values.items()}

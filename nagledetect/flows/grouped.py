@@ -19,6 +19,25 @@ def group_starts(keys: np.ndarray) -> np.ndarray:
     return starts
 
 
+def first_per_key(key: np.ndarray, rows: np.ndarray, count: int) -> np.ndarray:
+    """The first of `rows` of each key below `count`, -1 where it has none."""
+    first = np.full(count, np.iinfo(np.int64).max, dtype=np.int64)
+    np.minimum.at(first, key[rows], rows)
+    return np.where(first == np.iinfo(np.int64).max, -1, first)
+
+
+def last_per_key(key: np.ndarray, rows: np.ndarray, count: int) -> np.ndarray:
+    """The last of `rows` of each key below `count`, -1 where it has none."""
+    last = np.full(count, -1, dtype=np.int64)
+    np.maximum.at(last, key[rows], rows)
+    return last
+
+
+def group_first_positions(starts: np.ndarray) -> np.ndarray:
+    """Each element's group's first position (`starts`: True at each group's first element)."""
+    return np.maximum.accumulate(np.where(starts, np.arange(len(starts)), 0))
+
+
 def _per_element(per_group: np.ndarray, first: np.ndarray, count: int) -> np.ndarray:
     """Each group's value repeated over its elements (`first`: the groups' first indices);
     a sequential repeat costs less than a gather by group index."""

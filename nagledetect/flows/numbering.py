@@ -44,8 +44,7 @@ class PacketsBySlice:
     def __init__(self, facts: ConnectionFacts) -> None:
         self._facts = facts
         self._handshake = {name: facts.table[name].to_numpy() for name in HANDSHAKE_COLUMNS}
-        self._directions = KeyedColumns({name: np.asarray(value)[()]
-                                         for name, value in DIRECTION_MISSING.items()})
+        self._directions = KeyedColumns(DIRECTION_MISSING)
         self._directions.grow(len(facts.isn_raw))
         self._ack_lags = AckLags(len(facts.isn_raw))
         self._client_ack_us = np.full(len(facts.table), -1, dtype=np.int64)
@@ -63,9 +62,10 @@ class PacketsBySlice:
         view = {name: columns[name][order] for name in VIEW_COLUMNS}
         self._numbered(view, in_order, starts)
         before = self._before()
+        ends = sequence_ends(view, starts, in_order, before)
         role = assign_roles(view, starts, partial(peer_values, view, order, in_order,
-                                                  before=before), in_order, before)
-        self._note(view, in_order, starts, before)
+                                                  before=before), in_order, before, ends)
+        self._note(view, in_order, ends)
         self._ack_lags.add(view, in_order, int(self._facts.later_from_us[self._slices]))
         self._slices += 1
         note_client_acks(self._client_ack_us, self._facts.syn_ack_us, columns["flags"], direction,
@@ -106,11 +106,12 @@ class PacketsBySlice:
             view["ack_raw"], (view["flags"] & FLAG_ACK) != 0, group, isn[group ^ 1],
             Latest(directions["ack_seen"], directions["ack_raw"], directions["ack_relative"]))
 
-    def _note(self, view: dict[str, np.ndarray], group: np.ndarray, starts: np.ndarray,
-              before: DirectionsBefore) -> None:
-        """What each group's packets of this slice leave for the next."""
+    def _note(self, view: dict[str, np.ndarray], group: np.ndarray,
+              ends: tuple[np.ndarray, np.ndarray]) -> None:
+        """What each group's packets of this slice leave for the next (`ends`: their
+        `sequence_ends`)."""
         directions = self._directions
-        end, max_end_before = sequence_ends(view, starts, group, before)
+        end, max_end_before = ends
         last = _last_of_runs(group, np.arange(len(group)))
         latest = group[last]
         directions["seen"][latest] = True

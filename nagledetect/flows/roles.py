@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from nagledetect.flows.connections import FLAG_FIN, FLAG_RST, FLAG_SYN
-from nagledetect.flows.grouped import grouped_cummax, previous_in_group
+from nagledetect.flows.grouped import group_first_positions, grouped_cummax, previous_in_group
 
 ROLES = (
     "data", "pure_ack", "window_update", "dup_ack", "retransmission", "out_of_order",
@@ -64,21 +64,23 @@ def sequence_ends(direction_view: dict[str, np.ndarray], starts: np.ndarray,
 
 def assign_roles(direction_view: dict[str, np.ndarray], starts: np.ndarray,
                  peer_at: PeerAt, group: np.ndarray | None = None,
-                 before: DirectionsBefore | None = None) -> np.ndarray:
+                 before: DirectionsBefore | None = None,
+                 ends: tuple[np.ndarray, np.ndarray] | None = None) -> np.ndarray:
     """Role code per packet; inputs are in direction order (connection, direction, time).
 
     `peer_at(rows)` gives the other direction's latest `window_raw`, `rel_seq`,
     `payload_bytes`, `flags` at those packets' times (-1 when it has sent nothing yet): asked
     only for the few packets whose role depends on the peer (zero-window probe and duplicate
     ACK candidates). `before`: what came before each group's first row here (`group`: each
-    row's group number), where the rows continue a part read a slice at a time.
+    row's group number), where the rows continue a part read a slice at a time; `ends`:
+    `sequence_ends` of the rows, where the caller has made them already.
     """
     flags = direction_view["flags"]
     payload = direction_view["payload_bytes"].astype(np.int64)
     seq = direction_view["rel_seq"]
     ack = direction_view["rel_ack"]
     window = direction_view["window_raw"].astype(np.int64)
-    end, max_end_before = sequence_ends(direction_view, starts, group, before)
+    end, max_end_before = ends or sequence_ends(direction_view, starts, group, before)
     previous = {"seen": ~starts, "rel_ack": previous_in_group(ack, starts, NONE_YET),
                 "window_raw": previous_in_group(window, starts, -1),
                 "rel_seq": previous_in_group(seq, starts, NONE_YET)}
@@ -144,6 +146,6 @@ def _latest_advance_us(time_us: np.ndarray, starts: np.ndarray, end: np.ndarray,
     latest = advancing[np.maximum(found, 0)] if len(advancing) else np.zeros(len(rows), dtype=np.int64)
     if advance_before_us is None:
         return time_us[latest]
-    group_first = np.maximum.accumulate(np.where(starts, np.arange(len(starts)), 0))[rows]
+    group_first = group_first_positions(starts)[rows]
     here = (found >= 0) & (latest >= group_first)
     return np.where(here, time_us[latest], advance_before_us)

@@ -22,9 +22,14 @@ def signed_step(values: np.ndarray, starts: np.ndarray) -> np.ndarray:
     the unsigned 32-bit difference wraps modulo 2**32, and read as signed it is the step."""
     values = values.astype(np.uint32, copy=False)
     step = np.zeros(len(values), dtype=np.int64)
-    step[1:] = np.subtract(values[1:], values[:-1]).view(np.int32)
+    step[1:] = _signed_difference(values[1:], values[:-1])
     step[starts] = 0
     return step
+
+
+def _signed_difference(later: np.ndarray, earlier: np.ndarray) -> np.ndarray:
+    """`later - earlier` of 32-bit unsigned values, read as the signed step between them."""
+    return np.subtract(later, earlier).view(np.int32)
 
 
 def unwrap_in_groups(raw: np.ndarray, starts: np.ndarray) -> np.ndarray:
@@ -54,7 +59,7 @@ def _first_values(raw_first: np.ndarray, base_raw: np.ndarray, groups: np.ndarra
     first = wrapped_distance(raw_first, base_raw)
     if latest is None:
         return first
-    step = np.subtract(raw_first.astype(np.uint32), latest.raw[groups].astype(np.uint32)).view(np.int32)
+    step = _signed_difference(raw_first.astype(np.uint32), latest.raw[groups].astype(np.uint32))
     return np.where(latest.seen[groups], latest.relative[groups] + step, first)
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from nagledetect.flows.connections import FLAG_ACK, FLAG_SYN
+from nagledetect.flows.grouped import group_starts
 
 NEAR_SIDE_SHARE = 1 / 3
 VALUE_SPAN = 1 << 40
@@ -38,7 +39,9 @@ class AckLags:
         self._smallest_us = np.full(group_count, NOT_YET, dtype=np.int64)
         self._highest_ack = np.full(group_count, -1, dtype=np.int64)
         self._waiting = _rows("group", "end", "time_us")
-        self._raised = _rows("key", "time_us")
+        self._raised = _rows("key", "group", "time_us")
+        self._acked = False
+        """Whether an ACK came in an earlier run (else nothing before can answer a segment)."""
 
     @property
     def smallest_us(self) -> np.ndarray:
@@ -48,60 +51,75 @@ class AckLags:
             later_from_us: int | None = None) -> None:
         """Packets in direction order (`group` ascending), following those given before;
         `later_from_us`: no packet given later is earlier than this (None: none will come)."""
-        group = group.astype(np.int64)
+        group = group.astype(np.int64, copy=False)
         ack_rows = np.flatnonzero(view["rel_ack"] >= 0)
         ack_group = group[ack_rows]
-        key = np.maximum.accumulate(ack_group * VALUE_SPAN + np.maximum(
-            np.clip(view["rel_ack"][ack_rows], 0, VALUE_SPAN - 1), self._highest_ack[ack_group]))
-        acks = {"key": key, "time_us": view["time_us"][ack_rows].astype(np.int64)}
+        key = np.maximum.accumulate(ack_group * VALUE_SPAN
+                                    + np.clip(view["rel_ack"][ack_rows], 0, VALUE_SPAN - 1))
+        acks = {"key": key, "group": ack_group,
+                "time_us": view["time_us"][ack_rows].astype(np.int64, copy=False)}
         data_rows = np.flatnonzero(view["payload_bytes"] > 0)
         data = {"group": group[data_rows],
                 "end": np.clip(view["rel_seq"][data_rows]
                                + view["payload_bytes"][data_rows].astype(np.int64), 0, VALUE_SPAN - 1),
-                "time_us": view["time_us"][data_rows].astype(np.int64)}
-        acked_before = data["end"] <= self._highest_ack[data["group"] ^ 1]
-        self._answered(self._raised, _picked(data, acked_before))
+                "time_us": view["time_us"][data_rows].astype(np.int64, copy=False)}
+        if self._acked:  # a segment acknowledged already looks its ACK up among those kept
+            acked_before = data["end"] <= self._highest_ack[data["group"] ^ 1]
+            self._answered(self._raised, _picked(data, acked_before))
+            data = _picked(data, ~acked_before)
         still_waiting = [_picked(rows, ~self._answered(acks, rows))
-                         for rows in (self._waiting, _picked(data, ~acked_before))]
+                         for rows in (self._waiting, data)]
         self._waiting = {name: np.concatenate([rows[name] for rows in still_waiting])
                          for name in self._waiting}
         if later_from_us is not None:
-            self._remember(acks, ack_group, later_from_us)
+            self._remember(acks, later_from_us)
         if len(key):
             last = np.append(ack_group[1:] != ack_group[:-1], True)
-            self._highest_ack[ack_group[last]] = key[last] - ack_group[last] * VALUE_SPAN
+            highest = ack_group[last]
+            self._highest_ack[highest] = np.maximum(self._highest_ack[highest],
+                                                    key[last] - highest * VALUE_SPAN)
+            self._acked = True
 
     def _answered(self, acks: dict[str, np.ndarray], data: dict[str, np.ndarray]) -> np.ndarray:
         """Note the lags of the segments whose covering ACK is among `acks` (keys ascending);
         returns which segments it is among them."""
+        if not len(acks["key"]):
+            return np.zeros(len(data["group"]), dtype=bool)
         peer = data["group"] ^ 1
         found = np.searchsorted(acks["key"], peer * VALUE_SPAN + data["end"], side="left")
-        answered = found < len(acks["key"])
-        answered[answered] = acks["key"][found[answered]] // VALUE_SPAN == peer[answered]
-        lag = acks["time_us"][found[answered]] - data["time_us"][answered]
-        counted = lag >= 0
-        np.minimum.at(self._smallest_us, data["group"][answered][counted], lag[counted])
+        np.minimum(found, len(acks["key"]) - 1, out=found)
+        answered = (acks["group"][found] == peer) & (acks["key"][found] >= peer * VALUE_SPAN
+                                                     + data["end"])
+        lag = acks["time_us"][found] - data["time_us"]
+        counted = answered & (lag >= 0)
+        self._note_smallest(data["group"][counted], lag[counted])
         return answered
 
-    def _remember(self, acks: dict[str, np.ndarray], ack_group: np.ndarray,
-                  later_from_us: int) -> None:
+    def _note_smallest(self, group: np.ndarray, lag_us: np.ndarray) -> None:
+        """Lower each group's smallest lag to these (one reduction a run of equal groups where
+        the groups ascend, as a run's own segments do in direction order)."""
+        if len(group) and (group[1:] >= group[:-1]).all():
+            first = np.flatnonzero(group_starts(group))
+            np.minimum.at(self._smallest_us, group[first], np.minimum.reduceat(lag_us, first))
+        else:
+            np.minimum.at(self._smallest_us, group, lag_us)
+
+    def _remember(self, acks: dict[str, np.ndarray], later_from_us: int) -> None:
         """Keep the ACKs that raised a group's highest ACK here (beside those kept before),
         each run of those earlier than `later_from_us` as its last one, timed never."""
-        key = acks["key"]
+        key, group = acks["key"], acks["group"]
         raised = np.ones(len(key), dtype=bool)
         raised[1:] = key[1:] != key[:-1]
-        raised &= key - ack_group * VALUE_SPAN > self._highest_ack[ack_group]
+        raised &= key - group * VALUE_SPAN > self._highest_ack[group]
         kept = {name: np.concatenate((self._raised[name], acks[name][raised]))
                 for name in self._raised}
         order = np.argsort(kept["key"], kind="stable")
         kept = {name: values[order] for name, values in kept.items()}
         kept["time_us"][kept["time_us"] < later_from_us] = NEVER
-        group = kept["key"] // VALUE_SPAN
         never = kept["time_us"] == NEVER
         followed = np.zeros(len(never), dtype=bool)
-        followed[:-1] = never[1:] & (group[1:] == group[:-1])
+        followed[:-1] = never[1:] & (kept["group"][1:] == kept["group"][:-1])
         self._raised = _picked(kept, ~(never & followed))
-
 
 NEVER = np.iinfo(np.int64).min // 2
 """The time of a kept ACK that no packet still to come can follow: it gives no lag."""
