@@ -5,12 +5,15 @@ does today). `sliced`: pass 1 (`flows.facts`) over the batches, then pass 2
 (`flows.numbering`) over them read again, each slice's packet columns let go once made (what a
 worker will do with a part too large to hold). With `--events`, both also make the data
 segments, the delayed-ACK samples and the messages (`events.segments`, `events.messages`,
-`events.by_slice`, `delack_timer.SamplesBySlice`), not kept. Each run is a
-process of its own; prints the median seconds and the median of the processes' peak resident
-memory, and the packets:
+`events.by_slice`, `delack_timer.SamplesBySlice`), not kept. With `--level`, the whole
+connection level of a part instead, detectors included: `pipeline.connection_level` as a part's
+worker runs it on a part held whole, against `sliced_level.connection_level_by_slices`. Each
+run is a process of its own; prints the median seconds and the median of the processes' peak
+resident memory, and the packets:
 
     python3 benchmarks/bench_slices.py --capture /tmp/s10m_2.pcap --repeats 3
     python3 benchmarks/bench_slices.py --capture /tmp/s10m_2.pcap --repeats 3 --events
+    python3 benchmarks/bench_slices.py --capture /tmp/s10m_2.pcap --repeats 3 --level
 """
 
 from __future__ import annotations
@@ -91,11 +94,38 @@ def _sliced(path: str, slice_packets: int, events: bool) -> int:
     return packets
 
 
-def _run_one(mode: str, path: str, slice_packets: int, events: bool) -> None:
+def _whole_level(path: str, _slice_packets: int, _events: bool) -> int:
+    from nagledetect.flows.build import build_flows
+    from nagledetect.pipeline import connection_level
+    from nagledetect.read.capture import decoded_batches
+
+    level = connection_level(build_flows(decoded_batches(path)[1]), fingerprint=False,
+                             keep_packets=False)
+    return int(level.connections["packets_client_to_server"].sum()
+               + level.connections["packets_server_to_client"].sum())
+
+
+def _sliced_level(path: str, slice_packets: int, _events: bool) -> int:
+    import tempfile
+
+    from nagledetect.sliced_level import connection_level_by_slices
+
+    with tempfile.TemporaryDirectory() as folder:
+        level = connection_level_by_slices(lambda: _slices(path, slice_packets),
+                                           f"{folder}/numbers")
+    return int(level.connections["packets_client_to_server"].sum()
+               + level.connections["packets_server_to_client"].sum())
+
+
+RUNS = {(False, "whole"): _whole, (False, "sliced"): _sliced,
+        (True, "whole"): _whole_level, (True, "sliced"): _sliced_level}
+
+
+def _run_one(mode: str, path: str, slice_packets: int, events: bool, level: bool) -> None:
     import resource
 
     start = time.perf_counter()
-    packets = {"whole": _whole, "sliced": _sliced}[mode](path, slice_packets, events)
+    packets = RUNS[level, mode](path, slice_packets, events)
     seconds = time.perf_counter() - start
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(json.dumps({"seconds": seconds, "peak_mb": peak_mb, "packets": packets}))
@@ -109,10 +139,13 @@ def main() -> None:
     parser.add_argument("--only", action="append", choices=("whole", "sliced"))
     parser.add_argument("--events", action="store_true",
                         help="also make the data segments and delayed-ACK samples")
+    parser.add_argument("--level", action="store_true",
+                        help="the whole connection level of a part, detectors included")
     parser.add_argument("--one", help=argparse.SUPPRESS)
     arguments = parser.parse_args()
     if arguments.one:
-        _run_one(arguments.one, arguments.capture, arguments.slice_packets, arguments.events)
+        _run_one(arguments.one, arguments.capture, arguments.slice_packets, arguments.events,
+                 arguments.level)
         return
     for mode in arguments.only or ("whole", "sliced"):
         runs = []
@@ -120,7 +153,8 @@ def main() -> None:
             output = subprocess.run(
                 [sys.executable, __file__, "--capture", arguments.capture, "--one", mode,
                  "--slice-packets", str(arguments.slice_packets),
-                 *(["--events"] if arguments.events else [])],
+                 *(["--events"] if arguments.events else []),
+                 *(["--level"] if arguments.level else [])],
                 check=True, capture_output=True, text=True).stdout
             runs.append(json.loads(output))
         seconds = [run["seconds"] for run in runs]

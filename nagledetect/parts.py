@@ -43,13 +43,19 @@ from nagledetect.detectors.model import Finding, HostProfile
 from nagledetect.errors import InputError
 from nagledetect.flows.build import build_flows
 from nagledetect.flows.grouped import group_starts
-from nagledetect.flows.partition import PartitionedPackets, part_batches, part_packets
+from nagledetect.flows.partition import (
+    PartitionedPackets,
+    part_batches,
+    part_packets,
+    part_slices,
+)
 from nagledetect.memory import freed_memory_kept, give_back_free_memory, keep_freed_memory
 from nagledetect.ordering import as_text, factorize_in_name_order, name_order
 from nagledetect.part_tables import PartTables, SpilledTables
 from nagledetect.pipeline import (
     PARITY_KEYS,
     Analysis,
+    ConnectionLevel,
     Wanted,
     connection_level,
     no_samples,
@@ -57,6 +63,7 @@ from nagledetect.pipeline import (
     without_tcp,
 )
 from nagledetect.read.capture import Accounting, ProgressCallback, decoded_batches
+from nagledetect.sliced_level import connection_level_by_slices
 from nagledetect.stored import (
     HostColumns,
     HostRows,
@@ -99,6 +106,15 @@ PIECES_PER_PART = 4
 about a quarter of its memory (docs/user-guide.md, "A capture of a few huge connections")."""
 RESULT_SUFFIX = ".result"
 """A part's result file is its packets file's name and this."""
+NUMBERS_SUFFIX = ".numbers"
+"""A part read a slice at a time keeps its packets' connection numbers between its two
+passes in a file named as its packets file and this."""
+SLICED_PART_PACKETS = 2_000_000
+"""A part of more packets than this is read a slice at a time (`sliced_level`) unless its
+packet table or charts are wanted: held whole it would take about 480 MB
+(BYTES_PER_PART_PACKET), a part of one huge connection far more."""
+SLICE_PACKETS = 262_144
+"""Packets a slice of such a part holds, about: 4 batches."""
 PARTS_STAGE = "parts analysed"
 HOST_STAGE = "host buckets fingerprinted"
 StageCallback = Callable[[str, int, int], None]
@@ -268,8 +284,7 @@ def part_result(files: tuple[str, str, np.dtype], buckets: int, wanted: Wanted) 
     connection holds hundreds of MB in each), unless they are wanted. The cyclic collector is
     paused for the part and runs between parts."""
     with collector_paused():
-        level = connection_level(build_flows(part_batches(files)), fingerprint=False,
-                                 keep_packets=wanted.charts or wanted.tables)
+        level = _part_level(files, wanted)
         charts = (connection_charts(level.packets, level.connections, level.messages,
                                     level.findings) if wanted.charts else None)
         tables = (level.packets, level.messages) if wanted.tables else None
@@ -283,6 +298,17 @@ def part_result(files: tuple[str, str, np.dtype], buckets: int, wanted: Wanted) 
         del samples
         return PartResult(connections, parity, rows, sample_bucket, pickle_findings(findings),
                           charts, tables)
+
+
+def _part_level(files: tuple[str, str, np.dtype], wanted: Wanted) -> ConnectionLevel:
+    """A part's connection level: read a slice at a time when it is large and neither its
+    packet table nor its charts are wanted (`sliced_level`), else whole."""
+    keep_packets = wanted.charts or wanted.tables
+    if not keep_packets and part_packets(files) > SLICED_PART_PACKETS:
+        return connection_level_by_slices(lambda: part_slices(files, SLICE_PACKETS),
+                                          files[0] + NUMBERS_SUFFIX)
+    return connection_level(build_flows(part_batches(files)), fingerprint=False,
+                            keep_packets=keep_packets)
 
 
 def _part_result_file(files: tuple[str, str, np.dtype], buckets: int, wanted: Wanted) -> str:

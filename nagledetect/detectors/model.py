@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 
 from nagledetect.events.endpoints import DirectionNames
+from nagledetect.events.payloads import PAYLOAD_SIZES, PayloadsBySlice, SegmentPayloads
 from nagledetect.flows.grouped import KeyGroups
 
 EVIDENCE_KEYS = ("last_data_frame", "delayed_ack_frame", "released_frame", "stall_s", "start_s",
@@ -283,22 +284,25 @@ class DetectorInput:
     hosts: Mapping[str, HostProfile]
     """Each receiving host's fingerprint (profiles made as they are asked for)."""
     earlier_findings: list[Finding] = field(default_factory=list)
+    made: dict[str, Any] = field(default_factory=dict, repr=False)
+    """The shared tables made so far, by name (`shared`). A part read a slice at a time makes
+    those that read the segment or packet table from its slices and hands them over here: it
+    holds neither table whole, and gives `segments` and `packets` empty."""
     _names: DirectionNames | None = field(default=None, repr=False)
-    _shared: dict[str, Any] = field(default_factory=dict, repr=False)
 
     def shared(self, name: str, make: Callable[[DetectorInput], Any]) -> Any:
         """A table that several detectors (or the pipeline) read, made by `make` on first use.
         Its maker must read only what is complete by then (the findings of detectors before
         the first reader)."""
-        if name not in self._shared:
-            self._shared[name] = make(self)
-        return self._shared[name]
+        if name not in self.made:
+            self.made[name] = make(self)
+        return self.made[name]
 
     def taken(self, name: str, make: Callable[[DetectorInput], Any]) -> Any:
         """A shared table for its last reader in the registry: forgotten here, so its memory
         goes when that reader is done (a table of a part of one huge connection's stall
         candidates holds about 40 bytes a packet); a reader after it would make it again."""
-        table = self._shared.pop(name, None)
+        table = self.made.pop(name, None)
         return make(self) if table is None else table
 
     def direction_names(self) -> DirectionNames:
@@ -307,3 +311,10 @@ class DetectorInput:
         if self._names is None:
             self._names = DirectionNames(self.connections)
         return self._names
+
+
+def payload_sizes(columns: DetectorInput) -> SegmentPayloads | PayloadsBySlice:
+    """Each direction's payload sizes counted (`events.payloads`), for the detectors that read
+    a direction's segment count, write size or median payload: from the segment table where
+    it is held, else as a part read a slice at a time handed them over."""
+    return columns.shared(PAYLOAD_SIZES, lambda made: SegmentPayloads(made.segments))

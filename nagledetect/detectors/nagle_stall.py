@@ -59,6 +59,12 @@ def sender_side_rtt_ms(connections: pd.DataFrame, connection: np.ndarray,
 STALL_COLUMNS = ("connection", "direction", "frame", "time_us", "payload_bytes", "tail_bytes",
                  "mss", "prev_frame", "prev_time_us", "prev_payload_bytes", "peer_frame")
 """The segment columns a stall keeps (the others are let go before rows are selected)."""
+UNTIMED_STALL_COLUMNS = (*STALL_COLUMNS, "peer_time_us", "message")
+"""What `untimed_stalls` keeps of a segment: the stall's columns, what the timing tests read,
+and its message (segment parity asks which messages a stall released)."""
+UNTIMED_STALLS = "untimed_stalls"
+"""The shared table of `untimed_stalls` (`DetectorInput.shared`): a part read a slice at a
+time hands it over made from its slices."""
 
 
 def stall_candidates(columns: DetectorInput) -> dict[str, np.ndarray]:
@@ -68,14 +74,26 @@ def stall_candidates(columns: DetectorInput) -> dict[str, np.ndarray]:
 
 
 def _stall_candidates(columns: DetectorInput) -> dict[str, np.ndarray]:
-    return timed_stalls(untimed_stalls(columns.segments), columns.connections)
+    return timed_stalls(untimed_stall_table(columns), columns.connections)
+
+
+def untimed_stall_table(columns: DetectorInput) -> dict[str, np.ndarray]:
+    """`untimed_stalls` of every segment, made once (the stall test and segment parity read
+    it)."""
+    return columns.shared(UNTIMED_STALLS, untimed_of_segments)
+
+
+def untimed_of_segments(columns: DetectorInput) -> dict[str, np.ndarray]:
+    """The maker of `UNTIMED_STALLS` where the segment table is held (a whole run)."""
+    return untimed_stalls(columns.segments)
 
 
 def untimed_stalls(segments: pd.DataFrame) -> dict[str, np.ndarray]:
     """The segments that pass the packet tests, each on its own row and context (so a part
     read a slice at a time takes them a slice at a time), and whose ACK came 10 ms or more
     after the data (no hold of `MIN_DELAYED_HOLD_MS` can come of a shorter lag, whatever the
-    round trips, which are known only once every packet has been read)."""
+    round trips, which are known only once every packet has been read). In frame order, as
+    the segments come."""
     passed = np.flatnonzero(
         segments["is_small"].to_numpy()
         & (segments["prev_frame"].to_numpy() >= 0)
@@ -85,7 +103,7 @@ def untimed_stalls(segments: pd.DataFrame) -> dict[str, np.ndarray]:
         & (segments["peer_data_between"].to_numpy() == 0)
         & (segments["own_retransmissions_between"].to_numpy() == 0)
         & (segments["peer_window_bytes"].to_numpy() > 0))
-    found = {name: segments[name].to_numpy()[passed] for name in (*STALL_COLUMNS, "peer_time_us")}
+    found = {name: segments[name].to_numpy()[passed] for name in UNTIMED_STALL_COLUMNS}
     lagged = (found["peer_time_us"] - found["prev_time_us"]) / 1000 >= MIN_DELAYED_HOLD_MS
     return {name: values[lagged] for name, values in found.items()}
 

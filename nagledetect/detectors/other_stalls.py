@@ -58,6 +58,16 @@ class GapsBefore:
     zero_window_frame: np.ndarray
 
 
+GAP_ROWS = "gap_rows"
+"""The shared table of `gap_rows` (`DetectorInput.shared`): a part read a slice at a time
+hands it over made from its slices (`GapsBySlice`)."""
+
+
+def gaps_of_segments(columns: DetectorInput) -> dict[str, np.ndarray]:
+    """The maker of `GAP_ROWS` where the segment and packet tables are held (a whole run)."""
+    return gap_rows(columns.segments, columns.packets)
+
+
 def gap_rows(segments: pd.DataFrame, packets: pd.DataFrame,
              before: GapsBefore | None = None) -> dict[str, np.ndarray]:
     """Gaps of more than `GAP_MIN_MS` between consecutive new-data segments of each connection
@@ -163,7 +173,7 @@ def _packets_within(packets: pd.DataFrame, gaps: dict[str, np.ndarray],
 
 def classify_gaps(columns: DetectorInput) -> dict[str, np.ndarray]:
     """The gaps, each with its cause (`cause`, its code in `GAP_CAUSES`) and length (`gap_s`)."""
-    gaps = timed_gaps(gap_rows(columns.segments, columns.packets), columns.connections)
+    gaps = timed_gaps(columns.taken(GAP_ROWS, gaps_of_segments), columns.connections)
     return gap_causes(gaps, released_frames(columns.earlier_findings, (STALL_KIND, STREAM_KIND)))
 
 

@@ -16,6 +16,7 @@ import pandas as pd
 
 from nagledetect.detectors.model import DetectorInput, Finding, released_frames
 from nagledetect.detectors.nagle_stall import KIND as STALL_KIND
+from nagledetect.detectors.nagle_stall import UNTIMED_STALLS, untimed_of_segments
 from nagledetect.flows.connections import direction_key
 from nagledetect.flows.grouped import KeyGroups
 
@@ -25,16 +26,18 @@ CONCENTRATION = 0.8
 FIXED_SIZE_SHARE = 0.8
 
 
-def stalled_messages(columns: DetectorInput) -> set[int]:
-    """Messages that contain the released segment of a stall found earlier (looked up by
-    frame: segments are in frame order, one row per frame)."""
+def stalled_messages(columns: DetectorInput) -> np.ndarray:
+    """Messages that contain the released segment of a stall found earlier: looked up by
+    frame among the segments that passed the stall's packet tests, which every released one
+    did (in frame order, one row per frame). The last reader of that table: it goes after."""
     released = released_frames(columns.earlier_findings, (STALL_KIND,))
-    frame = columns.segments["frame"].to_numpy()
+    untimed = columns.taken(UNTIMED_STALLS, untimed_of_segments)
+    frame = untimed["frame"]
     if not len(frame):
-        return set()
+        return np.zeros(0, dtype=np.int64)
     position = np.minimum(np.searchsorted(frame, released), len(frame) - 1)
     found = position[frame[position] == released]
-    return set(columns.segments["message"].to_numpy()[found].tolist())
+    return np.unique(untimed["message"][found])
 
 
 def parity_table(columns: DetectorInput) -> pd.DataFrame:
@@ -55,7 +58,7 @@ def _parity_table(columns: DetectorInput) -> pd.DataFrame:
                        column("odd_segments").astype(bool),
                        ~column("last_segment_full").astype(bool))
     count = groups.sizes.astype(np.int64)
-    stalled = groups.sum(np.isin(column("message"), list(stalled_messages(columns))))
+    stalled = groups.sum(np.isin(column("message"), stalled_messages(columns)))
     return pd.DataFrame({
         "connection": groups.keys[0], "direction": groups.keys[1],
         "segments": np.where(groups.keys[2], "odd", "even").astype(object),

@@ -13,8 +13,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from nagledetect.detectors.model import DetectorInput, Finding
+from nagledetect.detectors.model import DetectorInput, Finding, payload_sizes
 from nagledetect.detectors.nagle_stall import stall_candidates
+from nagledetect.events.payloads import PayloadCounts
 from nagledetect.flows.connections import by_connection, direction_key
 from nagledetect.flows.grouped import KeyGroups
 
@@ -25,11 +26,11 @@ ACCUMULATION_FACTOR = 3
 MIN_WRITE_BYTES = 8
 
 
-def _write_size(payload_bytes: np.ndarray) -> int:
-    """The application's write size: the common divisor of all payloads when writes have a fixed
-    size (accumulated packets are multiples of it), else the smallest payload."""
-    divisor = int(np.gcd.reduce(payload_bytes.astype(np.int64)))
-    return divisor if divisor >= MIN_WRITE_BYTES else int(payload_bytes.min())
+def _write_sizes(sent: PayloadCounts) -> np.ndarray:
+    """Each direction's application write size: the common divisor of all payloads when writes
+    have a fixed size (accumulated packets are multiples of it), else the smallest payload."""
+    divisor = sent.common_divisor()
+    return np.where(divisor >= MIN_WRITE_BYTES, divisor, sent.smallest())
 
 
 def one_way_directions(columns: DetectorInput) -> list[tuple[int, int]]:
@@ -67,22 +68,21 @@ def detect(columns: DetectorInput) -> list[Finding]:
     candidates = _of_pairs(pd.DataFrame(stall_candidates(columns), copy=False), pairs,
                            ["payload_bytes", "stall_s", "hold_ms"])
     released = _rows_by_direction(candidates)
-    sent = _of_pairs(columns.segments, pairs, ["payload_bytes", "mss"])
-    by_direction = _rows_by_direction(sent)
+    sent = payload_sizes(columns).of(np.array([2 * c + d for c, d in pairs], dtype=np.int64))
+    sent_by_direction = dict(zip(sent.keys().tolist(), zip(sent.segments().tolist(),
+                                                           _write_sizes(sent).tolist())))
     names = columns.direction_names()
     findings = []
     for connection, direction in pairs:
-        rows = by_direction.get((connection, direction), ())
-        if len(rows) < MIN_PACKETS or (connection, direction) not in released:
+        segment_count, write_bytes = sent_by_direction.get(2 * connection + direction, (0, 0))
+        if segment_count < MIN_PACKETS or (connection, direction) not in released:
             continue
-        segments = sent.iloc[rows]
-        write_bytes = _write_size(segments["payload_bytes"].to_numpy())
         mine = candidates.iloc[released[(connection, direction)]]
         accumulated = mine[mine["payload_bytes"] >= ACCUMULATION_FACTOR * write_bytes]
-        if len(accumulated) < ACCUMULATED_SHARE * len(segments):
+        if len(accumulated) < ACCUMULATED_SHARE * segment_count:
             continue
         sender, receiver = names[(connection, direction)]
-        mss = int(segments["mss"].iloc[0])
+        mss = int(by_connection(columns.connections, "effective_mss", np.array([connection]))[0])
         delay_s = float(accumulated["stall_s"].sum())
         duration_s = float(by_connection(columns.connections, "duration_s",
                                          np.array([connection]))[0])

@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from nagledetect.detectors.model import DetectorInput, Finding
+from nagledetect.detectors.model import DetectorInput, Finding, payload_sizes
 from nagledetect.flows.connections import direction_key
 from nagledetect.flows.grouped import KeyGroups
 
@@ -44,10 +44,9 @@ def detect(columns: DetectorInput) -> list[Finding]:
                   & (stats["flooded"] >= FLOODED_SHARE * stats["multi"])]
     if stats.empty:
         return []
-    segments = columns.segments
-    flooding = segments[np.isin(direction_key(segments), direction_key(stats))]
-    payloads = KeyGroups(flooding["connection"].to_numpy(), flooding["direction"].to_numpy())
-    median_payloads = payloads.by_key(payloads.median(flooding["payload_bytes"].to_numpy()).tolist())
+    sent = payload_sizes(columns).of(direction_key(stats))
+    median_payloads = {(key // 2, key % 2): median for key, median in zip(
+        sent.keys().tolist(), sent.median().tolist())}
     senders, receivers = names.of(stats["connection"].to_numpy(), stats["direction"].to_numpy())
     return [_finding(row, sender, receiver, median_payloads[(row.connection, row.direction)])
             for row, sender, receiver in zip(stats.itertuples(index=False), senders, receivers)]

@@ -143,11 +143,19 @@ def _written(name: str, layout: int) -> bool:
 
 
 def _read_blocks(path: str, dtype: np.dtype) -> dict[str, np.ndarray]:
-    """A part file's blocks joined column by column: each block's values are read straight into
-    their place in the joined columns (one copy; reading the file whole and then joining held
-    the part twice). When every block is IPv4, the address words that only say so are one
-    read-only value each, not a column (24 bytes a packet the part never fills)."""
+    """A part file's blocks joined column by column (see `_read_run`)."""
     headers = _block_headers(path, dtype)
+    with open(path, "rb", buffering=0) as handle:
+        return _read_run(handle, headers, dtype, path)
+
+
+def _read_run(handle: BinaryIO, headers: list[tuple[int, int]], dtype: np.dtype,
+              path: str) -> dict[str, np.ndarray]:
+    """The blocks of `headers`, next in the file, joined column by column: each block's values
+    are read straight into their place in the joined columns (one copy; reading the file
+    whole and then joining held the part twice). When every block is IPv4, the address words
+    that only say so are one read-only value each, not a column (24 bytes a packet the part
+    never fills)."""
     total = sum(rows for rows, _ in headers)
     implied = {} if any(layout == FULL_LAYOUT for _, layout in headers) else {
         name: np.broadcast_to(dtype[name].type(value), total)
@@ -155,17 +163,35 @@ def _read_blocks(path: str, dtype: np.dtype) -> dict[str, np.ndarray]:
     columns = {name: implied.get(name, np.empty(total, dtype=dtype[name]))
                for name in dtype.names}
     start = 0
-    with open(path, "rb", buffering=0) as handle:
-        for rows, layout in headers:
-            handle.seek(16, os.SEEK_CUR)
-            for name in dtype.names:
-                place = columns[name][start:start + rows]
-                if _written(name, layout):
-                    _read_exactly(handle, place, path)
-                elif name not in implied:
-                    place[:] = IMPLIED_IPV4_WORDS[name]
-            start += rows
+    for rows, layout in headers:
+        handle.seek(16, os.SEEK_CUR)
+        for name in dtype.names:
+            place = columns[name][start:start + rows]
+            if _written(name, layout):
+                _read_exactly(handle, place, path)
+            elif name not in implied:
+                place[:] = IMPLIED_IPV4_WORDS[name]
+        start += rows
     return columns
+
+
+def part_slices(files: tuple[str, str, np.dtype], slice_packets: int
+                ) -> Iterator[dict[str, np.ndarray]]:
+    """A part's packets in file order, a run of its blocks at a time: each slice joins the
+    blocks that bring it to `slice_packets` packets or more (a block is a batch's rows of the
+    part, so a slice is about that or a batch more). Its SACK rows are not read: only the
+    packet table a part keeps (`--tables`) shows them, and such a part is read whole."""
+    packets_path, _, dtype = files
+    headers = _block_headers(packets_path, dtype)
+    with open(packets_path, "rb", buffering=0) as handle:
+        run: list[tuple[int, int]] = []
+        for header in headers:
+            run.append(header)
+            if sum(rows for rows, _ in run) >= slice_packets:
+                yield _read_run(handle, run, dtype, packets_path)
+                run = []
+        if run:
+            yield _read_run(handle, run, dtype, packets_path)
 
 
 def _read_exactly(handle: BinaryIO, place: np.ndarray, path: str) -> None:

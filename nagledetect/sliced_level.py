@@ -1,0 +1,132 @@
+"""A part's connection level a slice at a time: what `pipeline.connection_level` gives, for a
+part too large to hold whole (a few huge connections; docs/performance.md, the twentieth to
+twenty-second rounds).
+
+Pass 1 (`flows.facts`) reads every slice for the connection table and each packet's
+connection number, which waits on disk beside the part. Pass 2 reads the slices again: each
+slice's packet columns (`flows.numbering`) become its data segments, messages and delayed-ACK
+samples (`events.by_slice`, `delack_timer.SamplesBySlice`), and the event rows the detectors
+read are kept of them (the stall candidates' packet tests, the gaps, each direction's payload
+sizes); the slice's packets and segments are then let go. The detectors run once, over those
+rows, the message table and the connection table, handed the rows as the shared tables they
+would otherwise make from the segment table (`DetectorInput.made`).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable, Iterator
+from typing import BinaryIO
+
+import numpy as np
+import pandas as pd
+
+from nagledetect.detectors import CONNECTION_DETECTORS, segment_parity
+from nagledetect.detectors.delack_timer import SamplesBySlice
+from nagledetect.detectors.model import DETECTOR_PACKET_COLUMNS, DetectorInput
+from nagledetect.detectors.nagle_stall import UNTIMED_STALLS, untimed_stalls
+from nagledetect.detectors.other_stalls import GAP_ROWS, GapsBySlice
+from nagledetect.events.by_slice import LOOK_AHEAD_COLUMNS, MessagesBySlice, SegmentsBySlice
+from nagledetect.events.payloads import PAYLOAD_SIZES, PayloadsBySlice
+from nagledetect.flows.facts import ConnectionFacts, ConnectionsBySlice
+from nagledetect.flows.numbering import PacketsBySlice
+from nagledetect.flows.roles import ROLES
+from nagledetect.pipeline import ConnectionLevel, no_samples
+
+Slices = Callable[[], Iterable[dict[str, np.ndarray]]]
+"""Each call reads the part's packets again, a slice at a time, in file order."""
+
+
+def connection_level_by_slices(slices: Slices, numbers_path: str) -> ConnectionLevel:
+    """The connection level of a part (`pipeline.connection_level` without its fingerprints
+    and packet table), its packets read twice through `slices`; each packet's connection
+    number waits between the passes in a file at `numbers_path`, removed after."""
+    try:
+        facts, numbers = _first_pass(slices, numbers_path)
+        if not len(facts.table):
+            return _without_packets(facts.table)
+        events = _SliceEvents(facts)
+        for position, (columns, numbered) in enumerate(zip(slices(), numbers)):
+            events.add(columns, numbered, int(facts.later_from_us[position]))
+    finally:
+        if os.path.exists(numbers_path):
+            os.unlink(numbers_path)
+    return events.level()
+
+
+def _first_pass(slices: Slices, numbers_path: str
+                ) -> tuple[ConnectionFacts, Iterator[tuple[np.ndarray, np.ndarray]]]:
+    """Pass 1 over every slice: the connection facts, and each slice's packet numbers as
+    written to `numbers_path` (read back, in order, as pass 2 wants them)."""
+    facts = ConnectionsBySlice()
+    lengths: list[int] = []
+    with open(numbers_path, "wb") as out:
+        for columns in slices():
+            connection, source_is_low = facts.add(columns)
+            _write_numbers(out, connection, source_is_low)
+            lengths.append(len(connection))
+    return facts.finish(), _read_numbers(numbers_path, lengths)
+
+
+NUMBER_DTYPE = np.dtype(np.int64)
+
+
+def _write_numbers(out: BinaryIO, connection: np.ndarray, source_is_low: np.ndarray) -> None:
+    connection.astype(NUMBER_DTYPE, copy=False).tofile(out)
+    source_is_low.astype(bool, copy=False).tofile(out)
+
+
+def _read_numbers(path: str, lengths: list[int]) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    with open(path, "rb") as handle:
+        for length in lengths:
+            yield (np.fromfile(handle, dtype=NUMBER_DTYPE, count=length),
+                   np.fromfile(handle, dtype=bool, count=length))
+
+
+class _SliceEvents:
+    """Pass 2: each slice's packets made into the event rows that are kept."""
+
+    def __init__(self, facts: ConnectionFacts) -> None:
+        count = len(facts.table)
+        self._numbering = PacketsBySlice(facts)
+        self._segments = SegmentsBySlice(facts.table)
+        self._samples = SamplesBySlice()
+        self._messages = MessagesBySlice(count)
+        self._gaps = GapsBySlice(count)
+        self._payloads = PayloadsBySlice()
+        self._untimed: list[dict[str, np.ndarray]] = []
+
+    def add(self, columns: dict[str, np.ndarray], numbered: tuple[np.ndarray, np.ndarray],
+            later_from_us: int) -> None:
+        packets = pd.DataFrame(self._numbering.add(columns, *numbered), copy=False)
+        del columns
+        packets["role"] = pd.Categorical.from_codes(packets["role"], categories=ROLES)
+        segments = self._segments.add(packets)
+        self._samples.add(segments, packets, later_from_us)
+        segments = segments.drop(columns=list(LOOK_AHEAD_COLUMNS))
+        segments["message"] = self._messages.add(segments)
+        self._untimed.append(untimed_stalls(segments))
+        self._gaps.add(segments, packets[list(DETECTOR_PACKET_COLUMNS)])
+        self._payloads.add(segments)
+
+    def level(self) -> ConnectionLevel:
+        """The detectors over what the slices left, once the last has been added."""
+        connections = self._numbering.connections()
+        messages, first_number = self._messages.finish()
+        untimed = {name: np.concatenate([rows[name] for rows in self._untimed])
+                   for name in self._untimed[0]}
+        untimed["message"] = untimed["message"] + first_number[untimed["connection"]]
+        empty = pd.DataFrame()
+        columns = DetectorInput(empty, connections, empty, messages, {}, made={
+            UNTIMED_STALLS: untimed, GAP_ROWS: self._gaps.gaps(), PAYLOAD_SIZES: self._payloads})
+        for detector in CONNECTION_DETECTORS:
+            columns.earlier_findings.extend(detector.detect(columns))
+        parity = segment_parity.parity_table(columns)
+        return ConnectionLevel(empty, connections, empty, messages.iloc[:0].copy(),
+                               self._samples.samples(connections), columns.earlier_findings,
+                               parity, {})
+
+
+def _without_packets(connections: pd.DataFrame) -> ConnectionLevel:
+    empty = pd.DataFrame()
+    return ConnectionLevel(empty, connections, empty, empty, no_samples(), [], empty, {})
