@@ -115,6 +115,11 @@ packet table or charts are wanted: held whole it would take about 480 MB
 (BYTES_PER_PART_PACKET), a part of one huge connection far more."""
 SLICE_PACKETS = 262_144
 """Packets a slice of such a part holds, about: 4 batches."""
+SLICED_BYTES_PER_PART_PACKET = 190
+"""At most about what a worker holds for each packet of a part read a slice at a time: its
+connections' events, where every exchange is one (seed003's stalls, 10 M packets in 2
+connections); a bulk transfer's take almost nothing (docs/performance.md, the twenty-second
+round)."""
 PARTS_STAGE = "parts analysed"
 HOST_STAGE = "host buckets fingerprinted"
 StageCallback = Callable[[str, int, int], None]
@@ -207,8 +212,9 @@ def _parts_in_parallel(files: list[tuple[str, str, np.dtype]], buckets: int, wor
             except BrokenExecutor:
                 in_flight = sorted({*starting, *running.values()})
                 huge = any(sizes[part] > in_flight_bytes for part in in_flight)
-                raise PartWorkersKilled([part_packets(files[part]) for part in in_flight],
-                                        huge) from None
+                packets = [part_packets(files[part]) for part in in_flight]
+                raise PartWorkersKilled(packets, huge, _read_by_slices(max(packets), wanted)
+                                        ) from None
             for future in done:
                 del running[future]
             yield from results
@@ -225,12 +231,14 @@ class PartWorkersKilled(BrokenExecutor):
     """A worker analysing parts died without a word (the OOM killer, a signal): what was running
     then says what to change."""
 
-    def __init__(self, running_packets: list[int], huge: bool) -> None:
+    def __init__(self, running_packets: list[int], huge: bool, sliced: bool = False) -> None:
         super().__init__("a worker process analysing parts was killed")
         self.running_packets = running_packets
         self.huge = huge
         """Whether the largest part running holds a connection too large for the parts allowed
         in flight (it would have run without the others at -j 1)."""
+        self.sliced = sliced
+        """Whether the largest part running was read a slice at a time (`sliced_level`)."""
 
     def advice(self) -> str:
         largest = max(self.running_packets)
@@ -245,12 +253,18 @@ class PartWorkersKilled(BrokenExecutor):
 
     def _whole(self, which: str) -> str:
         largest = max(self.running_packets)
-        gigabytes = largest * BYTES_PER_PART_PACKET / 1e9
         piece = max(largest // PIECES_PER_PART // 100_000, 1) * 100_000
-        return (f"a connection is analysed whole, in about {gigabytes:.1f} GB for {which} part; "
-                f"cut the capture into pieces (editcap -c {piece}) and analyse them one at a "
-                "time (-j 1), leave its largest connections out with --filter, or use a machine "
-                "with more memory")
+        if self.sliced:
+            gigabytes = largest * SLICED_BYTES_PER_PART_PACKET / 1e9
+            held = (f"{which} part, though read a slice at a time, holds the events of its "
+                    "connections (messages, delayed-ACK samples, stall candidates, gaps) to its "
+                    f"end, up to about {gigabytes:.1f} GB")
+        else:
+            gigabytes = largest * BYTES_PER_PART_PACKET / 1e9
+            held = f"a connection is analysed whole, in about {gigabytes:.1f} GB for {which} part"
+        return (f"{held}; cut the capture into pieces (editcap -c {piece}) and analyse them one "
+                "at a time (-j 1), leave its largest connections out with --filter, or use a "
+                "machine with more memory")
 
 
 def _fitting(waiting: list[int], sizes: list[int], running: Iterable[int], workers: int,
@@ -303,12 +317,17 @@ def part_result(files: tuple[str, str, np.dtype], buckets: int, wanted: Wanted) 
 def _part_level(files: tuple[str, str, np.dtype], wanted: Wanted) -> ConnectionLevel:
     """A part's connection level: read a slice at a time when it is large and neither its
     packet table nor its charts are wanted (`sliced_level`), else whole."""
-    keep_packets = wanted.charts or wanted.tables
-    if not keep_packets and part_packets(files) > SLICED_PART_PACKETS:
+    if _read_by_slices(part_packets(files), wanted):
         return connection_level_by_slices(lambda: part_slices(files, SLICE_PACKETS),
                                           files[0] + NUMBERS_SUFFIX)
     return connection_level(build_flows(part_batches(files)), fingerprint=False,
-                            keep_packets=keep_packets)
+                            keep_packets=wanted.charts or wanted.tables)
+
+
+def _read_by_slices(packets: int, wanted: Wanted) -> bool:
+    """Whether a part of this many packets is read a slice at a time: it is large, and its
+    packet table (which the charts read too) is not wanted."""
+    return packets > SLICED_PART_PACKETS and not (wanted.charts or wanted.tables)
 
 
 def _part_result_file(files: tuple[str, str, np.dtype], buckets: int, wanted: Wanted) -> str:

@@ -29,6 +29,7 @@ from nagledetect.detectors.other_stalls import GAP_ROWS, GapsBySlice
 from nagledetect.events.by_slice import LOOK_AHEAD_COLUMNS, MessagesBySlice, SegmentsBySlice
 from nagledetect.events.payloads import PAYLOAD_SIZES, PayloadsBySlice
 from nagledetect.flows.facts import ConnectionFacts, ConnectionsBySlice
+from nagledetect.flows.grouped import joined_columns
 from nagledetect.flows.numbering import PacketsBySlice
 from nagledetect.flows.roles import ROLES
 from nagledetect.pipeline import ConnectionLevel, no_samples
@@ -113,8 +114,7 @@ class _SliceEvents:
         """The detectors over what the slices left, once the last has been added."""
         connections = self._numbering.connections()
         messages, first_number = self._messages.finish()
-        untimed = {name: np.concatenate([rows[name] for rows in self._untimed])
-                   for name in self._untimed[0]}
+        untimed = joined_columns(self._untimed)
         untimed["message"] = untimed["message"] + first_number[untimed["connection"]]
         empty = pd.DataFrame()
         columns = DetectorInput(empty, connections, empty, messages, {}, made={

@@ -181,6 +181,13 @@ def test_a_killed_worker_beside_a_huge_part_names_the_huge_connection() -> None:
         "others, but a connection is analysed whole, in about 1.2 GB for that part; cut the "
         "capture into pieces (editcap -c 1200000) and analyse them one at a time (-j 1), leave "
         "its largest connections out with --filter, or use a machine with more memory")
+    sliced = PartWorkersKilled([5_000_000, 310_000], huge=True, sliced=True).advice()
+    assert sliced.endswith(
+        "-j 1 analyses the largest without the others, but that part, though read a slice at a "
+        "time, holds the events of its connections (messages, delayed-ACK samples, stall "
+        "candidates, gaps) to its end, up to about 0.9 GB; cut the capture into pieces "
+        "(editcap -c 1200000) and analyse them one at a time (-j 1), leave its largest "
+        "connections out with --filter, or use a machine with more memory")
     ordinary = PartWorkersKilled([310_000, 290_000], huge=False).advice()
     assert ordinary.endswith("2 parts of up to 310,000 packets; fewer jobs (-j) or a smaller "
                              "--memory need less memory")

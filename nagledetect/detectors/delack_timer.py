@@ -20,7 +20,7 @@ from nagledetect.detectors.model import HostProfile, HostValues
 from nagledetect.events.by_slice import written_at
 from nagledetect.events.segments import NONE, PURE_ACK_ROLES, role_in
 from nagledetect.flows.connections import by_connection, direction_key
-from nagledetect.flows.grouped import first_per_key
+from nagledetect.flows.grouped import first_per_key, joined_columns
 from nagledetect.ordering import factorize_in_name_order
 
 MIN_DELAYED_HOLD_MS = 10.0
@@ -143,9 +143,10 @@ class SamplesBySlice:
             waiting["next_own_data_time_us"] = NONE
             self._keep_lone(waiting)
         kept = self._lone or [{name: np.zeros(0, dtype=np.int64) for name in LONE_SEGMENT_COLUMNS}]
-        lone = {name: np.concatenate([rows[name] for rows in kept]) for name in LONE_SEGMENT_COLUMNS}
-        order = np.argsort(lone["frame"], kind="stable")
-        return samples_of({name: values[order] for name, values in lone.items()}, connections)
+        self._waiting = None
+        frame = np.concatenate([rows["frame"] for rows in kept])
+        lone = joined_columns(kept, np.argsort(frame, kind="stable"))
+        return samples_of(lone, connections)
 
     def _keep_lone(self, segments: pd.DataFrame) -> None:
         """Keep what a sample is made of, of the segments lone and answered."""

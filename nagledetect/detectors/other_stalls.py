@@ -27,7 +27,7 @@ from nagledetect.detectors.nagle_stall import KIND as STALL_KIND
 from nagledetect.detectors.stream_coalescing import KIND as STREAM_KIND
 from nagledetect.events.segments import RETRANSMISSION_ROLES, role_in
 from nagledetect.flows.connections import by_connection
-from nagledetect.flows.grouped import KeyGroups, last_per_key
+from nagledetect.flows.grouped import KeyGroups, joined_columns, last_per_key
 from nagledetect.flows.roles import ROLE
 
 GAP_MIN_MS = 10.0
@@ -141,7 +141,7 @@ class GapsBySlice:
     def gaps(self) -> dict[str, np.ndarray]:
         """Every gap, in the whole run's order (connection, then frame), once a slice or more
         has been added."""
-        gaps = {name: np.concatenate([rows[name] for rows in self._gaps]) for name in self._gaps[0]}
+        gaps = joined_columns(self._gaps)
         order = np.lexsort((gaps["after_frame"], gaps["connection"]))
         return {name: values[order] for name, values in gaps.items()}
 

@@ -19,6 +19,7 @@ import pandas as pd
 
 from nagledetect.detectors.delack_timer import host_codes
 from nagledetect.detectors.model import Finding, HostProfile
+from nagledetect.flows.grouped import distinct
 
 KIND = "phase-lock"
 GLOBAL_TICKS_MS = (200.0, 100.0)
@@ -115,7 +116,7 @@ def lock_tests(hosts: Mapping[str, HostProfile], samples: pd.DataFrame) -> dict[
     connection = delayed("connection").astype(np.int64)
     sharing = _sharing_connections(times_s, host, connection, period_s, phase_s)
     width = int(connection.max()) + 1
-    tested = np.bincount(np.unique(host * width + connection) // width, minlength=len(kept))
+    tested = np.bincount(distinct(host * width + connection) // width, minlength=len(kept))
     tests = {}
     for index, code in enumerate(kept.tolist()):
         p_value = float(p_values[index, best[index]])

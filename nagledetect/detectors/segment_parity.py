@@ -18,7 +18,7 @@ from nagledetect.detectors.model import DetectorInput, Finding, released_frames
 from nagledetect.detectors.nagle_stall import KIND as STALL_KIND
 from nagledetect.detectors.nagle_stall import UNTIMED_STALLS, untimed_of_segments
 from nagledetect.flows.connections import direction_key
-from nagledetect.flows.grouped import KeyGroups
+from nagledetect.flows.grouped import KeyGroups, distinct
 
 KIND = "segment-parity"
 MIN_MESSAGES = 3
@@ -37,7 +37,7 @@ def stalled_messages(columns: DetectorInput) -> np.ndarray:
         return np.zeros(0, dtype=np.int64)
     position = np.minimum(np.searchsorted(frame, released), len(frame) - 1)
     found = position[frame[position] == released]
-    return np.unique(untimed["message"][found])
+    return distinct(untimed["message"][found])
 
 
 def parity_table(columns: DetectorInput) -> pd.DataFrame:

@@ -27,7 +27,7 @@ from nagledetect.events.messages import (
 from nagledetect.events.segments import NONE, RETRANSMISSION_ROLES, data_segments, role_in
 from nagledetect.flows.connections import direction_key
 from nagledetect.flows.facts import KeyedColumns
-from nagledetect.flows.grouped import first_per_key, grouped_cumsum, last_per_key
+from nagledetect.flows.grouped import first_per_key, grouped_cumsum, joined_columns, last_per_key
 from nagledetect.flows.roles import ROLE
 
 LOOK_AHEAD_COLUMNS = ("next_peer_frame", "next_peer_time_us", "next_peer_role", "next_peer_ack",
@@ -328,17 +328,17 @@ class MessagesBySlice:
         first_number = np.concatenate(([0], np.cumsum(opened["messages"])[:-1]))
         if not self._closed:
             return no_messages(), first_number
-        closed = {name: np.concatenate([part[name] for part in self._closed])
-                  for name in self._closed[0]}
-        message = first_number[closed["connection"]] + closed["within"]
+        closed = joined_columns(self._closed)
+        message = first_number[closed["connection"]] + closed.pop("within")
         order = np.argsort(message, kind="stable")
         table = {"message": message[order]}
+        del message
         for name, source in (("connection", "connection"), ("direction", "direction"),
                              ("first_frame", "frame"), ("last_frame", "frame"),
                              ("start_us", "time_us"), ("end_us", "time_us"), ("bytes", None),
                              ("packets", None), ("wire_segments", "wire_segments"),
                              ("mss", "mss"), ("median_payload_bytes", None)):
-            values = closed[name][order]
+            values = closed.pop(name)[order]
             table[name] = values if source is None else values.astype(self._dtypes[source])
         return message_table(table), first_number
 

@@ -194,3 +194,27 @@ def key_order(*keys: np.ndarray) -> np.ndarray | None:
             return np.lexsort(keys[::-1])
         tied &= key[1:] == key[:-1]
     return None
+
+
+def joined_columns(parts: list[dict[str, np.ndarray]],
+                   order: np.ndarray | None = None) -> dict[str, np.ndarray]:
+    """Row sets of the same columns (a slice's each) joined column by column, each part's
+    column let go once joined (`parts` is emptied), and ordered by `order` if given: the
+    joined rows are then held once, not twice (a part of a huge connection keeps millions of
+    event rows)."""
+    names = list(parts[0])
+    joined = {}
+    for name in names:
+        joined[name] = np.concatenate([part.pop(name) for part in parts])
+        if order is not None:
+            joined[name] = joined[name][order]
+    parts.clear()
+    return joined
+
+
+def distinct(values: np.ndarray) -> np.ndarray:
+    """The distinct values, sorted: `np.unique` without its hash table, which numpy 2.4 takes
+    when no index, inverse or count is asked for, and which was ten times slower than a sort
+    on a million values of many kinds (1.08 s against 0.10 s)."""
+    ordered = np.sort(values)
+    return ordered[np.r_[True, ordered[1:] != ordered[:-1]]] if len(ordered) else ordered
