@@ -61,9 +61,11 @@ class PayloadCounts:
 def _counted(keyed_sizes: np.ndarray, weights: np.ndarray | None = None) -> PayloadCounts:
     """`keyed_sizes` (direction key << SIZE_BITS | size), each `weights` times (once when
     None), counted."""
-    values, inverse = np.unique(keyed_sizes, return_inverse=True)
-    count = (np.bincount(inverse) if weights is None
-             else np.bincount(inverse, weights=weights).astype(np.int64))
+    if weights is None:  # counts alone: np.unique sorts the values, without an argsort
+        values, count = np.unique(keyed_sizes, return_counts=True)
+    else:
+        values, inverse = np.unique(keyed_sizes, return_inverse=True)
+        count = np.bincount(inverse, weights=weights).astype(np.int64)
     return PayloadCounts(values >> SIZE_BITS, values & ((1 << SIZE_BITS) - 1), count)
 
 
