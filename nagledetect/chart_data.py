@@ -104,6 +104,14 @@ class SizeCounts(Counts):
         return self.keys, self.fractions_at_or_below()
 
 
+def sampled_positions(total: int) -> np.ndarray:
+    """The positions of a trace's points that are drawn: all of them, or MAX_POINTS evenly
+    spaced, the first and the last included."""
+    if total > MAX_POINTS:
+        return np.linspace(0, total - 1, MAX_POINTS).astype(int)
+    return np.arange(total)
+
+
 @dataclass
 class Trace:
     """Up to MAX_POINTS evenly sampled points of one trace, and how many there were."""
@@ -115,8 +123,7 @@ class Trace:
 
     @classmethod
     def sampled(cls, time_s: np.ndarray, value: np.ndarray, frame: np.ndarray) -> Trace:
-        chosen = (np.linspace(0, len(time_s) - 1, MAX_POINTS).astype(int)
-                  if len(time_s) > MAX_POINTS else slice(None))
+        chosen = sampled_positions(len(time_s))
         return cls(time_s[chosen], value[chosen], frame[chosen], len(time_s))
 
     def __eq__(self, other: object) -> bool:
@@ -212,7 +219,15 @@ def connection_charts(packets: pd.DataFrame, connections: pd.DataFrame,
 
 def _worst_connections(packets: pd.DataFrame, connections: pd.DataFrame,
                        stalls: list[Finding]) -> list[TimeSequence]:
-    """Ranked by stall time in microseconds, as the document gives each finding's, so that
+    return [_time_sequence(packets, connection, lost_s, first_frame,
+                           [f for f in stalls if f.connection == connection])
+            for connection, lost_s, first_frame in _worst_ranked(connections, stalls)]
+
+
+def _worst_ranked(connections: pd.DataFrame, stalls: list[Finding]
+                  ) -> list[tuple[int, float, int]]:
+    """The connections whose time-sequence graph is drawn, with their stall time and first
+    frame. Ranked by stall time in microseconds, as the document gives each finding's, so that
     the choice does not hang on the last bits of a sum."""
     lost: dict[int, float] = {}
     for finding in stalls:
@@ -220,9 +235,7 @@ def _worst_connections(packets: pd.DataFrame, connections: pd.DataFrame,
                                          + round(finding.time_lost_s, 6), 6)
     first_frame = connections["first_frame"].to_numpy() if len(connections) else np.zeros(0)
     chosen = sorted(lost, key=lambda c: (-lost[c], first_frame[c]))[:WORST_CONNECTIONS]
-    return [_time_sequence(packets, connection, lost[connection], int(first_frame[connection]),
-                           [f for f in stalls if f.connection == connection])
-            for connection in chosen]
+    return [(connection, lost[connection], int(first_frame[connection])) for connection in chosen]
 
 
 def _time_sequence(packets: pd.DataFrame, connection: int, lost_s: float, first_frame: int,
@@ -254,6 +267,108 @@ def _time_sequence(packets: pd.DataFrame, connection: int, lost_s: float, first_
     return TimeSequence(connection, lost_s, first_frame, data, acks,
                         Trace(time_s[marked], sequence_end[marked], frame[marked], len(marked)),
                         np.array([by_frame[f] for f in frame[marked].tolist()]))
+
+
+class ChartsBySlice:
+    """The charts' share of a part read a slice at a time (`sliced_level`), which never holds
+    its packet table: give each slice's packets to `add` (pass 2), then, once the findings are
+    known, each slice's packets again to `add_again` for the worst connections' graphs (a
+    third pass, `worst`), and take `charts`. The same as `connection_charts` of the part held
+    whole: each trace's totals are counted in the first of those passes, so the points drawn
+    are chosen as they come in the second."""
+
+    def __init__(self, connection_count: int) -> None:
+        self._payloads: list[SizeCounts] = []
+        self._sent = np.zeros(2 * connection_count, dtype=np.int64)
+        self._acked = np.zeros(2 * connection_count, dtype=np.int64)
+        self._first_us = np.full(connection_count, np.iinfo(np.int64).max)
+        self._worst: list[tuple[int, float, int]] = []
+        self._stalls: list[Finding] = []
+        self._kept: dict[tuple, list[np.ndarray]] = {}
+        self._seen: dict[tuple, int] = {}
+
+    def add(self, packets: pd.DataFrame) -> None:
+        """Count a slice's payload sizes and each direction's data and ACK points."""
+        payload = packets["payload_bytes"].to_numpy()
+        self._payloads.append(SizeCounts.of(payload[payload > 0]))
+        connection = packets["connection"].to_numpy().astype(np.int64)
+        direction = packets["direction"].to_numpy().astype(np.int64)
+        count = len(self._sent)
+        self._sent += np.bincount(2 * connection + direction, weights=payload > 0,
+                                  minlength=count).astype(np.int64)
+        self._acked += np.bincount(2 * connection + 1 - direction,
+                                   weights=packets["rel_ack"].to_numpy() > 0,
+                                   minlength=count).astype(np.int64)
+        np.minimum.at(self._first_us, connection, packets["time_us"].to_numpy())
+
+    def worst(self, connections: pd.DataFrame, findings: Sequence[Finding]) -> list[int]:
+        """The connections whose graphs are drawn (none: no third pass is needed)."""
+        self._stalls = [finding for finding in findings if finding.kind == nagle_stall.KIND]
+        self._worst = _worst_ranked(connections, self._stalls)
+        return [connection for connection, _, _ in self._worst]
+
+    def add_again(self, packets: pd.DataFrame) -> None:
+        """Keep the drawn points of the worst connections among a slice's packets."""
+        connection = packets["connection"].to_numpy()
+        for chosen, _, _ in self._worst:
+            mine = np.flatnonzero(connection == chosen)
+            if len(mine):
+                self._keep_points(chosen, {name: packets[name].to_numpy()[mine] for name in
+                                           ("time_us", "direction", "payload_bytes", "rel_seq",
+                                            "rel_ack", "frame")})
+
+    def _keep_points(self, connection: int, rows: dict[str, np.ndarray]) -> None:
+        payload = rows["payload_bytes"]
+        sequence_end = rows["rel_seq"] + payload
+        released = np.concatenate([np.zeros(0, np.int64)] + [
+            f.events.released_frame for f in self._stalls if f.connection == connection])
+        traces = [((connection, "released"), np.isin(rows["frame"], released), sequence_end,
+                   None)]
+        for side in (0, 1):
+            key = 2 * connection + side
+            traces.append(((connection, "data", side), (rows["direction"] == side) & (payload > 0),
+                           sequence_end, self._sent[key]))
+            traces.append(((connection, "acks", side),
+                           (rows["direction"] != side) & (rows["rel_ack"] > 0), rows["rel_ack"],
+                           self._acked[key]))
+        for trace, selected, value, total in traces:
+            where = np.flatnonzero(selected)
+            if total is not None:
+                seen = self._seen.get(trace, 0)
+                self._seen[trace] = seen + len(where)
+                where = where[np.isin(seen + np.arange(len(where)),
+                                      sampled_positions(int(total)))]
+            self._kept.setdefault(trace, []).append(
+                (rows["time_us"][where], value[where], rows["frame"][where]))
+
+    def charts(self, message_table: pd.DataFrame) -> ChartData:
+        stall_s = np.concatenate([np.zeros(0)] + [f.events.stall_s for f in self._stalls])
+        return ChartData(LogHistogram.of(response_gaps_ms(message_table)),
+                         LogHistogram.of(1000 * stall_s), SizeCounts.total_of(self._payloads),
+                         [self._time_sequence(*worst) for worst in self._worst])
+
+    def _points(self, trace: tuple) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """A trace's kept points: seconds since its connection's first packet, value, frame."""
+        time_us, value, frame = (np.concatenate(column) for column in zip(*self._kept[trace]))
+        return (time_us - self._first_us[trace[0]]) / 1e6, value, frame
+
+    def _time_sequence(self, connection: int, lost_s: float, first_frame: int) -> TimeSequence:
+        data, acks = {}, {}
+        for side in (0, 1):
+            total = int(self._sent[2 * connection + side])
+            if total:
+                data[side] = Trace(*self._points((connection, "data", side)), total)
+                acks[side] = Trace(*self._points((connection, "acks", side)),
+                                   int(self._acked[2 * connection + side]))
+        time_s, value, frame = self._points((connection, "released"))
+        by_frame = {}
+        for finding in self._stalls:
+            if finding.connection == connection:
+                by_frame.update(zip(finding.events.released_frame.tolist(),
+                                    (1000 * finding.events.stall_s).tolist()))
+        return TimeSequence(connection, lost_s, first_frame, data, acks,
+                            Trace(time_s, value, frame, len(time_s)),
+                            np.array([by_frame[f] for f in frame.tolist()]))
 
 
 def busiest_hosts(hosts: Mapping[str, HostProfile],

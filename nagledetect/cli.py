@@ -85,7 +85,8 @@ MEMORY_OPTION = click.option(
     "--memory", "parts_memory", type=ByteSize(), default=PARTS_MEMORY_BYTES, metavar="SIZE",
     help=f"About what the parts of a large capture analysed at once may take (default "
          f"{PARTS_MEMORY_BYTES >> 20}M). More lets the parts of a few huge connections run at "
-         "once, each in about 240 bytes a packet of its connections.")
+         "once, each counted at about 240 bytes a packet of its connections (read a slice at a "
+         "time, such a part takes up to about 190, a bulk transfer almost nothing).")
 DASK_CONNECT_TIMEOUT_S = 30
 EXIT_BUDGET_EXCEEDED = 1
 REPORT_MODE = 0o644

@@ -111,7 +111,7 @@ NUMBERS_SUFFIX = ".numbers"
 passes in a file named as its packets file and this."""
 SLICED_PART_PACKETS = 2_000_000
 """A part of more packets than this is read a slice at a time (`sliced_level`) unless its
-packet table or charts are wanted: held whole it would take about 480 MB
+packet table is wanted: held whole it would take about 480 MB
 (BYTES_PER_PART_PACKET), a part of one huge connection far more."""
 SLICE_PACKETS = 262_144
 """Packets a slice of such a part holds, about: 4 batches."""
@@ -299,8 +299,10 @@ def part_result(files: tuple[str, str, np.dtype], buckets: int, wanted: Wanted) 
     paused for the part and runs between parts."""
     with collector_paused():
         level = _part_level(files, wanted)
-        charts = (connection_charts(level.packets, level.connections, level.messages,
-                                    level.findings) if wanted.charts else None)
+        charts = level.charts
+        if charts is None and wanted.charts:
+            charts = connection_charts(level.packets, level.connections, level.messages,
+                                       level.findings)
         tables = (level.packets, level.messages) if wanted.tables else None
         connections, parity, findings = level.connections, level.parity, level.findings
         samples = level.samples
@@ -315,19 +317,19 @@ def part_result(files: tuple[str, str, np.dtype], buckets: int, wanted: Wanted) 
 
 
 def _part_level(files: tuple[str, str, np.dtype], wanted: Wanted) -> ConnectionLevel:
-    """A part's connection level: read a slice at a time when it is large and neither its
-    packet table nor its charts are wanted (`sliced_level`), else whole."""
+    """A part's connection level: read a slice at a time when it is large and its packet
+    table is not wanted (`sliced_level`), else whole."""
     if _read_by_slices(part_packets(files), wanted):
         return connection_level_by_slices(lambda: part_slices(files, SLICE_PACKETS),
-                                          files[0] + NUMBERS_SUFFIX)
+                                          files[0] + NUMBERS_SUFFIX, charts=wanted.charts)
     return connection_level(build_flows(part_batches(files)), fingerprint=False,
                             keep_packets=wanted.charts or wanted.tables)
 
 
 def _read_by_slices(packets: int, wanted: Wanted) -> bool:
     """Whether a part of this many packets is read a slice at a time: it is large, and its
-    packet table (which the charts read too) is not wanted."""
-    return packets > SLICED_PART_PACKETS and not (wanted.charts or wanted.tables)
+    packet table is not wanted (`--tables`)."""
+    return packets > SLICED_PART_PACKETS and not wanted.tables
 
 
 def _part_result_file(files: tuple[str, str, np.dtype], buckets: int, wanted: Wanted) -> str:

@@ -93,6 +93,9 @@ class ConnectionLevel:
     parity: pd.DataFrame
     hosts: Mapping[str, HostProfile]
     """The host fingerprints the detectors read (none for a part of a capture)."""
+    charts: ChartData | None = None
+    """What the charts draw of a part read a slice at a time, when asked for (a part held
+    whole leaves them to its caller, which has its packet table)."""
 
 
 def connection_level(flows: FlowTables, fingerprint: bool = True,

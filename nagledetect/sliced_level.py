@@ -21,6 +21,7 @@ from typing import BinaryIO
 import numpy as np
 import pandas as pd
 
+from nagledetect.chart_data import ChartData, ChartsBySlice
 from nagledetect.detectors import CONNECTION_DETECTORS, segment_parity
 from nagledetect.detectors.delack_timer import SamplesBySlice
 from nagledetect.detectors.model import DETECTOR_PACKET_COLUMNS, DetectorInput
@@ -38,27 +39,45 @@ Slices = Callable[[], Iterable[dict[str, np.ndarray]]]
 """Each call reads the part's packets again, a slice at a time, in file order."""
 
 
-def connection_level_by_slices(slices: Slices, numbers_path: str) -> ConnectionLevel:
+def connection_level_by_slices(slices: Slices, numbers_path: str, charts: bool = False
+                               ) -> ConnectionLevel:
     """The connection level of a part (`pipeline.connection_level` without its fingerprints
     and packet table), its packets read twice through `slices`; each packet's connection
-    number waits between the passes in a file at `numbers_path`, removed after."""
+    number waits between the passes in a file at `numbers_path`, removed after. With
+    `charts`, also what the charts draw of it (`chart_data.ChartsBySlice`): a third pass reads
+    the packets of the connections whose graphs are drawn."""
     try:
-        facts, numbers = _first_pass(slices, numbers_path)
+        facts, lengths = _first_pass(slices, numbers_path)
         if not len(facts.table):
             return _without_packets(facts.table)
-        events = _SliceEvents(facts)
-        for position, (columns, numbered) in enumerate(zip(slices(), numbers)):
+        drawn = ChartsBySlice(len(facts.table)) if charts else None
+        events = _SliceEvents(facts, drawn)
+        for position, (columns, numbered) in enumerate(
+                zip(slices(), _read_numbers(numbers_path, lengths))):
             events.add(columns, numbered, int(facts.later_from_us[position]))
+        level = events.level()
+        if drawn is not None:
+            level.charts = _charts(drawn, level, facts, slices, numbers_path, lengths)
     finally:
         if os.path.exists(numbers_path):
             os.unlink(numbers_path)
-    return events.level()
+    level.messages = level.messages.iloc[:0].copy()
+    return level
 
 
-def _first_pass(slices: Slices, numbers_path: str
-                ) -> tuple[ConnectionFacts, Iterator[tuple[np.ndarray, np.ndarray]]]:
-    """Pass 1 over every slice: the connection facts, and each slice's packet numbers as
-    written to `numbers_path` (read back, in order, as pass 2 wants them)."""
+def _charts(drawn: ChartsBySlice, level: ConnectionLevel, facts: ConnectionFacts,
+            slices: Slices, numbers_path: str, lengths: list[int]) -> ChartData:
+    """The third pass, for the connections whose graphs are drawn (none: no pass)."""
+    if drawn.worst(level.connections, level.findings):
+        numbering = PacketsBySlice(facts)
+        for columns, numbered in zip(slices(), _read_numbers(numbers_path, lengths)):
+            drawn.add_again(pd.DataFrame(numbering.add(columns, *numbered), copy=False))
+    return drawn.charts(level.messages)
+
+
+def _first_pass(slices: Slices, numbers_path: str) -> tuple[ConnectionFacts, list[int]]:
+    """Pass 1 over every slice: the connection facts, and each slice's packet count, its
+    packets' numbers written to `numbers_path` (read back, in order, as pass 2 wants them)."""
     facts = ConnectionsBySlice()
     lengths: list[int] = []
     with open(numbers_path, "wb") as out:
@@ -66,7 +85,7 @@ def _first_pass(slices: Slices, numbers_path: str
             connection, source_is_low = facts.add(columns)
             _write_numbers(out, connection, source_is_low)
             lengths.append(len(connection))
-    return facts.finish(), _read_numbers(numbers_path, lengths)
+    return facts.finish(), lengths
 
 
 NUMBER_DTYPE = np.dtype(np.int64)
@@ -78,6 +97,7 @@ def _write_numbers(out: BinaryIO, connection: np.ndarray, source_is_low: np.ndar
 
 
 def _read_numbers(path: str, lengths: list[int]) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """Each slice's packet numbers as `_first_pass` wrote them."""
     with open(path, "rb") as handle:
         for length in lengths:
             yield (np.fromfile(handle, dtype=NUMBER_DTYPE, count=length),
@@ -87,8 +107,9 @@ def _read_numbers(path: str, lengths: list[int]) -> Iterator[tuple[np.ndarray, n
 class _SliceEvents:
     """Pass 2: each slice's packets made into the event rows that are kept."""
 
-    def __init__(self, facts: ConnectionFacts) -> None:
+    def __init__(self, facts: ConnectionFacts, drawn: ChartsBySlice | None) -> None:
         count = len(facts.table)
+        self._drawn = drawn
         self._numbering = PacketsBySlice(facts)
         self._segments = SegmentsBySlice(facts.table)
         self._samples = SamplesBySlice()
@@ -102,6 +123,8 @@ class _SliceEvents:
         packets = pd.DataFrame(self._numbering.add(columns, *numbered), copy=False)
         del columns
         packets["role"] = pd.Categorical.from_codes(packets["role"], categories=ROLES)
+        if self._drawn is not None:
+            self._drawn.add(packets)
         segments = self._segments.add(packets)
         self._samples.add(segments, packets, later_from_us)
         segments = segments.drop(columns=list(LOOK_AHEAD_COLUMNS))
@@ -122,7 +145,7 @@ class _SliceEvents:
         for detector in CONNECTION_DETECTORS:
             columns.earlier_findings.extend(detector.detect(columns))
         parity = segment_parity.parity_table(columns)
-        return ConnectionLevel(empty, connections, empty, messages.iloc[:0].copy(),
+        return ConnectionLevel(empty, connections, empty, messages,
                                self._samples.samples(connections), columns.earlier_findings,
                                parity, {})
 

@@ -19,8 +19,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from nagledetect import parts
+from nagledetect import chart_data, parts
 from nagledetect.analysis import analyze_capture
+from nagledetect.chart_data import MAX_POINTS, ChartData, connection_charts
 from nagledetect.flows.build import build_flows
 from nagledetect.flows.partition import PartitionedPackets, load_part, part_slices
 from nagledetect.pipeline import ConnectionLevel, connection_level
@@ -140,3 +141,47 @@ def test_parts_read_as_slices_give_the_whole_document(name: str, monkeypatch) ->
     monkeypatch.setattr(parts, "SLICED_PART_PACKETS", 0)
     monkeypatch.setattr(parts, "SLICE_PACKETS", 50)
     assert _document(path, part_bytes=os.path.getsize(path) // 3 + 1) == whole
+
+
+def _assert_same_charts(found: ChartData, expected: ChartData) -> None:
+    for name in ("response_ms", "stall_ms", "payload_bytes"):
+        assert getattr(found, name) == getattr(expected, name), name
+    assert [sequence.connection for sequence in found.worst] == [
+        sequence.connection for sequence in expected.worst]
+    assert found.worst == expected.worst
+
+
+@pytest.mark.parametrize(("name", "slice_packets", "points"), [
+    ("seed003-nagle.pcap", 7, MAX_POINTS), ("seed003-nagle.pcap", 7, 9),
+    ("classic-phase-lock.pcap", 500, 13), ("mixed.pcap", 13, 11),
+    ("seed004-header-body.pcap", 1, 5)])
+def test_charts_by_slices_as_whole(name: str, slice_packets: int, points: int, tmp_path: Path,
+                                   monkeypatch) -> None:
+    """The charts of a part read by slices (a third pass for the worst connections' graphs)
+    are those drawn from its packet table held whole; with fewer points allowed than the
+    traces have, the evenly spaced points chosen as the slices come are the same too."""
+    monkeypatch.setattr(chart_data, "MAX_POINTS", points)
+    path = SAMPLE_TRACES / name
+    whole = connection_level(build_flows(decoded_batches(str(path))[1]), fingerprint=False)
+    expected = connection_charts(whole.packets, whole.connections, whole.messages,
+                                 whole.findings)
+    sliced = connection_level_by_slices(_slices(path, slice_packets), str(tmp_path / "numbers"),
+                                        charts=True)
+    assert expected.worst, "the comparison needs a graph to mean something"
+    if points < MAX_POINTS:
+        assert any(trace.total > points for sequence in expected.worst
+                   for trace in sequence.data.values())
+    _assert_same_charts(sliced.charts, expected)
+    assert sliced.messages.empty and not (tmp_path / "numbers").exists()
+
+
+@pytest.mark.parametrize("name", ["seed003-nagle.pcap", "mixed.pcap"])
+def test_parts_read_as_slices_give_the_whole_charts(name: str, monkeypatch) -> None:
+    """What `report` draws of a capture whose parts are read as slices: the whole run's."""
+    path = SAMPLE_TRACES / name
+    whole = analyze_capture(str(path)).charts
+    monkeypatch.setattr(parts, "SLICED_PART_PACKETS", 0)
+    monkeypatch.setattr(parts, "SLICE_PACKETS", 50)
+    sliced = analyze_capture(str(path), part_bytes=os.path.getsize(path) // 3 + 1).charts
+    _assert_same_charts(sliced, whole)
+    assert [h.address for h in sliced.hosts.delays] == [h.address for h in whole.hosts.delays]
