@@ -155,21 +155,29 @@ def test_a_killed_part_worker_is_one_line_naming_the_capture_and_its_parts(repli
     assert list(temporary.iterdir()) == []
 
 
-@pytest.mark.parametrize(("connections", "packets", "part_packets", "gigabytes", "piece"), [
-    (2, 4_600_000, 2_300_000, "0.6", 500_000),
-    (1, 1_600_000, 1_600_000, "0.4", 400_000),
+WHOLE_PART = "a connection is analysed whole, in about {} GB for this part"
+SLICED_PART = ("this part, though read a slice at a time, holds the events of its connections "
+               "(messages, delayed-ACK samples, stall candidates, gaps) to its end, up to about "
+               "{} GB")
+
+
+@pytest.mark.parametrize(("connections", "packets", "part_packets", "held", "piece"), [
+    (2, 4_600_000, 2_300_000, SLICED_PART.format("0.4"), 500_000),
+    (1, 1_600_000, 1_600_000, WHOLE_PART.format("0.4"), 400_000),
 ])
 def test_a_killed_worker_of_a_huge_connection_says_what_it_needed(
-        tmp_path, connections: int, packets: int, part_packets: int, gigabytes: str,
+        tmp_path, connections: int, packets: int, part_packets: int, held: str,
         piece: int) -> None:
     """Huge connections (`make_large_capture.py --connections N`: the lab's exchange repeated
     end to end), each its own part. Two of 2,300,000 packets (counted with `tcpdump -n -r FILE
     tcp` by 4-tuple: 1,341,665 + 958,335 each) make parts of 140 MB, each more than the parts
     allowed in flight, so each runs alone; one of 1,600,000 (666,669 + 933,331) is the only
     part, and runs in a worker all the same, so that its death can be told. Fewer jobs would
-    not help: the line says so, with the part's packets and about 240 bytes each, and suggests
-    pieces of a quarter of them, rounded down to 100,000s (2,300,000 / 4 = 575,000 -> 500,000;
-    1,600,000 / 4 = 400,000)."""
+    not help: the line says so, with the part's packets and what it holds: read whole, about
+    240 bytes each (1,600,000: 0.4 GB); read a slice at a time (more than 2 M packets), its
+    events, up to about 190 bytes each (2,300,000: 0.44 GB). It suggests pieces of a quarter of
+    them, rounded down to 100,000s (2,300,000 / 4 = 575,000 -> 500,000; 1,600,000 / 4 =
+    400,000)."""
     capture = tmp_path / "huge.pcap"
     _replica(capture, "--connections", str(connections), packets=packets)
     temporary = tmp_path / "tmp"
@@ -178,8 +186,8 @@ def test_a_killed_worker_of_a_huge_connection_says_what_it_needed(
     os.kill(_first_child(process), signal.SIGKILL)
     _assert_one_line_and_clean(
         process, f"{capture}: a worker process was killed (out of memory, or by a signal) while "
-        f"analysing a part of {part_packets:,} packets alone: a connection is analysed whole, in "
-        f"about {gigabytes} GB for this part; cut the capture into pieces (editcap -c {piece}) "
+        f"analysing a part of {part_packets:,} packets alone: {held}; cut the capture into "
+        f"pieces (editcap -c {piece}) "
         "and analyse them one at a time (-j 1), leave its largest connections out with "
         "--filter, or use a machine with more memory", temporary)
 
