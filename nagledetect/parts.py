@@ -120,7 +120,15 @@ SLICED_BYTES_PER_PART_PACKET = 190
 connections' events, where every exchange is one (seed003's stalls, 10 M packets in 2
 connections); a bulk transfer's take almost nothing (docs/performance.md, the twenty-second
 round)."""
-PARTS_STAGE = "parts analysed"
+PARTS_STAGE = "packets analysed"
+"""The stage of the parts, counted in packets: a huge part's slices move it on as they go."""
+PASSES = 2
+"""Each packet of a part is counted twice: a part read whole when it is done, a part read a
+slice at a time as each of its two passes reads a slice."""
+PROGRESS_POLL_S = 0.5
+"""How often the main process looks at the packets its part workers have read."""
+PassesCallback = Callable[[int], None]
+"""Told a count of packets read by a part's passes (`PASSES` a packet in all)."""
 HOST_STAGE = "host buckets fingerprinted"
 StageCallback = Callable[[str, int, int], None]
 """Told how a stage after the read gets on: its name, the units done, the units in all."""
@@ -164,15 +172,20 @@ def analyze_in_parts(path: str, bpf_filter: str | None, progress: ProgressCallba
         with closing(batches), freed_memory_kept():
             partitioned.add(batches)
         files = partitioned.part_files()
+        total = sum(part_packets(part) for part in files)
+
+        def passes_done(passes: int) -> None:
+            stages(PARTS_STAGE, passes // PASSES, total)
+
+        stages(PARTS_STAGE, 0, total)
         if workers > 1 and files:
             results = _parts_in_parallel(files, collected.buckets, workers, wanted,
-                                         parts_memory_bytes // WORK_PER_PART_FILE_BYTE)
+                                         parts_memory_bytes // WORK_PER_PART_FILE_BYTE,
+                                         passes_done)
         else:
-            results = _parts_here(files, collected.buckets, wanted)
-        stages(PARTS_STAGE, 0, len(files))
-        for done, (index, result) in enumerate(results, start=1):
+            results = _parts_here(files, collected.buckets, wanted, passes_done)
+        for index, result in results:
             collected.add(index, result)
-            stages(PARTS_STAGE, done, len(files))
     except PartWorkersKilled as killed:
         raise InputError(f"{path}: {killed.advice()}") from None
     finally:
@@ -188,27 +201,32 @@ def _no_stages(name: str, done: int, total: int) -> None:
 
 
 def _parts_in_parallel(files: list[tuple[str, str, np.dtype]], buckets: int, workers: int,
-                       wanted: Wanted, in_flight_bytes: int) -> Iterator[tuple[int, PartResult]]:
+                       wanted: Wanted, in_flight_bytes: int, passes_done: PassesCallback
+                       ) -> Iterator[tuple[int, PartResult]]:
     """Each part in a worker process (a lone part too: killed for want of memory, a worker
     leaves this process to say so and clean up), largest first, with at most `workers` parts and
     `in_flight_bytes` of part files in flight, so that the parts of a capture of a few
     huge connections do not all run at once (a part larger than that runs with ordinary parts
     only, up to COMPANION_PART_FILE_BYTES of them). Results are yielded as they come, with their
     part's index. The cyclic collector is paused here while results are unpickled; the workers,
-    forked meanwhile, start with it on and pause it for each part."""
+    forked meanwhile, start with it on and pause it for each part. `passes_done` hears, every
+    PROGRESS_POLL_S, how many packets the workers' passes have read (`PASSES` a packet)."""
     sizes = [os.path.getsize(packets_file) for packets_file, _, _ in files]
     waiting = sorted(range(len(files)), key=lambda index: -sizes[index])
     running: dict[Future, int] = {}
-    with collector_paused(), ProcessPoolExecutor(max_workers=min(workers, len(files)),
-                                                 initializer=_worker_started) as pool:
+    counter = multiprocessing.get_context("fork").Value("q", 0)
+    with collector_paused(), ProcessPoolExecutor(
+            max_workers=min(workers, len(files)), mp_context=multiprocessing.get_context("fork"),
+            initializer=_worker_started, initargs=(counter,)) as pool:
         while waiting or running:
             starting = _fitting(waiting, sizes, running.values(), workers, in_flight_bytes)
             try:
                 for index in starting:
                     waiting.remove(index)
                     running[pool.submit(_part_result_file, files[index], buckets, wanted)] = index
-                done, _ = wait(running, return_when=FIRST_COMPLETED)
+                done, _ = wait(running, timeout=PROGRESS_POLL_S, return_when=FIRST_COMPLETED)
                 results = [(running[future], _taken_result(future.result())) for future in done]
+                passes_done(counter.value)
             except BrokenExecutor:
                 in_flight = sorted({*starting, *running.values()})
                 huge = any(sizes[part] > in_flight_bytes for part in in_flight)
@@ -220,11 +238,23 @@ def _parts_in_parallel(files: list[tuple[str, str, np.dtype]], buckets: int, wor
             yield from results
 
 
-def _worker_started() -> None:
-    """A part worker keeps the memory its parts free for the next part (`memory`), and runs
-    the cyclic collector, paused in the parent it was forked from, between parts."""
+def _worker_started(counter: Any) -> None:
+    """A part worker keeps the memory its parts free for the next part (`memory`), runs the
+    cyclic collector, paused in the parent it was forked from, between parts, and adds the
+    packets its passes read to `counter` (a shared `multiprocessing.Value`)."""
+    global _worker_passes
     gc.enable()
     keep_freed_memory()
+    _worker_passes = counter
+
+
+_worker_passes: Any = None
+"""In a part worker, the count of packets its passes read, shared with the main process."""
+
+
+def _count_in_worker(passes: int) -> None:
+    with _worker_passes.get_lock():
+        _worker_passes.value += passes
 
 
 class PartWorkersKilled(BrokenExecutor):
@@ -292,13 +322,15 @@ def _fits(in_flight: list[int], size: int, in_flight_bytes: int) -> bool:
     return together <= max(in_flight_bytes, largest + COMPANION_PART_FILE_BYTES)
 
 
-def part_result(files: tuple[str, str, np.dtype], buckets: int, wanted: Wanted) -> PartResult:
+def part_result(files: tuple[str, str, np.dtype], buckets: int, wanted: Wanted,
+                passes_read: PassesCallback | None = None) -> PartResult:
     """Connection-level results of one part, with what else is `wanted` of it. Its packet,
     segment and message tables are let go before its findings are pickled (a part of one huge
     connection holds hundreds of MB in each), unless they are wanted. The cyclic collector is
-    paused for the part and runs between parts."""
+    paused for the part and runs between parts. `passes_read` hears of the packets its passes
+    read as they are read: `PASSES` for each of its packets in all."""
     with collector_paused():
-        level = _part_level(files, wanted)
+        level = _part_level(files, wanted, passes_read or _no_passes)
         charts = level.charts
         if charts is None and wanted.charts:
             charts = connection_charts(level.packets, level.connections, level.messages,
@@ -316,14 +348,23 @@ def part_result(files: tuple[str, str, np.dtype], buckets: int, wanted: Wanted) 
                           charts, tables)
 
 
-def _part_level(files: tuple[str, str, np.dtype], wanted: Wanted) -> ConnectionLevel:
+def _part_level(files: tuple[str, str, np.dtype], wanted: Wanted,
+                passes_read: PassesCallback) -> ConnectionLevel:
     """A part's connection level: read a slice at a time when it is large and its packet
     table is not wanted (`sliced_level`), else whole."""
-    if _read_by_slices(part_packets(files), wanted):
+    packets = part_packets(files)
+    if _read_by_slices(packets, wanted):
         return connection_level_by_slices(lambda: part_slices(files, SLICE_PACKETS),
-                                          files[0] + NUMBERS_SUFFIX, charts=wanted.charts)
-    return connection_level(build_flows(part_batches(files)), fingerprint=False,
-                            keep_packets=wanted.charts or wanted.tables)
+                                          files[0] + NUMBERS_SUFFIX, charts=wanted.charts,
+                                          slice_read=passes_read)
+    level = connection_level(build_flows(part_batches(files)), fingerprint=False,
+                             keep_packets=wanted.charts or wanted.tables)
+    passes_read(PASSES * packets)
+    return level
+
+
+def _no_passes(passes: int) -> None:
+    """Where nobody is told how a part's passes get on."""
 
 
 def _read_by_slices(packets: int, wanted: Wanted) -> bool:
@@ -339,18 +380,26 @@ def _part_result_file(files: tuple[str, str, np.dtype], buckets: int, wanted: Wa
     then let go (`_after_part`) before the worker waits for its next part."""
     path = files[0] + RESULT_SUFFIX
     with open(path, "wb") as out:
-        pickle.dump(part_result(files, buckets, wanted), out, protocol=pickle.HIGHEST_PROTOCOL)
+        pickle.dump(part_result(files, buckets, wanted, _count_in_worker), out,
+                    protocol=pickle.HIGHEST_PROTOCOL)
     _after_part(files)
     return path
 
 
-def _parts_here(files: list[tuple[str, str, np.dtype]], buckets: int, wanted: Wanted
-                ) -> Iterator[tuple[int, PartResult]]:
+def _parts_here(files: list[tuple[str, str, np.dtype]], buckets: int, wanted: Wanted,
+                passes_done: PassesCallback) -> Iterator[tuple[int, PartResult]]:
     """Each part in this process, in turn (-j 1), with its index; this process keeps what the
-    parts free meanwhile, as a part worker does."""
+    parts free meanwhile, as a part worker does. `passes_done` hears of the packets read by
+    the parts' passes so far, as they are read."""
+    passes = [0]
+
+    def passes_read(count: int) -> None:
+        passes[0] += count
+        passes_done(passes[0])
+
     with freed_memory_kept():
         for index, part in enumerate(files):
-            result = part_result(part, buckets, wanted)
+            result = part_result(part, buckets, wanted, passes_read)
             _after_part(part)
             yield index, result
 

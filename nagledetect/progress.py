@@ -1,5 +1,5 @@
 """A progress line on stderr for long runs: the read (packets, bytes, rate, ETA), then the
-stages after it (parts analysed, host timers, captures done), each with its ETA. Silent off a
+stages after it (packets of the parts analysed, host timers, captures done), each with its ETA. Silent off a
 terminal, and for the first second (a short run shows nothing)."""
 
 from __future__ import annotations

@@ -39,15 +39,18 @@ Slices = Callable[[], Iterable[dict[str, np.ndarray]]]
 """Each call reads the part's packets again, a slice at a time, in file order."""
 
 
-def connection_level_by_slices(slices: Slices, numbers_path: str, charts: bool = False
+def connection_level_by_slices(slices: Slices, numbers_path: str, charts: bool = False,
+                               slice_read: Callable[[int], None] | None = None
                                ) -> ConnectionLevel:
     """The connection level of a part (`pipeline.connection_level` without its fingerprints
     and packet table), its packets read twice through `slices`; each packet's connection
     number waits between the passes in a file at `numbers_path`, removed after. With
     `charts`, also what the charts draw of it (`chart_data.ChartsBySlice`): a third pass reads
-    the packets of the connections whose graphs are drawn."""
+    the packets of the connections whose graphs are drawn. `slice_read` hears each slice's
+    packets as passes 1 and 2 read them."""
+    slice_read = slice_read or _not_told
     try:
-        facts, lengths = _first_pass(slices, numbers_path)
+        facts, lengths = _first_pass(slices, numbers_path, slice_read)
         if not len(facts.table):
             return _without_packets(facts.table)
         drawn = ChartsBySlice(len(facts.table)) if charts else None
@@ -55,6 +58,7 @@ def connection_level_by_slices(slices: Slices, numbers_path: str, charts: bool =
         for position, (columns, numbered) in enumerate(
                 zip(slices(), _read_numbers(numbers_path, lengths))):
             events.add(columns, numbered, int(facts.later_from_us[position]))
+            slice_read(len(numbered[0]))
         level = events.level()
         if drawn is not None:
             level.charts = _charts(drawn, level, facts, slices, numbers_path, lengths)
@@ -75,7 +79,12 @@ def _charts(drawn: ChartsBySlice, level: ConnectionLevel, facts: ConnectionFacts
     return drawn.charts(level.messages)
 
 
-def _first_pass(slices: Slices, numbers_path: str) -> tuple[ConnectionFacts, list[int]]:
+def _not_told(packets: int) -> None:
+    """Where nobody is told how the passes get on."""
+
+
+def _first_pass(slices: Slices, numbers_path: str, slice_read: Callable[[int], None]
+                ) -> tuple[ConnectionFacts, list[int]]:
     """Pass 1 over every slice: the connection facts, and each slice's packet count, its
     packets' numbers written to `numbers_path` (read back, in order, as pass 2 wants them)."""
     facts = ConnectionsBySlice()
@@ -85,6 +94,7 @@ def _first_pass(slices: Slices, numbers_path: str) -> tuple[ConnectionFacts, lis
             connection, source_is_low = facts.add(columns)
             _write_numbers(out, connection, source_is_low)
             lengths.append(len(connection))
+            slice_read(len(connection))
     return facts.finish(), lengths
 
 

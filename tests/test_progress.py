@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import os
 import re
+import subprocess
 import sys
 
 import pytest
@@ -14,7 +15,7 @@ from nagledetect import load_capture
 from nagledetect.analysis import Wanted, analyze_capture
 from nagledetect.cli import _analyze_in_processes
 from nagledetect.progress import ProgressLine
-from tests.conftest import SAMPLE_TRACES
+from tests.conftest import PROJECT, SAMPLE_TRACES
 
 
 class _Terminal(io.StringIO):
@@ -55,8 +56,10 @@ def test_progress_is_silent_off_a_terminal_and_when_quiet(draw_at_once) -> None:
 
 
 def test_a_capture_in_parts_shows_its_parts_and_host_step(draw_at_once) -> None:
-    """After the read, the line counts the parts analysed up to all of them, then the host
-    step's buckets (mixed.pcap forced into 8 parts: its 8 connections spread over them)."""
+    """After the read, the line counts the packets of the parts analysed up to all of them
+    (each part's as it is done), then the host step's buckets (mixed.pcap forced into 8 parts:
+    its 8 connections spread over them; its 1,254 TCP packets, counted by `tcpdump -n -r FILE
+    tcp | wc -l` and by `tshark -Y tcp`)."""
     path = str(SAMPLE_TRACES / "mixed.pcap")
     terminal = _Terminal()
     progress = ProgressLine(path, terminal)
@@ -64,13 +67,15 @@ def test_a_capture_in_parts_shows_its_parts_and_host_step(draw_at_once) -> None:
                     stages=progress.stage)
     progress.done()
     lines = _lines(terminal.getvalue())
-    parts = [tuple(map(int, found.groups())) for line in lines
-             if (found := re.search(r"parts analysed (\d+) of (\d+)", line))]
-    assert parts[0][0] == 0 and parts[-1][0] == parts[-1][1] >= 2
-    assert [done for done, _ in parts] == list(range(parts[-1][1] + 1))
+    parts = [tuple(int(number.replace(",", "")) for number in found.groups())
+             for line in lines
+             if (found := re.search(r"packets analysed ([\d,]+) of ([\d,]+)", line))]
+    assert parts[0] == (0, 1_254) and parts[-1] == (1_254, 1_254)
+    done = [count for count, _ in parts]
+    assert done == sorted(done) and len(set(done)) >= 3
     assert any("host buckets fingerprinted" in line for line in lines)
-    assert lines.index(next(line for line in lines if "packets" in line)) < lines.index(
-        next(line for line in lines if "parts analysed" in line))
+    assert lines.index(next(line for line in lines if "packets," in line)) < lines.index(
+        next(line for line in lines if "packets analysed" in line))
 
 
 def test_a_parallel_run_counts_captures_in_one_line(draw_at_once, monkeypatch) -> None:
@@ -113,3 +118,28 @@ def test_a_compressed_capture_shows_its_decompression_then_its_read(draw_at_once
     assert decompressing[-1].startswith(f"bulk.pcap.gz: decompressing, {size} of {size_mb}")
     assert lines.index(decompressing[-1]) < len(lines) - 1
     assert f"{capture.accounting.packets_read:,} packets" in lines[-1]
+
+
+def test_a_huge_part_moves_the_line_on_slice_by_slice(draw_at_once, monkeypatch,
+                                                     tmp_path) -> None:
+    """A part read a slice at a time counts its packets as each of its two passes reads a
+    slice, so the line moves on within it: 300,000 packets of seed003's exchange in one
+    connection (`make_large_capture.py --connections 1`, all TCP), one part read in blocks of
+    the 65,536 packets a batch holds, so 5 slices a pass."""
+    from nagledetect import parts
+
+    path = tmp_path / "one.pcap"
+    subprocess.run([sys.executable, str(PROJECT / "benchmarks" / "make_large_capture.py"),
+                    str(SAMPLE_TRACES / "seed003-nagle.pcap"), str(path), "--packets",
+                    "300000", "--connections", "1"], check=True, capture_output=True)
+    monkeypatch.setattr(parts, "SLICED_PART_PACKETS", 0)
+    monkeypatch.setattr(parts, "SLICE_PACKETS", 1)
+    terminal = _Terminal()
+    progress = ProgressLine(str(path), terminal)
+    analyze_capture(str(path), progress=progress, part_bytes=os.path.getsize(path) // 2,
+                    stages=progress.stage, charts=False)
+    progress.done()
+    done = [int(found.group(1).replace(",", "")) for line in _lines(terminal.getvalue())
+            if (found := re.search(r"packets analysed ([\d,]+) of 300,000", line))]
+    assert done[0] == 0 and done[-1] == 300_000 and done == sorted(done)
+    assert len(set(done)) == 11
