@@ -9,6 +9,7 @@ memory at once.
 
 from __future__ import annotations
 
+import os
 import pickle
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -41,6 +42,44 @@ class SpilledTables:
         pieces, lengths = pickled([chunk for chunk in chunks if len(chunk)])
         offsets = self.spill.append_each(pieces)
         self.chunks[name][part] = list(zip(offsets.tolist(), lengths.tolist()))
+
+    def add_written(self, part: int, name: str, written: WrittenChunks) -> None:
+        """Chunks a part's worker pickled to a file of its own (`WrittenChunks`), copied into
+        the spill one at a time; the file is removed."""
+        placed = []
+        for piece in written.pieces():
+            placed.append((int(self.spill.append_each([piece])[0]), len(piece)))
+        self.chunks[name][part] = placed
+        written.remove()
+
+
+@dataclass
+class WrittenChunks:
+    """A table's chunks pickled one after another to a file, as a part read a slice at a time
+    makes its packet table (`--tables`): only a chunk is held at once, on either side."""
+
+    path: str
+    lengths: list[int] = field(default_factory=list)
+
+    def write(self, table: pd.DataFrame) -> None:
+        """Append the table's rows, ROWS_PER_CHUNK to a chunk."""
+        pieces, lengths = pickled([table.iloc[start:start + ROWS_PER_CHUNK]
+                                   for start in range(0, len(table), ROWS_PER_CHUNK)])
+        with open(self.path, "ab") as out:
+            for piece in pieces:
+                out.write(piece)
+        self.lengths += lengths.tolist()
+
+    def pieces(self) -> Iterator[bytes]:
+        if not self.lengths:
+            return
+        with open(self.path, "rb") as handle:
+            for length in self.lengths:
+                yield handle.read(length)
+
+    def remove(self) -> None:
+        if os.path.exists(self.path):
+            os.unlink(self.path)
 
 
 class PartTables:

@@ -51,7 +51,7 @@ from nagledetect.flows.partition import (
 )
 from nagledetect.memory import freed_memory_kept, give_back_free_memory, keep_freed_memory
 from nagledetect.ordering import as_text, factorize_in_name_order, name_order
-from nagledetect.part_tables import PartTables, SpilledTables
+from nagledetect.part_tables import PartTables, SpilledTables, WrittenChunks
 from nagledetect.pipeline import (
     PARITY_KEYS,
     Analysis,
@@ -106,12 +106,15 @@ PIECES_PER_PART = 4
 about a quarter of its memory (docs/user-guide.md, "A capture of a few huge connections")."""
 RESULT_SUFFIX = ".result"
 """A part's result file is its packets file's name and this."""
+TABLES_SUFFIX = ".tables"
+"""A part read a slice at a time writes its packet table (`--tables`) to a file named as its
+packets file and this, a chunk at a time."""
 NUMBERS_SUFFIX = ".numbers"
 """A part read a slice at a time keeps its packets' connection numbers between its two
 passes in a file named as its packets file and this."""
 SLICED_PART_PACKETS = 2_000_000
-"""A part of more packets than this is read a slice at a time (`sliced_level`) unless its
-packet table is wanted: held whole it would take about 480 MB
+"""A part of more packets than this is read a slice at a time (`sliced_level`): held whole it
+would take about 480 MB
 (BYTES_PER_PART_PACKET), a part of one huge connection far more."""
 SLICE_PACKETS = 262_144
 """Packets a slice of such a part holds, about: 4 batches."""
@@ -149,8 +152,9 @@ class PartResult:
     sample_bucket: np.ndarray
     findings: PickledFindings
     charts: ChartData | None
-    tables: tuple[pd.DataFrame, pd.DataFrame] | None
-    """The packet and message tables, part-local ids."""
+    tables: tuple[pd.DataFrame | WrittenChunks, pd.DataFrame] | None
+    """The packet and message tables, part-local ids (the packet table in a file of its own
+    for a part read a slice at a time)."""
 
 
 def analyze_in_parts(path: str, bpf_filter: str | None, progress: ProgressCallback | None,
@@ -231,7 +235,7 @@ def _parts_in_parallel(files: list[tuple[str, str, np.dtype]], buckets: int, wor
                 in_flight = sorted({*starting, *running.values()})
                 huge = any(sizes[part] > in_flight_bytes for part in in_flight)
                 packets = [part_packets(files[part]) for part in in_flight]
-                raise PartWorkersKilled(packets, huge, _read_by_slices(max(packets), wanted)
+                raise PartWorkersKilled(packets, huge, max(packets) > SLICED_PART_PACKETS
                                         ) from None
             for future in done:
                 del running[future]
@@ -330,12 +334,13 @@ def part_result(files: tuple[str, str, np.dtype], buckets: int, wanted: Wanted,
     paused for the part and runs between parts. `passes_read` hears of the packets its passes
     read as they are read: `PASSES` for each of its packets in all."""
     with collector_paused():
-        level = _part_level(files, wanted, passes_read or _no_passes)
+        level, written = _part_level(files, wanted, passes_read or _no_passes)
         charts = level.charts
         if charts is None and wanted.charts:
             charts = connection_charts(level.packets, level.connections, level.messages,
                                        level.findings)
-        tables = (level.packets, level.messages) if wanted.tables else None
+        tables = ((level.packets if written is None else written, level.messages)
+                  if wanted.tables else None)
         connections, parity, findings = level.connections, level.parity, level.findings
         samples = level.samples
         del level
@@ -348,29 +353,26 @@ def part_result(files: tuple[str, str, np.dtype], buckets: int, wanted: Wanted,
                           charts, tables)
 
 
-def _part_level(files: tuple[str, str, np.dtype], wanted: Wanted,
-                passes_read: PassesCallback) -> ConnectionLevel:
-    """A part's connection level: read a slice at a time when it is large and its packet
-    table is not wanted (`sliced_level`), else whole."""
+def _part_level(files: tuple[str, str, np.dtype], wanted: Wanted, passes_read: PassesCallback
+                ) -> tuple[ConnectionLevel, WrittenChunks | None]:
+    """A part's connection level: read a slice at a time when it is large (`sliced_level`),
+    its packet table then written a chunk at a time where it is wanted (`--tables`, the
+    chunks returned), else whole."""
     packets = part_packets(files)
-    if _read_by_slices(packets, wanted):
-        return connection_level_by_slices(lambda: part_slices(files, SLICE_PACKETS),
-                                          files[0] + NUMBERS_SUFFIX, charts=wanted.charts,
-                                          slice_read=passes_read)
+    if packets > SLICED_PART_PACKETS:
+        written = WrittenChunks(files[0] + TABLES_SUFFIX) if wanted.tables else None
+        return connection_level_by_slices(
+            lambda: part_slices(files, SLICE_PACKETS), files[0] + NUMBERS_SUFFIX,
+            charts=wanted.charts, slice_read=passes_read,
+            packet_rows=None if written is None else written.write), written
     level = connection_level(build_flows(part_batches(files)), fingerprint=False,
                              keep_packets=wanted.charts or wanted.tables)
     passes_read(PASSES * packets)
-    return level
+    return level, None
 
 
 def _no_passes(passes: int) -> None:
     """Where nobody is told how a part's passes get on."""
-
-
-def _read_by_slices(packets: int, wanted: Wanted) -> bool:
-    """Whether a part of this many packets is read a slice at a time: it is large, and its
-    packet table is not wanted (`--tables`)."""
-    return packets > SLICED_PART_PACKETS and not wanted.tables
 
 
 def _part_result_file(files: tuple[str, str, np.dtype], buckets: int, wanted: Wanted) -> str:
@@ -499,9 +501,13 @@ class _Collected:
         self.worst = [(part, sequence) for part, sequence in candidates
                       if any(sequence is worst for worst in kept)]
 
-    def _spill_tables(self, tables: SpilledTables, index: int, packets: pd.DataFrame,
-                      messages: pd.DataFrame, connections: int) -> None:
-        tables.add(index, "packets", packets)
+    def _spill_tables(self, tables: SpilledTables, index: int,
+                      packets: pd.DataFrame | WrittenChunks, messages: pd.DataFrame,
+                      connections: int) -> None:
+        if isinstance(packets, WrittenChunks):
+            tables.add_written(index, "packets", packets)
+        else:
+            tables.add(index, "packets", packets)
         tables.add(index, "messages", messages)
         self.message_counts[index] = np.bincount(
             messages["connection"].to_numpy(dtype=np.int64), minlength=connections)

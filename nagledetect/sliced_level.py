@@ -40,21 +40,23 @@ Slices = Callable[[], Iterable[dict[str, np.ndarray]]]
 
 
 def connection_level_by_slices(slices: Slices, numbers_path: str, charts: bool = False,
-                               slice_read: Callable[[int], None] | None = None
+                               slice_read: Callable[[int], None] | None = None,
+                               packet_rows: Callable[[pd.DataFrame], None] | None = None
                                ) -> ConnectionLevel:
     """The connection level of a part (`pipeline.connection_level` without its fingerprints
     and packet table), its packets read twice through `slices`; each packet's connection
     number waits between the passes in a file at `numbers_path`, removed after. With
     `charts`, also what the charts draw of it (`chart_data.ChartsBySlice`): a third pass reads
     the packets of the connections whose graphs are drawn. `slice_read` hears each slice's
-    packets as passes 1 and 2 read them."""
+    packets as passes 1 and 2 read them. With `packet_rows`, each slice's rows of the packet
+    table go to it as they are made, and the message table is kept (`--tables`)."""
     slice_read = slice_read or _not_told
     try:
         facts, lengths = _first_pass(slices, numbers_path, slice_read)
         if not len(facts.table):
             return _without_packets(facts.table)
         drawn = ChartsBySlice(len(facts.table)) if charts else None
-        events = _SliceEvents(facts, drawn)
+        events = _SliceEvents(facts, drawn, packet_rows)
         for position, (columns, numbered) in enumerate(
                 zip(slices(), _read_numbers(numbers_path, lengths))):
             events.add(columns, numbered, int(facts.later_from_us[position]))
@@ -65,7 +67,8 @@ def connection_level_by_slices(slices: Slices, numbers_path: str, charts: bool =
     finally:
         if os.path.exists(numbers_path):
             os.unlink(numbers_path)
-    level.messages = level.messages.iloc[:0].copy()
+    if packet_rows is None:
+        level.messages = level.messages.iloc[:0].copy()
     return level
 
 
@@ -117,9 +120,11 @@ def _read_numbers(path: str, lengths: list[int]) -> Iterator[tuple[np.ndarray, n
 class _SliceEvents:
     """Pass 2: each slice's packets made into the event rows that are kept."""
 
-    def __init__(self, facts: ConnectionFacts, drawn: ChartsBySlice | None) -> None:
+    def __init__(self, facts: ConnectionFacts, drawn: ChartsBySlice | None,
+                 packet_rows: Callable[[pd.DataFrame], None] | None) -> None:
         count = len(facts.table)
         self._drawn = drawn
+        self._packet_rows = packet_rows
         self._numbering = PacketsBySlice(facts)
         self._segments = SegmentsBySlice(facts.table)
         self._samples = SamplesBySlice()
@@ -135,6 +140,8 @@ class _SliceEvents:
         packets["role"] = pd.Categorical.from_codes(packets["role"], categories=ROLES)
         if self._drawn is not None:
             self._drawn.add(packets)
+        if self._packet_rows is not None:
+            self._packet_rows(packets)
         segments = self._segments.add(packets)
         self._samples.add(segments, packets, later_from_us)
         segments = segments.drop(columns=list(LOOK_AHEAD_COLUMNS))

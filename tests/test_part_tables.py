@@ -13,7 +13,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from nagledetect import part_tables
+from nagledetect import part_tables, parts
 from nagledetect.analysis import analyze_capture
 from nagledetect.part_tables import merged_by
 from nagledetect.report import tables
@@ -104,3 +104,21 @@ def test_tables_of_many_captures_join_their_chunks_without_changing_a_byte(
     assert [chunk["capture"].unique().tolist() for chunk in chunks] == [[0], [], [2, 3]]
     assert all(chunk["connection"].dtype == analyses[0].messages["connection"].dtype
                for chunk in chunks if len(chunk))
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+@pytest.mark.parametrize("path", CAPTURES, ids=lambda p: Path(p).name)
+def test_tables_of_parts_read_as_slices_equal_the_whole_ones(path, workers, tmp_path,
+                                                             monkeypatch) -> None:
+    """Every part forced through the sliced path: its packet table written a chunk at a time
+    by the worker as its slices come, then copied into the spill; the same files."""
+    monkeypatch.setattr(part_tables, "ROWS_PER_CHUNK", 50)
+    monkeypatch.setattr(parts, "SLICED_PART_PACKETS", 0)
+    path = corpus_file(path) if isinstance(path, str) else path
+    whole, split = _whole_and_split(path, workers)
+    write_tables([whole], tmp_path / "whole", "csv")
+    write_tables([split], tmp_path / "split", "csv")
+    for name in TABLES:
+        expected = (tmp_path / "whole" / f"{name}.csv").read_bytes()
+        assert expected.count(b"\n") > 1, name
+        assert (tmp_path / "split" / f"{name}.csv").read_bytes() == expected, name
