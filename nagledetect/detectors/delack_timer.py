@@ -49,16 +49,18 @@ SAMPLE_SEGMENT_COLUMNS = ("connection", "direction", "frame", "time_us", "rel_se
 detectors are done."""
 
 
-def answered_lone(segments: pd.DataFrame) -> np.ndarray:
+def answered_lone(segments: pd.DataFrame, next_own_data_time_us: np.ndarray | None = None
+                  ) -> np.ndarray:
     """Which segments are lone (everything before them acknowledged when they left) and
     answered by the peer's next packet, a pure ACK covering them, before their sender's next
-    data: the segments a sample is taken from."""
+    data: the segments a sample is taken from. `next_own_data_time_us`: that column, where
+    the caller knows better than the segments (a slice's last segments)."""
+    next_own_us = (segments["next_own_data_time_us"].to_numpy() if next_own_data_time_us is None
+                   else next_own_data_time_us)
     return ((segments["peer_ack"].to_numpy() >= segments["rel_seq"].to_numpy())
             & role_in(segments["next_peer_role"], PURE_ACK_ROLES)
             & (segments["next_peer_ack"].to_numpy() >= segments["end_seq"].to_numpy())
-            & ((segments["next_own_data_time_us"].to_numpy() < 0)
-               | (segments["next_own_data_time_us"].to_numpy()
-                  > segments["next_peer_time_us"].to_numpy())))
+            & ((next_own_us < 0) | (next_own_us > segments["next_peer_time_us"].to_numpy())))
 
 
 LONE_SEGMENT_COLUMNS = ("connection", "direction", "frame", "time_us", "next_peer_frame",
@@ -128,9 +130,7 @@ class SamplesBySlice:
         peer_time = candidates["next_peer_time_us"].to_numpy()
         own_later = (own_time < 0) & (later_from_us > peer_time)
         done = peer_known & ((own_time >= 0) | own_later)
-        finished = candidates[done].copy()
-        finished.loc[own_later[done], "next_own_data_time_us"] = NONE
-        self._keep_lone(finished)
+        self._keep_lone(candidates[done], np.where(own_later[done], NONE, own_time[done]))
         hopeless = ~peer_known & (own_time >= 0) & (own_time <= later_from_us)
         self._waiting = candidates[~done & ~hopeless].reset_index(drop=True)
 
@@ -139,18 +139,18 @@ class SamplesBySlice:
         still waiting for the peer's next packet had none; those answered, waiting for their
         sender's next data, had none either."""
         if self._waiting is not None:
-            waiting = self._waiting[self._waiting["next_peer_frame"].to_numpy() >= 0].copy()
-            waiting["next_own_data_time_us"] = NONE
-            self._keep_lone(waiting)
+            waiting = self._waiting[self._waiting["next_peer_frame"].to_numpy() >= 0]
+            self._keep_lone(waiting, np.full(len(waiting), NONE))
         kept = self._lone or [{name: np.zeros(0, dtype=np.int64) for name in LONE_SEGMENT_COLUMNS}]
         self._waiting = None
         frame = np.concatenate([rows["frame"] for rows in kept])
         lone = joined_columns(kept, np.argsort(frame, kind="stable"))
         return samples_of(lone, connections)
 
-    def _keep_lone(self, segments: pd.DataFrame) -> None:
-        """Keep what a sample is made of, of the segments lone and answered."""
-        lone = answered_lone(segments)
+    def _keep_lone(self, segments: pd.DataFrame, next_own_data_time_us: np.ndarray) -> None:
+        """Keep what a sample is made of, of the segments lone and answered (their sender's
+        next data as the caller knows it)."""
+        lone = answered_lone(segments, next_own_data_time_us)
         self._lone.append({name: segments[name].to_numpy()[lone] for name in LONE_SEGMENT_COLUMNS})
 
 
