@@ -33,12 +33,7 @@ def _whole_and_split(path: Path, workers: int):
     return whole, split
 
 
-@pytest.mark.parametrize("workers", [1, 2])
-@pytest.mark.parametrize("path", CAPTURES, ids=lambda p: Path(p).name)
-def test_csv_tables_of_a_capture_in_parts_equal_the_whole_ones(path, workers, tmp_path,
-                                                               monkeypatch) -> None:
-    """Chunks of 50 rows, so that every part spills several and the merge interleaves them."""
-    monkeypatch.setattr(part_tables, "ROWS_PER_CHUNK", 50)
+def _assert_same_csv(path, workers: int, tmp_path: Path) -> None:
     path = corpus_file(path) if isinstance(path, str) else path
     whole, split = _whole_and_split(path, workers)
     write_tables([whole], tmp_path / "whole", "csv")
@@ -47,6 +42,15 @@ def test_csv_tables_of_a_capture_in_parts_equal_the_whole_ones(path, workers, tm
         expected = (tmp_path / "whole" / f"{name}.csv").read_bytes()
         assert expected.count(b"\n") > 1, name
         assert (tmp_path / "split" / f"{name}.csv").read_bytes() == expected, name
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+@pytest.mark.parametrize("path", CAPTURES, ids=lambda p: Path(p).name)
+def test_csv_tables_of_a_capture_in_parts_equal_the_whole_ones(path, workers, tmp_path,
+                                                               monkeypatch) -> None:
+    """Chunks of 50 rows, so that every part spills several and the merge interleaves them."""
+    monkeypatch.setattr(part_tables, "ROWS_PER_CHUNK", 50)
+    _assert_same_csv(path, workers, tmp_path)
 
 
 def test_parquet_tables_of_a_capture_in_parts_equal_the_whole_ones(tmp_path, monkeypatch) -> None:
@@ -114,11 +118,4 @@ def test_tables_of_parts_read_as_slices_equal_the_whole_ones(path, workers, tmp_
     by the worker as its slices come, then copied into the spill; the same files."""
     monkeypatch.setattr(part_tables, "ROWS_PER_CHUNK", 50)
     monkeypatch.setattr(parts, "SLICED_PART_PACKETS", 0)
-    path = corpus_file(path) if isinstance(path, str) else path
-    whole, split = _whole_and_split(path, workers)
-    write_tables([whole], tmp_path / "whole", "csv")
-    write_tables([split], tmp_path / "split", "csv")
-    for name in TABLES:
-        expected = (tmp_path / "whole" / f"{name}.csv").read_bytes()
-        assert expected.count(b"\n") > 1, name
-        assert (tmp_path / "split" / f"{name}.csv").read_bytes() == expected, name
+    _assert_same_csv(path, workers, tmp_path)
