@@ -42,7 +42,6 @@ from nagledetect.detectors.delack_timer import fingerprint_hosts, host_fingerpri
 from nagledetect.detectors.model import Finding, HostProfile
 from nagledetect.errors import InputError
 from nagledetect.flows.build import build_flows
-from nagledetect.flows.grouped import group_starts
 from nagledetect.flows.partition import (
     PartitionedPackets,
     part_batches,
@@ -136,7 +135,8 @@ HOST_STAGE = "host buckets fingerprinted"
 StageCallback = Callable[[str, int, int], None]
 """Told how a stage after the read gets on: its name, the units done, the units in all."""
 SAMPLE_ROW = np.dtype([("part", "<i4"), ("connection", "<i8"), ("direction", "i1"),
-                       ("ack_time_s", "<f8"), ("hold_ms", "<f8"), ("delayed", "?")])
+                       ("ack_time_s", "<f8"), ("hold_ms", "<f8"), ("delayed", "?"),
+                       ("data_frame", "<i8")])
 """A delayed-ACK sample as spilled: its receiving host is the connection's server for
 direction 0, its client for direction 1."""
 
@@ -585,8 +585,8 @@ class _Collected:
 
 class _HostStep:
     """Fingerprints and phase locking, bucket by bucket (a few at once in worker processes),
-    with each bucket's samples in the order of a one-part run (by capture-wide connection, then
-    as the part made them)."""
+    with each bucket's samples in the order of a one-part run: by the frame of their data
+    segment (a host's sums then add the same values in the same order, to the last bit)."""
 
     def __init__(self, collected: _Collected, global_id: np.ndarray, part_offset: np.ndarray,
                  connections: pd.DataFrame, stall_seconds: Callable[[str], np.ndarray]) -> None:
@@ -645,9 +645,8 @@ class _HostStep:
 
     def _bucket_samples(self, bucket: int) -> pd.DataFrame:
         rows = self._collected.bucket_samples(bucket)
+        rows = rows[np.argsort(rows["data_frame"], kind="stable")]
         connection = self._global_id[self._part_offset[rows["part"]] + rows["connection"]]
-        order = np.argsort(connection, kind="stable")
-        rows, connection = rows[order], connection[order]
         direction = rows["direction"]
         return pd.DataFrame({
             "host": self._receiving_hosts(connection, direction),
@@ -656,18 +655,17 @@ class _HostStep:
             "delayed": rows["delayed"]}, copy=False)
 
     def _receiving_hosts(self, connection: np.ndarray, direction: np.ndarray) -> pd.Categorical:
-        """The receiving host of each sample (`connection` sorted), categorical with its
-        categories in name order: addresses are looked up once per connection, as fixed-width
-        text (`ordering.as_text`), and the host step groups by code rather than hashing an
-        address per sample."""
-        first = group_starts(connection)
-        receivers = np.empty(2 * np.count_nonzero(first),
+        """The receiving host of each sample, categorical with its categories in name order:
+        addresses are looked up once per connection, as fixed-width text (`ordering.as_text`),
+        and the host step groups by code rather than hashing an address per sample."""
+        present, sample_connection = np.unique(connection, return_inverse=True)
+        receivers = np.empty(2 * len(present),
                              dtype=np.result_type(self._server.dtype, self._client.dtype))
-        receivers[0::2] = self._server[connection[first]]
-        receivers[1::2] = self._client[connection[first]]
+        receivers[0::2] = self._server[present]
+        receivers[1::2] = self._client[present]
         codes, names = factorize_in_name_order(receivers)
-        sample_receiver = (np.cumsum(first) - 1) * 2 + direction
-        return pd.Categorical.from_codes(codes[sample_receiver], categories=names)
+        return pd.Categorical.from_codes(codes[sample_connection * 2 + direction],
+                                         categories=names)
 
 
 class _CaptureWideIds:

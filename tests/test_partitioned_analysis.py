@@ -33,6 +33,7 @@ CORPUS = [
     "zeek/ssh__ssh.pcap",  # 23 connections
     "zeek/ssh__ssh_kex_mlkem.pcap",  # a median on a rounding edge: scored from exact values
     "zeek/smb__smb3_multichannel.pcap",
+    "zeek/modbus__modbusBig.pcap",  # a phase-lock p-value whose sums must add in frame order
 ]
 
 
