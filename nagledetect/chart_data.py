@@ -284,6 +284,8 @@ class ChartsBySlice:
         self._first_us = np.full(connection_count, np.iinfo(np.int64).max)
         self._worst: list[tuple[int, float, int]] = []
         self._stalls: list[Finding] = []
+        self._released: dict[int, np.ndarray] = {}
+        self._drawn: dict[tuple, np.ndarray] = {}
         self._kept: dict[tuple, list[np.ndarray]] = {}
         self._seen: dict[tuple, int] = {}
 
@@ -305,7 +307,15 @@ class ChartsBySlice:
         """The connections whose graphs are drawn (none: no third pass is needed)."""
         self._stalls = [finding for finding in findings if finding.kind == nagle_stall.KIND]
         self._worst = _worst_ranked(connections, self._stalls)
-        return [connection for connection, _, _ in self._worst]
+        chosen = [connection for connection, _, _ in self._worst]
+        for connection in chosen:
+            self._released[connection] = np.sort(np.concatenate([np.zeros(0, np.int64)] + [
+                f.events.released_frame for f in self._stalls if f.connection == connection]))
+            for side in (0, 1):
+                key = 2 * connection + side
+                self._drawn[connection, "data", side] = sampled_positions(int(self._sent[key]))
+                self._drawn[connection, "acks", side] = sampled_positions(int(self._acked[key]))
+        return chosen
 
     def add_again(self, packets: pd.DataFrame) -> None:
         """Keep the drawn points of the worst connections among a slice's packets."""
@@ -320,24 +330,19 @@ class ChartsBySlice:
     def _keep_points(self, connection: int, rows: dict[str, np.ndarray]) -> None:
         payload = rows["payload_bytes"]
         sequence_end = rows["rel_seq"] + payload
-        released = np.concatenate([np.zeros(0, np.int64)] + [
-            f.events.released_frame for f in self._stalls if f.connection == connection])
-        traces = [((connection, "released"), np.isin(rows["frame"], released), sequence_end,
-                   None)]
+        traces = [((connection, "released"),
+                   _in_sorted(rows["frame"], self._released[connection]), sequence_end)]
         for side in (0, 1):
-            key = 2 * connection + side
             traces.append(((connection, "data", side), (rows["direction"] == side) & (payload > 0),
-                           sequence_end, self._sent[key]))
+                           sequence_end))
             traces.append(((connection, "acks", side),
-                           (rows["direction"] != side) & (rows["rel_ack"] > 0), rows["rel_ack"],
-                           self._acked[key]))
-        for trace, selected, value, total in traces:
+                           (rows["direction"] != side) & (rows["rel_ack"] > 0), rows["rel_ack"]))
+        for trace, selected, value in traces:
             where = np.flatnonzero(selected)
-            if total is not None:
+            if trace in self._drawn:
                 seen = self._seen.get(trace, 0)
                 self._seen[trace] = seen + len(where)
-                where = where[np.isin(seen + np.arange(len(where)),
-                                      sampled_positions(int(total)))]
+                where = where[_in_sorted(seen + np.arange(len(where)), self._drawn[trace])]
             self._kept.setdefault(trace, []).append(
                 (rows["time_us"][where], value[where], rows["frame"][where]))
 
@@ -369,6 +374,13 @@ class ChartsBySlice:
         return TimeSequence(connection, lost_s, first_frame, data, acks,
                             Trace(time_s, value, frame, len(time_s)),
                             np.array([by_frame[f] for f in frame.tolist()]))
+
+
+def _in_sorted(values: np.ndarray, chosen: np.ndarray) -> np.ndarray:
+    """Whether each value is one of `chosen` (sorted, made once for every slice it is asked
+    of: a connection's released frames, a trace's drawn positions)."""
+    position = np.minimum(np.searchsorted(chosen, values), max(len(chosen) - 1, 0))
+    return (chosen[position] == values) if len(chosen) else np.zeros(len(values), dtype=bool)
 
 
 def busiest_hosts(hosts: Mapping[str, HostProfile],

@@ -113,8 +113,7 @@ NUMBERS_SUFFIX = ".numbers"
 passes in a file named as its packets file and this."""
 SLICED_PART_PACKETS = 2_000_000
 """A part of more packets than this is read a slice at a time (`sliced_level`): held whole it
-would take about 480 MB
-(BYTES_PER_PART_PACKET), a part of one huge connection far more."""
+would take about 480 MB (BYTES_PER_PART_PACKET), a part of one huge connection far more."""
 SLICE_PACKETS = 262_144
 """Packets a slice of such a part holds, about: 4 batches."""
 SLICED_BYTES_PER_PART_PACKET = 190

@@ -141,9 +141,9 @@ class GapsBySlice:
     def gaps(self) -> dict[str, np.ndarray]:
         """Every gap, in the whole run's order (connection, then frame), once a slice or more
         has been added."""
-        gaps = joined_columns(self._gaps)
-        order = np.lexsort((gaps["after_frame"], gaps["connection"]))
-        return {name: values[order] for name, values in gaps.items()}
+        order = np.lexsort(tuple(np.concatenate([rows[name] for rows in self._gaps])
+                                 for name in ("after_frame", "connection")))
+        return joined_columns(self._gaps, order)
 
 
 def timed_gaps(gaps: dict[str, np.ndarray], connections: pd.DataFrame) -> dict[str, np.ndarray]:
