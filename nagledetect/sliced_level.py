@@ -7,7 +7,11 @@ connection number, which waits on disk beside the part. Pass 2 reads the slices 
 slice's packet columns (`flows.numbering`) become its data segments, messages and delayed-ACK
 samples (`events.by_slice`, `delack_timer.SamplesBySlice`), and the event rows the detectors
 read are kept of them (the stall candidates' packet tests, the gaps, each direction's payload
-sizes); the slice's packets and segments are then let go. The detectors run once, over those
+sizes); the slice's packets and segments are then let go. Pass 2 is a pipeline of three
+stages, each on a thread of its own (`read.threads.ahead`): numbering, data segments, the rest.
+Each stage carries state from slice to slice, so it takes the slices in order, but three
+slices are worked on at once: a part this large is most often the only one left, and its
+process would otherwise use one core of the machine's. The detectors run once, over those
 rows, the message table and the connection table, handed the rows as the shared tables they
 would otherwise make from the segment table (`DetectorInput.made`).
 """
@@ -34,6 +38,7 @@ from nagledetect.flows.grouped import joined_columns
 from nagledetect.flows.numbering import PacketsBySlice
 from nagledetect.flows.roles import ROLES
 from nagledetect.pipeline import ConnectionLevel, no_samples
+from nagledetect.read.threads import ahead
 
 Slices = Callable[[], Iterable[dict[str, np.ndarray]]]
 """Each call reads the part's packets again, a slice at a time, in file order."""
@@ -56,12 +61,16 @@ def connection_level_by_slices(slices: Slices, numbers_path: str, charts: bool =
         if not len(facts.table):
             return _without_packets(facts.table)
         drawn = ChartsBySlice(len(facts.table)) if charts else None
-        events = _SliceEvents(facts, drawn, packet_rows)
-        for position, (columns, numbered) in enumerate(
-                zip(slices(), _read_numbers(numbers_path, lengths))):
-            events.add(columns, numbered, int(facts.later_from_us[position]))
-            slice_read(len(numbered[0]))
-        level = events.level()
+        events = _SliceEvents(facts.table, drawn, packet_rows)
+        numbering = PacketsBySlice(facts)
+        numbered = ahead(_numbered(numbering, slices(), _read_numbers(numbers_path, lengths)),
+                         "numbering")
+        segmented = ahead(((packets, events.segments.add(packets)) for packets in numbered),
+                          "segments")
+        for position, (packets, segments) in enumerate(segmented):
+            events.add(packets, segments, int(facts.later_from_us[position]))
+            slice_read(len(packets))
+        level = events.level(numbering.connections())
         if drawn is not None:
             level.charts = _charts(drawn, level, facts, slices, numbers_path, lengths)
     finally:
@@ -80,6 +89,16 @@ def _charts(drawn: ChartsBySlice, level: ConnectionLevel, facts: ConnectionFacts
         for columns, numbered in zip(slices(), _read_numbers(numbers_path, lengths)):
             drawn.add_again(pd.DataFrame(numbering.add(columns, *numbered), copy=False))
     return drawn.charts(level.messages)
+
+
+def _numbered(numbering: PacketsBySlice, slices: Iterable[dict[str, np.ndarray]],
+              numbers: Iterable[tuple[np.ndarray, np.ndarray]]) -> Iterator[pd.DataFrame]:
+    """Pass 2's first stage: each slice's packet table, numbered."""
+    for columns, numbered in zip(slices, numbers):
+        packets = pd.DataFrame(numbering.add(columns, *numbered), copy=False)
+        del columns
+        packets["role"] = pd.Categorical.from_codes(packets["role"], categories=ROLES)
+        yield packets
 
 
 def _not_told(packets: int) -> None:
@@ -118,31 +137,26 @@ def _read_numbers(path: str, lengths: list[int]) -> Iterator[tuple[np.ndarray, n
 
 
 class _SliceEvents:
-    """Pass 2: each slice's packets made into the event rows that are kept."""
+    """Pass 2's last stage: each slice's packets and segments made into the event rows that
+    are kept. Its `segments` are made a stage before (`SegmentsBySlice.add`)."""
 
-    def __init__(self, facts: ConnectionFacts, drawn: ChartsBySlice | None,
+    def __init__(self, connections: pd.DataFrame, drawn: ChartsBySlice | None,
                  packet_rows: Callable[[pd.DataFrame], None] | None) -> None:
-        count = len(facts.table)
+        count = len(connections)
         self._drawn = drawn
         self._packet_rows = packet_rows
-        self._numbering = PacketsBySlice(facts)
-        self._segments = SegmentsBySlice(facts.table)
+        self.segments = SegmentsBySlice(connections)
         self._samples = SamplesBySlice()
         self._messages = MessagesBySlice(count)
         self._gaps = GapsBySlice(count)
         self._payloads = PayloadsBySlice()
         self._untimed: list[dict[str, np.ndarray]] = []
 
-    def add(self, columns: dict[str, np.ndarray], numbered: tuple[np.ndarray, np.ndarray],
-            later_from_us: int) -> None:
-        packets = pd.DataFrame(self._numbering.add(columns, *numbered), copy=False)
-        del columns
-        packets["role"] = pd.Categorical.from_codes(packets["role"], categories=ROLES)
+    def add(self, packets: pd.DataFrame, segments: pd.DataFrame, later_from_us: int) -> None:
         if self._drawn is not None:
             self._drawn.add(packets)
         if self._packet_rows is not None:
             self._packet_rows(packets)
-        segments = self._segments.add(packets)
         self._samples.add(segments, packets, later_from_us)
         segments = segments.drop(columns=list(LOOK_AHEAD_COLUMNS))
         segments["message"] = self._messages.add(segments)
@@ -150,9 +164,9 @@ class _SliceEvents:
         self._gaps.add(segments, packets[list(DETECTOR_PACKET_COLUMNS)])
         self._payloads.add(segments)
 
-    def level(self) -> ConnectionLevel:
-        """The detectors over what the slices left, once the last has been added."""
-        connections = self._numbering.connections()
+    def level(self, connections: pd.DataFrame) -> ConnectionLevel:
+        """The detectors over what the slices left, once the last has been added
+        (`connections`: the table pass 2's numbering completes)."""
         messages, first_number = self._messages.finish()
         untimed = joined_columns(self._untimed)
         untimed["message"] = untimed["message"] + first_number[untimed["connection"]]

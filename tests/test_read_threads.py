@@ -13,7 +13,7 @@ from nagledetect.analysis import analyze_capture
 from nagledetect.read import libpcap
 from nagledetect.read.capture import decoded_batches
 from nagledetect.read.libpcap import CaptureReader
-from nagledetect.read.threads import InlineExecutor
+from nagledetect.read.threads import InlineExecutor, ahead
 from nagledetect.report.document import build_document, write_json
 from tests.conftest import SAMPLE_TRACES
 
@@ -82,3 +82,44 @@ def test_an_inline_call_that_fails_raises_when_its_result_is_taken() -> None:
     assert future.done()
     with pytest.raises(ValueError, match="not a number"):
         future.result()
+
+
+def test_a_stage_ahead_gives_its_items_in_order_made_on_its_own_thread() -> None:
+    makers: list[str] = []
+
+    def made(count: int):
+        for number in range(count):
+            makers.append(threading.current_thread().name)
+            yield number
+
+    assert list(ahead(made(50), "stage")) == list(range(50))
+    assert set(makers) == {"stage_0"}
+
+
+def test_a_stage_ahead_makes_the_next_item_while_the_caller_holds_one() -> None:
+    """The caller, holding item 0, waits for the stage to start on item 1: without the stage
+    ahead it would wait forever (here, 10 s, and the test fails)."""
+    started = [threading.Event() for _ in range(3)]
+
+    def made():
+        for number, event in enumerate(started):
+            event.set()
+            yield number
+
+    stage = ahead(made(), "stage")
+    assert next(stage) == 0
+    assert started[1].wait(timeout=10)
+    assert list(stage) == [1, 2]
+
+
+def test_a_stages_error_is_raised_where_its_item_is_taken() -> None:
+    def made():
+        yield 1
+        yield 2
+        raise ValueError("slice 3 is broken")
+
+    taken = []
+    with pytest.raises(ValueError, match="slice 3 is broken"):
+        for item in ahead(ahead(made(), "first"), "second"):
+            taken.append(item)
+    assert taken == [1, 2]

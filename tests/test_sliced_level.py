@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import io
 import os
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -185,3 +186,32 @@ def test_parts_read_as_slices_give_the_whole_charts(name: str, monkeypatch) -> N
     sliced = analyze_capture(str(path), part_bytes=os.path.getsize(path) // 3 + 1).charts
     _assert_same_charts(sliced, whole)
     assert [h.address for h in sliced.hosts.delays] == [h.address for h in whole.hosts.delays]
+
+
+def test_pass_two_works_on_three_slices_at_once(tmp_path: Path) -> None:
+    """Numbering and data segments run ahead, each on a thread of its own: while the last
+    stage holds the first slice, the numbering takes the second slice and the third (the
+    last stage waits for that, 10 s at most; read one slice at a time it would wait in vain).
+    The results stay the whole run's (the tests above)."""
+    slices = _slices(SAMPLE_TRACES / "seed003-nagle.pcap", 20)
+    passes = [0]
+    third_taken = threading.Event()
+    heard: list[tuple[bool, set[str]]] = []
+
+    def watched() -> Iterator[dict[str, np.ndarray]]:
+        passes[0] += 1
+        for position, columns in enumerate(slices()):
+            if passes[0] == 2 and position == 2:
+                third_taken.set()
+            yield columns
+
+    def slice_read(packets: int) -> None:
+        if passes[0] == 2 and not heard:
+            heard.append((third_taken.wait(timeout=10),
+                          {thread.name for thread in threading.enumerate()}))
+
+    connection_level_by_slices(watched, str(tmp_path / "numbers"), slice_read=slice_read)
+    assert passes[0] == 2
+    taken, threads = heard[0]
+    assert taken
+    assert {"numbering_0", "segments_0"} <= threads

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
-from typing import Any
+from typing import Any, TypeVar
+
+Item = TypeVar("Item")
 
 THREADED_MIN_BYTES = 4 * 1024 * 1024
 """Captures smaller than this are read and decoded in the caller's thread (libpcap reads a
@@ -40,3 +42,19 @@ def executor(threads: int, name: str) -> Executor:
     if threads <= 0:
         return InlineExecutor()
     return ThreadPoolExecutor(max_workers=threads, thread_name_prefix=name)
+
+
+def ahead(items: Iterator[Item], name: str) -> Iterator[Item]:
+    """`items` in order, each made on a thread of its own while the caller works on the one
+    before: a pipeline stage, for steps that carry state from item to item and so cannot run
+    side by side. A stage's error is raised where the caller takes its item."""
+    done = object()
+
+    def following() -> Any:
+        return next(items, done)
+
+    with executor(1, name) as thread:
+        coming = thread.submit(following)
+        while (item := coming.result()) is not done:
+            coming = thread.submit(following)
+            yield item
