@@ -83,11 +83,12 @@ def connection_level_by_slices(slices: Slices, numbers_path: str, charts: bool =
 
 def _charts(drawn: ChartsBySlice, level: ConnectionLevel, facts: ConnectionFacts,
             slices: Slices, numbers_path: str, lengths: list[int]) -> ChartData:
-    """The third pass, for the connections whose graphs are drawn (none: no pass)."""
+    """The third pass, for the connections whose graphs are drawn (none: no pass), numbered a
+    slice ahead."""
     if drawn.worst(level.connections, level.findings):
-        numbering = PacketsBySlice(facts)
-        for columns, numbered in zip(slices(), _read_numbers(numbers_path, lengths)):
-            drawn.add_again(pd.DataFrame(numbering.add(columns, *numbered), copy=False))
+        numbered = _numbered(PacketsBySlice(facts), slices(), _read_numbers(numbers_path, lengths))
+        for packets in ahead(numbered, "numbering"):
+            drawn.add_again(packets)
     return drawn.charts(level.messages)
 
 
