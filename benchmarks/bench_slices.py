@@ -70,7 +70,10 @@ def _sliced(path: str, slice_packets: int, events: bool) -> int:
     from nagledetect.flows.roles import ROLES
 
     first = ConnectionsBySlice()
-    numbered = [first.add(columns) for columns in _slices(path, slice_packets)]
+    numbered = []
+    for columns in _slices(path, slice_packets):
+        pair, source_is_low = first.paired(columns)
+        numbered.append((first.add(columns, pair, source_is_low), source_is_low))
     facts = first.finish()
     second = PacketsBySlice(facts)
     segments = SegmentsBySlice(facts.table)

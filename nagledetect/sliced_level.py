@@ -109,12 +109,14 @@ def _not_told(packets: int) -> None:
 def _first_pass(slices: Slices, numbers_path: str, slice_read: Callable[[int], None]
                 ) -> tuple[ConnectionFacts, list[int]]:
     """Pass 1 over every slice: the connection facts, and each slice's packet count, its
-    packets' numbers written to `numbers_path` (read back, in order, as pass 2 wants them)."""
+    packets' numbers written to `numbers_path` (read back, in order, as pass 2 wants them).
+    Reading a slice and numbering its endpoint pairs run a slice ahead, on a thread."""
     facts = ConnectionsBySlice()
     lengths: list[int] = []
+    paired = ahead(((columns, facts.paired(columns)) for columns in slices()), "pairs")
     with open(numbers_path, "wb") as out:
-        for columns in slices():
-            connection, source_is_low = facts.add(columns)
+        for columns, (pair, source_is_low) in paired:
+            connection = facts.add(columns, pair, source_is_low)
             _write_numbers(out, connection, source_is_low)
             lengths.append(len(connection))
             slice_read(len(connection))

@@ -53,7 +53,8 @@ def _sliced(path: Path, slice_packets: int
         for start in range(0, len(columns["frame"]), slice_packets):
             slices.append({name: values[start:start + slice_packets]
                            for name, values in columns.items()})
-            numbers, low = facts.add(slices[-1])
+            pair, low = facts.paired(slices[-1])
+            numbers = facts.add(slices[-1], pair, low)
             connection.append(numbers)
             source_is_low.append(low)
     known = facts.finish()
@@ -208,7 +209,8 @@ def _segments_by_slice(path: Path, slice_packets: int
         for start in range(0, len(columns["frame"]), slice_packets):
             slices.append({name: values[start:start + slice_packets]
                            for name, values in columns.items()})
-            slices[-1]["numbers"] = facts.add(slices[-1])
+            pair, low = facts.paired(slices[-1])
+            slices[-1]["numbers"] = (facts.add(slices[-1], pair, low), low)
     known = facts.finish()
     numbering = PacketsBySlice(known)
     segments_by_slice = SegmentsBySlice(known.table)

@@ -88,7 +88,8 @@ class ConnectionFacts:
 
 
 class ConnectionsBySlice:
-    """Pass 1: feed the slices in file order to `add`, then call `finish`."""
+    """Pass 1: feed the slices in file order to `paired` and then `add`, then call
+    `finish`."""
 
     def __init__(self) -> None:
         self._endpoint_pairs = EndpointPairs()
@@ -100,15 +101,22 @@ class ConnectionsBySlice:
         self._size_counts = size_counts_of(np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))
         self._slice_first_us: list[int] = []
 
-    def add(self, columns: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-        """Take the next slice (decoded columns, file order): each packet's connection number
-        (as a whole run numbers them) and whether its source is the lower endpoint (its
-        direction is `source_is_low == client_is_low[connection]`, once known)."""
+    def paired(self, columns: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+        """The first step of `add`, for the next slice (decoded columns, file order): each
+        packet's endpoint pair, numbered on from those of earlier slices, and whether its
+        source is the lower endpoint. It carries state of its own only, so it can run a slice
+        ahead of `add`."""
+        return self._endpoint_pairs.assign(columns)
+
+    def add(self, columns: dict[str, np.ndarray], pair: np.ndarray, src_is_low: np.ndarray
+            ) -> np.ndarray:
+        """Take the next slice, with what `paired` gave for it: each packet's connection
+        number, as a whole run numbers them (its direction is `src_is_low ==
+        client_is_low[connection]`, once known)."""
         if not self._connections.count:
             self._connections = KeyedColumns(_typed_as(CONNECTION_MISSING, columns))
         self._slice_first_us.append(int(columns["time_us"].min(initial=NOT_YET)))
         known_pairs = self._pairs.count
-        pair, src_is_low = self._endpoint_pairs.assign(columns)
         self._pairs.grow(int(pair.max(initial=known_pairs - 1)) + 1)
         new_rows = np.flatnonzero(pair >= known_pairs)
         new_pair_first = new_rows[np.unique(pair[new_rows], return_index=True)[1]]
@@ -117,7 +125,7 @@ class ConnectionsBySlice:
         self._note_pairs(columns, pair)
         self._note_connections(columns, connection, first_rows, pair, src_is_low)
         self._note_sides(columns, connection, src_is_low)
-        return connection, src_is_low
+        return connection
 
     def _lifetime_starts(self, columns: dict[str, np.ndarray], pair: np.ndarray,
                          new_pair_first: np.ndarray) -> np.ndarray:
