@@ -94,7 +94,7 @@ def _charts(drawn: ChartsBySlice, level: ConnectionLevel, facts: ConnectionFacts
 
 def _numbered(numbering: PacketsBySlice, slices: Iterable[dict[str, np.ndarray]],
               numbers: Iterable[tuple[np.ndarray, np.ndarray]]) -> Iterator[pd.DataFrame]:
-    """Pass 2's first stage: each slice's packet table, numbered."""
+    """The first stage of passes 2 and 3: each slice's packet table, numbered."""
     for columns, numbered in zip(slices, numbers):
         packets = pd.DataFrame(numbering.add(columns, *numbered), copy=False)
         del columns
