@@ -125,11 +125,12 @@ PARTS_STAGE = "packets analysed"
 """The stage of the parts, counted in packets: a huge part's slices move it on as they go."""
 PASSES = 2
 """Each packet of a part is counted twice: a part read whole when it is done, a part read a
-slice at a time as each of its two passes reads a slice."""
+slice at a time as each of its two passes reads a slice; three times when the charts are
+drawn (`passes_of`)."""
 PROGRESS_POLL_S = 0.5
 """How often the main process looks at the packets its part workers have read."""
 PassesCallback = Callable[[int], None]
-"""Told a count of packets read by a part's passes (`PASSES` a packet in all)."""
+"""Told a count of packets read by a part's passes (`passes_of` a packet in all)."""
 HOST_STAGE = "host buckets fingerprinted"
 StageCallback = Callable[[str, int, int], None]
 """Told how a stage after the read gets on: its name, the units done, the units in all."""
@@ -178,7 +179,7 @@ def analyze_in_parts(path: str, bpf_filter: str | None, progress: ProgressCallba
         total = sum(part_packets(part) for part in files)
 
         def passes_done(passes: int) -> None:
-            stages(PARTS_STAGE, passes // PASSES, total)
+            stages(PARTS_STAGE, passes // passes_of(wanted), total)
 
         stages(PARTS_STAGE, 0, total)
         if workers > 1 and files:
@@ -213,7 +214,7 @@ def _parts_in_parallel(files: list[tuple[str, str, np.dtype]], buckets: int, wor
     only, up to COMPANION_PART_FILE_BYTES of them). Results are yielded as they come, with their
     part's index. The cyclic collector is paused here while results are unpickled; the workers,
     forked meanwhile, start with it on and pause it for each part. `passes_done` hears, every
-    PROGRESS_POLL_S, how many packets the workers' passes have read (`PASSES` a packet)."""
+    PROGRESS_POLL_S, how many packets the workers' passes have read (`passes_of` a packet)."""
     sizes = [os.path.getsize(packets_file) for packets_file, _, _ in files]
     waiting = sorted(range(len(files)), key=lambda index: -sizes[index])
     running: dict[Future, int] = {}
@@ -331,7 +332,7 @@ def part_result(files: tuple[str, str, np.dtype], buckets: int, wanted: Wanted,
     segment and message tables are let go before its findings are pickled (a part of one huge
     connection holds hundreds of MB in each), unless they are wanted. The cyclic collector is
     paused for the part and runs between parts. `passes_read` hears of the packets its passes
-    read as they are read: `PASSES` for each of its packets in all."""
+    read as they are read: `passes_of` for each of its packets in all."""
     with collector_paused():
         level, written = _part_level(files, wanted, passes_read or _no_passes)
         charts = level.charts
@@ -366,8 +367,14 @@ def _part_level(files: tuple[str, str, np.dtype], wanted: Wanted, passes_read: P
             packet_rows=None if written is None else written.write), written
     level = connection_level(build_flows(part_batches(files)), fingerprint=False,
                              keep_packets=wanted.charts or wanted.tables)
-    passes_read(PASSES * packets)
+    passes_read(passes_of(wanted) * packets)
     return level, None
+
+
+def passes_of(wanted: Wanted) -> int:
+    """How many times a part's packets are counted: a part read a slice at a time reads the
+    packets of the connections whose graphs are drawn in a third pass (`sliced_level`)."""
+    return PASSES + 1 if wanted.charts else PASSES
 
 
 def _no_passes(passes: int) -> None:

@@ -53,7 +53,7 @@ def connection_level_by_slices(slices: Slices, numbers_path: str, charts: bool =
     number waits between the passes in a file at `numbers_path`, removed after. With
     `charts`, also what the charts draw of it (`chart_data.ChartsBySlice`): a third pass reads
     the packets of the connections whose graphs are drawn. `slice_read` hears each slice's
-    packets as passes 1 and 2 read them. With `packet_rows`, each slice's rows of the packet
+    packets as each pass reads them. With `packet_rows`, each slice's rows of the packet
     table go to it as they are made, and the message table is kept (`--tables`)."""
     slice_read = slice_read or _not_told
     try:
@@ -72,7 +72,8 @@ def connection_level_by_slices(slices: Slices, numbers_path: str, charts: bool =
             slice_read(len(packets))
         level = events.level(numbering.connections())
         if drawn is not None:
-            level.charts = _charts(drawn, level, facts, slices, numbers_path, lengths)
+            level.charts = _charts(drawn, level, facts, slices, numbers_path, lengths,
+                                   slice_read)
     finally:
         if os.path.exists(numbers_path):
             os.unlink(numbers_path)
@@ -82,13 +83,18 @@ def connection_level_by_slices(slices: Slices, numbers_path: str, charts: bool =
 
 
 def _charts(drawn: ChartsBySlice, level: ConnectionLevel, facts: ConnectionFacts,
-            slices: Slices, numbers_path: str, lengths: list[int]) -> ChartData:
-    """The third pass, for the connections whose graphs are drawn (none: no pass), numbered a
-    slice ahead."""
-    if drawn.worst(level.connections, level.findings):
-        numbered = _numbered(PacketsBySlice(facts), slices(), _read_numbers(numbers_path, lengths))
-        for packets in ahead(numbered, "numbering"):
-            drawn.add_again(packets)
+            slices: Slices, numbers_path: str, lengths: list[int],
+            slice_read: Callable[[int], None]) -> ChartData:
+    """The third pass, for the connections whose graphs are drawn; `slice_read` hears of its
+    slices as passes 1 and 2 do (when nothing is drawn there is no pass, and it hears of all
+    the packets at once). Numbering is nearly all its work, so it is not a pipeline."""
+    if not drawn.worst(level.connections, level.findings):
+        slice_read(sum(lengths))
+        return drawn.charts(level.messages)
+    for packets in _numbered(PacketsBySlice(facts), slices(),
+                             _read_numbers(numbers_path, lengths)):
+        drawn.add_again(packets)
+        slice_read(len(packets))
     return drawn.charts(level.messages)
 
 

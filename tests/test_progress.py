@@ -143,3 +143,30 @@ def test_a_huge_part_moves_the_line_on_slice_by_slice(draw_at_once, monkeypatch,
             if (found := re.search(r"packets analysed ([\d,]+) of 300,000", line))]
     assert done[0] == 0 and done[-1] == 300_000 and done == sorted(done)
     assert len(set(done)) == 11
+
+
+def test_a_huge_parts_third_pass_for_the_charts_moves_the_line_too(draw_at_once, monkeypatch,
+                                                                   tmp_path) -> None:
+    """With the charts (`report`), such a part reads the packets of the connections it draws
+    a third time, and counts them as it goes: the line does not stand at its end meanwhile.
+    The same 300,000 packets, whose one connection is drawn (seed003's stalls): 5 slices a
+    pass, three passes."""
+    from nagledetect import parts
+
+    path = tmp_path / "one.pcap"
+    subprocess.run([sys.executable, str(PROJECT / "benchmarks" / "make_large_capture.py"),
+                    str(SAMPLE_TRACES / "seed003-nagle.pcap"), str(path), "--packets",
+                    "300000", "--connections", "1"], check=True, capture_output=True)
+    monkeypatch.setattr(parts, "SLICED_PART_PACKETS", 0)
+    monkeypatch.setattr(parts, "SLICE_PACKETS", 1)
+    terminal = _Terminal()
+    progress = ProgressLine(str(path), terminal)
+    analysis = analyze_capture(str(path), progress=progress,
+                               part_bytes=os.path.getsize(path) // 2, stages=progress.stage,
+                               charts=True)
+    progress.done()
+    assert analysis.charts.worst, "the connection's time-sequence graph is drawn"
+    done = [int(found.group(1).replace(",", "")) for line in _lines(terminal.getvalue())
+            if (found := re.search(r"packets analysed ([\d,]+) of 300,000", line))]
+    assert done[0] == 0 and done[-1] == 300_000 and done == sorted(done)
+    assert len(set(done)) == 16
