@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from nagledetect import load_capture
-from nagledetect.analysis import Wanted, analyze_capture
+from nagledetect.analysis import Analysis, Wanted, analyze_capture
 from nagledetect.cli import _analyze_in_processes
 from nagledetect.progress import ProgressLine
 from tests.conftest import PROJECT, SAMPLE_TRACES
@@ -120,37 +120,11 @@ def test_a_compressed_capture_shows_its_decompression_then_its_read(draw_at_once
     assert f"{capture.accounting.packets_read:,} packets" in lines[-1]
 
 
-def test_a_huge_part_moves_the_line_on_slice_by_slice(draw_at_once, monkeypatch,
-                                                     tmp_path) -> None:
-    """A part read a slice at a time counts its packets as each of its two passes reads a
-    slice, so the line moves on within it: 300,000 packets of seed003's exchange in one
-    connection (`make_large_capture.py --connections 1`, all TCP), one part read in blocks of
-    the 65,536 packets a batch holds, so 5 slices a pass."""
-    from nagledetect import parts
-
-    path = tmp_path / "one.pcap"
-    subprocess.run([sys.executable, str(PROJECT / "benchmarks" / "make_large_capture.py"),
-                    str(SAMPLE_TRACES / "seed003-nagle.pcap"), str(path), "--packets",
-                    "300000", "--connections", "1"], check=True, capture_output=True)
-    monkeypatch.setattr(parts, "SLICED_PART_PACKETS", 0)
-    monkeypatch.setattr(parts, "SLICE_PACKETS", 1)
-    terminal = _Terminal()
-    progress = ProgressLine(str(path), terminal)
-    analyze_capture(str(path), progress=progress, part_bytes=os.path.getsize(path) // 2,
-                    stages=progress.stage, charts=False)
-    progress.done()
-    done = [int(found.group(1).replace(",", "")) for line in _lines(terminal.getvalue())
-            if (found := re.search(r"packets analysed ([\d,]+) of 300,000", line))]
-    assert done[0] == 0 and done[-1] == 300_000 and done == sorted(done)
-    assert len(set(done)) == 11
-
-
-def test_a_huge_parts_third_pass_for_the_charts_moves_the_line_too(draw_at_once, monkeypatch,
-                                                                   tmp_path) -> None:
-    """With the charts (`report`), such a part reads the packets of the connections it draws
-    a third time, and counts them as it goes: the line does not stand at its end meanwhile.
-    The same 300,000 packets, whose one connection is drawn (seed003's stalls): 5 slices a
-    pass, three passes."""
+def _one_connection_read_by_slices(monkeypatch, tmp_path, charts: bool
+                                   ) -> tuple[Analysis, list[int]]:
+    """300,000 packets of seed003's exchange in one connection (`make_large_capture.py
+    --connections 1`, all TCP), one part read in blocks of the 65,536 packets a batch holds,
+    so 5 slices a pass: the analysis, and the packets analysed as the line showed them."""
     from nagledetect import parts
 
     path = tmp_path / "one.pcap"
@@ -163,10 +137,27 @@ def test_a_huge_parts_third_pass_for_the_charts_moves_the_line_too(draw_at_once,
     progress = ProgressLine(str(path), terminal)
     analysis = analyze_capture(str(path), progress=progress,
                                part_bytes=os.path.getsize(path) // 2, stages=progress.stage,
-                               charts=True)
+                               charts=charts)
     progress.done()
-    assert analysis.charts.worst, "the connection's time-sequence graph is drawn"
     done = [int(found.group(1).replace(",", "")) for line in _lines(terminal.getvalue())
             if (found := re.search(r"packets analysed ([\d,]+) of 300,000", line))]
     assert done[0] == 0 and done[-1] == 300_000 and done == sorted(done)
+    return analysis, done
+
+
+def test_a_huge_part_moves_the_line_on_slice_by_slice(draw_at_once, monkeypatch,
+                                                     tmp_path) -> None:
+    """A part read a slice at a time counts its packets as each of its two passes reads a
+    slice, so the line moves on within it."""
+    _, done = _one_connection_read_by_slices(monkeypatch, tmp_path, charts=False)
+    assert len(set(done)) == 11
+
+
+def test_a_huge_parts_third_pass_for_the_charts_moves_the_line_too(draw_at_once, monkeypatch,
+                                                                   tmp_path) -> None:
+    """With the charts (`report`), such a part reads the packets of the connections it draws
+    a third time, and counts them as it goes: the line does not stand at its end meanwhile
+    (its one connection is drawn: seed003's stalls)."""
+    analysis, done = _one_connection_read_by_slices(monkeypatch, tmp_path, charts=True)
+    assert analysis.charts.worst, "the connection's time-sequence graph is drawn"
     assert len(set(done)) == 16
