@@ -18,7 +18,7 @@ import pandas as pd
 
 from nagledetect.detectors import nagle_stall
 from nagledetect.detectors.model import Finding, HostProfile
-from nagledetect.flows.grouped import key_order
+from nagledetect.flows.grouped import found_in_sorted, key_order
 
 MAX_POINTS = 20_000
 """Points of one trace that a browser is asked to draw; more are evenly sampled."""
@@ -379,8 +379,7 @@ class ChartsBySlice:
 def _in_sorted(values: np.ndarray, chosen: np.ndarray) -> np.ndarray:
     """Whether each value is one of `chosen` (sorted, made once for every slice it is asked
     of: a connection's released frames, a trace's drawn positions)."""
-    position = np.minimum(np.searchsorted(chosen, values), max(len(chosen) - 1, 0))
-    return (chosen[position] == values) if len(chosen) else np.zeros(len(values), dtype=bool)
+    return found_in_sorted(chosen, values)[1] if len(chosen) else np.zeros(len(values), dtype=bool)
 
 
 def busiest_hosts(hosts: Mapping[str, HostProfile],

@@ -42,6 +42,7 @@ from nagledetect.detectors.delack_timer import fingerprint_hosts, host_fingerpri
 from nagledetect.detectors.model import Finding, HostProfile
 from nagledetect.errors import InputError
 from nagledetect.flows.build import build_flows
+from nagledetect.flows.grouped import found_in_sorted
 from nagledetect.flows.partition import (
     PartitionedPackets,
     part_batches,
@@ -334,7 +335,7 @@ def part_result(files: tuple[str, str, np.dtype], buckets: int, wanted: Wanted,
     paused for the part and runs between parts. `passes_read` hears of the packets its passes
     read as they are read: `passes_of` for each of its packets in all."""
     with collector_paused():
-        level, written = _part_level(files, wanted, passes_read or _no_passes)
+        level, written = _part_level(files, wanted, passes_read)
         charts = level.charts
         if charts is None and wanted.charts:
             charts = connection_charts(level.packets, level.connections, level.messages,
@@ -353,8 +354,8 @@ def part_result(files: tuple[str, str, np.dtype], buckets: int, wanted: Wanted,
                           charts, tables)
 
 
-def _part_level(files: tuple[str, str, np.dtype], wanted: Wanted, passes_read: PassesCallback
-                ) -> tuple[ConnectionLevel, WrittenChunks | None]:
+def _part_level(files: tuple[str, str, np.dtype], wanted: Wanted,
+                passes_read: PassesCallback | None) -> tuple[ConnectionLevel, WrittenChunks | None]:
     """A part's connection level: read a slice at a time when it is large (`sliced_level`),
     its packet table then written a chunk at a time where it is wanted (`--tables`, the
     chunks returned), else whole."""
@@ -367,7 +368,8 @@ def _part_level(files: tuple[str, str, np.dtype], wanted: Wanted, passes_read: P
             packet_rows=None if written is None else written.write), written
     level = connection_level(build_flows(part_batches(files)), fingerprint=False,
                              keep_packets=wanted.charts or wanted.tables)
-    passes_read(passes_of(wanted) * packets)
+    if passes_read is not None:
+        passes_read(passes_of(wanted) * packets)
     return level, None
 
 
@@ -375,10 +377,6 @@ def passes_of(wanted: Wanted) -> int:
     """How many times a part's packets are counted: a part read a slice at a time reads the
     packets of the connections whose graphs are drawn in a third pass (`sliced_level`)."""
     return PASSES + 1 if wanted.charts else PASSES
-
-
-def _no_passes(passes: int) -> None:
-    """Where nobody is told how a part's passes get on."""
 
 
 def _part_result_file(files: tuple[str, str, np.dtype], buckets: int, wanted: Wanted) -> str:
@@ -746,8 +744,7 @@ class _HostTimers:
         if not len(self.addresses):
             return [None] * len(hosts)
         wanted = np.array(hosts, dtype=object)
-        position = np.minimum(np.searchsorted(self.addresses, wanted), len(self.addresses) - 1)
-        found = self.addresses[position] == wanted
+        position, found = found_in_sorted(self.addresses, wanted)
         timer = np.where(found, self.timer_ms[position], np.nan)
         return [None if value != value else value for value in timer.tolist()]
 

@@ -18,7 +18,7 @@ from nagledetect.detectors.model import DetectorInput, Finding, released_frames
 from nagledetect.detectors.nagle_stall import KIND as STALL_KIND
 from nagledetect.detectors.nagle_stall import UNTIMED_STALLS, untimed_of_segments
 from nagledetect.flows.connections import direction_key
-from nagledetect.flows.grouped import KeyGroups, distinct
+from nagledetect.flows.grouped import KeyGroups, distinct, found_in_sorted
 
 KIND = "segment-parity"
 MIN_MESSAGES = 3
@@ -32,12 +32,10 @@ def stalled_messages(columns: DetectorInput) -> np.ndarray:
     did (in frame order, one row per frame). The last reader of that table: it goes after."""
     released = released_frames(columns.earlier_findings, (STALL_KIND,))
     untimed = columns.taken(UNTIMED_STALLS, untimed_of_segments)
-    frame = untimed["frame"]
-    if not len(frame):
+    if not len(untimed["frame"]):
         return np.zeros(0, dtype=np.int64)
-    position = np.minimum(np.searchsorted(frame, released), len(frame) - 1)
-    found = position[frame[position] == released]
-    return distinct(untimed["message"][found])
+    position, found = found_in_sorted(untimed["frame"], released)
+    return distinct(untimed["message"][position[found]])
 
 
 def parity_table(columns: DetectorInput) -> pd.DataFrame:

@@ -18,6 +18,7 @@ import pandas as pd
 
 from nagledetect.events.messages import median_from_counts
 from nagledetect.flows.connections import direction_key
+from nagledetect.flows.grouped import group_starts
 
 PAYLOAD_SIZES = "payload_sizes"
 """The name detectors share it under (`DetectorInput.shared`)."""
@@ -36,8 +37,7 @@ class PayloadCounts:
 
     @cached_property
     def _first(self) -> np.ndarray:
-        return np.flatnonzero(np.r_[True, self.key[1:] != self.key[:-1]]) if len(self.key) else (
-            np.zeros(0, dtype=np.int64))
+        return np.flatnonzero(group_starts(self.key))
 
     def keys(self) -> np.ndarray:
         return self.key[self._first]
