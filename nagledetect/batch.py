@@ -218,9 +218,10 @@ def _analysis(capture: _Read, connections: Rows, findings: list[Finding],
     """One capture's host step, as a capture held whole makes it, and its analysis."""
     hosts = host_fingerprints(samples)
     for finding in findings:
-        if finding.kind == nagle_stall.KIND:
+        if finding.kind in (nagle_stall.KIND, nagle_stall.RTT_HOLD_KIND):
             host = hosts.get(str(finding.receiver_host))
-            nagle_stall.rescore(finding, host.delack_timer_ms if host else None)
+            nagle_stall.rescore(finding, host.delack_timer_ms if host else None,
+                                host.delack_samples if host else 0)
     phase_findings = phase_lock_findings(hosts, samples, findings)
     empty = shared_empty_tables()
     return Analysis(Capture(capture.path, empty.packets, connections, empty.sack_blocks,

@@ -608,18 +608,21 @@ class _HostStep:
         columns = HostColumns(self._collected.spill)
         addresses: list[str] = []
         timers: list[float | None] = []
+        samples: list[int] = []
         buckets = self._collected.buckets
         for done, found in enumerate(_forked_map(self.bucket_hosts, range(buckets), workers),
                                      start=1):
             stages(HOST_STAGE, done, buckets)
             addresses += found.rows.columns["address"]
             timers += found.timers_ms
+            samples += found.rows.columns["delack_samples"]
             self.phase_findings += found.phase_findings
             columns.add(found.rows)
         by_address = np.array(addresses, dtype=object)
         order = name_order(by_address)
         timer_ms = np.array([np.nan if t is None else t for t in timers], dtype=np.float64)
-        return columns.by_address(), _HostTimers(by_address[order], timer_ms[order])
+        return columns.by_address(), _HostTimers(by_address[order], timer_ms[order],
+                                                 np.array(samples, dtype=np.int64)[order])
 
     def with_samples(self, profiles: list[HostProfile]) -> list[HostProfile]:
         """Stored profiles with their per-sample arrays, fingerprinted again from their own
@@ -735,18 +738,22 @@ def _forked_map(work: Callable[[int], Any], items: range, workers: int) -> Itera
 
 @dataclass
 class _HostTimers:
-    """Each host's delayed-ACK timer before phase locking refines it (NaN: none), by address."""
+    """Each host's delayed-ACK timer before phase locking refines it (NaN: none), and the samples
+    it rests on, by address."""
 
     addresses: np.ndarray
     timer_ms: np.ndarray
+    samples: np.ndarray
 
-    def of(self, hosts: list[str]) -> list[float | None]:
+    def of(self, hosts: list[str]) -> list[tuple[float | None, int]]:
         if not len(self.addresses):
-            return [None] * len(hosts)
+            return [(None, 0)] * len(hosts)
         wanted = np.array(hosts, dtype=object)
         position, found = found_in_sorted(self.addresses, wanted)
         timer = np.where(found, self.timer_ms[position], np.nan)
-        return [None if value != value else value for value in timer.tolist()]
+        samples = np.where(found, self.samples[position], 0)
+        return [(None if value != value else value, count)
+                for value, count in zip(timer.tolist(), samples.tolist())]
 
 
 def _stall_seconds_reader(spill: SpillFile, columns: _FindingColumns
@@ -807,8 +814,9 @@ class _CaptureWideFinding:
     timers: _HostTimers
 
     def __call__(self, positions: np.ndarray, findings: list[Finding]) -> None:
-        stalls = [f for f in findings if f.kind == nagle_stall.KIND]
-        for finding, timer in zip(stalls, self.timers.of([str(f.receiver_host) for f in stalls])):
-            nagle_stall.rescore(finding, timer)
+        stalls = [f for f in findings if f.kind in (nagle_stall.KIND, nagle_stall.RTT_HOLD_KIND)]
+        for finding, (timer, samples) in zip(
+                stalls, self.timers.of([str(f.receiver_host) for f in stalls])):
+            nagle_stall.rescore(finding, timer, samples)
         for finding, connection_id in zip(findings, self.ranked_connection[positions].tolist()):
             finding.connection = connection_id

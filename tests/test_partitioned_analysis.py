@@ -198,11 +198,12 @@ def test_pieces_of_a_capture_find_its_stalls_where_they_keep_the_handshake(tmp_p
     """What docs/user-guide.md says of a capture cut in time (`editcap`) when its huge
     connection does not fit in memory. seed003 (246 packets, its handshake at frames 5-7, 39
     stalls) cut after frame 120: the first piece finds exactly the whole capture's stalls whose
-    three frames lie in it. The second piece starts mid-connection: its round trip is taken
-    from ACK lags, and here every ACK is delayed or answered late (10 ms, not 13 us), so none of
-    its stalls passes the hold test, and its report warns of that. Given the handshake's frames
-    too (`editcap -r FILE OUT 1-8 121-240`), it finds every stall of frames 121-240, the same
-    frames less the 112 packets left out."""
+    three frames lie in it. The second piece starts mid-connection: its round trips are taken
+    from ACK lags (10.3 ms to the client, whose ACKs come late, not 13 us), and its report warns
+    of that; the ACK delays are measured against the round trip to the receiver (28 us), so it
+    still finds the 23 stalls of frames 121-240, at low confidence (causality checked loosely,
+    MSS estimated). Given the handshake's frames too (`editcap -r FILE OUT 1-8 121-240`), it
+    finds the same stalls, the same frames less the 112 packets left out."""
     from tests.conftest import require_tool
 
     editcap = require_tool("editcap")
@@ -222,9 +223,11 @@ def test_pieces_of_a_capture_find_its_stalls_where_they_keep_the_handshake(tmp_p
     assert len(whole) == 39
     assert stall_frames(first) == [frames for frames in whole if max(frames) <= 120]
     assert len(stall_frames(first)) == 15
-    assert stall_frames(second) == []
+    in_second = [frames for frames in whole if min(frames) >= 121 and max(frames) <= 240]
+    assert stall_frames(second, offset=120) == in_second
+    assert {f.confidence for f in analyze_capture(second).findings
+            if f.kind == "nagle-delack-stall"} == {"low"}
     warnings = build_document([analyze_capture(second)])["captures"][0]["warnings"]
     assert any("round trip taken from ACK lags" in warning for warning in warnings)
-    assert stall_frames(kept, offset=112) == [frames for frames in whole if min(frames) >= 121
-                                              and max(frames) <= 240]
+    assert stall_frames(kept, offset=112) == in_second
     assert len(stall_frames(kept)) == 23

@@ -3,8 +3,8 @@
 A sample is the pure ACK that answers a lone unacknowledged segment: when the segment left,
 everything before it was acknowledged; the sender sent no more data and the receiver no data
 before that ACK. The receiver's holding time is the ACK's lag at the tap minus the round trip
-between the tap and the receiver. Holding times of 10 ms or more (and well above the RTT) are
-delayed ACKs; their mode is the timer. Stack families by timer (SPEC section 2): Linux 40 ms
+between the tap and the receiver. Holding times of 10 ms or more (and well above that round trip)
+are delayed ACKs; their mode is the timer. Stack families by timer (SPEC section 2): Linux 40 ms
 minimum, BSD/macOS about 100 ms, Windows 200 ms.
 """
 
@@ -85,7 +85,6 @@ def samples_of(lone: Mapping[str, np.ndarray], connections: pd.DataFrame) -> pd.
     ack_time_us = column("next_peer_time_us")
     lag_ms = (ack_time_us - column("time_us")) / 1000
     rtt_ms = receiver_side_rtt_ms(connections, lone_connection, lone_direction)
-    total_rtt_ms = np.nan_to_num(by_connection(connections, "rtt_ms", lone_connection), nan=0.0)
     hold_ms = lag_ms - rtt_ms
     receiver = np.where(lone_direction == 0,
                         by_connection(connections, "server_address", lone_connection),
@@ -98,7 +97,7 @@ def samples_of(lone: Mapping[str, np.ndarray], connections: pd.DataFrame) -> pd.
         "ack_frame": column("next_peer_frame"),
         "ack_time_s": ack_time_us / 1e6,
         "hold_ms": hold_ms,
-        "delayed": hold_ms >= np.maximum(MIN_DELAYED_HOLD_MS, RTT_MULTIPLE * total_rtt_ms),
+        "delayed": hold_ms >= np.maximum(MIN_DELAYED_HOLD_MS, RTT_MULTIPLE * rtt_ms),
     }, copy=False)
     return samples
 

@@ -1,16 +1,28 @@
-"""The headline: a small segment held by Nagle until the peer's delayed ACK released it.
+"""The headline: a small segment Nagle held until the peer's ACK released it.
 
 In one direction (SPEC section 4.1): the receiver's pure ACK acknowledges exactly everything the
-sender had sent (more would mean the capture missed data, and its timing proves nothing); that
-ACK came a delayed-ACK time after the sender's previous data (far longer than the round trip,
-and at most 500 ms, RFC 1122's limit); and a small segment (or a super-segment's small tail)
-left right after the ACK, within the time the sender needs to react as seen from the tap:
-microseconds at the sender, one round trip between tap and sender elsewhere (between half and
-1.3 times that round trip, plus 1 ms; no lower bound when that round trip is under 1 ms).
-No data from the receiver came in between (else it is think time), the sender retransmitted
-nothing (else it is loss recovery) and the window was open (else it is a zero window). The
-stall lasts from the previous data segment to the released one. A one-way stream whose held
-data accumulates is named stream coalescing instead (found first).
+sender had sent (more would mean the capture missed data, and its timing proves nothing), no
+data from the receiver came in between (else it is think time), the sender retransmitted nothing
+(else it is loss recovery) and the window was open (else it is a zero window). Then a small
+segment (or a super-segment's small tail) left after that ACK, and the release is tied to the ACK
+only where physics allows it:
+
+- at a remote vantage, no sooner than the tap-to-sender round trip measured on the connection
+  (less a tolerance for timestamp jitter): the ACK has to reach the sender and the released
+  segment come back; a segment seen sooner left before the ACK could release it;
+- near the sender, within a few times the sender's own turnaround (its handshake answer, or its
+  quickest ACK), as a kernel releases held data while it processes the ACK.
+
+Two kinds: `nagle-delack-stall` when that ACK came a delayed-ACK time after the data (far longer
+than the round trip, at most 500 ms, RFC 1122's limit), `nagle-rtt-hold` when it was the ordinary
+ACK one round trip after the data (on a long path, Nagle's whole cost). Either way the stall
+lasts from the previous data segment to the released one.
+
+A trace cannot show when a write happened. A sender whose small data sometimes follows such an
+ACK later than it could have been released, or sooner than the ACK could reach it, writes on its
+own clock: its "releases" may be paced writes that happened to follow the ACK, so its finding
+says so, its confidence is low and its time is an upper bound. A one-way stream whose held data
+accumulates is named stream coalescing instead (found first).
 """
 
 from __future__ import annotations
@@ -20,9 +32,11 @@ from typing import NamedTuple
 import numpy as np
 import pandas as pd
 
+from nagledetect.detectors import kinds
 from nagledetect.detectors.delack_timer import (
     MIN_DELAYED_HOLD_MS,
     RTT_MULTIPLE,
+    STACK_FAMILIES,
     receiver_side_rtt_ms,
 )
 from nagledetect.detectors.model import (
@@ -36,24 +50,60 @@ from nagledetect.events.segments import PURE_ACK_ROLES, role_in
 from nagledetect.flows.connections import by_connection
 from nagledetect.flows.grouped import KeyGroups
 
-KIND = "nagle-delack-stall"
-STREAM_COALESCING_KIND = "stream-coalescing"
-MIN_REACTION_LIMIT_MS = 1.0
+KIND = kinds.NAGLE_DELACK_STALL
+RTT_HOLD_KIND = kinds.NAGLE_RTT_HOLD
+STREAM_COALESCING_KIND = kinds.STREAM_COALESCING
+
+MIN_STALL_MS = 10.0
+"""The shortest stall either kind reports: a gap shorter than this is named by no detector."""
+SENDER_TURNAROUND_FACTOR = 4.0
+"""Near the sender, a release within this many times its own turnaround is tied to the ACK."""
+MIN_REACTION_LIMIT_MS = 0.5
+"""Near the sender, the reaction limit never falls below this (a turnaround of a few us on a veth
+says little about how fast the same host releases data while busy: releases of 0.25-0.45 ms are
+seen from a virtual machine whose handshake answers took 0.03-0.2 ms)."""
 REACTION_RTT_FACTOR = 1.3
-REACTION_FLOOR_FACTOR = 0.5
-MAX_DELAYED_HOLD_MS = 600.0
+REACTION_RTT_SLACK_MS = 1.0
+"""At a remote vantage, a release arrives at most this late after one round trip to the sender."""
+CAUSALITY_TOLERANCE_SHARE = 0.03
+CAUSALITY_JITTER_MS = 0.5
+"""A release may arrive this much sooner than the measured tap-to-sender round trip (the larger of
+the two): timestamp jitter, and a minimum round trip measured on few packets."""
 UNKNOWN_RTT_REACTION_LIMIT_MS = 5.0
+MAX_DELAYED_HOLD_MS = 600.0
+ORDINARY_ACK_FACTOR = 1.5
+ORDINARY_ACK_SLACK_MS = 2.0
+"""An ACK whose lag is at most this multiple of the tap-to-receiver round trip, plus the slack,
+was not delayed (its receiver answered as soon as the data came)."""
+LATE_HORIZON_FACTOR = 2.0
+LATE_HORIZON_MS = 10.0
+"""Small data later than the reaction limit but within this horizon (twice the limit plus 10 ms)
+competed with a release: it shows that the sender writes on its own clock."""
+OWN_CLOCK_MIN = 2
+OWN_CLOCK_SHARE = 0.1
+"""A direction writes on its own clock when at least this many, and this share, of its small
+segments after an all-acknowledging ACK were not tied to it."""
 TIMER_MATCH_SHARE = 0.25
+MIN_INDEPENDENT_SAMPLES = 3
+"""A host's fingerprinted timer counts as independent evidence for a finding only when it rests
+on at least this many samples besides the finding's own ACKs, and on no fewer than those."""
+CLUSTER_SPREAD_SHARE = 0.1
 REPEATED = 3
 TINY_WRITE_BYTES = 16
 TINY_WRITE_FACTOR = 4
 MAX_TINY_WRITES = 16
 
+DELAYED, ORDINARY, NEITHER = 0, 1, -1
+"""What kind of ACK preceded a candidate: delayed (a delayed-ACK stall), ordinary (a hold of one
+round trip), or neither (a lag between the two, which proves nothing)."""
+
 
 def sender_side_rtt_ms(connections: pd.DataFrame, connection: np.ndarray,
                        direction: np.ndarray) -> np.ndarray:
     """Round trip between the tap and the sender of each (connection, direction); NaN if unknown."""
-    return receiver_side_rtt_ms(connections, connection, 1 - direction)
+    to_server = by_connection(connections, "rtt_server_side_ms", connection)
+    to_client = by_connection(connections, "rtt_client_side_ms", connection)
+    return np.where(direction == 0, to_client, to_server)
 
 
 STALL_COLUMNS = ("connection", "direction", "frame", "time_us", "payload_bytes", "tail_bytes",
@@ -68,9 +118,16 @@ time hands it over made from its slices."""
 
 
 def stall_candidates(columns: DetectorInput) -> dict[str, np.ndarray]:
-    """Columns of every segment that passes the stall test, with its ACK delay and reaction
-    time (made once for this detector and stream coalescing)."""
+    """Columns of every small segment that followed an all-acknowledging ACK, each with its
+    ACK kind, reaction window and whether it was tied to the ACK (made once for this detector
+    and stream coalescing)."""
     return columns.shared("stall_candidates", _stall_candidates)
+
+
+def delayed_ack_releases(candidates: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The candidates a delayed ACK released (what stream coalescing reads)."""
+    chosen = candidates["tied"] & (candidates["ack_kind"] == DELAYED)
+    return {name: values[chosen] for name, values in candidates.items()}
 
 
 def _stall_candidates(columns: DetectorInput) -> dict[str, np.ndarray]:
@@ -90,10 +147,10 @@ def untimed_of_segments(columns: DetectorInput) -> dict[str, np.ndarray]:
 
 def untimed_stalls(segments: pd.DataFrame) -> dict[str, np.ndarray]:
     """The segments that pass the packet tests, each on its own row and context (so a part
-    read a slice at a time takes them a slice at a time), and whose ACK came 10 ms or more
-    after the data (no hold of `MIN_DELAYED_HOLD_MS` can come of a shorter lag, whatever the
-    round trips, which are known only once every packet has been read). In frame order, as
-    the segments come."""
+    read a slice at a time takes them a slice at a time), and that came `MIN_STALL_MS` or more
+    after the previous data (no stall of either kind is shorter, whatever the round trips,
+    which are known only once every packet has been read). In frame order, as the segments
+    come."""
     passed = np.flatnonzero(
         segments["is_small"].to_numpy()
         & (segments["prev_frame"].to_numpy() >= 0)
@@ -104,42 +161,67 @@ def untimed_stalls(segments: pd.DataFrame) -> dict[str, np.ndarray]:
         & (segments["own_retransmissions_between"].to_numpy() == 0)
         & (segments["peer_window_bytes"].to_numpy() > 0))
     found = {name: segments[name].to_numpy()[passed] for name in UNTIMED_STALL_COLUMNS}
-    lagged = (found["peer_time_us"] - found["prev_time_us"]) / 1000 >= MIN_DELAYED_HOLD_MS
-    return {name: values[lagged] for name, values in found.items()}
+    long_enough = (found["time_us"] - found["prev_time_us"]) / 1000 >= MIN_STALL_MS
+    return {name: values[long_enough] for name, values in found.items()}
+
+
+def reaction_window_ms(sender_rtt_ms: np.ndarray, measured: np.ndarray
+                       ) -> tuple[np.ndarray, np.ndarray]:
+    """The earliest and latest a release can follow its ACK at the tap, by the round trip
+    between the tap and the sender (NaN: unknown, then no lower bound and a loose upper one).
+    Only a round trip `measured` by the handshake bounds it from below: one estimated from ACK
+    lags includes the peer's ACK delays, so the true round trip may be far shorter."""
+    known = ~np.isnan(sender_rtt_ms)
+    rtt_ms = np.nan_to_num(sender_rtt_ms, nan=0.0)
+    tolerance_ms = np.maximum(CAUSALITY_JITTER_MS, CAUSALITY_TOLERANCE_SHARE * rtt_ms)
+    floor_ms = np.where(known & measured, np.maximum(rtt_ms - tolerance_ms, 0.0), 0.0)
+    limit_ms = np.where(
+        known, np.maximum(MIN_REACTION_LIMIT_MS,
+                          np.minimum(SENDER_TURNAROUND_FACTOR * rtt_ms,
+                                     REACTION_RTT_FACTOR * rtt_ms + REACTION_RTT_SLACK_MS)),
+        UNKNOWN_RTT_REACTION_LIMIT_MS)
+    return floor_ms, limit_ms
 
 
 def timed_stalls(untimed: dict[str, np.ndarray], connections: pd.DataFrame
                  ) -> dict[str, np.ndarray]:
     """The timing tests on the segments that passed the packet tests (most segments fail
-    those: the timing columns are made for few rows), with each stall's ACK delay and
-    reaction time."""
+    those: the timing columns are made for few rows). Every candidate is kept with its ACK kind
+    (`DELAYED`, `ORDINARY`, `NEITHER`), whether its release was tied to the ACK (`tied`), or
+    shows the sender writing on its own clock (`untied`: too soon for the ACK to have reached
+    the sender, or later than it reacts but within the late horizon)."""
     found = {name: untimed[name] for name in STALL_COLUMNS}
     connection, direction = found["connection"], found["direction"]
     rtt_ms = by_connection(connections, "rtt_ms", connection)
     rtt_known = ~np.isnan(rtt_ms)
-    total_rtt_ms = np.nan_to_num(rtt_ms, nan=0.0)
     peer_time_us = untimed["peer_time_us"]
     reaction_ms = (found["time_us"] - peer_time_us) / 1000
     sender_rtt_ms = sender_side_rtt_ms(connections, connection, direction)
-    reaction_limit_ms = np.where(
-        rtt_known, np.maximum(MIN_REACTION_LIMIT_MS, REACTION_RTT_FACTOR * sender_rtt_ms + 1.0),
-        UNKNOWN_RTT_REACTION_LIMIT_MS)
-    reaction_floor_ms = np.where(rtt_known & (sender_rtt_ms > MIN_REACTION_LIMIT_MS),
-                                 REACTION_FLOOR_FACTOR * sender_rtt_ms, 0.0)
+    measured = by_connection(connections, "rtt_source", connection) == "handshake"
+    floor_ms, limit_ms = reaction_window_ms(sender_rtt_ms, measured)
     ack_lag_ms = (peer_time_us - found["prev_time_us"]) / 1000
-    hold_ms = ack_lag_ms - receiver_side_rtt_ms(connections, connection, direction)
-    timed = ((reaction_ms >= reaction_floor_ms) & (reaction_ms <= reaction_limit_ms)
-             & (hold_ms >= np.maximum(MIN_DELAYED_HOLD_MS, RTT_MULTIPLE * total_rtt_ms))
-             & (hold_ms <= MAX_DELAYED_HOLD_MS))
-    found = {name: values[timed] for name, values in found.items()}
-    found.update(reaction_ms=reaction_ms[timed], reaction_limit_ms=reaction_limit_ms[timed],
-                 hold_ms=hold_ms[timed],
+    receiver_rtt_ms = receiver_side_rtt_ms(connections, connection, direction)
+    hold_ms = ack_lag_ms - receiver_rtt_ms
+    delayed = ((hold_ms >= np.maximum(MIN_DELAYED_HOLD_MS, RTT_MULTIPLE * receiver_rtt_ms))
+               & (hold_ms <= MAX_DELAYED_HOLD_MS))
+    ordinary = rtt_known & (ack_lag_ms <= ORDINARY_ACK_FACTOR * receiver_rtt_ms
+                            + ORDINARY_ACK_SLACK_MS)
+    ack_kind = np.where(delayed, DELAYED, np.where(ordinary, ORDINARY, NEITHER)).astype(np.int8)
+    horizon_ms = LATE_HORIZON_FACTOR * limit_ms + LATE_HORIZON_MS
+    tied = (reaction_ms >= floor_ms) & (reaction_ms <= limit_ms) & (ack_kind != NEITHER)
+    untied = (((reaction_ms < floor_ms) | ((reaction_ms > limit_ms) & (reaction_ms <= horizon_ms)))
+              & (ack_kind != NEITHER))
+    found.update(ack_kind=ack_kind, tied=tied, untied=untied, reaction_ms=reaction_ms,
+                 reaction_floor_ms=floor_ms, reaction_limit_ms=limit_ms,
+                 sender_rtt_ms=sender_rtt_ms, causality_checked=measured, hold_ms=hold_ms,
+                 ack_lag_ms=ack_lag_ms, receiver_rtt_ms=receiver_rtt_ms,
                  stall_s=(found["time_us"] - found["prev_time_us"]) / 1e6)
     return found
 
 
 class StallStats(NamedTuple):
-    """One (connection, direction)'s stalls: the medians and shares its finding reports."""
+    """One (connection, direction)'s stalls of one kind: the medians and shares its finding
+    reports, and how many of the direction's candidates were not tied to their ACK."""
 
     connection: int
     direction: int
@@ -153,6 +235,13 @@ class StallStats(NamedTuple):
     median_first_bytes: float
     previous_small: float
     previous_full: float
+    median_sender_rtt_ms: float
+    median_ack_lag_ms: float
+    median_receiver_rtt_ms: float
+    hold_spread_ms: float
+    causality_checked: float
+    median_floor_ms: float
+    untied: int = 0
 
 
 def _group_stats(stalls: dict[str, np.ndarray]) -> list[StallStats]:
@@ -160,13 +249,30 @@ def _group_stats(stalls: dict[str, np.ndarray]) -> list[StallStats]:
     groups = KeyGroups(stalls["connection"], stalls["direction"])
     previous_bytes = stalls["prev_payload_bytes"]
     mss = stalls["mss"]
+    median_hold_ms = groups.median(stalls["hold_ms"])
+    per_row_median = np.zeros(len(previous_bytes))
+    per_row_median[groups.order if groups.order is not None else slice(None)] = np.repeat(
+        median_hold_ms, groups.sizes)
     columns = (
         groups.keys[0], groups.keys[1], groups.sizes, groups.sum(stalls["stall_s"]),
+        groups.median(stalls["stall_s"]), median_hold_ms,
         *(groups.median(stalls[name]) for name in (
-            "stall_s", "hold_ms", "reaction_ms", "reaction_limit_ms", "tail_bytes",
-            "prev_payload_bytes")),
-        groups.mean(previous_bytes < mss), groups.mean(previous_bytes == mss))
+            "reaction_ms", "reaction_limit_ms", "tail_bytes", "prev_payload_bytes")),
+        groups.mean(previous_bytes < mss), groups.mean(previous_bytes == mss),
+        *(groups.median(stalls[name]) for name in (
+            "sender_rtt_ms", "ack_lag_ms", "receiver_rtt_ms")),
+        groups.median(np.abs(stalls["hold_ms"] - per_row_median)),
+        groups.mean(stalls["causality_checked"]), groups.median(stalls["reaction_floor_ms"]))
     return [StallStats(*row) for row in zip(*(column.tolist() for column in columns))]
+
+
+def _untied_counts(candidates: dict[str, np.ndarray]) -> dict[tuple[int, int], int]:
+    """Per (connection, direction), its candidates not tied to their ACK."""
+    untied = candidates["untied"]
+    if not untied.any():
+        return {}
+    groups = KeyGroups(candidates["connection"][untied], candidates["direction"][untied])
+    return groups.by_key(groups.sizes.tolist())
 
 
 def _subkind(stats: StallStats) -> str:
@@ -177,35 +283,121 @@ def _subkind(stats: StallStats) -> str:
     return "2n-segment-tail" if stats.previous_full >= 0.5 else "small-tail"
 
 
-def _confidence(reaction_ms: float, limit_ms: float, hold_ms: float, count: int,
-                timer_ms: float | None, mss_estimated: bool) -> tuple[str, list[str]]:
+def writes_on_own_clock(count: int, untied: int) -> bool:
+    """Whether a direction's small data is too often untied to ACKs for its ties to prove holds."""
+    return untied >= OWN_CLOCK_MIN and untied >= OWN_CLOCK_SHARE * (count + untied)
+
+
+def _causality_unchecked(stats: StallStats) -> bool:
+    """Whether the sender is far enough from the tap for causality to matter, and its round
+    trip unknown or only estimated from ACK lags (which may exceed the true one)."""
+    rtt_ms = stats.median_sender_rtt_ms
+    return rtt_ms != rtt_ms or (rtt_ms > CAUSALITY_JITTER_MS and stats.causality_checked < 0.5)
+
+
+def chance_explains(stats: StallStats) -> bool:
+    """Whether no more releases fell in the reaction window than a sender writing on its own
+    clock would put there by chance: its untied data spread over the late horizon, in
+    proportion to the window's width."""
+    width_ms = stats.median_limit_ms - stats.median_floor_ms
+    span_ms = LATE_HORIZON_FACTOR * stats.median_limit_ms + LATE_HORIZON_MS - width_ms
+    return stats.count <= stats.untied * width_ms / max(span_ms, width_ms)
+
+
+def _coupling_reason(stats: StallStats) -> tuple[bool, str]:
+    """Whether the releases were tied tightly to their ACKs, and the words for it."""
+    reaction_ms, sender_rtt_ms = stats.median_reaction_ms, stats.median_sender_rtt_ms
+    if sender_rtt_ms != sender_rtt_ms:
+        return False, ("the round trip to the sender is unknown, so causality could not be "
+                       "checked")
+    words = f"held data left {_duration(reaction_ms)} (median) after the ACK"
+    if _causality_unchecked(stats):
+        return False, words + (f"; the round trip to the sender ({_duration(sender_rtt_ms)}) is "
+                               "only estimated from ACK lags, so causality was checked loosely")
+    if sender_rtt_ms > CAUSALITY_JITTER_MS:
+        words += (f", one round trip to the sender ({_duration(sender_rtt_ms)}) as causality "
+                  "requires")
+        return reaction_ms <= 0.5 * (sender_rtt_ms + stats.median_limit_ms), words
+    return reaction_ms <= 0.5 * stats.median_limit_ms, words + " (the sender's own reaction)"
+
+
+def _duration(ms: float) -> str:
+    return f"{ms * 1000:.0f} us" if ms < 1 else f"{ms:.1f} ms"
+
+
+def _timer_reason(stats: StallStats, host_timer: tuple[float | None, int]) -> tuple[bool, str]:
+    """Whether the ACK delays are a delayed-ACK timer's: the receiver's timer fingerprinted from
+    enough other ACKs, else the delays' own tight cluster in a known stack's range."""
+    timer_ms, samples = host_timer
+    hold_ms = stats.median_hold_ms
+    others = samples - stats.count
+    if timer_ms and others >= max(MIN_INDEPENDENT_SAMPLES, stats.count):
+        if abs(hold_ms - timer_ms) <= TIMER_MATCH_SHARE * timer_ms:
+            return True, (f"ACK delay {hold_ms:.1f} ms matches the receiver's delayed-ACK timer "
+                          f"({timer_ms:.1f} ms, from {others} other ACKs)")
+    family = next((name for low, high, name in STACK_FAMILIES if low <= hold_ms < high), None)
+    if family and stats.count >= REPEATED and stats.hold_spread_ms <= CLUSTER_SPREAD_SHARE * hold_ms:
+        return True, (f"ACK delays cluster at {hold_ms:.1f} ms (spread {stats.hold_spread_ms:.1f} "
+                      f"ms), a {family} delayed-ACK timer")
+    return False, ""
+
+
+def _ordinary_ack_reason(stats: StallStats) -> tuple[bool, str]:
+    """Whether the ACK that released a one-round-trip hold came as soon as the data arrived."""
+    lag_ms, rtt_ms = stats.median_ack_lag_ms, stats.median_receiver_rtt_ms
+    return lag_ms <= 1.25 * rtt_ms + 1.0, (
+        f"the ACK came {lag_ms:.1f} ms after the data (round trip to the receiver "
+        f"{rtt_ms:.1f} ms): an ordinary ACK, not a delayed one")
+
+
+def _confidence(kind: str, stats: StallStats, host_timer: tuple[float | None, int],
+                mss_estimated: bool) -> tuple[str, list[str]]:
+    """high needs three independent signs: releases tied to the ACK, ACK timing that fits the
+    kind, and repetition; repetition alone never raises it. A sender writing on its own clock
+    is low whatever else holds."""
     reasons = []
     score = 0
-    if reaction_ms <= 0.5 * limit_ms:
+    tight, words = _coupling_reason(stats)
+    score += 1 if tight else 0
+    if _causality_unchecked(stats):
+        score -= 1
+    reasons.append(words)
+    fits, words = (_timer_reason(stats, host_timer) if kind == KIND
+                   else _ordinary_ack_reason(stats))
+    if fits:
         score += 1
-        reasons.append(f"held data left {reaction_ms * 1000:.0f} us (median) after the ACK")
-    if timer_ms and abs(hold_ms - timer_ms) <= TIMER_MATCH_SHARE * timer_ms:
+        reasons.append(words)
+    if stats.count >= REPEATED:
         score += 1
-        reasons.append(f"ACK delay {hold_ms:.1f} ms matches the receiver's "
-                       f"delayed-ACK timer ({timer_ms:.1f} ms)")
-    if count >= REPEATED:
-        score += 1
-        reasons.append(f"repeated {count} times")
+        reasons.append(f"repeated {stats.count} times")
     if mss_estimated:
         score -= 1
         reasons.append("MSS estimated (no handshake in the capture)")
+    if writes_on_own_clock(stats.count, stats.untied):
+        reasons.append(_own_clock_words(stats))
+        return "low", reasons
     level = "high" if score >= 3 else "medium" if score == 2 else "low"
+    if kind == RTT_HOLD_KIND and stats.previous_full >= 0.5:
+        reasons.append("the data before it were full segments: a congestion window that small "
+                       "would hold it back the same way")
+        level = "medium" if level == "high" else level
     return level, reasons
 
 
-def rescore(finding: Finding, receiver_timer_ms: float | None) -> None:
+def _own_clock_words(stats: StallStats) -> str:
+    return (f"{stats.untied} other small segments after such an ACK came later than the sender "
+            "reacts, or before the ACK could reach it: the sender writes on its own clock, so a "
+            "hold cannot be told from a paced write and the time is an upper bound")
+
+
+def rescore(finding: Finding, receiver_timer_ms: float | None, receiver_samples: int) -> None:
     """Confidence again against the receiver's capture-wide timer, for a finding made on part of
     a capture (a part fingerprints its receivers from its own connections only)."""
-    if finding.kind != KIND:
+    if finding.kind not in (KIND, RTT_HOLD_KIND):
         return
-    reaction_ms, limit_ms, hold_ms, mss_estimated = finding.confidence_basis
+    stats, mss_estimated = finding.confidence_basis
     finding.confidence, finding.confidence_reasons = _confidence(
-        reaction_ms, limit_ms, hold_ms, finding.count, receiver_timer_ms, mss_estimated)
+        finding.kind, stats, (receiver_timer_ms, receiver_samples), mss_estimated)
 
 
 def _flood_warning(stats: StallStats) -> list[str]:
@@ -223,7 +415,11 @@ def _flood_warning(stats: StallStats) -> list[str]:
     return []
 
 
-def _advice(subkind: str) -> list[str]:
+def _advice(kind: str, subkind: str) -> list[str]:
+    """The fixes, most effective first. No receiver-side fix for a one-round-trip hold: its ACK
+    was not delayed."""
+    if kind == RTT_HOLD_KIND:
+        return ["single-write-nodelay", "writev", "cork"]
     if subkind == "2n-segment-tail":
         return ["double-buffer", "single-write-nodelay", "resize-message", "quickack"]
     return ["single-write-nodelay", "writev", "cork", "quickack"]
@@ -237,15 +433,29 @@ def _events(stalls: dict[str, np.ndarray]) -> dict[tuple, StallEvents]:
 
 
 def detect(columns: DetectorInput) -> list[Finding]:
-    stalls = columns.taken("stall_candidates", _stall_candidates)
-    names = columns.direction_names()
+    candidates = columns.taken("stall_candidates", _stall_candidates)
+    untied = _untied_counts(candidates)
     streams = {(f.connection, f.sender) for f in columns.earlier_findings
                if f.kind == STREAM_COALESCING_KIND}
+    findings = []
+    for kind, ack_kind in ((KIND, DELAYED), (RTT_HOLD_KIND, ORDINARY)):
+        chosen = candidates["tied"] & (candidates["ack_kind"] == ack_kind)
+        stalls = {name: values[chosen] for name, values in candidates.items()}
+        findings += _findings(columns, kind, stalls, untied, streams)
+    return findings
+
+
+def _findings(columns: DetectorInput, kind: str, stalls: dict[str, np.ndarray],
+              untied: dict[tuple[int, int], int], streams: set[tuple[int, str]]) -> list[Finding]:
+    """One finding per (connection, direction) of one kind's stalls."""
+    if kind == RTT_HOLD_KIND:
+        stalls = _at_least_min_stall(stalls)
     events = _events(stalls)
-    table = _group_stats(stalls)
+    table = [stats._replace(untied=untied.get((stats.connection, stats.direction), 0))
+             for stats in _group_stats(stalls)]
     connections = np.array([stats.connection for stats in table], dtype=np.int64)
     directions = np.array([stats.direction for stats in table], dtype=np.int64)
-    senders, receivers = names.of(connections, directions)
+    senders, receivers = columns.direction_names().of(connections, directions)
     table_connections = columns.connections
 
     def column(name: str) -> list:
@@ -257,26 +467,54 @@ def detect(columns: DetectorInput) -> list[Finding]:
     for stats, sender, receiver, receiver_host, mss_estimated, duration_s in zip(
             table, senders, receivers, receiver_hosts,
             column("mss_estimated"), column("duration_s")):
-        connection, direction = int(stats.connection), int(stats.direction)
-        if (connection, sender) in streams:
+        if (stats.connection, sender) in streams or chance_explains(stats):
             continue
-        host = columns.hosts.get(str(receiver_host))
-        basis = (float(stats.median_reaction_ms), float(stats.median_limit_ms),
-                 float(stats.median_hold_ms), bool(mss_estimated))
-        confidence, reasons = _confidence(basis[0], basis[1], basis[2], int(stats.count),
-                                          host.delack_timer_ms if host else None, basis[3])
-        subkind = _subkind(stats)
-        findings.append(Finding(
-            kind=KIND, connection=connection, sender=sender, receiver=receiver,
-            count=int(stats.count), time_lost_s=float(stats.lost_s),
-            share=float(stats.lost_s) / duration_s if duration_s > 0 else 0.0,
-            confidence=confidence, confidence_reasons=reasons, confidence_basis=basis,
-            events=events[(connection, direction)], advice=_advice(subkind), subkind=subkind,
-            details={"median_ack_delay_ms": round(float(stats.median_hold_ms), 3),
-                     "median_reaction_ms": round(float(stats.median_reaction_ms), 4),
-                     "median_held_bytes": float(stats.median_held_bytes),
-                     "warnings": _flood_warning(stats)},
-            summary=(f"{sender} held small segments until {receiver}'s delayed ACK released them: "
-                     f"{counted_ms(int(stats.count), 'stall', stats.median_stall_s)}"),
-        ))
+        findings.append(_finding(kind, stats, sender, receiver, _host_timer(columns, receiver_host),
+                                 bool(mss_estimated), duration_s,
+                                 events[(stats.connection, stats.direction)]))
     return findings
+
+
+def _at_least_min_stall(stalls: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    kept = stalls["stall_s"] * 1000 >= MIN_STALL_MS
+    return {name: values[kept] for name, values in stalls.items()}
+
+
+def _host_timer(columns: DetectorInput, address: object) -> tuple[float | None, int]:
+    host = columns.hosts.get(str(address))
+    return (host.delack_timer_ms, host.delack_samples) if host else (None, 0)
+
+
+def _finding(kind: str, stats: StallStats, sender: str, receiver: str,
+             host_timer: tuple[float | None, int], mss_estimated: bool, duration_s: float,
+             events: StallEvents) -> Finding:
+    confidence, reasons = _confidence(kind, stats, host_timer, mss_estimated)
+    subkind = _subkind(stats)
+    upper_bound = writes_on_own_clock(stats.count, stats.untied)
+    return Finding(
+        kind=kind, connection=stats.connection, sender=sender, receiver=receiver,
+        count=stats.count, time_lost_s=stats.lost_s,
+        share=stats.lost_s / duration_s if duration_s > 0 else 0.0,
+        confidence=confidence, confidence_reasons=reasons,
+        confidence_basis=(stats, mss_estimated),
+        events=events, advice=_advice(kind, subkind), subkind=subkind,
+        details={"median_ack_delay_ms": round(stats.median_hold_ms, 3),
+                 "median_reaction_ms": round(stats.median_reaction_ms, 4),
+                 "median_held_bytes": stats.median_held_bytes,
+                 "sender_rtt_ms": (None if stats.median_sender_rtt_ms != stats.median_sender_rtt_ms
+                                   else round(stats.median_sender_rtt_ms, 3)),
+                 "untied_releases": stats.untied,
+                 "time_lost_upper_bound": upper_bound,
+                 "warnings": _flood_warning(stats)},
+        summary=_summary(kind, stats, sender, receiver, upper_bound))
+
+
+def _summary(kind: str, stats: StallStats, sender: str, receiver: str, upper_bound: bool) -> str:
+    counted = counted_ms(stats.count, "stall", stats.median_stall_s)
+    if upper_bound:
+        counted = f"up to {stats.lost_s:.3f} s in {counted}; a hold cannot be told from a paced write"
+    if kind == RTT_HOLD_KIND:
+        return (f"{sender} held a small segment until {receiver}'s ordinary ACK of all earlier "
+                f"data came back, one round trip: {counted}")
+    return (f"{sender} held small segments until {receiver}'s delayed ACK released them: "
+            f"{counted}")

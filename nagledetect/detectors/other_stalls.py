@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from nagledetect.detectors.kinds import NAGLE_FAMILY
 from nagledetect.detectors.model import (
     DetectorInput,
     Finding,
@@ -24,7 +25,6 @@ from nagledetect.detectors.model import (
     split_events,
 )
 from nagledetect.detectors.nagle_stall import KIND as STALL_KIND
-from nagledetect.detectors.stream_coalescing import KIND as STREAM_KIND
 from nagledetect.events.segments import RETRANSMISSION_ROLES, role_in
 from nagledetect.flows.connections import by_connection
 from nagledetect.flows.grouped import KeyGroups, joined_columns, last_per_key
@@ -174,7 +174,7 @@ def _packets_within(packets: pd.DataFrame, gaps: dict[str, np.ndarray],
 def classify_gaps(columns: DetectorInput) -> dict[str, np.ndarray]:
     """The gaps, each with its cause (`cause`, its code in `GAP_CAUSES`) and length (`gap_s`)."""
     gaps = timed_gaps(columns.taken(GAP_ROWS, gaps_of_segments), columns.connections)
-    return gap_causes(gaps, released_frames(columns.earlier_findings, (STALL_KIND, STREAM_KIND)))
+    return gap_causes(gaps, released_frames(columns.earlier_findings, NAGLE_FAMILY))
 
 
 def gap_causes(gaps: dict[str, np.ndarray], released: np.ndarray) -> dict[str, np.ndarray]:

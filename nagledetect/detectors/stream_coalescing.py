@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from nagledetect.detectors.model import DetectorInput, Finding, payload_sizes
-from nagledetect.detectors.nagle_stall import stall_candidates
+from nagledetect.detectors.nagle_stall import delayed_ack_releases, stall_candidates
 from nagledetect.events.payloads import PayloadCounts
 from nagledetect.flows.connections import by_connection, direction_key
 from nagledetect.flows.grouped import KeyGroups
@@ -65,7 +65,7 @@ def detect(columns: DetectorInput) -> list[Finding]:
     pairs = one_way_directions(columns)
     if not pairs:
         return []
-    candidates = _of_pairs(pd.DataFrame(stall_candidates(columns), copy=False), pairs,
+    candidates = _of_pairs(pd.DataFrame(delayed_ack_releases(stall_candidates(columns)), copy=False), pairs,
                            ["payload_bytes", "stall_s", "hold_ms"])
     released = _rows_by_direction(candidates)
     sent = payload_sizes(columns).of(np.array([2 * c + d for c, d in pairs], dtype=np.int64))
