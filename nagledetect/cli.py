@@ -470,8 +470,8 @@ def check(captures: tuple[str, ...], bpf_filter: str | None, max_stalls: int | N
     Stalls are the Nagle family: nagle-delack-stall, nagle-rtt-hold and stream-coalescing
     findings, counted alike by every budget and output. With no budget configured (no
     --max-*, no --fail-on, no --baseline, none in the config file) the budget is --max-stalls
-    0: any Nagle-family stall fails. Budgets also come from [tool.nagledetect] in
-    pyproject.toml or from nagledetect.toml in the current folder (same names as the flags);
+    0: any Nagle-family stall fails. Budgets also come from nagledetect.toml in the current
+    folder, else from [tool.nagledetect] in its pyproject.toml (same names as the flags);
     flags win. A folder stands for every capture under it. A capture's warnings (such as
     connections seen one way only, where no stall can be seen) follow its verdict.
 
@@ -480,8 +480,8 @@ def check(captures: tuple[str, ...], bpf_filter: str | None, max_stalls: int | N
       0  every capture within budget
       1  a budget exceeded
       2  usage or input error: an unknown kind or bad value (flag or config file), a capture
-         that cannot be read, has no packets, or no TCP packet (none left by --filter); the
-         other captures are still checked
+         that cannot be read, has no packets, or no TCP packet (none in it, or none left
+         by --filter); the other captures are still checked
 
     \b
     Examples:

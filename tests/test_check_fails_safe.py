@@ -207,3 +207,20 @@ def test_a_corpus_capture_with_a_one_way_connection_warns() -> None:
     assert f"WARNING {capture}: 1 of 10 connections {ONE_WAY_TEXT}" in result.stdout
     assert (f"::warning file={capture},title=nagledetect warning::1 of 10 connections "
             f"{ONE_WAY_TEXT}") in result.stdout
+
+
+def test_the_help_says_the_default_budget_and_the_kinds() -> None:
+    """What `check --help` promises is what the tests above hold it to (compared without
+    spaces: click wraps the text to the terminal's width, hyphenated words too)."""
+    result = subprocess.run([sys.executable, "-m", "nagledetect", "check", "--help"],
+                            capture_output=True, text=True, cwd=PROJECT, timeout=60)
+    text = "".join(result.stdout.split())
+
+    def says(words: str) -> bool:
+        return "".join(words.split()) in text
+
+    assert says("the budget is --max-stalls 0: any Nagle-family stall fails")
+    assert says("Stalls are the Nagle family: nagle-delack-stall, nagle-rtt-hold and "
+                "stream-coalescing findings")
+    assert says("has no packets, or no TCP packet (none in it, or none left by --filter)")
+    assert says(f"Fail on any finding of these kinds: {', '.join(ALL_KINDS)}.")
