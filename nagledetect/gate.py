@@ -125,8 +125,8 @@ def _checked_config(data: dict[str, Any], path: Path) -> dict[str, Any]:
 
 def _check_number(value: Any, key: str, low: float, high: float | None, whole: bool,
                   path: Path) -> None:
-    kinds = (int,) if whole else (int, float)
-    in_range = (isinstance(value, kinds) and not isinstance(value, bool) and value >= low
+    types = (int,) if whole else (int, float)
+    in_range = (isinstance(value, types) and not isinstance(value, bool) and value >= low
                 and (high is None or value <= high))
     if not in_range:
         wanted = "a whole number" if whole else "a number"
