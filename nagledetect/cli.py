@@ -37,8 +37,9 @@ from nagledetect.analysis import (
     kept_on_disk,
     spills_read_by,
 )
+from nagledetect.detectors.kinds import ALL_KINDS
 from nagledetect.errors import InputError
-from nagledetect.gate import budgets_from, evaluate, load_config
+from nagledetect.gate import RuleResult, budgets_from, evaluate, load_config
 from nagledetect.lab.cli import lab
 from nagledetect.memory import ordinary_pages_for_arrays
 from nagledetect.parts import PARTS_MEMORY_BYTES
@@ -441,17 +442,20 @@ def _write_tables(analyses: list[Analysis], folder: Path, table_format: str) -> 
 @main.command()
 @CAPTURES_ARGUMENT
 @click.option("--filter", "bpf_filter", metavar="EXPR", help="BPF expression, as in tcpdump.")
-@click.option("--max-stalls", type=click.IntRange(0), help="Most Nagle/delayed-ACK stalls per capture.")
+@click.option("--max-stalls", type=click.IntRange(0),
+              help="Most Nagle-family stalls per capture (default 0 when no budget is set).")
 @click.option("--max-stall-time", type=click.FloatRange(0), metavar="SECONDS",
-              help="Most seconds lost to stalls per capture.")
+              help="Most seconds lost to Nagle-family stalls per capture.")
 @click.option("--max-stall-share", type=click.FloatRange(0, 1), metavar="FRACTION",
-              help="Largest share of any connection's time lost to stalls.")
-@click.option("--fail-on", metavar="KIND[,KIND]", help="Fail on any finding of these kinds.")
+              help="Largest share of any connection's time lost to Nagle-family stalls.")
+@click.option("--fail-on", metavar="KIND[,KIND]",
+              help=f"Fail on any finding of these kinds: {', '.join(ALL_KINDS)}.")
 @click.option("--baseline", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="An earlier 'analyze --format json' document: fail only on regressions.")
 @click.option("--tolerance", type=click.FloatRange(0), help="Regression tolerance (default 0.1).")
 @click.option("--junit", type=click.Path(dir_okay=False, path_type=Path), help="Write JUnit XML here.")
-@click.option("--github", is_flag=True, help="Print GitHub Actions annotations for failures.")
+@click.option("--github", is_flag=True,
+              help="Print GitHub Actions annotations for failures and warnings.")
 @JOBS_OPTION
 @MEMORY_OPTION
 @DASK_OPTION
@@ -463,36 +467,61 @@ def check(captures: tuple[str, ...], bpf_filter: str | None, max_stalls: int | N
           files_from: TextIO | None) -> None:
     """Gate CI on recorded CAPTURES: exit 1 when a budget is exceeded.
 
-    Budgets also come from [tool.nagledetect] in pyproject.toml or from nagledetect.toml in the
-    current folder (same names as the flags); flags win. A folder stands for every capture
-    under it. Exit status: 0 within budget, 1 budget exceeded, 2 usage or input error (a
-    capture that cannot be read: the others are still checked).
+    Stalls are the Nagle family: nagle-delack-stall, nagle-rtt-hold and stream-coalescing
+    findings, counted alike by every budget and output. With no budget configured (no
+    --max-*, no --fail-on, no --baseline, none in the config file) the budget is --max-stalls
+    0: any Nagle-family stall fails. Budgets also come from nagledetect.toml in the current
+    folder, else from [tool.nagledetect] in its pyproject.toml (same names as the flags);
+    flags win. A folder stands for every capture under it. A capture's warnings (such as
+    connections seen one way only, where no stall can be seen) follow its verdict.
+
+    \b
+    Exit status:
+      0  every capture within budget
+      1  a budget exceeded
+      2  usage or input error: an unknown kind or bad value (flag or config file), a capture
+         that cannot be read, has no packets, or no TCP packet (none in it, or none left
+         by --filter); the other captures are still checked
 
     \b
     Examples:
-      nagledetect check --max-stalls 0 traces/*.pcap
+      nagledetect check traces/*.pcap               # no budget set: any Nagle-family stall fails
       nagledetect check --max-stall-time 0.5 --junit nagle.xml --github traces/*.pcap
       nagledetect check --baseline main.json --fail-on tinygram-flood traces/*.pcap
     """
     flags = {"max-stalls": max_stalls, "max-stall-time": max_stall_time,
              "max-stall-share": max_stall_share, "fail-on": fail_on, "tolerance": tolerance}
     try:
-        budgets = budgets_from(load_config(Path.cwd()), flags)
+        budgets = budgets_from(load_config(Path.cwd()), flags).with_default(bool(baseline))
         previous = _read_baseline(baseline) if baseline else None
     except InputError as error:
         _fail(str(error))
     run = _analyze_all(_capture_list(captures, files_from), bpf_filter, jobs, dask_address,
                        parts_memory=parts_memory)
     document = build_document(run.analyses, run.not_analysed)
-    results = evaluate(document, budgets, previous)
+    results = evaluate(document, budgets, previous, bpf_filter)
+    _say_checks(results, run, document, junit, github)
+
+
+def _say_checks(results: list[RuleResult], run: _Run, document: dict, junit: Path | None,
+                github: bool) -> None:
+    """The gate's verdicts on stdout (and in JUnit and GitHub annotations when asked), an
+    error line on stderr for each reason captures had nothing to check, then the exit status:
+    2 when a capture could not be analysed or checked, else 1 when a budget is exceeded."""
     unreadable = [entry for entry in run.not_analysed if entry.error]
-    for line in summary_lines(results, [c["path"] for c in document["captures"]], unreadable):
+    paths = [capture["path"] for capture in document["captures"]]
+    warnings = [capture["warnings"] for capture in document["captures"]]
+    for line in summary_lines(results, paths, unreadable, warnings):
         click.echo(line)
     if github:
-        for line in github_annotations(results, unreadable):
+        for line in github_annotations(results, unreadable, paths, warnings):
             click.echo(line)
     if junit:
-        junit.write_bytes(junit_xml(results, unreadable))
+        junit.write_bytes(junit_xml(results, unreadable, warnings))
+    unchecked = [NotAnalysed(r.capture, r.message, error=True) for r in results if r.error]
+    _say_errors(unchecked)
+    if unchecked:
+        sys.exit(EXIT_INPUT_ERROR)
     run.exit_if_failed()
     sys.exit(EXIT_BUDGET_EXCEEDED if any(not r.passed for r in results) else 0)
 

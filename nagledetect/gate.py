@@ -4,17 +4,22 @@ Budgets come from `[tool.nagledetect]` in pyproject.toml or from nagledetect.tom
 command-line flags: max-stalls, max-stall-time, max-stall-share, fail-on, tolerance); flags given
 on the command line win. A baseline is an earlier `analyze --format json` document: a capture
 fails only where its stalls grew beyond the tolerance. It reads the document only.
+
+The gate fails safe: "stalls" are the whole Nagle family (kinds.NAGLE_FAMILY), with no budget
+configured it allows none of them, a kind it does not know is an input error, and a capture with
+no TCP packet to look at is an error, never a pass.
 """
 
 from __future__ import annotations
 
+import difflib
 import sys
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from nagledetect.detectors.nagle_stall import KIND as STALL_KIND
+from nagledetect.detectors.kinds import ALL_KINDS, NAGLE_FAMILY
 from nagledetect.errors import InputError
 from nagledetect.report.document import kinds_and_times
 from nagledetect.stored import RECORDS_PER_CHUNK, take
@@ -26,6 +31,13 @@ else:  # pragma: no cover - exercised on Python 3.10 only
 
 CONFIG_KEYS = ("max-stalls", "max-stall-time", "max-stall-share", "fail-on", "tolerance")
 DEFAULT_TOLERANCE = 0.1
+DEFAULT_MAX_STALLS = 0
+"""The budget when none is configured (no max-*, no fail-on, no baseline): any Nagle-family
+stall fails, as a gate that passes everything would vouch for nothing."""
+CHECKABLE_RULE = "checkable"
+"""The rule a capture with no TCP packet to look at fails (as an error: nothing was checked)."""
+NO_PACKETS_TEXT = "no packets (a capture file header only): nothing to check"
+NO_TCP_TEXT = "no TCP packet: nothing to check"
 
 
 @dataclass
@@ -35,6 +47,15 @@ class Budgets:
     max_stall_share: float | None = None
     fail_on: tuple[str, ...] = ()
     tolerance: float = DEFAULT_TOLERANCE
+    defaulted: bool = False
+    """True when no budget was configured and `DEFAULT_MAX_STALLS` stands in."""
+
+    def with_default(self, has_baseline: bool) -> Budgets:
+        """These budgets, or the default when none is configured and no baseline given."""
+        configured = (self.max_stalls, self.max_stall_time_s, self.max_stall_share)
+        if has_baseline or self.fail_on or any(value is not None for value in configured):
+            return self
+        return Budgets(max_stalls=DEFAULT_MAX_STALLS, tolerance=self.tolerance, defaulted=True)
 
 
 @dataclass
@@ -48,6 +69,8 @@ class RuleResult:
     position: int
     """The capture's place among the run's captures: a file named twice is checked twice, and
     reported on twice, each line for its own run."""
+    error: bool = False
+    """The rule could not be checked (a capture with no TCP packet): exit status 2, not 1."""
 
 
 @dataclass
@@ -67,7 +90,8 @@ class _Baseline:
 
 
 def load_config(directory: Path) -> dict[str, Any]:
-    """Budgets from nagledetect.toml, else from pyproject.toml's [tool.nagledetect] table."""
+    """Budgets from nagledetect.toml, else from pyproject.toml's [tool.nagledetect] table, each
+    value checked (a wrong one is an input error naming the file, never a silent pass)."""
     for name, table in (("nagledetect.toml", None), ("pyproject.toml", ("tool", "nagledetect"))):
         path = directory / name
         if not path.exists():
@@ -82,19 +106,60 @@ def load_config(directory: Path) -> dict[str, Any]:
             unknown = sorted(set(data) - set(CONFIG_KEYS))
             if unknown:
                 raise InputError(f"{path}: unknown budget key(s) {', '.join(unknown)}")
-            return data
+            return _checked_config(data, path)
     return {}
 
 
+def _checked_config(data: dict[str, Any], path: Path) -> dict[str, Any]:
+    """The file's budgets, with the ranges the command line's flags have; fail-on as kinds."""
+    ranges = {"max-stalls": (0, None), "max-stall-time": (0, None), "max-stall-share": (0, 1),
+              "tolerance": (0, None)}
+    for key, (low, high) in ranges.items():
+        if key in data:
+            _check_number(data[key], key, low, high, whole=key == "max-stalls", path=path)
+    checked = dict(data)
+    if "fail-on" in data:
+        checked["fail-on"] = fail_on_kinds(data["fail-on"], f"{path}: fail-on")
+    return checked
+
+
+def _check_number(value: Any, key: str, low: float, high: float | None, whole: bool,
+                  path: Path) -> None:
+    types = (int,) if whole else (int, float)
+    in_range = (isinstance(value, types) and not isinstance(value, bool) and value >= low
+                and (high is None or value <= high))
+    if not in_range:
+        wanted = "a whole number" if whole else "a number"
+        bounds = f"from {low} to {high}" if high is not None else f"of {low} or more"
+        raise InputError(f"{path}: {key} must be {wanted} {bounds}, not {value!r}")
+
+
+def fail_on_kinds(value: Any, where: str) -> tuple[str, ...]:
+    """The kinds of a fail-on value ("a,b" or a TOML list of names), each one a kind of
+    kinds.ALL_KINDS: a misspelled kind would match no finding and pass every capture."""
+    names = value.split(",") if isinstance(value, str) else value
+    if not isinstance(names, list) or not all(isinstance(name, str) for name in names):
+        raise InputError(f"{where}: a kind name or a list of them, not {value!r}")
+    kinds = tuple(name.strip() for name in names if name.strip())
+    unknown = [kind for kind in kinds if kind not in ALL_KINDS]
+    if unknown:
+        close = difflib.get_close_matches(unknown[0], ALL_KINDS, n=1)
+        hint = f" (did you mean {close[0]}?)" if close else ""
+        raise InputError(f"{where}: unknown kind {unknown[0]!r}{hint}; known kinds: "
+                         f"{', '.join(ALL_KINDS)}")
+    return kinds
+
+
 def budgets_from(config: dict[str, Any], flags: dict[str, Any]) -> Budgets:
-    """Merge the file's budgets with the command line's (flags win)."""
-    merged = {**config, **{key: value for key, value in flags.items() if value is not None}}
-    fail_on = merged.get("fail-on", ())
-    if isinstance(fail_on, str):
-        fail_on = tuple(kind.strip() for kind in fail_on.split(",") if kind.strip())
+    """Merge the file's budgets (from `load_config`) with the command line's (flags win; the
+    flag --fail-on's kinds are checked here)."""
+    given = {key: value for key, value in flags.items() if value is not None}
+    if "fail-on" in given:
+        given["fail-on"] = fail_on_kinds(given["fail-on"], "--fail-on")
+    merged = {**config, **given}
     return Budgets(
         max_stalls=merged.get("max-stalls"), max_stall_time_s=merged.get("max-stall-time"),
-        max_stall_share=merged.get("max-stall-share"), fail_on=tuple(fail_on),
+        max_stall_share=merged.get("max-stall-share"), fail_on=merged.get("fail-on", ()),
         tolerance=float(merged.get("tolerance", DEFAULT_TOLERANCE)))
 
 
@@ -110,24 +175,52 @@ def _describe(findings: list[dict[str, Any]], document: dict[str, Any]) -> str:
             f"fix: {_fix(worst, document)}")
 
 
+def _nagle_family(findings: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [f for f in findings if f["kind"] in NAGLE_FAMILY]
+
+
 def _stall_totals(findings: list[dict[str, Any]]) -> tuple[int, float, float]:
-    stalls = [f for f in findings if f["kind"] == STALL_KIND]
+    """The Nagle family's stalls, time lost, and the largest share of one connection's time
+    they took (a connection's findings of the family summed: one per direction and kind)."""
+    stalls = _nagle_family(findings)
+    shares: dict[Any, float] = {}
+    for finding in stalls:
+        shares[finding["connection"]] = shares.get(finding["connection"], 0.0) + finding["share"]
     return (sum(f["count"] for f in stalls), sum(f["time_lost_s"] for f in stalls),
-            max((f["share"] for f in stalls), default=0.0))
+            max(shares.values(), default=0.0))
 
 
 def evaluate(document: dict[str, Any], budgets: Budgets,
-             baseline: dict[str, Any] | None = None) -> list[RuleResult]:
-    """Every configured rule on every capture of the document. The findings (read from disk a
-    chunk at a time) are gone through once, not once per capture: a gate over thousands of
-    captures would otherwise read them thousands of times."""
-    findings = _by_capture(_rule_findings(document["findings"], {STALL_KIND, *budgets.fail_on}))
+             baseline: dict[str, Any] | None = None,
+             bpf_filter: str | None = None) -> list[RuleResult]:
+    """Every configured rule on every capture of the document (`bpf_filter`: the run's, named
+    where it left a capture no TCP packet). The findings (read from disk a chunk at a time) are
+    gone through once, not once per capture: a gate over thousands of captures would otherwise
+    read them thousands of times."""
+    findings = _by_capture(_rule_findings(document["findings"], {*NAGLE_FAMILY, *budgets.fail_on}))
     previous = None if baseline is None else _Baseline.of(baseline)
     results = []
     for index, capture in enumerate(document["captures"]):
+        reason = _unchecked_reason(capture, bpf_filter)
+        if reason:
+            results.append(RuleResult(capture["path"], CHECKABLE_RULE, False, reason, index,
+                                      error=True))
+            continue
         results += _capture_rules(index, capture["path"], findings.get(index, []), document,
                                   budgets, previous)
     return results
+
+
+def _unchecked_reason(capture: dict[str, Any], bpf_filter: str | None) -> str | None:
+    """Why the gate cannot vouch for a capture it read, if it cannot: no packet, or no TCP
+    packet (all filtered out, or none there): no rule can fail on it, so none may pass it."""
+    if capture["packets"] == 0:
+        return NO_PACKETS_TEXT
+    if capture["tcp_packets"] > 0:
+        return None
+    if bpf_filter is not None:
+        return f"the filter {bpf_filter!r} leaves no TCP packet: nothing to check"
+    return NO_TCP_TEXT
 
 
 def _rule_findings(findings: Sequence[dict[str, Any]], kinds: set[str]
@@ -153,11 +246,12 @@ def _by_capture(findings: Iterable[dict[str, Any]]) -> dict[int, list[dict[str, 
 def _capture_rules(position: int, path: str, findings: list[dict[str, Any]], document: dict[str, Any],
                    budgets: Budgets, baseline: _Baseline | None) -> list[RuleResult]:
     count, time_s, share = _stall_totals(findings)
-    stalls = [f for f in findings if f["kind"] == STALL_KIND]
+    stalls = _nagle_family(findings)
     checks = []
     if budgets.max_stalls is not None:
+        default = " (the default: no budget configured)" if budgets.defaulted else ""
         checks.append(("max-stalls", count <= budgets.max_stalls,
-                       f"{count} stalls, budget {budgets.max_stalls}", stalls))
+                       f"{count} stalls, budget {budgets.max_stalls}{default}", stalls))
     if budgets.max_stall_time_s is not None:
         checks.append(("max-stall-time", time_s <= budgets.max_stall_time_s,
                        f"{time_s:.3f} s in stalls, budget {budgets.max_stall_time_s} s", stalls))
