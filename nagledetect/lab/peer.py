@@ -40,16 +40,28 @@ def _receive_exactly(sock: socket.socket, count: int, quickack: bool) -> int:
     return received
 
 
-def _write_message(sock: socket.socket, sizes: list[int], options: list[str], pacing_s: float) -> None:
-    """The message as separate writes, corked around them when asked."""
+def _write_message(sock: socket.socket, sizes: list[int], options: list[str],
+                   waits_s: list[float]) -> tuple[list[float], list[float]]:
+    """The message as separate writes, `waits_s[i]` apart, corked around them when asked.
+
+    Returns when each write began (UNIX time, tcpdump's clock) and how long the application
+    really slept between writes (what a trace cannot show)."""
     if "cork" in options:
         _set(sock, "cork", 1)
+    write_times_s: list[float] = []
+    slept_s: list[float] = []
     for index, size in enumerate(sizes):
-        if index and pacing_s:
-            time.sleep(pacing_s)
+        if index and waits_s[index - 1]:
+            before_s = time.monotonic()
+            time.sleep(waits_s[index - 1])
+            slept_s.append(time.monotonic() - before_s)
+        elif index:
+            slept_s.append(0.0)
+        write_times_s.append(time.time())
         sock.sendall(b"x" * size)
     if "cork" in options:
         _set(sock, "cork", 0)
+    return write_times_s, slept_s
 
 
 def _apply_options(sock: socket.socket, options: list[str]) -> None:
@@ -71,7 +83,8 @@ def _serve_connection(conn: socket.socket, flow: dict[str, Any]) -> None:
                 return
             if flow["think_time_s"]:
                 time.sleep(flow["think_time_s"])
-            _write_message(conn, flow["server_writes"][exchange], flow["server_options"], 0.0)
+            writes = flow["server_writes"][exchange]
+            _write_message(conn, writes, flow["server_options"], [0.0] * len(writes))
         _receive_exactly(conn, 1, quickack)
 
 
@@ -110,7 +123,8 @@ def _keepalive_only(sock: socket.socket) -> list[dict[str, Any]]:
     return []
 
 
-def _run_exchanges(sock: socket.socket, flow: dict[str, Any], pauses_s: list[float]) -> list[dict]:
+def _run_exchanges(sock: socket.socket, flow: dict[str, Any], pauses_s: list[float],
+                   waits_s: list[list[float]]) -> list[dict]:
     quickack = "quickack" in flow["client_options"]
     exchanges = []
     for index in range(flow["exchanges"]):
@@ -118,12 +132,14 @@ def _run_exchanges(sock: socket.socket, flow: dict[str, Any], pauses_s: list[flo
             time.sleep(pauses_s[index])
         server_writes = [] if flow["one_way"] else flow["server_writes"][index]
         start_s = time.time()
-        _write_message(sock, flow["client_writes_bytes"], flow["client_options"], flow["pacing_s"])
+        write_times_s, slept_s = _write_message(sock, flow["client_writes_bytes"],
+                                                flow["client_options"], waits_s[index])
         received = _receive_exactly(sock, sum(server_writes), quickack) if server_writes else 0
         latency_s = time.time() - start_s
         exchanges.append({
             "index": index, "start_s": start_s, "latency_s": latency_s,
             "client_writes_bytes": flow["client_writes_bytes"], "server_writes_bytes": server_writes,
+            "client_write_times_s": write_times_s, "client_waits_s": slept_s,
             "think_time_s": flow["think_time_s"], "pause_before_s": pauses_s[index],
             "response_complete": received == sum(server_writes),
         })
@@ -137,7 +153,7 @@ def _client_connection(spec: dict[str, Any], index: int, flow: dict[str, Any], c
     pauses_s = flow["pauses_s"][copy]
     with sock:
         exchanges = (_keepalive_only(sock) if flow["keepalive_only"]
-                     else _run_exchanges(sock, flow, pauses_s))
+                     else _run_exchanges(sock, flow, pauses_s, flow["waits_s"][copy]))
         results.append({"flow": flow["name"], "client": _endpoint(sock.getsockname()),
                         "server": _endpoint(sock.getpeername()), "exchanges": exchanges})
         if not flow["one_way"] and not flow["keepalive_only"]:

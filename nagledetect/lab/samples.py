@@ -17,7 +17,10 @@ from nagledetect.lab.scenarios import SCENARIOS
 README_HEAD = """# Sample traces
 
 Real captures recorded by `nagledetect lab`: two network namespaces joined by a veth pair (MTU
-1500), tcpdump with snaplen 128 on the side named below. The client is always Linux's own TCP
+1500), tcpdump with snaplen 128 on the side named below. Where a scenario needs a real round trip
+or frames dropped or held back, the two are joined instead through the lab's user-space delay
+line (`remote-*`, `rtt-hold`, the `cause-*` captures; the manifest's `path` block says how, and
+which frames it acted on). The client is always Linux's own TCP
 stack; the server is Linux too, except in the `classic-*` captures, where it is the lab's
 user-space classic stack (200 ms global-tick delayed ACKs, classic Nagle). Each `NAME.pcap` has
 a `NAME.json` manifest with the ground truth the application measured: every exchange's start

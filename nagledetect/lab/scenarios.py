@@ -12,6 +12,8 @@ from __future__ import annotations
 import random
 from dataclasses import asdict, dataclass, field, replace
 
+from nagledetect.detectors.kinds import NAGLE_DELACK_STALL, NAGLE_RTT_HOLD
+
 OPTIONS = ("nodelay", "cork", "quickack")
 LINE_BYTES = 72
 
@@ -26,6 +28,7 @@ class Flow:
     pause_s: float = 0.01
     pause_range_s: tuple[float, float] | None = None
     pacing_s: float = 0.0
+    pacing_range_s: tuple[float, float] | None = None
     client_options: tuple[str, ...] = ()
     server_options: tuple[str, ...] = ()
     connections: int = 1
@@ -58,6 +61,16 @@ class Scenario:
     ipv6: bool = False
     expectation: str = ""
     variants: tuple[str, ...] = field(default=("nodelay", "cork"))
+    rtt_ms: float = 0.0
+    delay_rules: tuple[dict, ...] = ()
+    server_firewall: tuple[str, ...] = ()
+    expected: dict | None = None
+    stall_kind: str = NAGLE_DELACK_STALL
+
+    @property
+    def delay_line(self) -> bool:
+        """Whether frames cross the user-space delay line (a round trip, or frames to act on)."""
+        return bool(self.rtt_ms or self.delay_rules)
 
     def with_option(self, option: str, who: str = "client") -> Scenario:
         """The same scenario with a socket option added on one side of every flow."""
@@ -76,7 +89,17 @@ def article_sizes(count: int, seed: int = 2000) -> tuple[int, ...]:
     return tuple(int(min(60_000, max(300, rng.lognormvariate(7.8, 0.9)))) for _ in range(count))
 
 
+def finding(kind: str, count: tuple[int, int], each_ms: tuple[float, float], note: str,
+            **more: object) -> dict:
+    """One line of a scenario's `expected` block: a kind a correct analysis reports, about how
+    many times (inclusive range) and about how long each (ms, inclusive range)."""
+    return {"kind": kind, "count": list(count), "each_ms": list(each_ms), "note": note, **more}
+
+
 SEED003_REQUEST = (2,) * 15
+REMOTE_RTT_MS = 80.0
+RTT_HOLD_RTT_MS = 60.0
+TIMESTAMPED_MSS_BYTES = 1448
 SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
     Scenario("seed003-nagle", "003", "15 two-byte writes then a read; Nagle on (Linux default)",
              (Flow("tiny-writes", 40, SEED003_REQUEST, (2,)),),
@@ -172,6 +195,59 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
     Scenario("trap-keepalive", "trap", "an idle connection with 1-second keep-alives",
              (Flow("keepalive", 0, keepalive_only=True),),
              expectation="keep-alives only, no stall"),
+    Scenario("remote-header-body", "004",
+             "the seed 004 header-then-body exchange over an 80 ms round trip (delay line), "
+             "captured at the client: the server's holds seen one round trip away",
+             (Flow("header-body", 30, (40,), (6, 276)),), rtt_ms=REMOTE_RTT_MS,
+             expectation="about 200 ms per exchange, 120 of them lost: the body waits for the "
+                         "client's delayed ACK (about 40 ms) to cross the path; at the client it "
+                         "arrives one round trip after that ACK",
+             expected={"findings": [
+                 finding(NAGLE_DELACK_STALL, (27, 29), (100, 140),
+                         "every exchange but the first; held by the server, released by the "
+                         "client's delayed ACK, seen at the client one round trip later",
+                         holder="server"),
+                 finding(NAGLE_RTT_HOLD, (0, 1), (75, 90),
+                         "the first exchange: the client is in quick-ACK mode, so the body waits "
+                         "one round trip for its ordinary ACK", holder="server")],
+                 "absent": []}),
+    Scenario("paced-40ms", "trap",
+             "two 2-byte writes 38-45 ms apart (random), then a read; Nagle on",
+             (Flow("paced", 30, (2, 2), (2,), pacing_range_s=(0.038, 0.045)),),
+             expectation="the second write comes about when the server's delayed ACK fires: "
+                         "Nagle holds it a few ms at most, or not at all; the manifest records "
+                         "each write's time and the application's real sleeps",
+             expected={"findings": [
+                 finding(NAGLE_DELACK_STALL, (0, 30), (0, 45),
+                         "a hold cannot be told from a paced write here: any stall found must be "
+                         "low confidence and its time an upper bound ('up to'); the real cost "
+                         "is each exchange's latency minus the client's waits (manifest)",
+                         confidence="low")],
+                 "absent": []}),
+    Scenario("paced-40ms-nodelay", "trap",
+             "two 2-byte writes 38-45 ms apart (random), then a read; TCP_NODELAY",
+             (Flow("paced", 30, (2, 2), (2,), pacing_range_s=(0.038, 0.045),
+                   client_options=("nodelay",)),),
+             expectation="nothing can be held: every write leaves at once",
+             expected={"findings": [
+                 finding(NAGLE_DELACK_STALL, (0, 30), (0, 45),
+                         "TCP_NODELAY: nothing was held; a stall found here can only be low "
+                         "confidence with its time an upper bound", confidence="low")],
+                 "absent": []}),
+    Scenario("rtt-hold", "001",
+             f"a {TIMESTAMPED_MSS_BYTES + 100}-byte write (one MSS and 100 bytes) then a 50-byte "
+             "write, over a 60 ms round trip (delay line); captured at the client",
+             (Flow("rtt-hold", 20, (TIMESTAMPED_MSS_BYTES + 100, 50), (2,)),),
+             rtt_ms=RTT_HOLD_RTT_MS, stall_kind=NAGLE_RTT_HOLD,
+             expectation="Minshall's Nagle: the 100-byte tail leaves at once, the 50 bytes wait "
+                         "while it is unacknowledged; the server ACKs the two segments at once "
+                         "(no delayed ACK), so the 50 bytes leave one round trip later",
+             expected={"findings": [
+                 finding(NAGLE_RTT_HOLD, (18, 20), (55, 70),
+                         "every exchange: the 50-byte tail leaves right after the ordinary ACK "
+                         "of the request's first two segments, one round trip after them",
+                         holder="client")],
+                 "absent": [NAGLE_DELACK_STALL]}),
     Scenario("mixed", "mixed", "concurrent connections of several kinds in one capture",
              (Flow("tiny-writes", 30, SEED003_REQUEST, (2,), connections=2),
               Flow("tiny-writes-nodelay", 30, SEED003_REQUEST, (2,), client_options=("nodelay",)),
