@@ -135,9 +135,12 @@ def test_readme_table_is_rebuilt_from_the_manifests(tmp_path) -> None:
 # (an independent reader); the values they are compared with are the manifests' (what the
 # application and the delay line themselves recorded) or the scenario's own settings.
 
-def _tshark_rows(capture: Path, display_filter: str, *fields: str) -> list[list[str]]:
+def _tshark_rows(capture: Path, display_filter: str, *fields: str,
+                 relative: bool = False) -> list[list[str]]:
+    """tshark's fields for the frames the filter keeps; sequence numbers raw unless relative."""
     tshark = require_tool("tshark")
-    command = [tshark, "-r", str(capture), "-o", "tcp.relative_sequence_numbers:FALSE",
+    command = [tshark, "-r", str(capture),
+               "-o", f"tcp.relative_sequence_numbers:{'TRUE' if relative else 'FALSE'}",
                "-Y", display_filter, "-T", "fields", *[part for f in fields for part in ("-e", f)]]
     output = subprocess.run(command, capture_output=True, text=True, check=True).stdout
     return [line.split("\t") for line in output.splitlines() if line]
@@ -286,3 +289,124 @@ def test_the_delay_line_gives_a_real_round_trip(tmp_path) -> None:
     assert all(e["latency_s"] >= 0.08 for e in manifest["connections"][0]["exchanges"])
     listing = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
     assert "ndlab-" not in listing
+
+
+def _manifest(name: str) -> dict:
+    return json.loads((SAMPLE_TRACES / f"{name}.json").read_text())
+
+
+def test_rto_the_drops_happened_and_the_timeout_backed_off() -> None:
+    """cause-rto.pcap (tshark, at the client): the third request (seq 201) leaves four times,
+    the delay line's log names the first three as dropped, the gaps between them grow (a
+    tail-loss probe, an RTO, the RTO doubled), and the answer comes one round trip after the
+    fourth; the client measured that exchange as the time from its request to the answer."""
+    manifest = _manifest("cause-rto")
+    rows = _tshark_rows(SAMPLE_TRACES / "cause-rto.pcap", "tcp.len > 0", "frame.time_epoch",
+                        "ip.src", "tcp.seq", "tcp.ack")
+    dropped = manifest["path"]["acted"]
+    assert [entry["action"] for entry in dropped] == ["drop"] * 3
+    assert len({entry["seq"] for entry in dropped}) == 1
+    sends_s = [float(row[0]) for row in rows if row[1] == CLIENT and int(row[2]) == dropped[0]["seq"]]
+    assert len(sends_s) == 4
+    gaps_ms = [(b - a) * 1000 for a, b in zip(sends_s, sends_s[1:])]
+    assert 200 <= gaps_ms[0] and 200 <= gaps_ms[1] and gaps_ms[2] >= 1.8 * gaps_ms[1], gaps_ms
+    answer_s = next(float(row[0]) for row in rows if row[1] == SERVER and float(row[0]) > sends_s[-1])
+    assert 20 <= (answer_s - sends_s[-1]) * 1000 <= 26
+    exchange = manifest["connections"][0]["exchanges"][2]
+    assert abs(exchange["latency_s"] - (answer_s - sends_s[0])) < 0.005
+    assert manifest["connections"][0]["expected"]["nagle_stalls"] == 1  # the RTO, by latency
+
+
+def test_spurious_retransmissions_are_answered_by_d_sacks() -> None:
+    """cause-spurious.pcap (tshark): the only retransmissions are the client's, three in all
+    (one on port 9000, two on 9001), each of data the server already had, as its D-SACK for
+    the same bytes says; the ACK the delay line dropped is not in the capture, the two it held
+    arrive 500 ms late (duplicate ACKs then)."""
+    capture = SAMPLE_TRACES / "cause-spurious.pcap"
+    retransmitted = _tshark_rows(capture, "tcp.analysis.retransmission", "ip.src", "tcp.dstport",
+                                 "tcp.seq", "tcp.len")
+    assert sorted(row[1] for row in retransmitted) == ["9000", "9001", "9001"]
+    assert {row[0] for row in retransmitted} == {CLIENT}
+    dsacks = _tshark_rows(capture, "tcp.options.sack.dsack_le", "tcp.srcport",
+                          "tcp.options.sack.dsack_le", "tcp.options.sack.dsack_re")
+    assert sorted(row[0] for row in dsacks) == ["9000", "9001", "9001"]
+    for row in retransmitted:
+        assert [row[1], row[2], str(int(row[2]) + int(row[3]))] in [r[:3] for r in dsacks]
+    acted = _manifest("cause-spurious")["path"]["acted"]
+    assert sorted((a["action"], a["src_port"]) for a in acted) == [
+        ("drop", 9000), ("hold", 9001), ("hold", 9001)]
+
+
+def _zero_windows(name: str) -> list[list[str]]:
+    return _tshark_rows(SAMPLE_TRACES / f"{name}.pcap", f"ip.src == {SERVER} && tcp.flags.syn == 0",
+                        "frame.time_epoch", "tcp.window_size")
+
+
+def test_zero_window_reopens_when_the_reader_starts() -> None:
+    """cause-zero-window-reopens.pcap (tshark): the server's window is 0 from its first zero
+    window until about 1.5 s after the connection (the reader's pause), the client probing
+    meanwhile (at 0.2 s and 0.4 s of backoff: two probes before the reader wakes); then it
+    reopens and all 65,536 bytes are acknowledged."""
+    manifest = _manifest("cause-zero-window-reopens")
+    start_s = manifest["connections"][0]["exchanges"][0]["start_s"]
+    rows = _zero_windows("cause-zero-window-reopens")
+    first_zero = next(i for i, row in enumerate(rows) if row[1] == "0")
+    reopen = next(i for i in range(first_zero, len(rows)) if rows[i][1] != "0")
+    assert 1.45 <= float(rows[reopen][0]) - start_s <= 1.65
+    probes = _tshark_rows(SAMPLE_TRACES / "cause-zero-window-reopens.pcap",
+                          f"ip.src == {CLIENT} && tcp.analysis.keep_alive", "frame.time_epoch")
+    assert len(probes) >= 2
+    acks = _tshark_rows(SAMPLE_TRACES / "cause-zero-window-reopens.pcap",
+                        f"ip.src == {SERVER}", "tcp.ack", relative=True)
+    assert max(int(row[0]) for row in acks) >= 65536
+
+
+def test_zero_window_that_never_reopens_ends_in_the_clients_reset() -> None:
+    """cause-zero-window-stuck.pcap (tshark): after the window first closes the server never
+    opens it again; the client's probes back off (each gap longer than the one before) and its
+    RST comes when the manifest says the client aborted."""
+    manifest = _manifest("cause-zero-window-stuck")
+    rows = _zero_windows("cause-zero-window-stuck")
+    first_zero = next(i for i, row in enumerate(rows) if row[1] == "0")
+    assert all(row[1] == "0" for row in rows[first_zero:])
+    probes_s = [float(row[0]) for row in _tshark_rows(
+        SAMPLE_TRACES / "cause-zero-window-stuck.pcap",
+        f"ip.src == {CLIENT} && tcp.analysis.keep_alive", "frame.time_epoch")]
+    gaps_s = [b - a for a, b in zip(probes_s, probes_s[1:])]
+    assert len(probes_s) >= 4 and all(b > 1.5 * a for a, b in zip(gaps_s, gaps_s[1:])), gaps_s
+    resets = _tshark_rows(SAMPLE_TRACES / "cause-zero-window-stuck.pcap",
+                          f"ip.src == {CLIENT} && tcp.flags.reset == 1", "frame.time_epoch")
+    assert len(resets) == 1
+    assert abs(float(resets[0][0]) - manifest["connections"][0]["aborted_s"]) < 0.05
+
+
+def test_slow_reader_keeps_the_window_small_for_the_whole_transfer() -> None:
+    """cause-window-limited.pcap (tshark): the server never offers more than its 4 KB buffer
+    allows, and the 32 KB take about as long as the reader's 64 reads of 512 bytes 20 ms
+    apart (1.28 s), not the fraction of a millisecond the link would need."""
+    rows = _zero_windows("cause-window-limited")
+    assert max(int(row[1]) for row in rows) <= 4096
+    acks = _tshark_rows(SAMPLE_TRACES / "cause-window-limited.pcap", f"ip.src == {SERVER}",
+                        "frame.time_epoch", "tcp.ack", relative=True)
+    done_s = next(float(row[0]) for row in acks if int(row[1]) >= 32769)
+    start_s = _manifest("cause-window-limited")["connections"][0]["exchanges"][0]["start_s"]
+    assert 1.0 <= done_s - start_s <= 1.6
+
+
+def test_unanswered_syns_are_retransmitted_until_the_client_gives_up() -> None:
+    """cause-syn-unanswered.pcap (tshark): each connection the manifest says was never
+    answered sends 7 SYNs (the first and 6 retransmissions), none answered, the last before
+    the client gave up; the connection on port 9001 has its SYN/ACK (both directions seen)."""
+    manifest = _manifest("cause-syn-unanswered")
+    syns = _tshark_rows(SAMPLE_TRACES / "cause-syn-unanswered.pcap", "tcp.flags.syn == 1",
+                        "frame.time_epoch", "tcp.srcport", "tcp.dstport", "tcp.flags.ack")
+    unanswered = [c for c in manifest["connections"] if "connect" in c]
+    assert len(unanswered) == 2
+    for connection in unanswered:
+        port = connection["client"].rsplit(":", 1)[1]
+        sent_s = [float(row[0]) for row in syns if row[1] == port]
+        assert len(sent_s) == 7
+        assert not [row for row in syns if row[2] == port]  # no SYN/ACK back
+        assert connection["connect"]["started_s"] - 0.01 <= sent_s[0]
+        assert sent_s[-1] <= connection["connect"]["gave_up_s"]
+    assert [row for row in syns if row[1] == "9001" and row[3] in ("1", "True")]

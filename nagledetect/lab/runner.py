@@ -250,6 +250,7 @@ def _connection_truth(result: dict[str, Any], flow: Flow, holds: list[dict[str, 
         "client_options": [f"TCP_{o.upper()}" for o in flow.client_options],
         "server_options": [f"TCP_{o.upper()}" for o in flow.server_options],
         "exchanges": exchanges,
+        **{key: result[key] for key in ("connect", "aborted_s") if key in result},
         "expected": {
             "nagle_stalls": len(stalled),
             "stall_kind": scenario.stall_kind if stalled else None,

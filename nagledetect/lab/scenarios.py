@@ -12,7 +12,16 @@ from __future__ import annotations
 import random
 from dataclasses import asdict, dataclass, field, replace
 
-from nagledetect.detectors.kinds import NAGLE_DELACK_STALL, NAGLE_RTT_HOLD
+from nagledetect.detectors.kinds import (
+    HANDSHAKE_RETRY,
+    LOSS_RECOVERY,
+    NAGLE_DELACK_STALL,
+    NAGLE_FAMILY,
+    NAGLE_RTT_HOLD,
+    THINK_TIME,
+    WINDOW_LIMITED,
+    ZERO_WINDOW,
+)
 
 OPTIONS = ("nodelay", "cork", "quickack")
 LINE_BYTES = 72
@@ -37,6 +46,12 @@ class Flow:
     response_sizes_bytes: tuple[int, ...] = ()
     response_line_by_line: bool = False
     stack: str = "linux"
+    server_rcvbuf_bytes: int = 0
+    server_read_delay_s: float = 0.0
+    server_read_chunk_bytes: int = 0
+    server_read_interval_s: float = 0.0
+    client_give_up_s: float = 0.0
+    unanswered: bool = False
 
     def server_writes_for(self, exchange: int) -> list[int]:
         """The server's writes for one exchange (articles: whole, or one write per line)."""
@@ -248,6 +263,93 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
                          "of the request's first two segments, one round trip after them",
                          holder="client")],
                  "absent": [NAGLE_DELACK_STALL]}),
+    Scenario("cause-rto", "cause",
+             "request/response over a 20 ms round trip; the delay line drops the third request "
+             "and its next two transmissions: a retransmission timeout with backoff",
+             (Flow("rpc", 6, (100,), (100,), pause_s=0.1),), rtt_ms=20.0,
+             delay_rules=({"direction": "to_server", "match": "data", "frames": [2, 3, 4],
+                           "action": "drop"},),
+             expected={"findings": [
+                 finding(LOSS_RECOVERY, (1, 1), (950, 1100),
+                         "the third request reaches the server on its fourth transmission: a "
+                         "tail-loss probe about 240 ms after it, an RTO about 240 ms later, the "
+                         "backed-off RTO about 500 ms after that (path.acted lists the three "
+                         "drops)", subkind="rto")],
+                 "absent": list(NAGLE_FAMILY)}),
+    Scenario("cause-spurious", "cause",
+             "requests the server answers after 600 ms, over a 20 ms round trip; the delay line "
+             "drops the ACK of one request (port 9000) and holds back another's for 500 ms "
+             "(port 9001): retransmissions of data that had arrived",
+             (Flow("ack-dropped", 3, (100,), (100,), think_time_s=0.6),
+              Flow("ack-held", 3, (100,), (100,), think_time_s=0.6)), rtt_ms=20.0,
+             delay_rules=({"direction": "to_client", "match": "pure_ack", "port": 9000,
+                           "frames": [1], "action": "drop"},
+                          {"direction": "to_client", "match": "pure_ack", "port": 9001,
+                           "frames": [1, 2], "action": "hold", "extra_ms": 500}),
+             expected={"findings": [
+                 finding(LOSS_RECOVERY, (2, 3), (0, 0),
+                         "retransmissions of data that had arrived, each proven by the server's "
+                         "D-SACK: on port 9000 a tail-loss probe (its ACK was dropped), on port "
+                         "9001 a tail-loss probe and an RTO (its ACKs were held 500 ms, and "
+                         "arrive late as duplicates); they delay nothing", subkind="spurious"),
+                 finding(THINK_TIME, (6, 6), (590, 640),
+                         "every exchange: the server answers 600 ms after the request; the "
+                         "spurious retransmissions fall inside these gaps and do not explain "
+                         "them")],
+                 "absent": list(NAGLE_FAMILY)}),
+    Scenario("cause-zero-window-reopens", "cause",
+             "64 KB one way to a receiver with a 4 KB receive buffer that reads nothing for "
+             "1.5 s, then everything",
+             (Flow("stops-reading", 1, (65536,), (), one_way=True, server_rcvbuf_bytes=4096,
+                   server_read_delay_s=1.5),),
+             expected={"findings": [
+                 finding(ZERO_WINDOW, (1, 1), (1300, 1600),
+                         "the window closes after about 4 KB and stays shut, the sender probing "
+                         "at backoff (about 0.2, 0.4, 0.9 s), until the reader starts 1.5 s "
+                         "after the connection; then it reopens and the rest flows")],
+                 "absent": list(NAGLE_FAMILY)}),
+    Scenario("cause-zero-window-stuck", "cause",
+             "64 KB one way to a receiver with a 4 KB receive buffer that never reads; the "
+             "sender waits 8 s for it to finish, then aborts (RST)",
+             (Flow("never-reads", 1, (65536,), (), one_way=True, server_rcvbuf_bytes=4096,
+                   server_read_delay_s=-1, client_give_up_s=8.0),),
+             expected={"findings": [
+                 finding(ZERO_WINDOW, (1, 1), (7800, 8200),
+                         "the window closes after about 4 KB and never reopens: zero-window "
+                         "probes at backoff (about 0.2, 0.4, 0.9, 1.7, 3.5 s apart), each "
+                         "answered by a zero window, until the sender's RST")],
+                 "absent": list(NAGLE_FAMILY)}),
+    Scenario("cause-window-limited", "cause",
+             "32 KB one way to a receiver with a 4 KB receive buffer that reads 512 bytes every "
+             "20 ms",
+             (Flow("slow-reader", 1, (32768,), (), one_way=True, server_rcvbuf_bytes=4096,
+                   server_read_chunk_bytes=512, server_read_interval_s=0.02),),
+             expected={"findings": [
+                 finding(WINDOW_LIMITED, (1, 40), (10, 1400),
+                         "the whole transfer (about 1.2 s for 32 KB) is paced by the reader: "
+                         "the window opens one segment at a time between zero windows; a "
+                         "correct analysis blames the receiver's window for most of that time, "
+                         "as window-limited or as short zero windows", total_ms=[900, 1400]),
+                 finding(ZERO_WINDOW, (0, 40), (10, 300),
+                         "the short zero windows between the reader's reads, each ended by a "
+                         "window update (or a probe's answer)")],
+                 "absent": list(NAGLE_FAMILY)}),
+    Scenario("cause-syn-unanswered", "cause",
+             "two connections to a port whose SYNs the server's firewall drops (nftables), the "
+             "client giving up after 8 s; beside them, an answered request/response connection",
+             (Flow("unanswered", 0, connections=2, unanswered=True, client_give_up_s=8.0),
+              Flow("rpc", 3, (100,), (100,))),
+             server_firewall=("add table inet ndlab",
+                              "add chain inet ndlab input { type filter hook input priority 0 ; }",
+                              "add rule inet ndlab input tcp dport 9000 drop"),
+             expected={"findings": [
+                 finding(HANDSHAKE_RETRY, (2, 2), (7000, 8200),
+                         "two connections never answered, each a SYN and 6 retransmissions "
+                         "(this kernel: 1 s apart four times, then 2 s) until the client gives "
+                         "up at 8 s; the answered connection on port 9001 shows the capture "
+                         "has both directions, so no warning may say the other direction is "
+                         "missing")],
+                 "absent": list(NAGLE_FAMILY)}),
     Scenario("mixed", "mixed", "concurrent connections of several kinds in one capture",
              (Flow("tiny-writes", 30, SEED003_REQUEST, (2,), connections=2),
               Flow("tiny-writes-nodelay", 30, SEED003_REQUEST, (2,), client_options=("nodelay",)),
