@@ -5,14 +5,19 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import struct
 import subprocess
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
+from nagledetect.lab.delay_line import Rules, parse_tcp
+from nagledetect.lab.netns import CLIENT_V4 as CLIENT
+from nagledetect.lab.netns import SERVER_V4 as SERVER
 from nagledetect.lab.runner import build_manifest, peer_spec, run_scenario, shortened
 from nagledetect.lab.scenarios import LINE_BYTES, SCENARIOS, article_sizes
-from tests.conftest import SAMPLE_TRACES
+from tests.conftest import SAMPLE_TRACES, require_tool
 
 
 def test_every_scenario_has_a_seed_and_flows() -> None:
@@ -124,3 +129,284 @@ def test_readme_table_is_rebuilt_from_the_manifests(tmp_path) -> None:
     assert "| `seed003-nagle.pcap` | 003 | client |" in table
     assert "39 of 40 exchanges stalled" in table  # the manifest's client-measured count
     assert "trap-rpc" not in table
+
+
+# The delay line and the captures recorded through it. Packet facts below are read with tshark
+# (an independent reader); the values they are compared with are the manifests' (what the
+# application and the delay line themselves recorded) or the scenario's own settings.
+
+def _tshark_rows(capture: Path, display_filter: str, *fields: str,
+                 relative: bool = False) -> list[list[str]]:
+    """tshark's fields for the frames the filter keeps; sequence numbers raw unless relative."""
+    tshark = require_tool("tshark")
+    command = [tshark, "-r", str(capture),
+               "-o", f"tcp.relative_sequence_numbers:{'TRUE' if relative else 'FALSE'}",
+               "-Y", display_filter, "-T", "fields", *[part for f in fields for part in ("-e", f)]]
+    output = subprocess.run(command, capture_output=True, text=True, check=True).stdout
+    return [line.split("\t") for line in output.splitlines() if line]
+
+
+def _pcap_frames(capture: Path) -> list[bytes]:
+    """Every frame's captured bytes, from a classic little-endian microsecond pcap."""
+    data = capture.read_bytes()
+    assert struct.unpack_from("<I", data)[0] == 0xA1B2C3D4
+    frames, offset = [], 24
+    while offset < len(data):
+        captured = struct.unpack_from("<IIII", data, offset)[2]
+        frames.append(data[offset + 16:offset + 16 + captured])
+        offset += 16 + captured
+    return frames
+
+
+def _handshake_rtt_ms(capture: Path) -> list[float]:
+    """SYN to SYN/ACK of every connection, as seen at the capture (the client side)."""
+    rows = _tshark_rows(capture, "tcp.flags.syn == 1", "frame.time_epoch", "tcp.flags.ack",
+                        "tcp.stream")
+    syn_s = {row[2]: float(row[0]) for row in rows if row[1] in ("0", "False")}
+    return [(float(row[0]) - syn_s[row[2]]) * 1000 for row in rows
+            if row[1] in ("1", "True") and row[2] in syn_s]
+
+
+DELAY_LINE_MANIFESTS = [path for path in sorted(SAMPLE_TRACES.glob("*.json"))
+                        if "path" in json.loads(path.read_text())]
+
+
+def test_delay_line_reads_tcp_headers_as_tshark_does() -> None:
+    capture = SAMPLE_TRACES / "rtt-hold.pcap"
+    parsed = [parse_tcp(frame) for frame in _pcap_frames(capture)]
+    rows = _tshark_rows(capture, "frame", "tcp.flags", "tcp.seq", "tcp.ack", "tcp.len",
+                        "tcp.srcport", "tcp.dstport")
+    assert len(parsed) == len(rows) > 100
+    for tcp, row in zip(parsed, rows):
+        if not row[0]:
+            assert tcp is None  # ARP, IPv6 neighbour discovery
+            continue
+        assert tcp is not None
+        assert (tcp.flags, tcp.seq, tcp.ack, tcp.payload_bytes, tcp.src_port, tcp.dst_port) == (
+            int(row[0], 16), int(row[1]), int(row[2]), int(row[3]), int(row[4]), int(row[5]))
+
+
+def test_delay_line_rules_act_on_the_nth_frame_of_their_kind() -> None:
+    """Fed the client's frames of rtt-hold.pcap in order, a rule dropping data segment 1 to
+    the server drops the first request's 100-byte tail (tshark: frame 7, seq 1449, 100
+    bytes, the second client segment with data) and holds back nothing else."""
+    capture = SAMPLE_TRACES / "rtt-hold.pcap"
+    rules = Rules([{"direction": "to_server", "match": "data", "frames": [1], "action": "drop"},
+                   {"direction": "to_server", "match": "syn", "frames": [0], "action": "hold",
+                    "extra_ms": 300}])
+    decisions = []
+    for frame in _pcap_frames(capture):
+        tcp = parse_tcp(frame)
+        if tcp is not None and tcp.dst_port == 9000:
+            decisions.append((tcp, rules.extra_delay_s("to_server", tcp, 0.0)))
+    dropped = [tcp for tcp, extra in decisions if extra is None]
+    held = [(tcp, extra) for tcp, extra in decisions if extra]
+    assert [(t.seq & 0xFFFF_FFFF, t.payload_bytes) for t in dropped] == [(dropped[0].seq, 100)]
+    assert [t.kind for t, _ in held] == ["syn"] and held[0][1] == 0.3
+    first_data = next(t for t, _ in decisions if t.payload_bytes)
+    assert dropped[0].seq == first_data.seq + 1448
+    assert [entry["action"] for entry in rules.log] == ["hold", "drop"]
+
+
+@pytest.mark.parametrize("manifest_path", DELAY_LINE_MANIFESTS,
+                         ids=[p.stem for p in DELAY_LINE_MANIFESTS])
+def test_the_handshake_shows_the_round_trip_the_manifest_names(manifest_path: Path) -> None:
+    manifest = json.loads(manifest_path.read_text())
+    rtts_ms = _handshake_rtt_ms(SAMPLE_TRACES / manifest["capture"]["file"])
+    assert rtts_ms
+    for rtt_ms in rtts_ms:
+        assert manifest["path"]["rtt_ms"] <= rtt_ms <= manifest["path"]["rtt_ms"] + 6, rtts_ms
+
+
+def test_rtt_hold_tails_leave_right_after_the_ordinary_ack_one_round_trip_later() -> None:
+    """rtt-hold.pcap, checked with tshark: every 50-byte segment leaves within 1 ms of a server
+    ACK that covers everything before it, one round trip (60 ms) after the 100-byte segment;
+    that ACK answers the request's two segments at once (no delayed ACK: it comes one round
+    trip after them, not 40 ms later)."""
+    capture = SAMPLE_TRACES / "rtt-hold.pcap"
+    rows = _tshark_rows(capture, "tcp.port == 9000", "frame.time_epoch", "ip.src", "tcp.seq",
+                        "tcp.ack", "tcp.len")
+    manifest = json.loads((SAMPLE_TRACES / "rtt-hold.json").read_text())
+    rtt_ms = manifest["path"]["rtt_ms"]
+    tails = [i for i, row in enumerate(rows) if row[1] == CLIENT and row[4] == "50"]
+    assert len(tails) == manifest["summary"]["exchanges"] == 20
+    for index in tails:
+        time_s, seq = float(rows[index][0]), int(rows[index][2])
+        ack = rows[index - 1]
+        assert ack[1] == SERVER and int(ack[3]) == seq
+        assert (time_s - float(ack[0])) * 1000 < 1
+        small = max(i for i in range(index) if rows[i][1] == CLIENT and rows[i][4] == "100")
+        assert rtt_ms - 2 <= (time_s - float(rows[small][0])) * 1000 <= rtt_ms + 6
+    for exchange in manifest["connections"][0]["exchanges"]:
+        assert 2 * rtt_ms <= exchange["latency_s"] * 1000 <= 2 * rtt_ms + 15
+
+
+def test_remote_header_body_bodies_come_one_round_trip_after_the_clients_ack() -> None:
+    """remote-header-body.pcap, at the client: each 276-byte body arrives one round trip
+    (80 ms) after the client's pure ACK of the 6-byte header that released it; after the
+    first exchange (quick-ACK mode) that ACK is delayed about 40 ms (checked with tshark)."""
+    capture = SAMPLE_TRACES / "remote-header-body.pcap"
+    rows = _tshark_rows(capture, "tcp.port == 9000", "frame.time_epoch", "ip.src", "tcp.len",
+                        "tcp.ack")
+    bodies = [i for i, row in enumerate(rows) if row[1] == SERVER and row[2] == "276"]
+    assert len(bodies) == 30
+    delayed_acks_ms = []
+    for index in bodies:
+        header = max(i for i in range(index) if rows[i][1] == SERVER and rows[i][2] == "6")
+        ack = next(i for i in range(header, index) if rows[i][1] == CLIENT and rows[i][2] == "0")
+        assert 78 <= (float(rows[index][0]) - float(rows[ack][0])) * 1000 <= 86
+        delayed_acks_ms.append((float(rows[ack][0]) - float(rows[header][0])) * 1000)
+    assert delayed_acks_ms[0] < 1
+    assert all(30 <= delay <= 50 for delay in delayed_acks_ms[1:]), delayed_acks_ms
+
+
+@pytest.mark.parametrize("name", ["paced-40ms", "paced-40ms-nodelay"])
+def test_paced_writes_record_the_real_waits_and_write_times(name: str) -> None:
+    """Each exchange's second write came 38-45 ms (plus the sleep's overshoot) after the first,
+    as the client measured; in the capture (tshark) each write's segment leaves at most 10 ms
+    after the write, and at once (under 1 ms) with TCP_NODELAY: Nagle held nothing longer."""
+    manifest = json.loads((SAMPLE_TRACES / f"{name}.json").read_text())
+    rows = _tshark_rows(SAMPLE_TRACES / f"{name}.pcap", f"ip.src == {CLIENT} && tcp.len == 2",
+                        "frame.time_epoch")
+    sent_s = [float(row[0]) for row in rows]
+    exchanges = manifest["connections"][0]["exchanges"]
+    limit_ms = 1 if name.endswith("nodelay") else 10
+    for exchange in exchanges:
+        assert 0.038 <= exchange["client_waits_s"][0] <= 0.065
+        for write_s in exchange["client_write_times_s"]:
+            leaves_s = min(t for t in sent_s if t >= write_s - 0.0005)
+            assert (leaves_s - write_s) * 1000 <= limit_ms
+    assert len(sent_s) == 2 * len(exchanges) == 60
+
+
+@pytest.mark.skipif(not _lab_available(), reason="needs root, tcpdump, ethtool and network namespaces")
+def test_the_delay_line_gives_a_real_round_trip(tmp_path) -> None:
+    scenario = replace(shortened(SCENARIOS["remote-header-body"], 3), rtt_ms=40.0)
+    manifest = run_scenario(scenario, tmp_path, "remote")
+    rtts_ms = _handshake_rtt_ms(tmp_path / "remote.pcap")
+    assert len(rtts_ms) == 1 and 40 <= rtts_ms[0] <= 46
+    assert manifest["path"]["one_way_delay_ms"] == 20
+    assert all(e["latency_s"] >= 0.08 for e in manifest["connections"][0]["exchanges"])
+    listing = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    assert "ndlab-" not in listing
+
+
+def _manifest(name: str) -> dict:
+    return json.loads((SAMPLE_TRACES / f"{name}.json").read_text())
+
+
+def test_rto_the_drops_happened_and_the_timeout_backed_off() -> None:
+    """cause-rto.pcap (tshark, at the client): the third request (seq 201) leaves four times,
+    the delay line's log names the first three as dropped, the gaps between them grow (a
+    tail-loss probe, an RTO, the RTO doubled), and the answer comes one round trip after the
+    fourth; the client measured that exchange as the time from its request to the answer."""
+    manifest = _manifest("cause-rto")
+    rows = _tshark_rows(SAMPLE_TRACES / "cause-rto.pcap", "tcp.len > 0", "frame.time_epoch",
+                        "ip.src", "tcp.seq", "tcp.ack")
+    dropped = manifest["path"]["acted"]
+    assert [entry["action"] for entry in dropped] == ["drop"] * 3
+    assert len({entry["seq"] for entry in dropped}) == 1
+    sends_s = [float(row[0]) for row in rows if row[1] == CLIENT and int(row[2]) == dropped[0]["seq"]]
+    assert len(sends_s) == 4
+    gaps_ms = [(b - a) * 1000 for a, b in zip(sends_s, sends_s[1:])]
+    assert 200 <= gaps_ms[0] and 200 <= gaps_ms[1] and gaps_ms[2] >= 1.8 * gaps_ms[1], gaps_ms
+    answer_s = next(float(row[0]) for row in rows if row[1] == SERVER and float(row[0]) > sends_s[-1])
+    assert 20 <= (answer_s - sends_s[-1]) * 1000 <= 26
+    exchange = manifest["connections"][0]["exchanges"][2]
+    assert abs(exchange["latency_s"] - (answer_s - sends_s[0])) < 0.005
+    assert manifest["connections"][0]["expected"]["nagle_stalls"] == 1  # the RTO, by latency
+
+
+def test_spurious_retransmissions_are_answered_by_d_sacks() -> None:
+    """cause-spurious.pcap (tshark): the only retransmissions are the client's, three in all
+    (one on port 9000, two on 9001), each of data the server already had, as its D-SACK for
+    the same bytes says; the ACK the delay line dropped is not in the capture, the two it held
+    arrive 500 ms late (duplicate ACKs then)."""
+    capture = SAMPLE_TRACES / "cause-spurious.pcap"
+    retransmitted = _tshark_rows(capture, "tcp.analysis.retransmission", "ip.src", "tcp.dstport",
+                                 "tcp.seq", "tcp.len")
+    assert sorted(row[1] for row in retransmitted) == ["9000", "9001", "9001"]
+    assert {row[0] for row in retransmitted} == {CLIENT}
+    dsacks = _tshark_rows(capture, "tcp.options.sack.dsack_le", "tcp.srcport",
+                          "tcp.options.sack.dsack_le", "tcp.options.sack.dsack_re")
+    assert sorted(row[0] for row in dsacks) == ["9000", "9001", "9001"]
+    for row in retransmitted:
+        assert [row[1], row[2], str(int(row[2]) + int(row[3]))] in [r[:3] for r in dsacks]
+    acted = _manifest("cause-spurious")["path"]["acted"]
+    assert sorted((a["action"], a["src_port"]) for a in acted) == [
+        ("drop", 9000), ("hold", 9001), ("hold", 9001)]
+
+
+def _zero_windows(name: str) -> list[list[str]]:
+    return _tshark_rows(SAMPLE_TRACES / f"{name}.pcap", f"ip.src == {SERVER} && tcp.flags.syn == 0",
+                        "frame.time_epoch", "tcp.window_size")
+
+
+def test_zero_window_reopens_when_the_reader_starts() -> None:
+    """cause-zero-window-reopens.pcap (tshark): the server's window is 0 from its first zero
+    window until about 1.5 s after the connection (the reader's pause), the client probing
+    meanwhile (at 0.2 s and 0.4 s of backoff: two probes before the reader wakes); then it
+    reopens and all 65,536 bytes are acknowledged."""
+    manifest = _manifest("cause-zero-window-reopens")
+    start_s = manifest["connections"][0]["exchanges"][0]["start_s"]
+    rows = _zero_windows("cause-zero-window-reopens")
+    first_zero = next(i for i, row in enumerate(rows) if row[1] == "0")
+    reopen = next(i for i in range(first_zero, len(rows)) if rows[i][1] != "0")
+    assert 1.45 <= float(rows[reopen][0]) - start_s <= 1.65
+    probes = _tshark_rows(SAMPLE_TRACES / "cause-zero-window-reopens.pcap",
+                          f"ip.src == {CLIENT} && tcp.analysis.keep_alive", "frame.time_epoch")
+    assert len(probes) >= 2
+    acks = _tshark_rows(SAMPLE_TRACES / "cause-zero-window-reopens.pcap",
+                        f"ip.src == {SERVER}", "tcp.ack", relative=True)
+    assert max(int(row[0]) for row in acks) >= 65536
+
+
+def test_zero_window_that_never_reopens_ends_in_the_clients_reset() -> None:
+    """cause-zero-window-stuck.pcap (tshark): after the window first closes the server never
+    opens it again; the client's probes back off (each gap longer than the one before) and its
+    RST comes when the manifest says the client aborted."""
+    manifest = _manifest("cause-zero-window-stuck")
+    rows = _zero_windows("cause-zero-window-stuck")
+    first_zero = next(i for i, row in enumerate(rows) if row[1] == "0")
+    assert all(row[1] == "0" for row in rows[first_zero:])
+    probes_s = [float(row[0]) for row in _tshark_rows(
+        SAMPLE_TRACES / "cause-zero-window-stuck.pcap",
+        f"ip.src == {CLIENT} && tcp.analysis.keep_alive", "frame.time_epoch")]
+    gaps_s = [b - a for a, b in zip(probes_s, probes_s[1:])]
+    assert len(probes_s) >= 4 and all(b > 1.5 * a for a, b in zip(gaps_s, gaps_s[1:])), gaps_s
+    resets = _tshark_rows(SAMPLE_TRACES / "cause-zero-window-stuck.pcap",
+                          f"ip.src == {CLIENT} && tcp.flags.reset == 1", "frame.time_epoch")
+    assert len(resets) == 1
+    assert abs(float(resets[0][0]) - manifest["connections"][0]["aborted_s"]) < 0.05
+
+
+def test_slow_reader_keeps_the_window_small_for_the_whole_transfer() -> None:
+    """cause-window-limited.pcap (tshark): the server never offers more than its 4 KB buffer
+    allows, and the 32 KB take about as long as the reader's 64 reads of 512 bytes 20 ms
+    apart (1.28 s), not the fraction of a millisecond the link would need."""
+    rows = _zero_windows("cause-window-limited")
+    assert max(int(row[1]) for row in rows) <= 4096
+    acks = _tshark_rows(SAMPLE_TRACES / "cause-window-limited.pcap", f"ip.src == {SERVER}",
+                        "frame.time_epoch", "tcp.ack", relative=True)
+    done_s = next(float(row[0]) for row in acks if int(row[1]) >= 32769)
+    start_s = _manifest("cause-window-limited")["connections"][0]["exchanges"][0]["start_s"]
+    assert 1.0 <= done_s - start_s <= 1.6
+
+
+def test_unanswered_syns_are_retransmitted_until_the_client_gives_up() -> None:
+    """cause-syn-unanswered.pcap (tshark): each connection the manifest says was never
+    answered sends 7 SYNs (the first and 6 retransmissions), none answered, the last before
+    the client gave up; the connection on port 9001 has its SYN/ACK (both directions seen)."""
+    manifest = _manifest("cause-syn-unanswered")
+    syns = _tshark_rows(SAMPLE_TRACES / "cause-syn-unanswered.pcap", "tcp.flags.syn == 1",
+                        "frame.time_epoch", "tcp.srcport", "tcp.dstport", "tcp.flags.ack")
+    unanswered = [c for c in manifest["connections"] if "connect" in c]
+    assert len(unanswered) == 2
+    for connection in unanswered:
+        port = connection["client"].rsplit(":", 1)[1]
+        sent_s = [float(row[0]) for row in syns if row[1] == port]
+        assert len(sent_s) == 7
+        assert not [row for row in syns if row[2] == port]  # no SYN/ACK back
+        assert connection["connect"]["started_s"] - 0.01 <= sent_s[0]
+        assert sent_s[-1] <= connection["connect"]["gave_up_s"]
+    assert [row for row in syns if row[1] == "9001" and row[3] in ("1", "True")]

@@ -33,6 +33,7 @@ def lab() -> None:
       sudo nagledetect lab list
       sudo nagledetect lab run seed003-nagle -o /tmp/lab
       sudo nagledetect lab run seed003-nagle -o /tmp/lab --variant nodelay --variant cork
+      sudo nagledetect lab run seed004-header-body -o /tmp/lab --rtt-ms 80
       sudo nagledetect lab regenerate sample_traces
     """
 
@@ -62,14 +63,17 @@ def _summary(manifest: dict[str, Any]) -> str:
 @click.option("--mtu", type=click.IntRange(576, 65535), help="veth MTU (default 1500).")
 @click.option("--offload/--no-offload", default=None, help="TSO/GSO/GRO on the veth pair.")
 @click.option("--exchanges", type=click.IntRange(1), help="At most this many exchanges.")
+@click.option("--rtt-ms", type=click.FloatRange(0, 2000),
+              help="Round trip through the user-space delay line (half of it each way).")
 @click.option("--variant", "variants", multiple=True, type=click.Choice(OPTIONS),
               help="Also run with this client socket option, and compare (repeatable).")
 def run(scenario: str, output_dir: Path, side: str | None, mtu: int | None,
-        offload: bool | None, exchanges: int | None, variants: tuple[str, ...]) -> None:
+        offload: bool | None, exchanges: int | None, rtt_ms: float | None,
+        variants: tuple[str, ...]) -> None:
     """Run SCENARIO, capture it, and write its manifest; print what the application measured."""
     chosen = SCENARIOS[scenario]
-    changes = {key: value for key, value in (("side", side), ("mtu", mtu), ("offload", offload))
-               if value is not None}
+    changes = {key: value for key, value in (("side", side), ("mtu", mtu), ("offload", offload),
+                                             ("rtt_ms", rtt_ms)) if value is not None}
     chosen = chosen.__class__(**{**chosen.__dict__, **changes})
     if exchanges:
         chosen = shortened(chosen, exchanges)

@@ -32,6 +32,7 @@ class Lab:
     server_if: str
     middle_ns: str | None = None
     bridge_if: str = "br0"
+    delay_ifs: tuple[str, str] | None = None
 
     def namespace(self, side: str) -> str:
         if side == "middle" and self.middle_ns:
@@ -73,26 +74,34 @@ def remove_stale() -> None:
 
 
 @contextmanager
-def lab_network(mtu: int = 1500, offload: bool = False, middle: bool = False) -> Iterator[Lab]:
+def lab_network(mtu: int = 1500, offload: bool = False, middle: bool = False,
+                delay_line: bool = False) -> Iterator[Lab]:
     """Create the namespaces and veth pairs; always delete them on the way out.
 
     With `middle`, a third namespace bridges the two veth pairs, so a capture on its bridge sees
-    the traffic in the middle of the path, as a tap or a switch's mirror port would.
+    the traffic in the middle of the path, as a tap or a switch's mirror port would. With
+    `delay_line`, the third namespace joins them by nothing: the caller runs the delay line
+    (`nagledetect.lab.delay_line`) on `Lab.delay_ifs` to carry frames across.
     """
     check_can_run()
     remove_stale()
     tag = str(os.getpid())
+    joined = middle or delay_line
     lab = Lab(f"{PREFIX}-c{tag}", f"{PREFIX}-s{tag}", f"{PREFIX}c{tag}", f"{PREFIX}s{tag}",
-              f"{PREFIX}-m{tag}" if middle else None)
+              f"{PREFIX}-m{tag}" if joined else None,
+              delay_ifs=(f"{PREFIX}mc{tag}", f"{PREFIX}ms{tag}") if delay_line else None)
     try:
         _run("ip", "netns", "add", lab.client_ns)
         _run("ip", "netns", "add", lab.server_ns)
-        if middle:
-            _bridge(lab, tag)
+        if joined:
+            _middle(lab, tag, mtu, bridged=not delay_line)
         else:
             _run("ip", "link", "add", lab.client_if, "type", "veth", "peer", "name", lab.server_if)
         for side, v4, v6 in (("client", CLIENT_V4, CLIENT_V6), ("server", SERVER_V4, SERVER_V6)):
             _configure_side(lab, side, v4, v6, mtu, offload)
+            if delay_line:
+                # Frames cross the delay line as raw bytes: their checksums must be complete.
+                _run(*lab.command(side, "ethtool", "-K", lab.interface(side), "tx", "off"))
         yield lab
     finally:
         for namespace in (lab.client_ns, lab.server_ns, lab.middle_ns):
@@ -101,15 +110,26 @@ def lab_network(mtu: int = 1500, offload: bool = False, middle: bool = False) ->
         subprocess.run(["ip", "link", "del", lab.client_if], capture_output=True)
 
 
-def _bridge(lab: Lab, tag: str) -> None:
-    """Two veth pairs whose middle ends are joined by a bridge in the middle namespace."""
+def _middle(lab: Lab, tag: str, mtu: int, bridged: bool) -> None:
+    """Two veth pairs whose middle ends are in the middle namespace, joined by a bridge or left
+    for the delay line (then silent themselves: no IPv6, no offload, every frame taken)."""
     middle = lab.middle_ns or ""
     _run("ip", "netns", "add", middle)
     ends = (f"{PREFIX}mc{tag}", f"{PREFIX}ms{tag}")
     _run("ip", "link", "add", lab.client_if, "type", "veth", "peer", "name", ends[0])
     _run("ip", "link", "add", lab.server_if, "type", "veth", "peer", "name", ends[1])
+    if not bridged:
+        for scope in ("all", "default"):
+            _run("ip", "netns", "exec", middle, "sysctl", "-qw",
+                 f"net.ipv6.conf.{scope}.disable_ipv6=1")
     for end in ends:
         _run("ip", "link", "set", end, "netns", middle)
+    if not bridged:
+        for end in ends:
+            _run("ip", "-n", middle, "link", "set", end, "mtu", str(mtu), "promisc", "on", "up")
+            _run("ip", "netns", "exec", middle, "ethtool", "-K", end, "tso", "off", "gso", "off",
+                 "gro", "off", "tx", "off")
+        return
     _run("ip", "-n", middle, "link", "add", lab.bridge_if, "type", "bridge")
     for end in ends:
         _run("ip", "-n", middle, "link", "set", end, "master", lab.bridge_if, "up")

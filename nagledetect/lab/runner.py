@@ -8,9 +8,11 @@ think time plus the client's pacing) by STALL_EXCESS_S or more.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import random
 import select
+import shutil
 import signal
 import statistics
 import subprocess
@@ -40,6 +42,7 @@ RUN_TIMEOUT_S = 300.0
 CAPTURE_DRAIN_S = 0.5
 SERVER_EXIT_S = 3.0
 MANIFEST_SCHEMA = "nagledetect-lab/1"
+DELAY_LINE_PRIORITY = 20
 
 
 def _wait_for_line(process: subprocess.Popen, stream_name: str, needle: str) -> None:
@@ -68,6 +71,16 @@ def _pauses(flow: Flow, rng: random.Random) -> list[list[float]]:
     return [[one(i) for i in range(flow.exchanges)] for _ in range(flow.connections)]
 
 
+def _waits(flow: Flow, rng: random.Random) -> list[list[list[float]]]:
+    """The client's sleep between consecutive writes of each exchange of each connection copy:
+    `pacing_s`, or drawn from `pacing_range_s`."""
+    def one() -> float:
+        return rng.uniform(*flow.pacing_range_s) if flow.pacing_range_s else flow.pacing_s
+    gaps = max(len(flow.client_writes_bytes) - 1, 0)
+    return [[[one() for _ in range(gaps)] for _ in range(flow.exchanges)]
+            for _ in range(flow.connections)]
+
+
 def peer_spec(scenario: Scenario, seed: int = 1) -> dict[str, Any]:
     rng = random.Random(seed)
     flows = []
@@ -75,6 +88,7 @@ def peer_spec(scenario: Scenario, seed: int = 1) -> dict[str, Any]:
         entry = asdict(flow)
         entry["server_writes"] = [flow.server_writes_for(i) for i in range(flow.exchanges)]
         entry["pauses_s"] = _pauses(flow, rng)
+        entry["waits_s"] = _waits(flow, rng)
         flows.append(entry)
     return {"server_address": SERVER_V6 if scenario.ipv6 else SERVER_V4, "flows": flows}
 
@@ -113,28 +127,69 @@ def _server_command(lab: Lab, scenario: Scenario, spec_path: Path, holds_path: P
                        str(spec_path), lab.interface("server"), str(holds_path))
 
 
-def run_in_lab(scenario: Scenario, pcap: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """Run the scenario's traffic while capturing it; returns what the client measured and the
-    holds the classic peer made as a sender (none for Linux's own server)."""
-    with lab_network(scenario.mtu, scenario.offload, scenario.side == "middle") as lab, \
-            tempfile.TemporaryDirectory() as folder:
+def run_in_lab(scenario: Scenario, pcap: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]],
+                                                      list[dict[str, Any]]]:
+    """Run the scenario's traffic while capturing it; returns what the client measured, the
+    holds the classic peer made as a sender (none for Linux's own server) and the frames the
+    delay line dropped or held back."""
+    if scenario.delay_line and scenario.side == "middle":
+        raise LabError("a capture in the middle and the delay line cannot be combined")
+    with lab_network(scenario.mtu, scenario.offload, scenario.side == "middle",
+                     scenario.delay_line) as lab, tempfile.TemporaryDirectory() as folder:
         spec_path = Path(folder) / "spec.json"
         result_path = Path(folder) / "result.json"
         holds_path = Path(folder) / "holds.json"
+        acted_path = Path(folder) / "acted.json"
         spec_path.write_text(json.dumps(peer_spec(scenario)))
-        with subprocess.Popen(_server_command(lab, scenario, spec_path, holds_path),
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as server:
-            try:
-                _wait_for_line(server, "stdout", "ready")
-                with _start_capture(lab, scenario.side, pcap) as capture:
-                    try:
-                        _run_client(lab, spec_path, result_path)
-                    finally:
-                        _stop(capture)
-            finally:
-                _finish(server)
+        with contextlib.ExitStack() as stack:
+            if scenario.delay_line:
+                line = stack.enter_context(_start_delay_line(lab, scenario, Path(folder), acted_path))
+                stack.callback(_stop, line, signal.SIGTERM)
+            _run_traffic(lab, scenario, spec_path, result_path, holds_path, pcap)
         holds = json.loads(holds_path.read_text()) if holds_path.exists() else []
-        return json.loads(result_path.read_text()), holds
+        acted = json.loads(acted_path.read_text()) if acted_path.exists() else []
+        return json.loads(result_path.read_text()), holds, acted
+
+
+def _run_traffic(lab: Lab, scenario: Scenario, spec_path: Path, result_path: Path,
+                 holds_path: Path, pcap: Path) -> None:
+    for command in scenario.server_firewall:
+        _run_nft(lab, "server", command)
+    with subprocess.Popen(_server_command(lab, scenario, spec_path, holds_path),
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as server:
+        try:
+            _wait_for_line(server, "stdout", "ready")
+            with _start_capture(lab, scenario.side, pcap) as capture:
+                try:
+                    _run_client(lab, spec_path, result_path)
+                finally:
+                    _stop(capture)
+        finally:
+            _finish(server)
+
+
+def _run_nft(lab: Lab, side: str, command: str) -> None:
+    result = subprocess.run(lab.command(side, "nft", *command.split()), capture_output=True,
+                            text=True)
+    if result.returncode != 0:
+        raise LabError(f"nft {command}: {result.stderr.strip() or 'failed'}")
+
+
+def _start_delay_line(lab: Lab, scenario: Scenario, folder: Path, acted_path: Path
+                      ) -> subprocess.Popen:
+    """The delay line in the middle namespace, half the round trip each way."""
+    rules_path = folder / "rules.json"
+    rules_path.write_text(json.dumps(list(scenario.delay_rules)))
+    client_end, server_end = lab.delay_ifs or ("", "")
+    # Real-time priority keeps its departures on time on a busy machine (within about 1 ms).
+    realtime = ["chrt", "-f", str(DELAY_LINE_PRIORITY)] if shutil.which("chrt") else []
+    process = subprocess.Popen(
+        lab.command("middle", *realtime, sys.executable, "-m", "nagledetect.lab.delay_line",
+                    client_end, server_end, str(scenario.rtt_ms / 2), str(rules_path),
+                    str(acted_path)),
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    _wait_for_line(process, "stdout", "ready")
+    return process
 
 
 def _run_client(lab: Lab, spec_path: Path, result_path: Path) -> None:
@@ -164,42 +219,61 @@ def _holder(flow: Flow) -> str:
     return "client" if sum(flow.client_writes_bytes) >= sum(flow.server_writes_for(0)) else "server"
 
 
-def _connection_truth(result: dict[str, Any], flow: Flow, holds: list[dict[str, Any]]
-                      ) -> dict[str, Any]:
-    explained_s = flow.think_time_s + flow.pacing_s * max(len(flow.client_writes_bytes) - 1, 0)
+def _explained_s(flow: Flow, exchange: dict[str, Any], rtt_s: float) -> float:
+    """What an exchange costs without any hold: the server's thinking, the client's own waits
+    between its writes (as it measured them) and one round trip of the path."""
+    waits_s = exchange.get("client_waits_s")
+    if waits_s is None:
+        waits_s = [flow.pacing_s] * max(len(flow.client_writes_bytes) - 1, 0)
+    return flow.think_time_s + sum(waits_s) + rtt_s
+
+
+def _connection_truth(result: dict[str, Any], flow: Flow, holds: list[dict[str, Any]],
+                      scenario: Scenario) -> dict[str, Any]:
+    rtt_s = scenario.rtt_ms / 1000
     exchanges = result["exchanges"]
     stalled = [e for e in exchanges if not flow.one_way
-               and e["latency_s"] - explained_s >= STALL_EXCESS_S]
-    stall_rule = f"latency - (think time + pacing) >= {STALL_EXCESS_S * 1000:.0f} ms"
+               and e["latency_s"] - _explained_s(flow, e, rtt_s) >= STALL_EXCESS_S]
+    stall_rule = (f"latency - (think time + the client's waits + one round trip) >= "
+                  f"{STALL_EXCESS_S * 1000:.0f} ms")
     if flow.stack != "linux" and _holder(flow) == "server":
         stalled = [h for h in holds if h["client"] == result["client"]
                    and h["released_s"] - h["held_s"] >= STALL_EXCESS_S]
         stall_rule = (f"the classic peer's own log of Nagle holds of {STALL_EXCESS_S * 1000:.0f} ms "
                       "or more (transfer time by a user-space sender hides them in latency)")
     latencies = [e["latency_s"] for e in exchanges if not flow.one_way]
+    excess_ms = [max(0.0, e["latency_s"] - _explained_s(flow, e, rtt_s)) * 1000
+                 for e in exchanges if not flow.one_way]
     return {
         "flow": flow.name, "client": result["client"], "server": result["server"],
         "stack": flow.stack,
         "client_options": [f"TCP_{o.upper()}" for o in flow.client_options],
         "server_options": [f"TCP_{o.upper()}" for o in flow.server_options],
         "exchanges": exchanges,
+        **{key: result[key] for key in ("connect", "aborted_s") if key in result},
         "expected": {
             "nagle_stalls": len(stalled),
+            "stall_kind": scenario.stall_kind if stalled else None,
             "holder": _holder(flow) if stalled else None,
             "clean": not stalled,
             "median_latency_ms": round(statistics.median(latencies) * 1000, 3) if latencies else None,
+            "excess_ms_total": round(sum(excess_ms), 3),
+            "excess_ms_median_of_stalls": (round(statistics.median(
+                (e["latency_s"] - _explained_s(flow, e, rtt_s)) * 1000 for e in stalled), 3)
+                if stalled and flow.stack == "linux" else None),
             "stall_rule": stall_rule,
         },
     }
 
 
 def build_manifest(scenario: Scenario, pcap: Path, results: list[dict[str, Any]],
-                   holds: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+                   holds: list[dict[str, Any]] | None = None,
+                   acted: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     flows = {flow.name: flow for flow in scenario.flows}
-    connections = sorted((_connection_truth(r, flows[r["flow"]], holds or []) for r in results),
-                         key=lambda c: c["client"])
+    connections = sorted((_connection_truth(r, flows[r["flow"]], holds or [], scenario)
+                          for r in results), key=lambda c: c["client"])
     stalls = sum(c["expected"]["nagle_stalls"] for c in connections)
-    return {
+    manifest = {
         "schema": MANIFEST_SCHEMA,
         "scenario": scenario.name, "seed": scenario.seed, "description": scenario.description,
         "expectation": scenario.expectation,
@@ -211,6 +285,15 @@ def build_manifest(scenario: Scenario, pcap: Path, results: list[dict[str, Any]]
         "summary": {"connections": len(connections), "nagle_stalls": stalls,
                     "exchanges": sum(len(c["exchanges"]) for c in connections)},
     }
+    if scenario.delay_line:
+        manifest["path"] = {"rtt_ms": scenario.rtt_ms, "one_way_delay_ms": scenario.rtt_ms / 2,
+                            "delay_line": "nagledetect.lab.delay_line",
+                            "rules": list(scenario.delay_rules), "acted": acted or []}
+    if scenario.server_firewall:
+        manifest["server_firewall"] = list(scenario.server_firewall)
+    if scenario.expected is not None:
+        manifest["expected"] = scenario.expected
+    return manifest
 
 
 def run_scenario(scenario: Scenario, out_dir: Path, name: str | None = None) -> dict[str, Any]:
@@ -218,8 +301,8 @@ def run_scenario(scenario: Scenario, out_dir: Path, name: str | None = None) -> 
     out_dir.mkdir(parents=True, exist_ok=True)
     name = name or scenario.name
     pcap = out_dir / f"{name}.pcap"
-    results, holds = run_in_lab(scenario, pcap)
-    manifest = build_manifest(scenario, pcap, results, holds)
+    results, holds, acted = run_in_lab(scenario, pcap)
+    manifest = build_manifest(scenario, pcap, results, holds, acted)
     (out_dir / f"{name}.json").write_text(json.dumps(manifest, indent=1) + "\n")
     return manifest
 

@@ -17,7 +17,10 @@ from nagledetect.lab.scenarios import SCENARIOS
 README_HEAD = """# Sample traces
 
 Real captures recorded by `nagledetect lab`: two network namespaces joined by a veth pair (MTU
-1500), tcpdump with snaplen 128 on the side named below. The client is always Linux's own TCP
+1500), tcpdump with snaplen 128 on the side named below. Where a scenario needs a real round trip
+or frames dropped or held back, the two are joined instead through the lab's user-space delay
+line (`remote-*`, `rtt-hold`, the `cause-*` captures; the manifest's `path` block says how, and
+which frames it acted on). The client is always Linux's own TCP
 stack; the server is Linux too, except in the `classic-*` captures, where it is the lab's
 user-space classic stack (200 ms global-tick delayed ACKs, classic Nagle). Each `NAME.pcap` has
 a `NAME.json` manifest with the ground truth the application measured: every exchange's start
@@ -52,10 +55,30 @@ def _happened(manifest: dict[str, Any]) -> str:
                  if e["server_writes_bytes"]]
     summary = manifest["summary"]
     if not latencies:
-        return f"{summary['connections']} connection(s), no request/response exchanges"
-    return (f"median exchange {statistics.median(latencies) * 1000:.1f} ms; "
-            f"{summary['nagle_stalls']} of {len(latencies)} exchanges stalled "
-            f"on {summary['connections']} connection(s)")
+        text = f"{summary['connections']} connection(s), no request/response exchanges"
+    else:
+        text = (f"median exchange {statistics.median(latencies) * 1000:.1f} ms; "
+                f"{summary['nagle_stalls']} of {len(latencies)} exchanges stalled "
+                f"on {summary['connections']} connection(s)")
+    return text + "".join(_events(manifest))
+
+
+def _events(manifest: dict[str, Any]) -> Iterator[str]:
+    """What the delay line, the firewall and the client's giving up did, for the table."""
+    acted = manifest.get("path", {}).get("acted", [])
+    for action, done in (("drop", "dropped"), ("hold", "held back")):
+        frames = [entry for entry in acted if entry["action"] == action]
+        if frames:
+            kinds = ", ".join(sorted({entry["kind"].replace("_", " ") for entry in frames}))
+            yield f"; the delay line {done} {len(frames)} frame(s) ({kinds})"
+    for connection in manifest["connections"]:
+        connect = connection.get("connect")
+        if connect and not connect["connected"]:
+            waited_s = connect["gave_up_s"] - connect["started_s"]
+            yield f"; {connection['client']} never answered, gave up after {waited_s:.1f} s"
+        if "aborted_s" in connection and connection["exchanges"]:
+            waited_s = connection["aborted_s"] - connection["exchanges"][0]["start_s"]
+            yield f"; {connection['client']} aborted (RST) after {waited_s:.1f} s"
 
 
 def regenerate_samples(directory: Path, progress: Callable[[str], None]) -> Iterator[str]:

@@ -12,6 +12,17 @@ from __future__ import annotations
 import random
 from dataclasses import asdict, dataclass, field, replace
 
+from nagledetect.detectors.kinds import (
+    HANDSHAKE_RETRY,
+    LOSS_RECOVERY,
+    NAGLE_DELACK_STALL,
+    NAGLE_FAMILY,
+    NAGLE_RTT_HOLD,
+    THINK_TIME,
+    WINDOW_LIMITED,
+    ZERO_WINDOW,
+)
+
 OPTIONS = ("nodelay", "cork", "quickack")
 LINE_BYTES = 72
 
@@ -26,6 +37,7 @@ class Flow:
     pause_s: float = 0.01
     pause_range_s: tuple[float, float] | None = None
     pacing_s: float = 0.0
+    pacing_range_s: tuple[float, float] | None = None
     client_options: tuple[str, ...] = ()
     server_options: tuple[str, ...] = ()
     connections: int = 1
@@ -34,6 +46,12 @@ class Flow:
     response_sizes_bytes: tuple[int, ...] = ()
     response_line_by_line: bool = False
     stack: str = "linux"
+    server_rcvbuf_bytes: int = 0
+    server_read_delay_s: float = 0.0
+    server_read_chunk_bytes: int = 0
+    server_read_interval_s: float = 0.0
+    client_give_up_s: float = 0.0
+    unanswered: bool = False
 
     def server_writes_for(self, exchange: int) -> list[int]:
         """The server's writes for one exchange (articles: whole, or one write per line)."""
@@ -58,6 +76,16 @@ class Scenario:
     ipv6: bool = False
     expectation: str = ""
     variants: tuple[str, ...] = field(default=("nodelay", "cork"))
+    rtt_ms: float = 0.0
+    delay_rules: tuple[dict, ...] = ()
+    server_firewall: tuple[str, ...] = ()
+    expected: dict | None = None
+    stall_kind: str = NAGLE_DELACK_STALL
+
+    @property
+    def delay_line(self) -> bool:
+        """Whether frames cross the user-space delay line (a round trip, or frames to act on)."""
+        return bool(self.rtt_ms or self.delay_rules)
 
     def with_option(self, option: str, who: str = "client") -> Scenario:
         """The same scenario with a socket option added on one side of every flow."""
@@ -76,7 +104,17 @@ def article_sizes(count: int, seed: int = 2000) -> tuple[int, ...]:
     return tuple(int(min(60_000, max(300, rng.lognormvariate(7.8, 0.9)))) for _ in range(count))
 
 
+def finding(kind: str, count: tuple[int, int], each_ms: tuple[float, float], note: str,
+            **more: object) -> dict:
+    """One line of a scenario's `expected` block: a kind a correct analysis reports, about how
+    many times (inclusive range) and about how long each (ms, inclusive range)."""
+    return {"kind": kind, "count": list(count), "each_ms": list(each_ms), "note": note, **more}
+
+
 SEED003_REQUEST = (2,) * 15
+REMOTE_RTT_MS = 80.0
+RTT_HOLD_RTT_MS = 60.0
+TIMESTAMPED_MSS_BYTES = 1448
 SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
     Scenario("seed003-nagle", "003", "15 two-byte writes then a read; Nagle on (Linux default)",
              (Flow("tiny-writes", 40, SEED003_REQUEST, (2,)),),
@@ -172,6 +210,146 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
     Scenario("trap-keepalive", "trap", "an idle connection with 1-second keep-alives",
              (Flow("keepalive", 0, keepalive_only=True),),
              expectation="keep-alives only, no stall"),
+    Scenario("remote-header-body", "004",
+             "the seed 004 header-then-body exchange over an 80 ms round trip (delay line), "
+             "captured at the client: the server's holds seen one round trip away",
+             (Flow("header-body", 30, (40,), (6, 276)),), rtt_ms=REMOTE_RTT_MS,
+             expectation="about 200 ms per exchange, 120 of them lost: the body waits for the "
+                         "client's delayed ACK (about 40 ms) to cross the path; at the client it "
+                         "arrives one round trip after that ACK",
+             expected={"findings": [
+                 finding(NAGLE_DELACK_STALL, (27, 29), (100, 140),
+                         "every exchange but the first; held by the server, released by the "
+                         "client's delayed ACK, seen at the client one round trip later",
+                         holder="server"),
+                 finding(NAGLE_RTT_HOLD, (0, 1), (75, 90),
+                         "the first exchange: the client is in quick-ACK mode, so the body waits "
+                         "one round trip for its ordinary ACK", holder="server")],
+                 "absent": []}),
+    Scenario("paced-40ms", "trap",
+             "two 2-byte writes 38-45 ms apart (random), then a read; Nagle on",
+             (Flow("paced", 30, (2, 2), (2,), pacing_range_s=(0.038, 0.045)),),
+             expectation="the second write comes about when the server's delayed ACK fires: "
+                         "Nagle holds it a few ms at most, or not at all; the manifest records "
+                         "each write's time and the application's real sleeps",
+             expected={"findings": [
+                 finding(NAGLE_DELACK_STALL, (0, 30), (0, 45),
+                         "a hold cannot be told from a paced write here: any stall found must be "
+                         "low confidence and its time an upper bound ('up to'); the real cost "
+                         "is each exchange's latency minus the client's waits (manifest)",
+                         confidence="low")],
+                 "absent": []}),
+    Scenario("paced-40ms-nodelay", "trap",
+             "two 2-byte writes 38-45 ms apart (random), then a read; TCP_NODELAY",
+             (Flow("paced", 30, (2, 2), (2,), pacing_range_s=(0.038, 0.045),
+                   client_options=("nodelay",)),),
+             expectation="nothing can be held: every write leaves at once",
+             expected={"findings": [
+                 finding(NAGLE_DELACK_STALL, (0, 30), (0, 45),
+                         "TCP_NODELAY: nothing was held; a stall found here can only be low "
+                         "confidence with its time an upper bound", confidence="low")],
+                 "absent": []}),
+    Scenario("rtt-hold", "001",
+             f"a {TIMESTAMPED_MSS_BYTES + 100}-byte write (one MSS and 100 bytes) then a 50-byte "
+             "write, over a 60 ms round trip (delay line); captured at the client",
+             (Flow("rtt-hold", 20, (TIMESTAMPED_MSS_BYTES + 100, 50), (2,)),),
+             rtt_ms=RTT_HOLD_RTT_MS, stall_kind=NAGLE_RTT_HOLD,
+             expectation="Minshall's Nagle: the 100-byte tail leaves at once, the 50 bytes wait "
+                         "while it is unacknowledged; the server ACKs the two segments at once "
+                         "(no delayed ACK), so the 50 bytes leave one round trip later",
+             expected={"findings": [
+                 finding(NAGLE_RTT_HOLD, (18, 20), (55, 70),
+                         "every exchange: the 50-byte tail leaves right after the ordinary ACK "
+                         "of the request's first two segments, one round trip after them",
+                         holder="client")],
+                 "absent": [NAGLE_DELACK_STALL]}),
+    Scenario("cause-rto", "cause",
+             "request/response over a 20 ms round trip; the delay line drops the third request "
+             "and its next two transmissions: a retransmission timeout with backoff",
+             (Flow("rpc", 6, (100,), (100,), pause_s=0.1),), rtt_ms=20.0,
+             delay_rules=({"direction": "to_server", "match": "data", "frames": [2, 3, 4],
+                           "action": "drop"},),
+             expected={"findings": [
+                 finding(LOSS_RECOVERY, (1, 1), (950, 1100),
+                         "the third request reaches the server on its fourth transmission: a "
+                         "tail-loss probe about 240 ms after it, an RTO about 240 ms later, the "
+                         "backed-off RTO about 500 ms after that (path.acted lists the three "
+                         "drops)", subkind="rto")],
+                 "absent": list(NAGLE_FAMILY)}),
+    Scenario("cause-spurious", "cause",
+             "requests the server answers after 600 ms, over a 20 ms round trip; the delay line "
+             "drops the ACK of one request (port 9000) and holds back another's for 500 ms "
+             "(port 9001): retransmissions of data that had arrived",
+             (Flow("ack-dropped", 3, (100,), (100,), think_time_s=0.6),
+              Flow("ack-held", 3, (100,), (100,), think_time_s=0.6)), rtt_ms=20.0,
+             delay_rules=({"direction": "to_client", "match": "pure_ack", "port": 9000,
+                           "frames": [1], "action": "drop"},
+                          {"direction": "to_client", "match": "pure_ack", "port": 9001,
+                           "frames": [1, 2], "action": "hold", "extra_ms": 500}),
+             expected={"findings": [
+                 finding(LOSS_RECOVERY, (2, 3), (0, 0),
+                         "retransmissions of data that had arrived, each proven by the server's "
+                         "D-SACK: on port 9000 a tail-loss probe (its ACK was dropped), on port "
+                         "9001 a tail-loss probe and an RTO (its ACKs were held 500 ms, and "
+                         "arrive late as duplicates); they delay nothing", subkind="spurious"),
+                 finding(THINK_TIME, (6, 6), (590, 640),
+                         "every exchange: the server answers 600 ms after the request; the "
+                         "spurious retransmissions fall inside these gaps and do not explain "
+                         "them")],
+                 "absent": list(NAGLE_FAMILY)}),
+    Scenario("cause-zero-window-reopens", "cause",
+             "64 KB one way to a receiver with a 4 KB receive buffer that reads nothing for "
+             "1.5 s, then everything",
+             (Flow("stops-reading", 1, (65536,), (), one_way=True, server_rcvbuf_bytes=4096,
+                   server_read_delay_s=1.5),),
+             expected={"findings": [
+                 finding(ZERO_WINDOW, (1, 1), (1300, 1600),
+                         "the window closes after about 4 KB and stays shut, the sender probing "
+                         "at backoff (about 0.2, 0.4, 0.9 s), until the reader starts 1.5 s "
+                         "after the connection; then it reopens and the rest flows")],
+                 "absent": list(NAGLE_FAMILY)}),
+    Scenario("cause-zero-window-stuck", "cause",
+             "64 KB one way to a receiver with a 4 KB receive buffer that never reads; the "
+             "sender waits 8 s for it to finish, then aborts (RST)",
+             (Flow("never-reads", 1, (65536,), (), one_way=True, server_rcvbuf_bytes=4096,
+                   server_read_delay_s=-1, client_give_up_s=8.0),),
+             expected={"findings": [
+                 finding(ZERO_WINDOW, (1, 1), (7800, 8200),
+                         "the window closes after about 4 KB and never reopens: zero-window "
+                         "probes at backoff (about 0.2, 0.4, 0.9, 1.7, 3.5 s apart), each "
+                         "answered by a zero window, until the sender's RST")],
+                 "absent": list(NAGLE_FAMILY)}),
+    Scenario("cause-window-limited", "cause",
+             "32 KB one way to a receiver with a 4 KB receive buffer that reads 512 bytes every "
+             "20 ms",
+             (Flow("slow-reader", 1, (32768,), (), one_way=True, server_rcvbuf_bytes=4096,
+                   server_read_chunk_bytes=512, server_read_interval_s=0.02),),
+             expected={"findings": [
+                 finding(WINDOW_LIMITED, (1, 40), (10, 1400),
+                         "the whole transfer (about 1.2 s for 32 KB) is paced by the reader: "
+                         "the window opens one segment at a time between zero windows; a "
+                         "correct analysis blames the receiver's window for most of that time, "
+                         "as window-limited or as short zero windows", total_ms=[900, 1400]),
+                 finding(ZERO_WINDOW, (0, 40), (10, 300),
+                         "the short zero windows between the reader's reads, each ended by a "
+                         "window update (or a probe's answer)")],
+                 "absent": list(NAGLE_FAMILY)}),
+    Scenario("cause-syn-unanswered", "cause",
+             "two connections to a port whose SYNs the server's firewall drops (nftables), the "
+             "client giving up after 8 s; beside them, an answered request/response connection",
+             (Flow("unanswered", 0, connections=2, unanswered=True, client_give_up_s=8.0),
+              Flow("rpc", 3, (100,), (100,))),
+             server_firewall=("add table inet ndlab",
+                              "add chain inet ndlab input { type filter hook input priority 0 ; }",
+                              "add rule inet ndlab input tcp dport 9000 drop"),
+             expected={"findings": [
+                 finding(HANDSHAKE_RETRY, (2, 2), (7000, 8200),
+                         "two connections never answered, each a SYN and 6 retransmissions "
+                         "(this kernel: 1 s apart four times, then 2 s) until the client gives "
+                         "up at 8 s; the answered connection on port 9001 shows the capture "
+                         "has both directions, so no warning may say the other direction is "
+                         "missing")],
+                 "absent": list(NAGLE_FAMILY)}),
     Scenario("mixed", "mixed", "concurrent connections of several kinds in one capture",
              (Flow("tiny-writes", 30, SEED003_REQUEST, (2,), connections=2),
               Flow("tiny-writes-nodelay", 30, SEED003_REQUEST, (2,), client_options=("nodelay",)),
