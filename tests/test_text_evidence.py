@@ -27,9 +27,11 @@ def test_reaction_near_the_sender_reads_in_microseconds() -> None:
 
 
 def test_reaction_a_round_trip_away_reads_in_milliseconds() -> None:
-    text = _text(str(corpus_file("zeek/ftp__cwd-navigation.pcap")))
-    assert "frame 41 last data -> frame 42 ACK" in text
-    assert "-> frame 43 released (+88.8 ms): stall 287.4 ms" in text
+    """remote-header-body, at the client, the server 80 ms away: frame 15 at 0.413269, its
+    delayed ACK (frame 16) at 0.459135, the held body (frame 17) at 0.539590 (tshark)."""
+    text = _text(str(SAMPLE_TRACES / "remote-header-body.pcap"))
+    assert ("frame 15 last data -> frame 16 ACK (+45.8 ms hold) -> frame 17 released (+80.5 ms): "
+            "stall 126.3 ms") in text
 
 
 def test_a_single_stall_is_counted_in_the_singular_without_a_median() -> None:

@@ -1,0 +1,102 @@
+"""Nagle holds only where physics allows them: the release must follow its ACK by no less than the
+round trip between the tap and the sender, and within the sender's reaction near it; a sender
+writing on its own clock is not proven to hold anything; a hold of one round trip for an ordinary
+ACK is its own kind. Every frame and time below was read off the packets with
+`tshark -T fields -e frame.number -e frame.time_relative -e tcp.len` and the lab manifests."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from nagledetect.analysis import analyze_capture
+from nagledetect.detectors.kinds import NAGLE_DELACK_STALL, NAGLE_FAMILY, NAGLE_RTT_HOLD
+from tests.conftest import SAMPLE_TRACES, corpus_file
+
+
+def _findings(path, kind=None):
+    found = analyze_capture(str(path)).findings
+    return [f for f in found if (f.kind == kind if kind else f.kind in NAGLE_FAMILY)]
+
+
+def test_a_release_sooner_than_the_round_trip_is_not_a_hold() -> None:
+    """zeek/ftp__cwd-navigation.pcap, captured at the client; the server is 87.155 ms away (SYN
+    at 0.000000, SYN/ACK at 0.087155). Frame 140 (server, 80 B) at 7.188042, frame 141 (the
+    client's pure ACK) at 7.388890, frame 142 (server, 23 B) at 7.460827: 71.9 ms after the ACK,
+    so it left the server before the ACK could reach it. Of the server's small data after such
+    ACKs, most arrives too soon or later than a release would: it writes on its own clock, and
+    no more of it falls one round trip after an ACK than chance puts there. No Nagle finding."""
+    assert _findings(corpus_file("zeek/ftp__cwd-navigation.pcap")) == []
+
+
+def test_a_hold_seen_one_round_trip_away() -> None:
+    """sample_traces/remote-header-body.pcap: the seed 004 exchange over an 80 ms path (delay
+    line), captured at the client. Frame 15 (server, 6 B) at 0.413269, frame 16 (the client's
+    delayed ACK) at 0.459135 (+45.9 ms), frame 17 (server, 276 B) at 0.539590: 80.5 ms after the
+    ACK, one round trip (SYN 0.080533 -> SYN/ACK 0.160948: 80.4 ms). The manifest: 30 exchanges,
+    each about 125 ms over its think time and round trip. The first exchange's 6 bytes were ACKed
+    at once (frame 9, quick-ACK mode at the start): its body waited one round trip, not a timer."""
+    stalls = _findings(SAMPLE_TRACES / "remote-header-body.pcap", NAGLE_DELACK_STALL)
+    assert [(f.sender, f.count, f.confidence) for f in stalls] == [("10.77.0.2:9000", 29, "high")]
+    first = stalls[0].events.records(slice(0, 1))[0]
+    assert (first["last_data_frame"], first["delayed_ack_frame"], first["released_frame"]) == (
+        15, 16, 17)
+    assert stalls[0].events.reaction_ms.min() >= 80.0
+    holds = _findings(SAMPLE_TRACES / "remote-header-body.pcap", NAGLE_RTT_HOLD)
+    assert [(f.count, int(f.events.released_frame[0])) for f in holds] == [(1, 11)]
+    manifest = json.loads((SAMPLE_TRACES / "remote-header-body.json").read_text())
+    assert manifest["summary"]["nagle_stalls"] == stalls[0].count + holds[0].count
+
+
+def test_a_hold_of_one_round_trip_for_an_ordinary_ack() -> None:
+    """sample_traces/rtt-hold.pcap: 1,548 then 50 bytes per exchange over 60 ms, captured at the
+    client. Frames 6-7 (1,448 + 100 B) at 0.121213-0.121215, the server's ACK of all of it
+    (frame 9) at 0.181453, 60.2 ms later: as soon as the data crossed the path. Frame 10 (50 B)
+    leaves 7 us after it. Twenty exchanges, every one held (the manifest counts 20)."""
+    holds = _findings(SAMPLE_TRACES / "rtt-hold.pcap")
+    assert [(f.kind, f.sender, f.count, f.confidence) for f in holds] == [
+        (NAGLE_RTT_HOLD, "10.77.0.1:51672", 20, "high")]
+    first = holds[0].events.records(slice(0, 1))[0]
+    assert (first["last_data_frame"], first["delayed_ack_frame"], first["released_frame"]) == (
+        7, 9, 10)
+    assert first["stall_s"] == pytest.approx(0.060245, abs=1e-6)
+    assert holds[0].advice[0] == "single-write-nodelay"
+    assert "quickack" not in holds[0].advice
+
+
+def test_tls_records_written_apart_are_held_one_round_trip() -> None:
+    """zeek/tls__tls-expired-cert.pcap, at the client, the server 160 ms away: frame 14 (90 B of
+    application data) at 4.190941, the server's ACK (frame 15) at 4.386476, 195.5 ms later, and
+    the client's next record (frame 16, 74 B) 95 us after that ACK."""
+    holds = _findings(corpus_file("zeek/tls__tls-expired-cert.pcap"), NAGLE_RTT_HOLD)
+    client = [f for f in holds if f.sender == "192.168.4.149:60539"]
+    assert [(int(f.events.last_data_frame[0]), int(f.events.ack_frame[0]),
+             int(f.events.released_frame[0])) for f in client] == [(14, 15, 16)]
+
+
+@pytest.mark.parametrize("name", ["paced-40ms", "paced-40ms-nodelay"])
+def test_paced_writes_are_not_proven_holds(name: str) -> None:
+    """Two 2-byte writes 38-45 ms apart, near the receiver's ~41 ms delayed-ACK timer; the
+    manifests record no exchange over its pacing by 10 ms (Nagle held a few ms at most). Some
+    second writes follow the delayed ACK by 0.3 to 5 ms, later than this host releases held data
+    (18-61 us in seed003 and rtt-hold): the sender writes on its own clock. Whatever is still
+    reported is low confidence, an upper bound, and says why."""
+    manifest = json.loads((SAMPLE_TRACES / f"{name}.json").read_text())
+    assert manifest["summary"]["nagle_stalls"] == 0
+    for finding in _findings(SAMPLE_TRACES / f"{name}.pcap"):
+        assert finding.confidence == "low"
+        assert finding.details["time_lost_upper_bound"] is True
+        assert finding.details["untied_releases"] >= 2
+        assert "up to" in finding.summary
+        assert any("own clock" in reason for reason in finding.confidence_reasons)
+
+
+def test_a_timer_fingerprinted_from_the_stalls_themselves_is_not_cited() -> None:
+    """seed003: every delayed ACK of its one connection is a stall's ACK (39 stalls, 39 delayed
+    samples of 10.77.0.2), so the host's timer is no independent evidence; the reason names the
+    ACK delays' own cluster instead, and the finding is still high."""
+    (finding,) = _findings(SAMPLE_TRACES / "seed003-nagle.pcap")
+    assert finding.confidence == "high"
+    assert not any("receiver's delayed-ACK timer" in r for r in finding.confidence_reasons)
+    assert any(r.startswith("ACK delays cluster at 41.5 ms") for r in finding.confidence_reasons)
