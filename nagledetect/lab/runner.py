@@ -232,8 +232,9 @@ def _connection_truth(result: dict[str, Any], flow: Flow, holds: list[dict[str, 
                       scenario: Scenario) -> dict[str, Any]:
     rtt_s = scenario.rtt_ms / 1000
     exchanges = result["exchanges"]
-    stalled = [e for e in exchanges if not flow.one_way
-               and e["latency_s"] - _explained_s(flow, e, rtt_s) >= STALL_EXCESS_S]
+    slow = [e for e in exchanges if not flow.one_way and "latency_s" in e
+            and e["latency_s"] - _explained_s(flow, e, rtt_s) >= STALL_EXCESS_S]
+    stalled = slow if scenario.stall_kind else []
     stall_rule = (f"latency - (think time + the client's waits + one round trip) >= "
                   f"{STALL_EXCESS_S * 1000:.0f} ms")
     if flow.stack != "linux" and _holder(flow) == "server":
@@ -241,9 +242,9 @@ def _connection_truth(result: dict[str, Any], flow: Flow, holds: list[dict[str, 
                    and h["released_s"] - h["held_s"] >= STALL_EXCESS_S]
         stall_rule = (f"the classic peer's own log of Nagle holds of {STALL_EXCESS_S * 1000:.0f} ms "
                       "or more (transfer time by a user-space sender hides them in latency)")
-    latencies = [e["latency_s"] for e in exchanges if not flow.one_way]
+    latencies = [e["latency_s"] for e in exchanges if not flow.one_way and "latency_s" in e]
     excess_ms = [max(0.0, e["latency_s"] - _explained_s(flow, e, rtt_s)) * 1000
-                 for e in exchanges if not flow.one_way]
+                 for e in exchanges if not flow.one_way and "latency_s" in e]
     return {
         "flow": flow.name, "client": result["client"], "server": result["server"],
         "stack": flow.stack,
@@ -252,6 +253,7 @@ def _connection_truth(result: dict[str, Any], flow: Flow, holds: list[dict[str, 
         "exchanges": exchanges,
         **{key: result[key] for key in ("connect", "aborted_s") if key in result},
         "expected": {
+            "slow_exchanges": len(slow),
             "nagle_stalls": len(stalled),
             "stall_kind": scenario.stall_kind if stalled else None,
             "holder": _holder(flow) if stalled else None,

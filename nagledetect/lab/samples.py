@@ -60,6 +60,9 @@ def _happened(manifest: dict[str, Any]) -> str:
         text = (f"median exchange {statistics.median(latencies) * 1000:.1f} ms; "
                 f"{summary['nagle_stalls']} of {len(latencies)} exchanges stalled "
                 f"on {summary['connections']} connection(s)")
+    slow = sum(c["expected"].get("slow_exchanges", 0) for c in manifest["connections"])
+    if slow > summary["nagle_stalls"]:
+        text += f" by Nagle, {slow} slow for other reasons"
     return text + "".join(_events(manifest))
 
 

@@ -80,7 +80,9 @@ class Scenario:
     delay_rules: tuple[dict, ...] = ()
     server_firewall: tuple[str, ...] = ()
     expected: dict | None = None
-    stall_kind: str = NAGLE_DELACK_STALL
+    stall_kind: str | None = NAGLE_DELACK_STALL
+    """The Nagle-family kind of this scenario's slow exchanges; None where whatever slows an
+    exchange is not Nagle (the cause-* scenarios)."""
 
     @property
     def delay_line(self) -> bool:
@@ -269,6 +271,7 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
              (Flow("rpc", 6, (100,), (100,), pause_s=0.1),), rtt_ms=20.0,
              delay_rules=({"direction": "to_server", "match": "data", "frames": [2, 3, 4],
                            "action": "drop"},),
+             stall_kind=None,
              expected={"findings": [
                  finding(LOSS_RECOVERY, (1, 1), (950, 1100),
                          "the third request reaches the server on its fourth transmission: a "
@@ -286,6 +289,7 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
                            "frames": [1], "action": "drop"},
                           {"direction": "to_client", "match": "pure_ack", "port": 9001,
                            "frames": [1, 2], "action": "hold", "extra_ms": 500}),
+             stall_kind=None,
              expected={"findings": [
                  finding(LOSS_RECOVERY, (2, 3), (0, 0),
                          "retransmissions of data that had arrived, each proven by the server's "
@@ -302,6 +306,7 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
              "1.5 s, then everything",
              (Flow("stops-reading", 1, (65536,), (), one_way=True, server_rcvbuf_bytes=4096,
                    server_read_delay_s=1.5),),
+             stall_kind=None,
              expected={"findings": [
                  finding(ZERO_WINDOW, (1, 1), (1300, 1600),
                          "the window closes after about 4 KB and stays shut, the sender probing "
@@ -313,6 +318,7 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
              "sender waits 8 s for it to finish, then aborts (RST)",
              (Flow("never-reads", 1, (65536,), (), one_way=True, server_rcvbuf_bytes=4096,
                    server_read_delay_s=-1, client_give_up_s=8.0),),
+             stall_kind=None,
              expected={"findings": [
                  finding(ZERO_WINDOW, (1, 1), (7800, 8200),
                          "the window closes after about 4 KB and never reopens: zero-window "
@@ -324,6 +330,7 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
              "20 ms",
              (Flow("slow-reader", 1, (32768,), (), one_way=True, server_rcvbuf_bytes=4096,
                    server_read_chunk_bytes=512, server_read_interval_s=0.02),),
+             stall_kind=None,
              expected={"findings": [
                  finding(WINDOW_LIMITED, (1, 40), (10, 1400),
                          "the whole transfer (about 1.2 s for 32 KB) is paced by the reader: "
@@ -342,6 +349,7 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
              server_firewall=("add table inet ndlab",
                               "add chain inet ndlab input { type filter hook input priority 0 ; }",
                               "add rule inet ndlab input tcp dport 9000 drop"),
+             stall_kind=None,
              expected={"findings": [
                  finding(HANDSHAKE_RETRY, (2, 2), (7000, 8200),
                          "two connections never answered, each a SYN and 6 retransmissions "
