@@ -43,8 +43,8 @@ def receiver_side_rtt_ms(connections: pd.DataFrame, connection: np.ndarray,
 
 
 SAMPLE_SEGMENT_COLUMNS = ("connection", "direction", "frame", "time_us", "rel_seq", "end_seq",
-                          "peer_ack", "next_peer_frame", "next_peer_time_us", "next_peer_role",
-                          "next_peer_ack", "next_own_data_time_us")
+                          "peer_ack", "peer_window_bytes", "next_peer_frame", "next_peer_time_us",
+                          "next_peer_role", "next_peer_ack", "next_own_data_time_us")
 """The segment columns `delack_samples` reads: a part keeps only these for it, once its
 detectors are done."""
 
@@ -53,11 +53,15 @@ def answered_lone(segments: pd.DataFrame, next_own_data_time_us: np.ndarray | No
                   ) -> np.ndarray:
     """Which segments are lone (everything before them acknowledged when they left) and
     answered by the peer's next packet, a pure ACK covering them, before their sender's next
-    data: the segments a sample is taken from. `next_own_data_time_us`: that column, where
-    the caller knows better than the segments (a slice's last segments)."""
+    data: the segments a sample is taken from. A segment that filled the receiver's window is
+    none: its ACK comes when the receiving application reads, not when a timer fires.
+    `next_own_data_time_us`: that column, where the caller knows better than the segments (a
+    slice's last segments)."""
     next_own_us = (segments["next_own_data_time_us"].to_numpy() if next_own_data_time_us is None
                    else next_own_data_time_us)
-    return ((segments["peer_ack"].to_numpy() >= segments["rel_seq"].to_numpy())
+    peer_ack = segments["peer_ack"].to_numpy()
+    return ((peer_ack >= segments["rel_seq"].to_numpy())
+            & (segments["end_seq"].to_numpy() - peer_ack < segments["peer_window_bytes"].to_numpy())
             & role_in(segments["next_peer_role"], PURE_ACK_ROLES)
             & (segments["next_peer_ack"].to_numpy() >= segments["end_seq"].to_numpy())
             & ((next_own_us < 0) | (next_own_us > segments["next_peer_time_us"].to_numpy())))

@@ -46,7 +46,7 @@ from nagledetect.detectors.model import (
     counted_ms,
     split_events,
 )
-from nagledetect.events.segments import PURE_ACK_ROLES, role_in
+from nagledetect.events.segments import role_in
 from nagledetect.flows.connections import by_connection
 from nagledetect.flows.grouped import KeyGroups
 
@@ -92,6 +92,11 @@ REPEATED = 3
 TINY_WRITE_BYTES = 16
 TINY_WRITE_FACTOR = 4
 MAX_TINY_WRITES = 16
+
+RELEASING_ROLES = ("pure_ack",)
+"""What can release held data: an ACK that acknowledges something new. A window update or a
+duplicate ACK acknowledges nothing the ACK before it had not: whatever waited for it waited for
+the window."""
 
 DELAYED, ORDINARY, NEITHER = 0, 1, -1
 """What kind of ACK preceded a candidate: delayed (a delayed-ACK stall), ordinary (a hold of one
@@ -154,7 +159,7 @@ def untimed_stalls(segments: pd.DataFrame) -> dict[str, np.ndarray]:
     passed = np.flatnonzero(
         segments["is_small"].to_numpy()
         & (segments["prev_frame"].to_numpy() >= 0)
-        & role_in(segments["peer_role"], PURE_ACK_ROLES)
+        & role_in(segments["peer_role"], RELEASING_ROLES)
         & (segments["peer_time_us"].to_numpy() > segments["prev_time_us"].to_numpy())
         & (segments["peer_ack"].to_numpy() == segments["sent_max_before"].to_numpy())
         & (segments["peer_data_between"].to_numpy() == 0)
