@@ -4,11 +4,12 @@ Each gap of 10 ms or more between consecutive timeline packets of a connection (
 retransmissions, SYNs, probes: `events.gaps`) gets exactly one cause, the first that holds:
 a Nagle-family stall already found (its released segment ends the gap: left to that finding);
 handshake retry (the gap ends in a retransmitted SYN or SYN/ACK, or in the answer to one);
-loss recovery (the gap ends in a retransmission: `spurious` where the peer had acknowledged
-the original before the retransmission, or acknowledged it sooner after than the round trip
-beyond the tap allows; `fast-retransmit` where the peer sent dup ACKs in the gap; else `rto`);
 zero window (the peer advertised a zero window in the gap, or its latest window before a probe
-or keep-alive was zero, or the gap ends in a zero-window probe); window limited (a non-zero
+or keep-alive was zero, or the gap ends in a zero-window probe: data sent past a closed window
+is dropped, so a retransmission that ends such a gap follows from the window); loss recovery
+(the gap ends in a retransmission: `spurious` where the peer had acknowledged the original
+before the retransmission, or acknowledged it sooner after than the round trip beyond the tap
+allows; `fast-retransmit` where the peer sent dup ACKs in the gap; else `rto`); window limited (a non-zero
 window of the peer in the gap could not take the segment that ends it); think time (the
 server answered the client, or a side sent its first data after the handshake); idle (the
 rest: nobody was waiting for anything). Think time and idle are named only beyond four round
@@ -132,15 +133,14 @@ def gap_causes(gaps: dict[str, np.ndarray], connections: pd.DataFrame,
 
     def named(mask: np.ndarray, code: tuple[str, str], frame: np.ndarray | None = None) -> None:
         cause[mask] = _CODE[code]
-        if frame is not None:
-            cause_frame[mask] = frame[mask]
+        cause_frame[mask] = (gaps["after_frame"] if frame is None else frame)[mask]
 
     answers = (gaps["before_direction"] == 0) & (gaps["after_direction"] == 1) & new_data
     named(answers, (THINK_TIME, "response"))
     named(handshake & new_data, (THINK_TIME, "after-handshake"))
-    _window_limited(gaps, by_connection(connections, "effective_mss", connection), named)
-    _zero_window(gaps, named)
+    _window_limited(gaps, connections, named)
     _loss_recovery(gaps, connections, named)
+    _zero_window(gaps, named)
     answered = (by_connection(connections, "syn_ack_frame", connection) > 0) | (
         by_connection(connections, "packets_server_to_client", connection) > 0)
     retry = (after == EVENT["syn_retry"]) | ((after == EVENT["syn"]) & (before == EVENT["syn_retry"]))
@@ -159,12 +159,17 @@ def gap_causes(gaps: dict[str, np.ndarray], connections: pd.DataFrame,
             "gap_s": gap_us[kept] / 1e6}
 
 
-def _window_limited(gaps: dict[str, np.ndarray], mss: np.ndarray, named: Namer) -> None:
+def _window_limited(gaps: dict[str, np.ndarray], connections: pd.DataFrame,
+                    named: Namer) -> None:
     """A non-zero window of the peer in the gap that could not take the new segment ending it
-    (its first MSS): below one MSS, or below the data."""
+    (its first MSS) though it began within it (a segment that begins past the window tells of
+    packets the capture missed): below one MSS, or below the data. Only where the handshake was seen:
+    without it the window scale is unknown, and a scaled window read raw looks tiny."""
+    mss = by_connection(connections, "effective_mss", gaps["connection"])
+    scale_known = by_connection(connections, "handshake", gaps["connection"]).astype(bool)
     needed = gaps["after_seq"] + np.minimum(gaps["after_payload_bytes"], np.maximum(mss, 1))
     limited = (gaps["after_kind"] == EVENT["new_data"]) & (gaps["peer_edge_frame"] > 0) & (
-        gaps["peer_edge"] < needed)
+        gaps["peer_edge"] < needed) & (gaps["after_seq"] <= gaps["peer_edge"]) & scale_known
     below_mss = gaps["peer_edge_window"] < mss
     named(limited & ~below_mss, (WINDOW_LIMITED, "below-data"), gaps["peer_edge_frame"])
     named(limited & below_mss, (WINDOW_LIMITED, "below-mss"), gaps["peer_edge_frame"])
