@@ -142,3 +142,49 @@ ADVICE: dict[str, Advice] = {advice.key: advice for advice in (
         tradeoffs="More packets; prefer this over disabling delayed ACK in the receiver (seed 002).",
         calls=NODELAY_CALLS),
 )}
+
+NO_NAGLE_FIX: dict[str, str] = {}
+"""The calls of the entries for delays that are not Nagle's: no socket call fixes them."""
+
+LOOK_ELSEWHERE = (
+    Advice(
+        key="look-loss", side="network",
+        title="Not Nagle: packets were lost; look at the path and the sender's retransmissions",
+        why="The wait ends in a retransmission: after a retransmission timeout (doubling at each "
+            "try), after duplicate ACKs, or spuriously when the original had arrived. "
+            "TCP_NODELAY changes none of it.",
+        tradeoffs="Look for drops on the path (interface counters, queue limits, a lossy link) "
+                  "and at the sender's counters (`nstat -az TcpExtTCPLostRetransmit "
+                  "TcpRetransSegs`, `ss -ti`: rto, retrans); spurious retransmissions point to "
+                  "a round trip that varies more than the timer allows.",
+        calls=NO_NAGLE_FIX),
+    Advice(
+        key="look-receiver", side="receiver",
+        title="Not Nagle: the receiver's window held the sender back; look at the receiving "
+              "application and its buffer",
+        why="A zero or small advertised window means the receiving application read slowly "
+            "(or its receive buffer is small): the sender had data and was not allowed to send.",
+        tradeoffs="Read faster or on a thread of its own, or raise the receive buffer "
+                  "(SO_RCVBUF, net.ipv4.tcp_rmem); a window below one segment is a receiver "
+                  "fault (silly window syndrome avoidance, RFC 1122 4.2.3.3).",
+        calls=NO_NAGLE_FIX),
+    Advice(
+        key="look-handshake", side="network",
+        title="Not Nagle: the handshake was retried or never answered; look at the server's "
+              "reachability and its listen queue",
+        why="A SYN retransmitted after 1, 2, 4... seconds, or never answered: the server was "
+            "down or unreachable, a firewall dropped the SYN, or its accept queue was full.",
+        tradeoffs="Check that the server listens (`ss -ltn`), its SYN backlog "
+                  "(net.ipv4.tcp_max_syn_backlog, `nstat -az TcpExtListenOverflows`) and any "
+                  "firewall or load balancer on the path.",
+        calls=NO_NAGLE_FIX),
+    Advice(
+        key="look-application", side="application",
+        title="Not Nagle: an application took that long to send; look at its processing time",
+        why="The network had delivered everything: the peer's data ended the wait because its "
+            "application answered (or started) late.",
+        tradeoffs="Profile the server's handling of the request (or the client's pause before "
+                  "its first request); TCP settings will not shorten it.",
+        calls=NO_NAGLE_FIX),
+)
+ADVICE.update((advice.key, advice) for advice in LOOK_ELSEWHERE)

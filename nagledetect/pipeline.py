@@ -104,8 +104,8 @@ def connection_level(flows: FlowTables, fingerprint: bool = True,
     scored without host timers: the capture-wide step scores them again with all samples, which
     are then made after the detectors, out of their peak. The flow tables are taken over:
     without `keep_packets`, and with no other holder of the packet table, only the columns the
-    segments are made from are held from the start (50 of the table's 78 bytes a packet), only
-    those the detectors read once the segments are made (17), and once the detectors are done,
+    segments are made from are held from the start (52 of the table's 78 bytes a packet), only
+    those the detectors read once the segments are made (48), and once the detectors are done,
     only the segment columns the samples read."""
     packets, connections = flows.packets, flows.connections
     del flows
@@ -113,7 +113,7 @@ def connection_level(flows: FlowTables, fingerprint: bool = True,
         return ConnectionLevel(packets, connections, pd.DataFrame(), pd.DataFrame(), no_samples(),
                                [], pd.DataFrame(), {})
     if not keep_packets:
-        packets = packets[list(SEGMENT_PACKET_COLUMNS)]
+        packets = packets[list(dict.fromkeys((*SEGMENT_PACKET_COLUMNS, *DETECTOR_PACKET_COLUMNS)))]
     segments = data_segments(packets, connections)
     detector_packets = packets[list(DETECTOR_PACKET_COLUMNS)]
     if not keep_packets:

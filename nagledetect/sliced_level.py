@@ -30,8 +30,9 @@ from nagledetect.detectors import CONNECTION_DETECTORS, segment_parity
 from nagledetect.detectors.delack_timer import SamplesBySlice
 from nagledetect.detectors.model import DETECTOR_PACKET_COLUMNS, DetectorInput
 from nagledetect.detectors.nagle_stall import UNTIMED_STALLS, untimed_stalls
-from nagledetect.detectors.other_stalls import GAP_ROWS, GapsBySlice
+from nagledetect.detectors.other_stalls import GAP_ROWS
 from nagledetect.events.by_slice import LOOK_AHEAD_COLUMNS, MessagesBySlice, SegmentsBySlice
+from nagledetect.events.gaps import GapsBySlice
 from nagledetect.events.payloads import PAYLOAD_SIZES, PayloadsBySlice
 from nagledetect.flows.facts import ConnectionFacts, ConnectionsBySlice
 from nagledetect.flows.grouped import joined_columns
@@ -170,7 +171,7 @@ class _SliceEvents:
         segments = segments.drop(columns=list(LOOK_AHEAD_COLUMNS))
         segments["message"] = self._messages.add(segments)
         self._untimed.append(untimed_stalls(segments))
-        self._gaps.add(segments, packets[list(DETECTOR_PACKET_COLUMNS)])
+        self._gaps.add(packets[list(DETECTOR_PACKET_COLUMNS)])
         self._payloads.add(segments)
 
     def level(self, connections: pd.DataFrame) -> ConnectionLevel:

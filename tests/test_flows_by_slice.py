@@ -20,8 +20,9 @@ import pytest
 from nagledetect.detectors.delack_timer import SamplesBySlice
 from nagledetect.detectors.model import DETECTOR_PACKET_COLUMNS, DetectorInput
 from nagledetect.detectors.nagle_stall import stall_candidates, timed_stalls, untimed_stalls
-from nagledetect.detectors.other_stalls import GapsBySlice, classify_gaps, gap_causes, timed_gaps
+from nagledetect.detectors.other_stalls import classify_gaps, gap_causes
 from nagledetect.events.by_slice import LOOK_AHEAD_COLUMNS, MessagesBySlice, SegmentsBySlice
+from nagledetect.events.gaps import GAP_PACKET_COLUMNS, GapsBySlice
 from nagledetect.flows.build import PACKET_COLUMNS, FlowTables, build_flows
 from nagledetect.flows.facts import ConnectionFacts, ConnectionsBySlice
 from nagledetect.flows.numbering import PacketsBySlice
@@ -226,14 +227,14 @@ def _segments_by_slice(path: Path, slice_packets: int
         segments[-1] = segments[-1].drop(columns=list(LOOK_AHEAD_COLUMNS))
         segments[-1]["message"] = messages_by_slice.add(segments[-1])
         untimed.append(untimed_stalls(segments[-1]))
-        gaps_by_slice.add(segments[-1], packets)
+        gaps_by_slice.add(packets[list(GAP_PACKET_COLUMNS)])
     table = pd.concat(segments, ignore_index=True)
     messages, first_number = messages_by_slice.finish()
     table["message"] += first_number[table["connection"].to_numpy()]
     connections = numbering.connections()
     stalls = timed_stalls({name: np.concatenate([rows[name] for rows in untimed])
                            for name in untimed[0]}, connections)
-    gap_table = gap_causes(timed_gaps(gaps_by_slice.gaps(), connections), np.zeros(0))
+    gap_table = gap_causes(gaps_by_slice.gaps(), connections, np.zeros(0))
     return table, samples_by_slice.samples(connections), messages, stalls, gap_table
 
 

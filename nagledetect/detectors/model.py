@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 
 from nagledetect.events.endpoints import DirectionNames
+from nagledetect.events.gaps import GAP_PACKET_COLUMNS
 from nagledetect.events.payloads import PAYLOAD_SIZES, PayloadsBySlice, SegmentPayloads
 from nagledetect.flows.grouped import KeyGroups
 
@@ -267,8 +268,8 @@ class HostValues:
 _HOST_VALUES = tuple(field.name for field in fields(HostValues))
 
 
-DETECTOR_PACKET_COLUMNS = ("frame", "connection", "role", "window_bytes")
-"""The packet columns detectors read (what lies inside a gap); the rest of the packet table is
+DETECTOR_PACKET_COLUMNS = GAP_PACKET_COLUMNS
+"""The packet columns detectors read (the gaps' timeline); the rest of the packet table is
 let go before they run in a part, so a detector that needs another column adds it here."""
 
 

@@ -1,22 +1,39 @@
 """Every other gap, named so it is not blamed on Nagle (SPEC section 4.8).
 
-Each gap between consecutive new-data segments of a connection that exceeds the threshold
-(10 ms, and four round trips) gets exactly one cause, in this order: a Nagle/delayed-ACK stall
-already found (its released segment ends the gap: left to that finding); loss recovery (a
-retransmission inside the gap); zero window (a zero window advertised inside it); think time
-(the server's data ends a wait that began with the client's data: the server's application took
-that long to answer); idle (anything else: the same side sends again, e.g. a paced writer, or
-the client starts its next request after a pause).
+Each gap of 10 ms or more between consecutive timeline packets of a connection (new data,
+retransmissions, SYNs, probes: `events.gaps`) gets exactly one cause, the first that holds:
+a Nagle-family stall already found (its released segment ends the gap: left to that finding);
+handshake retry (the gap ends in a retransmitted SYN or SYN/ACK, or in the answer to one);
+zero window (the peer advertised a zero window in the gap, or its latest window before a probe
+or keep-alive was zero, or the gap ends in a zero-window probe: data sent past a closed window
+is dropped, so a retransmission that ends such a gap follows from the window); loss recovery
+(the gap ends in a retransmission: `spurious` where the peer had acknowledged the original
+before the retransmission, or acknowledged it sooner after than the round trip beyond the tap
+allows; `fast-retransmit` where the peer sent dup ACKs in the gap; else `rto`); window limited (a non-zero
+window of the peer in the gap could not take the segment that ends it); think time (the
+server answered the client, or a side sent its first data after the handshake); idle (the
+rest: nobody was waiting for anything). Think time and idle are named only beyond four round
+trips: a shorter gap is the path's own time.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
 
 import numpy as np
 import pandas as pd
 
-from nagledetect.detectors.kinds import NAGLE_FAMILY
+from nagledetect.detectors.kinds import (
+    HANDSHAKE_RETRY,
+    IDLE,
+    LOSS_RECOVERY,
+    NAGLE_DELACK_STALL,
+    NAGLE_FAMILY,
+    OTHER_GAP_CAUSES,
+    THINK_TIME,
+    WINDOW_LIMITED,
+    ZERO_WINDOW,
+)
 from nagledetect.detectors.model import (
     DetectorInput,
     Finding,
@@ -24,179 +41,177 @@ from nagledetect.detectors.model import (
     released_frames,
     split_events,
 )
-from nagledetect.detectors.nagle_stall import KIND as STALL_KIND
-from nagledetect.events.segments import RETRANSMISSION_ROLES, role_in
+from nagledetect.events.gaps import EVENT, GAP_MIN_US, GAP_PACKET_COLUMNS, GapsBySlice
 from nagledetect.flows.connections import by_connection
-from nagledetect.flows.grouped import KeyGroups, joined_columns, last_per_key
-from nagledetect.flows.roles import ROLE
+from nagledetect.flows.grouped import KeyGroups
 
-GAP_MIN_MS = 10.0
+GAP_MIN_MS = GAP_MIN_US / 1000
 RTT_MULTIPLE = 4
-CAUSES = ("loss-recovery", "zero-window", "think-time", "idle")
-ADVICE = {"loss-recovery": [], "zero-window": [], "think-time": [], "idle": []}
-GAP_CAUSES = tuple(sorted((*CAUSES, STALL_KIND)))
-"""What can end a gap: the categories of the cause column, in name order (as findings group)."""
-_CAUSE_CODE = {cause: code for code, cause in enumerate(GAP_CAUSES)}
+Namer = Callable[..., None]
+"""`gap_causes`' naming step: (gaps selected, their cause, the frames that show it or None)."""
+CAUSES = OTHER_GAP_CAUSES
+GAP_CAUSES = tuple(sorted((
+    (HANDSHAKE_RETRY, "retried"), (HANDSHAKE_RETRY, "unanswered"), (IDLE, ""),
+    (LOSS_RECOVERY, "fast-retransmit"), (LOSS_RECOVERY, "rto"), (LOSS_RECOVERY, "spurious"),
+    (NAGLE_DELACK_STALL, ""), (THINK_TIME, "after-handshake"), (THINK_TIME, "response"),
+    (WINDOW_LIMITED, "below-mss"), (WINDOW_LIMITED, "below-data"), (ZERO_WINDOW, ""))))
+"""What can end a gap, as (kind, subkind), in name order (as findings group); a Nagle-family
+stall's gap is left to its finding."""
+_CODE = {cause: code for code, cause in enumerate(GAP_CAUSES)}
 DESCRIPTIONS = {
-    "loss-recovery": "waited for lost data to be retransmitted",
-    "zero-window": "waited while the receiver's window was zero",
-    "think-time": "waited for the server's application to answer",
-    "idle": "had nothing to send (paced writes or pauses between messages)",
+    (HANDSHAKE_RETRY, "retried"): "retransmitted its SYN or SYN/ACK before the handshake "
+                                  "completed",
+    (HANDSHAKE_RETRY, "unanswered"): "retransmitted its SYN, never answered",
+    (IDLE, ""): "had nothing to send (paced writes or pauses between messages)",
+    (LOSS_RECOVERY, "fast-retransmit"): "waited for lost data, retransmitted after dup ACKs",
+    (LOSS_RECOVERY, "rto"): "waited for a retransmission timeout to resend unacknowledged data",
+    (LOSS_RECOVERY, "spurious"): "waited for a retransmission the peer did not need (it had "
+                                 "the original)",
+    (THINK_TIME, "after-handshake"): "waited after the handshake for the first data",
+    (THINK_TIME, "response"): "waited for the server's application to answer",
+    (WINDOW_LIMITED, "below-mss"): "waited while the receiver's window was below one segment",
+    (WINDOW_LIMITED, "below-data"): "waited while the receiver's window was too small for the "
+                                    "next segment",
+    (ZERO_WINDOW, ""): "waited while the receiver's window was zero",
 }
-
-
-@dataclass
-class GapsBefore:
-    """Per connection, what came before the rows given (a part read a slice at a time): its
-    latest new-data segment (frame, time, direction; a frame of 0 where none), and the latest
-    frame of a retransmitted or out-of-order packet and of a zero window (0 where none)."""
-
-    frame: np.ndarray
-    time_us: np.ndarray
-    direction: np.ndarray
-    retransmitted_frame: np.ndarray
-    zero_window_frame: np.ndarray
-
+ADVICE = {HANDSHAKE_RETRY: ["look-handshake"], LOSS_RECOVERY: ["look-loss"],
+          ZERO_WINDOW: ["look-receiver"], WINDOW_LIMITED: ["look-receiver"],
+          THINK_TIME: ["look-application"], IDLE: []}
+REASONS = {
+    (HANDSHAKE_RETRY, "retried"): "a SYN or SYN/ACK retransmission ends each gap",
+    (HANDSHAKE_RETRY, "unanswered"): "SYN retransmissions end each gap; no SYN/ACK and no "
+                                     "packet of the server in the capture",
+    (IDLE, ""): "no side was waiting: the same side sent again, or a keep-alive",
+    (LOSS_RECOVERY, "fast-retransmit"): "the peer's dup ACKs came before the retransmission "
+                                        "that ends each gap",
+    (LOSS_RECOVERY, "rto"): "a retransmission ends each gap, without dup ACKs before it",
+    (LOSS_RECOVERY, "spurious"): "the peer acknowledged the original before the retransmission, "
+                                 "or sooner after it than the round trip beyond the tap",
+    (THINK_TIME, "after-handshake"): "the first data after the handshake ends each gap",
+    (THINK_TIME, "response"): "the server's data ends a wait that began with the client's",
+    (WINDOW_LIMITED, "below-mss"): "the peer's non-zero window in the gap was below one MSS "
+                                   "and could not take the segment that ends it",
+    (WINDOW_LIMITED, "below-data"): "the peer's window in the gap could not take the segment "
+                                    "that ends it (it may also have been written late)",
+    (ZERO_WINDOW, ""): "the peer advertised a zero window in each gap, or the gap ends in a "
+                       "zero-window probe",
+}
+CONFIDENCE = {(WINDOW_LIMITED, "below-data"): "medium"}
 
 GAP_ROWS = "gap_rows"
-"""The shared table of `gap_rows` (`DetectorInput.shared`): a part read a slice at a time
-hands it over made from its slices (`GapsBySlice`)."""
+"""The shared table of the gaps (`DetectorInput.shared`): a part read a slice at a time hands
+it over made from its slices (`events.gaps.GapsBySlice`)."""
 
 
-def gaps_of_segments(columns: DetectorInput) -> dict[str, np.ndarray]:
-    """The maker of `GAP_ROWS` where the segment and packet tables are held (a whole run)."""
-    return gap_rows(columns.segments, columns.packets)
-
-
-def gap_rows(segments: pd.DataFrame, packets: pd.DataFrame,
-             before: GapsBefore | None = None) -> dict[str, np.ndarray]:
-    """Gaps of more than `GAP_MIN_MS` between consecutive new-data segments of each connection
-    (in frame order, either direction), each with whether a retransmission or a zero window lies
-    in it: all that a gap's cause reads but the round trip (known once every packet is) and
-    the stalls. `before`: what the rows given follow, where they continue a connection."""
-    order = np.argsort(segments["connection"].to_numpy(), kind="stable")  # segments: frame order
-    connection, frame, time_us, direction = (
-        segments[name].to_numpy()[order] for name in ("connection", "frame", "time_us",
-                                                      "direction"))
-    first = np.ones(len(connection), dtype=bool)
-    first[1:] = connection[1:] != connection[:-1]
-    previous = {name: np.concatenate((values[:1], values[:-1])) for name, values in
-                (("frame", frame), ("time_us", time_us), ("direction", direction))}
-    has_previous = ~first
-    if before is not None:
-        continued = connection[first]
-        for name, values in previous.items():
-            values[first] = getattr(before, name)[continued]
-        has_previous[first] = before.frame[continued] > 0
-    gap = np.flatnonzero(has_previous & (time_us - previous["time_us"] > GAP_MIN_MS * 1000))
-    gaps = {"connection": connection[gap],
-            "before_frame": previous["frame"][gap], "after_frame": frame[gap],
-            "before_time_us": previous["time_us"][gap], "after_time_us": time_us[gap],
-            "before_direction": previous["direction"][gap], "after_direction": direction[gap]}
-    for name, mask in _inside_masks(packets).items():
-        gaps[name] = _packets_within(packets, gaps, mask)
-        if before is not None:
-            gaps[name] |= getattr(before, f"{name}_frame")[gaps["connection"]] > gaps["before_frame"]
-    return gaps
-
-
-def _inside_masks(packets: pd.DataFrame) -> dict[str, np.ndarray]:
-    """The packets whose presence inside a gap names its cause: a retransmission (or an
-    out-of-order segment), and a zero window (not on a SYN or RST)."""
-    role = packets["role"].cat.codes.to_numpy()
-    return {"retransmitted": role_in(packets["role"], RETRANSMISSION_ROLES),
-            "zero_window": ((packets["window_bytes"].to_numpy() == 0) & (role != ROLE["rst"])
-                            & (role != ROLE["syn"]))}
-
-
-def gaps_after(segments: pd.DataFrame, packets: pd.DataFrame, before: GapsBefore) -> GapsBefore:
-    """What the rows given leave for the next: `before`, updated in place (arrays by
-    connection)."""
-    connection = segments["connection"].to_numpy()
-    last = last_per_key(connection, np.arange(len(connection)), len(before.frame))
-    present = np.flatnonzero(last >= 0)
-    for name in ("frame", "time_us", "direction"):
-        getattr(before, name)[present] = segments[name].to_numpy()[last[present]]
-    packet_connection = packets["connection"].to_numpy()
-    frame = packets["frame"].to_numpy().astype(np.int64)
-    for name, mask in _inside_masks(packets).items():
-        np.maximum.at(getattr(before, f"{name}_frame"), packet_connection[mask], frame[mask])
-    return before
-
-
-class GapsBySlice:
-    """The gaps between a connection's data segments (`other_stalls.gap_rows`) a slice at a
-    time: each connection's latest segment and the latest frames of the packets that name a
-    gap's cause are carried across the cut."""
-
-    def __init__(self, connection_count: int) -> None:
-        self._before = GapsBefore(*(np.zeros(connection_count, dtype=np.int64) for _ in range(5)))
-        self._gaps: list[dict[str, np.ndarray]] = []
-
-    def add(self, segments: pd.DataFrame, packets: pd.DataFrame) -> None:
-        """Take the gaps that end in this slice (its segments and packets, in frame order)."""
-        self._gaps.append(gap_rows(segments, packets, self._before))
-        self._before = gaps_after(segments, packets, self._before)
-
-    def gaps(self) -> dict[str, np.ndarray]:
-        """Every gap, in the whole run's order (connection, then frame), once a slice or more
-        has been added."""
-        order = np.lexsort(tuple(np.concatenate([rows[name] for rows in self._gaps])
-                                 for name in ("after_frame", "connection")))
-        return joined_columns(self._gaps, order)
-
-
-def timed_gaps(gaps: dict[str, np.ndarray], connections: pd.DataFrame) -> dict[str, np.ndarray]:
-    """The gaps longer than four round trips as well (a capture has few gaps: columns, not a
-    frame, cost less than their work)."""
-    rtt_ms = np.nan_to_num(by_connection(connections, "rtt_ms", gaps["connection"]), nan=0.0)
-    above = (gaps["after_time_us"] - gaps["before_time_us"]) > np.maximum(
-        GAP_MIN_MS, RTT_MULTIPLE * rtt_ms) * 1000
-    return {name: values[above] for name, values in gaps.items()}
-
-
-def _packets_within(packets: pd.DataFrame, gaps: dict[str, np.ndarray],
-                    mask: np.ndarray) -> np.ndarray:
-    """For each gap: does any packet selected by `mask` lie in it, after its first segment and
-    up to its last, that included (same connection)."""
-    rows = np.flatnonzero(mask)
-    if not len(rows) or not len(gaps["connection"]):
-        return np.zeros(len(gaps["connection"]), dtype=bool)
-    key = (packets["connection"].to_numpy()[rows].astype(np.int64) * (1 << 32)
-           + packets["frame"].to_numpy()[rows])
-    key.sort()
-    gap_connection = gaps["connection"].astype(np.int64) * (1 << 32)
-    low = gap_connection + gaps["before_frame"]
-    high = gap_connection + gaps["after_frame"]
-    return np.searchsorted(key, high, side="right") > np.searchsorted(key, low, side="right")
+def gaps_of_packets(columns: DetectorInput) -> dict[str, np.ndarray]:
+    """The maker of `GAP_ROWS` where the packet table is held (a whole run): its packets as
+    one slice."""
+    gaps = GapsBySlice(len(columns.connections))
+    gaps.add(columns.packets[list(GAP_PACKET_COLUMNS)])
+    return gaps.gaps()
 
 
 def classify_gaps(columns: DetectorInput) -> dict[str, np.ndarray]:
-    """The gaps, each with its cause (`cause`, its code in `GAP_CAUSES`) and length (`gap_s`)."""
-    gaps = timed_gaps(columns.taken(GAP_ROWS, gaps_of_segments), columns.connections)
-    return gap_causes(gaps, released_frames(columns.earlier_findings, NAGLE_FAMILY))
+    """The gaps, each with its cause (`cause`, its code in `GAP_CAUSES`), its cause's frame
+    (`cause_frame`) and length (`gap_s`), think time and idle within four round trips left out."""
+    gaps = columns.taken(GAP_ROWS, gaps_of_packets)
+    released = released_frames(columns.earlier_findings, NAGLE_FAMILY)
+    return gap_causes(gaps, columns.connections, released)
 
 
-def gap_causes(gaps: dict[str, np.ndarray], released: np.ndarray) -> dict[str, np.ndarray]:
-    """Each gap's cause (the first that holds: a stall released its last segment, a
-    retransmission or a zero window lies in it, the server answered the client, else idle)."""
-    server_answers = (gaps["before_direction"] == 0) & (gaps["after_direction"] == 1)
-    cause = np.where(server_answers, _CAUSE_CODE["think-time"], _CAUSE_CODE["idle"])
-    cause = np.where(gaps["zero_window"], _CAUSE_CODE["zero-window"], cause)
-    cause = np.where(gaps["retransmitted"], _CAUSE_CODE["loss-recovery"], cause)
-    cause = np.where(np.isin(gaps["after_frame"], released), _CAUSE_CODE[STALL_KIND], cause)
-    kept = {name: values for name, values in gaps.items()
-            if name not in ("retransmitted", "zero_window")}
-    return {**kept, "cause": cause, "gap_s": (gaps["after_time_us"] - gaps["before_time_us"]) / 1e6}
+def gap_causes(gaps: dict[str, np.ndarray], connections: pd.DataFrame,
+               released: np.ndarray) -> dict[str, np.ndarray]:
+    """Each gap's cause: the last rule below that holds wins (they are in reverse order of
+    precedence), with the frame that shows it."""
+    connection = gaps["connection"]
+    after, before = gaps["after_kind"], gaps["before_kind"]
+    count = len(connection)
+    cause = np.full(count, _CODE[(IDLE, "")])
+    cause_frame = gaps["after_frame"].copy()
+    new_data = after == EVENT["new_data"]
+    handshake = np.isin(before, [EVENT["syn"], EVENT["syn_retry"]])
+
+    def named(mask: np.ndarray, code: tuple[str, str], frame: np.ndarray | None = None) -> None:
+        cause[mask] = _CODE[code]
+        cause_frame[mask] = (gaps["after_frame"] if frame is None else frame)[mask]
+
+    answers = (gaps["before_direction"] == 0) & (gaps["after_direction"] == 1) & new_data
+    named(answers, (THINK_TIME, "response"))
+    named(handshake & new_data, (THINK_TIME, "after-handshake"))
+    _window_limited(gaps, connections, named)
+    _loss_recovery(gaps, connections, named)
+    _zero_window(gaps, named)
+    answered = (by_connection(connections, "syn_ack_frame", connection) > 0) | (
+        by_connection(connections, "packets_server_to_client", connection) > 0)
+    retry = (after == EVENT["syn_retry"]) | ((after == EVENT["syn"]) & (before == EVENT["syn_retry"]))
+    named(retry & answered, (HANDSHAKE_RETRY, "retried"))
+    named(retry & ~answered, (HANDSHAKE_RETRY, "unanswered"))
+    named(np.isin(gaps["after_frame"], released), (NAGLE_DELACK_STALL, ""))
+    gap_us = gaps["after_time_us"] - gaps["before_time_us"]
+    rtt_us = np.nan_to_num(by_connection(connections, "rtt_ms", connection), nan=0.0) * 1000
+    path_time = np.isin(cause, [_CODE[(THINK_TIME, "response")],
+                                _CODE[(THINK_TIME, "after-handshake")], _CODE[(IDLE, "")]]) & (
+        gap_us <= RTT_MULTIPLE * rtt_us)
+    kept = ~path_time
+    return {"connection": connection[kept], "before_frame": gaps["before_frame"][kept],
+            "cause_frame": cause_frame[kept], "after_frame": gaps["after_frame"][kept],
+            "before_time_us": gaps["before_time_us"][kept], "cause": cause[kept],
+            "gap_s": gap_us[kept] / 1e6}
+
+
+def _window_limited(gaps: dict[str, np.ndarray], connections: pd.DataFrame,
+                    named: Namer) -> None:
+    """A non-zero window of the peer in the gap that could not take the new segment ending it
+    (its first MSS) though it began within it (a segment that begins past the window tells of
+    packets the capture missed): below one MSS, or below the data. Only where the handshake was seen:
+    without it the window scale is unknown, and a scaled window read raw looks tiny."""
+    mss = by_connection(connections, "effective_mss", gaps["connection"])
+    scale_known = by_connection(connections, "handshake", gaps["connection"]).astype(bool)
+    needed = gaps["after_seq"] + np.minimum(gaps["after_payload_bytes"], np.maximum(mss, 1))
+    limited = (gaps["after_kind"] == EVENT["new_data"]) & (gaps["peer_edge_frame"] > 0) & (
+        gaps["peer_edge"] < needed) & (gaps["after_seq"] <= gaps["peer_edge"]) & scale_known
+    below_mss = gaps["peer_edge_window"] < mss
+    named(limited & ~below_mss, (WINDOW_LIMITED, "below-data"), gaps["peer_edge_frame"])
+    named(limited & below_mss, (WINDOW_LIMITED, "below-mss"), gaps["peer_edge_frame"])
+
+
+def _zero_window(gaps: dict[str, np.ndarray], named: Namer) -> None:
+    after = gaps["after_kind"]
+    probing = np.isin(after, [EVENT["probe"], EVENT["keepalive"]]) & (
+        gaps["peer_window_before"] == 0)
+    named((after == EVENT["probe"]) | probing, (ZERO_WINDOW, ""))
+    named(gaps["zero_frame"] > 0, (ZERO_WINDOW, ""), gaps["zero_frame"])
+
+
+def _loss_recovery(gaps: dict[str, np.ndarray], connections: pd.DataFrame, named: Namer) -> None:
+    """A gap that ends in a retransmission: spurious, fast retransmit or timeout."""
+    lost = gaps["after_kind"] == EVENT["retransmission"]
+    named(lost, (LOSS_RECOVERY, "rto"))
+    named(lost & (gaps["peer_dup_acks"] > 0), (LOSS_RECOVERY, "fast-retransmit"),
+          gaps["peer_dup_frame"])
+    acked_before = lost & (gaps["peer_ack_frame"] > 0) & (gaps["peer_ack"] >= gaps["after_end"])
+    named(acked_before, (LOSS_RECOVERY, "spurious"), gaps["peer_ack_frame"])
+    beyond_tap_us = _rtt_beyond_tap_us(connections, gaps["connection"], gaps["after_direction"])
+    too_soon = lost & (gaps["cover_frame"] > 0) & (beyond_tap_us >= 1000) & (
+        gaps["cover_time_us"] - gaps["after_time_us"] < beyond_tap_us / 2)
+    named(too_soon & ~acked_before, (LOSS_RECOVERY, "spurious"), gaps["cover_frame"])
+
+
+def _rtt_beyond_tap_us(connections: pd.DataFrame, connection: np.ndarray,
+                       direction: np.ndarray) -> np.ndarray:
+    """The round trip from the tap to the receiver of each direction and back (0: unknown)."""
+    to_server = by_connection(connections, "rtt_server_side_ms", connection)
+    to_client = by_connection(connections, "rtt_client_side_ms", connection)
+    return np.nan_to_num(np.where(direction == 0, to_server, to_client), nan=0.0) * 1000
 
 
 def detect(columns: DetectorInput) -> list[Finding]:
     gaps = classify_gaps(columns)
-    named_here = np.isin(gaps["cause"], [_CAUSE_CODE[name] for name in CAUSES])
+    named_here = gaps["cause"] != _CODE[(NAGLE_DELACK_STALL, "")]
     gaps = {name: values[named_here] for name, values in gaps.items()}
     events = split_events(gaps, ["connection", "cause"],
-                          ("before_frame", "after_frame", "after_frame", "gap_s", "before_time_us",
-                           None, None))
+                          ("before_frame", "cause_frame", "after_frame", "gap_s",
+                           "before_time_us", None, None))
     stats = _gap_stats(gaps)
     findings = []
     durations_s = by_connection(columns.connections, "duration_s", stats["connection"]).tolist()
@@ -204,14 +219,15 @@ def detect(columns: DetectorInput) -> list[Finding]:
             *(stats[name].tolist() for name in ("connection", "cause", "count", "lost_s",
                                                  "median_gap_s")), durations_s):
         cause = GAP_CAUSES[code]
+        kind, subkind = cause
         findings.append(Finding(
-            kind=cause, connection=connection, sender=None, receiver=None, count=count,
+            kind=kind, connection=connection, sender=None, receiver=None, count=count,
             time_lost_s=lost_s, share=lost_s / duration_s if duration_s > 0 else 0.0,
-            confidence="high", confidence_reasons=["named by what ended each gap"],
-            events=events[(connection, code)], advice=ADVICE[cause],
+            confidence=CONFIDENCE.get(cause, "high"), confidence_reasons=[REASONS[cause]],
+            events=events[(connection, code)], advice=ADVICE[kind], subkind=subkind or None,
             details={"median_gap_ms": round(median_gap_s * 1000, 3)},
-            summary=(f"{counted_ms(count, 'gap', median_gap_s)}: "
-                     f"the connection {DESCRIPTIONS[cause]}")))
+            summary=f"{counted_ms(count, 'gap', median_gap_s)}: the connection "
+                    f"{DESCRIPTIONS[cause]}"))
     return findings
 
 

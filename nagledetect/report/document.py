@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import bisect
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, BinaryIO
 
@@ -71,11 +71,25 @@ def _connection_warnings(connections: Rows, read: ColumnReader) -> list[str]:
                                "trip taken from ACK lags (too long where every ACK is "
                                "delayed or answered late, which hides stalls), client and "
                                "server roles may be guessed"),
-        ((column("packets_client_to_server") == 0) | (column("packets_server_to_client") == 0),
+        (_one_way(column) & ~_unanswered(column),
          "with one direction only (the capture missed the other)"),
+        (_unanswered(column), "never answered (a SYN, no SYN/ACK, no packet of the server, "
+                              "no data)"),
     )
     return [f"{int(mask.sum())} of {len(connections)} connections {text}"
             for mask, text in checks if mask.any()]
+
+
+def _one_way(column: Callable[[str], np.ndarray]) -> np.ndarray:
+    return (column("packets_client_to_server") == 0) | (column("packets_server_to_client") == 0)
+
+
+def _unanswered(column: Callable[[str], np.ndarray]) -> np.ndarray:
+    """Connections opened by a SYN whose server sent nothing and whose client sent no data: not
+    answered, rather than a direction the capture missed (an answered client sends its
+    request; the handshake-retry finding counts the SYNs)."""
+    return ((column("packets_server_to_client") == 0) & (column("syn_frame") > 0)
+            & (column("syn_ack_frame") == 0) & (column("bytes_client_to_server") == 0))
 
 
 def _capture_entry(capture: Capture, read: ColumnReader) -> dict[str, Any]:

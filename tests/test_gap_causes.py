@@ -1,0 +1,131 @@
+"""Every gap of 10 ms or more named by its real cause (SPEC section 4.8), on real captures.
+
+Each expected frame and gap below was read off the packets with tshark (`tshark -r FILE -n -T
+fields -e frame.number -e frame.time_relative -e ip.src -e tcp.len -e tcp.seq -e tcp.ack -e
+tcp.window_size -e _ws.col.Info`), not from the detector's output; the comment of each test
+gives the frames and the subtraction.
+"""
+
+from __future__ import annotations
+
+import io
+
+import orjson
+import pytest
+
+from nagledetect.analysis import analyze_capture
+from nagledetect.api import load_capture
+from nagledetect.detectors.kinds import (
+    HANDSHAKE_RETRY,
+    LOSS_RECOVERY,
+    THINK_TIME,
+    WINDOW_LIMITED,
+    ZERO_WINDOW,
+)
+from nagledetect.detectors.model import Finding
+from nagledetect.pipeline import run_detectors
+from nagledetect.report.document import build_document, write_json
+from tests.conftest import corpus_file
+
+
+def _findings(relative: str) -> list[Finding]:
+    return run_detectors(load_capture(str(corpus_file(relative))), charts=False).findings
+
+
+def _one(findings: list[Finding], kind: str, subkind: str | None, connection: int) -> Finding:
+    found = [f for f in findings if (f.kind, f.subkind, f.connection) == (kind, subkind, connection)]
+    assert len(found) == 1, [(f.kind, f.subkind, f.connection) for f in findings]
+    return found[0]
+
+
+def _frames(finding: Finding) -> list[tuple[int, int, int]]:
+    return [(row["last_data_frame"], row["delayed_ack_frame"], row["released_frame"])
+            for row in finding.events]
+
+
+def test_timeouts_with_backoff_and_no_ack_at_all_are_loss_recovery() -> None:
+    """Frame 30 (31 B alert at 0.805190 s) is never acknowledged: the peer sends nothing after
+    frame 29, and frames 33-37 resend it at 1.256004, 1.824056, 2.964062, 5.240061 and
+    9.792026 s (the timer doubling). Frames 31-32 are the FIN and its retransmission (no
+    data): they lie inside the first gap."""
+    finding = _one(_findings("zeek/tls__xmpp-dialback-starttls.pcap"), LOSS_RECOVERY, "rto", 0)
+    assert _frames(finding) == [(30, 33, 33), (33, 34, 34), (34, 35, 35), (35, 36, 36),
+                                (36, 37, 37)]
+    gaps_s = [row["stall_s"] for row in finding.events]
+    assert gaps_s == pytest.approx([0.450814, 0.568052, 1.140006, 2.275999, 4.551965], abs=2e-6)
+    assert finding.time_lost_s == pytest.approx(9.792026 - 0.805190, abs=1e-5)
+
+
+def test_retransmission_of_acknowledged_data_is_spurious() -> None:
+    """Frame 1 (18 B), frame 2 the peer's ACK 19 (all of it) 10 us later, frame 3 the same 18
+    bytes again 300.00001 s after frame 1: the peer had them."""
+    finding = _one(_findings("zeek/tcp__retransmit-timeout.pcapng"), LOSS_RECOVERY, "spurious", 0)
+    assert _frames(finding) == [(1, 2, 3)]
+    assert finding.time_lost_s == pytest.approx(300.00001, abs=1e-6)
+
+
+def test_retransmission_after_the_peer_acked_past_it_is_spurious_not_plain_loss() -> None:
+    """tcp.stream 3: frames 107-108 ACK 6901, then frame 109 (20.732287 s) resends seq 2761
+    (1380 B, ending at 4141): tshark calls it a spurious retransmission, and the peer's frame
+    111 D-SACKs it (SLE=2761 below ACK 6901). The gap runs from frame 106 (20.508482 s)."""
+    findings = _findings("zeek/http__vnd.ms-cab-compressed-multi-conn.pcap")
+    finding = _one(findings, LOSS_RECOVERY, "spurious", 3)
+    assert _frames(finding) == [(106, 108, 109)]
+    assert finding.time_lost_s == pytest.approx(20.732287 - 20.508482, abs=1e-6)
+    assert not [f for f in findings if f.kind == LOSS_RECOVERY and f.connection == 3
+                and f.subkind != "spurious"]
+
+
+def test_zero_window_then_retransmission_is_named_zero_window() -> None:
+    """Frame 211 (0.378978 s) is the server's last data; frames 212-215 advertise a zero
+    window, frame 216 reopens it (0.436086 s), frame 217 (0.507877 s) resends what was sent
+    past the closed window. The wait is the window's: 128.899 ms."""
+    finding = _one(_findings("zeek/http__206_example_b.pcap"), ZERO_WINDOW, None, 0)
+    assert _frames(finding) == [(211, 212, 217)]
+    assert finding.time_lost_s == pytest.approx(0.507877 - 0.378978, abs=1e-6)
+
+
+def test_unanswered_syns_are_handshake_retries_not_a_missed_direction(tmp_path) -> None:
+    """Four SYNs (frames 1-4 at 0, 6.447785, 9.285364, 12.101701 s), nothing else: three gaps
+    ending in a retransmitted SYN, 12.101701 s in all. The capture did not miss a direction:
+    nothing answered."""
+    path = corpus_file("zeek/tcp__option-sack.pcap")
+    finding = _one(_findings("zeek/tcp__option-sack.pcap"), HANDSHAKE_RETRY, "unanswered", 0)
+    assert _frames(finding) == [(1, 2, 2), (2, 3, 3), (3, 4, 4)]
+    assert finding.time_lost_s == pytest.approx(12.101701, abs=1e-6)
+    out = io.BytesIO()
+    write_json(build_document([analyze_capture(str(path), charts=False)]), out)
+    warnings = orjson.loads(out.getvalue())["captures"][0]["warnings"]
+    assert not [w for w in warnings if "missed the other" in w]
+    assert [w for w in warnings if "never answered" in w]
+
+
+def test_retried_syn_answered_later_is_a_handshake_retry() -> None:
+    """socks.pcap: the SYN (frame 1, 0 s) is sent again at frames 2 (1.004978 s) and 3
+    (2.107207 s) before an answer."""
+    finding = _one(_findings("zeek/socks.pcap"), HANDSHAKE_RETRY, "retried", 0)
+    assert _frames(finding)[:2] == [(1, 2, 2), (2, 3, 3)]
+    assert [row["stall_s"] for row in finding.events][:2] == pytest.approx(
+        [1.004978, 1.102229], abs=2e-6)
+
+
+def test_pause_between_handshake_and_first_request_is_think_time() -> None:
+    """The SYN/ACK is frame 2 (0.000314 s), the client's ACK frame 3, and its 123-byte request
+    frame 4 leaves at 12.142482 s: 12.142168 s after the handshake."""
+    finding = _one(_findings("zeek/http__no-version.pcap"), THINK_TIME, "after-handshake", 0)
+    assert _frames(finding) == [(2, 4, 4)]
+    assert finding.time_lost_s == pytest.approx(12.142168, abs=1e-6)
+
+
+def test_a_window_read_without_its_scale_is_not_window_limited() -> None:
+    """smb__smb1.pcap has no handshake: the server's windows of 254-260 are scaled by a
+    factor the capture does not show (tshark: window size scaling factor -1), so they cannot
+    be called below one segment."""
+    assert not [f for f in _findings("zeek/smb__smb1.pcap") if f.kind == WINDOW_LIMITED]
+
+
+def test_a_capture_that_missed_packets_is_not_window_limited() -> None:
+    """ftp__bigtransfer.pcap, tcp.stream 2: frame 53 starts at seq 380,370,193 while the
+    client had acknowledged 14,481 with a 117,288-byte window (frame 52): the capture missed
+    the data between, not a window that held the sender."""
+    assert not [f for f in _findings("zeek/ftp__bigtransfer.pcap") if f.kind == WINDOW_LIMITED]
