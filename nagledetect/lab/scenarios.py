@@ -154,6 +154,11 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
              "200 ms tick (scapy)",
              (Flow("stream", 150, (100,), (), pause_s=0.03, one_way=True, stack="scapy-classic"),),
              expectation="one small packet, then one accumulated packet per ACK cycle"),
+    Scenario("classic-stream-answered", "002",
+             "the classic stream as one message of 150 100-byte writes every 30 ms, answered by "
+             "one byte at its end",
+             (Flow("stream", 1, (100,) * 150, (1,), pacing_s=0.03, stack="scapy-classic"),),
+             expectation="coalescing as in classic-stream; the one byte back keeps it one-way"),
     Scenario("trap-think-40ms", "trap", "one-write request, the server thinks 40 ms, one-write answer",
              (Flow("think", 30, (30,), (30,), think_time_s=0.04),),
              expectation="40 ms per exchange that is think time, not Nagle"),
