@@ -80,6 +80,16 @@ def test_nodelay_with_many_small_writes_is_a_tinygram_flood() -> None:
     assert "tinygram-flood" not in _kinds("seed000-nntp-whole")
 
 
+def test_writes_paced_apart_with_nodelay_are_no_tinygram_flood() -> None:
+    """trap-paced-nodelay: 15 two-byte writes 5 ms apart with TCP_NODELAY per request. In
+    tshark (`-Y "tcp.len>0" -T fields -e frame.time_epoch -e ip.src -e tcp.len`) the client's
+    300 two-byte packets follow each other 5.13-9.08 ms apart within a request (280 gaps, none
+    under 1 ms): each write left alone as it was made, so there was no burst to buffer. Taken
+    whole between the server's answers, each request spanned 73-79 ms and counted as 15
+    packets where 1 would do."""
+    assert "tinygram-flood" not in _kinds("trap-paced-nodelay")
+
+
 @pytest.mark.parametrize("trap", ["trap-think-40ms", "trap-think-200ms", "trap-paced-writes"])
 def test_traps_are_named_for_what_they_are(trap: str) -> None:
     kinds = _kinds(trap)

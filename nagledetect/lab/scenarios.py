@@ -168,6 +168,12 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
     Scenario("trap-paced-writes", "trap", "three 2-byte writes paced 45 ms apart, then a read",
              (Flow("paced", 15, (2, 2, 2), (2,), pacing_s=0.045),),
              expectation="90 ms per exchange of pacing, not Nagle"),
+    Scenario("trap-paced-nodelay", "trap",
+             "15 two-byte writes paced 5 ms apart with TCP_NODELAY, then a read",
+             (Flow("paced-nodelay", 20, (2,) * 15, (2,), pacing_s=0.005,
+                   client_options=("nodelay",)),),
+             expectation="70 ms per exchange of pacing; each write leaves alone, as it was made: "
+                         "no burst to buffer, no tinygram flood"),
     Scenario("trap-bulk", "trap", "a 2 MB bulk upload answered by one byte",
              (Flow("bulk", 3, (2_000_000,), (1,)),),
              expectation="no stall"),
