@@ -7,8 +7,9 @@ connection number, which waits on disk beside the part. Pass 2 reads the slices 
 slice's packet columns (`flows.numbering`) become its data segments, messages and delayed-ACK
 samples (`events.by_slice`, `delack_timer.SamplesBySlice`), and the event rows the detectors
 read are kept of them (the stall candidates' packet tests, the gaps, each direction's payload
-sizes); the slice's packets and segments are then let go. Pass 2 is a pipeline of three
-stages, each on a thread of its own (`read.threads.ahead`): numbering, data segments, the rest.
+sizes, the write bursts); the slice's packets and segments are then let go. Pass 2 is a
+pipeline of three stages, each on a thread of its own (`read.threads.ahead`): numbering, data
+segments, the rest.
 Each stage carries state from slice to slice, so it takes the slices in order, but three
 slices are worked on at once: a part this large is most often the only one left, and its
 process would otherwise use one core of the machine's. The detectors run once, over those
@@ -31,8 +32,10 @@ from nagledetect.detectors.delack_timer import SamplesBySlice
 from nagledetect.detectors.model import DETECTOR_PACKET_COLUMNS, DetectorInput
 from nagledetect.detectors.nagle_stall import UNTIMED_STALLS, untimed_stalls
 from nagledetect.detectors.other_stalls import GAP_ROWS
+from nagledetect.detectors.tinygram_flood import WRITE_BURSTS
 from nagledetect.events.by_slice import LOOK_AHEAD_COLUMNS, MessagesBySlice, SegmentsBySlice
 from nagledetect.events.gaps import GapsBySlice
+from nagledetect.events.messages import BURST_GAP_US
 from nagledetect.events.payloads import PAYLOAD_SIZES, PayloadsBySlice
 from nagledetect.flows.facts import ConnectionFacts, ConnectionsBySlice
 from nagledetect.flows.grouped import joined_columns
@@ -158,6 +161,7 @@ class _SliceEvents:
         self.segments = SegmentsBySlice(connections)
         self._samples = SamplesBySlice()
         self._messages = MessagesBySlice(count)
+        self._bursts = MessagesBySlice(count, BURST_GAP_US)
         self._gaps = GapsBySlice(count)
         self._payloads = PayloadsBySlice()
         self._untimed: list[dict[str, np.ndarray]] = []
@@ -170,6 +174,7 @@ class _SliceEvents:
         self._samples.add(segments, packets, later_from_us)
         segments = segments.drop(columns=list(LOOK_AHEAD_COLUMNS))
         segments["message"] = self._messages.add(segments)
+        self._bursts.add(segments)
         self._untimed.append(untimed_stalls(segments))
         self._gaps.add(packets[list(DETECTOR_PACKET_COLUMNS)])
         self._payloads.add(segments)
@@ -182,7 +187,8 @@ class _SliceEvents:
         untimed["message"] = untimed["message"] + first_number[untimed["connection"]]
         empty = pd.DataFrame()
         columns = DetectorInput(empty, connections, empty, messages, {}, made={
-            UNTIMED_STALLS: untimed, GAP_ROWS: self._gaps.gaps(), PAYLOAD_SIZES: self._payloads})
+            UNTIMED_STALLS: untimed, GAP_ROWS: self._gaps.gaps(), PAYLOAD_SIZES: self._payloads,
+            WRITE_BURSTS: self._bursts.finish()[0]})
         for detector in CONNECTION_DETECTORS:
             columns.earlier_findings.extend(detector.detect(columns))
         parity = segment_parity.parity_table(columns)

@@ -1,7 +1,9 @@
 """Small-message stream coalescing (seed 002): a one-way stream of small writes under Nagle and
 delayed ACK goes out as one small packet, then one large accumulated packet per ACK cycle.
 
-A direction qualifies when its peer sends no data, it carries many packets, and a third or more
+A direction qualifies when nearly all the connection's data goes its way (its peer sends at
+most 1% of the bytes it sends: a one-byte answer at the end does not make a stream two-way),
+it carries many packets, and a third or more
 of them are accumulated packets (several times the smallest common write, under one MSS) that
 left right after a pure ACK acknowledged everything. The hold of each accumulated packet (from
 the previous data to its release) is the delay the stream's messages suffered.
@@ -24,21 +26,31 @@ MIN_PACKETS = 20
 ACCUMULATED_SHARE = 0.3
 ACCUMULATION_FACTOR = 3
 MIN_WRITE_BYTES = 8
+PEER_BYTES_SHARE = 0.01
 
 
 def _write_sizes(sent: PayloadCounts) -> np.ndarray:
-    """Each direction's application write size: the common divisor of all payloads when writes
-    have a fixed size (accumulated packets are multiples of it), else the smallest payload."""
-    divisor = sent.common_divisor()
+    """Each direction's application write size: the common divisor of its payloads when writes
+    have a fixed size (accumulated packets are multiples of it), else the smallest payload.
+    Payloads under `MIN_WRITE_BYTES` are left out of the divisor: a one-byte marker or status
+    at the end is not the stream's write size."""
+    keys = sent.keys()
+    counted = sent.size >= MIN_WRITE_BYTES
+    divisor = np.zeros(len(keys), dtype=np.int64)
+    np.gcd.at(divisor, np.searchsorted(keys, sent.key[counted]),
+              sent.size[counted].astype(np.int64))
     return np.where(divisor >= MIN_WRITE_BYTES, divisor, sent.smallest())
 
 
 def one_way_directions(columns: DetectorInput) -> list[tuple[int, int]]:
-    """(connection, direction) pairs whose peer sent no data at all."""
+    """(connection, direction) pairs whose peer sent at most `PEER_BYTES_SHARE` of the bytes
+    they sent (none at all, most often)."""
     table = columns.connections
-    to_server = ((table["bytes_server_to_client"].to_numpy() == 0)
+    to_server_bytes = table["bytes_client_to_server"].to_numpy()
+    to_client_bytes = table["bytes_server_to_client"].to_numpy()
+    to_server = ((to_client_bytes <= PEER_BYTES_SHARE * to_server_bytes) & (to_server_bytes > 0)
                  & (table["packets_client_to_server"].to_numpy() >= MIN_PACKETS))
-    to_client = ((table["bytes_client_to_server"].to_numpy() == 0)
+    to_client = ((to_server_bytes <= PEER_BYTES_SHARE * to_client_bytes) & (to_client_bytes > 0)
                  & (table["packets_server_to_client"].to_numpy() >= MIN_PACKETS))
     position = np.flatnonzero(np.column_stack([to_server, to_client]))
     ids = table["id"].to_numpy()[position // 2].astype(np.int64)

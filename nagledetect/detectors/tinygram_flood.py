@@ -1,10 +1,13 @@
 """Tinygram flood / poor buffering (seed 000 sections 6-7, seed 003).
 
 With Nagle off, every write becomes a packet: a message written piece by piece leaves as many
-sub-MSS packets back to back, where a buffered writer would have sent ceil(bytes / MSS). A
-direction is flooded when most of its multi-packet messages carry at least three times the
-packets they need and their median payload is a small fraction of the MSS. The cost is packets
-(and per-packet work on both hosts), not stall time, so it adds no time to the ranking.
+sub-MSS packets back to back, where a buffered writer would have sent ceil(bytes / MSS). The
+messages counted are write bursts (`events.messages`: packets back to back, no peer data
+between): what the sender had at hand at once, so data that trickled out as the application
+made it is not counted as a badly buffered message. A direction is flooded when most of its
+multi-packet bursts carry at least three times the packets they need and their median payload
+is a small fraction of the MSS. The cost is packets (and per-packet work on both hosts), not
+stall time, so it adds no time to the ranking.
 """
 
 from __future__ import annotations
@@ -13,10 +16,15 @@ import numpy as np
 import pandas as pd
 
 from nagledetect.detectors.model import DetectorInput, Finding, payload_sizes
+from nagledetect.events.messages import BURST_GAP_US, messages, no_messages, number_messages
 from nagledetect.flows.connections import direction_key
 from nagledetect.flows.grouped import KeyGroups
 
 KIND = "tinygram-flood"
+WRITE_BURSTS = "write_bursts"
+"""The name of the write-burst table (a message table cut at `BURST_GAP_US`) among the shared
+tables: a whole run makes it from its segment table, a part read a slice at a time hands it
+over made from its slices (`events.by_slice.MessagesBySlice`)."""
 MIN_PACKETS_PER_MESSAGE = 4
 EXCESS_FACTOR = 3
 SMALL_PAYLOAD_SHARE = 0.25
@@ -25,20 +33,28 @@ MIN_FLOODED_MESSAGES = 3
 FLOOD_MESSAGE_COLUMNS = ("connection", "direction", "packets", "segments_needed", "bytes")
 
 
+def write_bursts(columns: DetectorInput) -> pd.DataFrame:
+    """The write-burst table of a whole run's segments."""
+    segments = columns.segments
+    if segments.empty:
+        return no_messages()
+    return messages(segments.assign(message=number_messages(segments, BURST_GAP_US)))
+
+
 def detect(columns: DetectorInput) -> list[Finding]:
-    messages = columns.messages
-    if messages.empty:
+    bursts = columns.taken(WRITE_BURSTS, write_bursts)
+    if bursts.empty:
         return []
     names = columns.direction_names()
-    packets = messages["packets"].to_numpy()
+    packets = bursts["packets"].to_numpy()
     flooded = ((packets >= MIN_PACKETS_PER_MESSAGE)
-               & (packets >= EXCESS_FACTOR * messages["segments_needed"].to_numpy())
-               & (messages["median_payload_bytes"].to_numpy()
-                  <= SMALL_PAYLOAD_SHARE * messages["mss"].to_numpy()))
-    candidate = _in_directions_with(messages, flooded, MIN_FLOODED_MESSAGES)
+               & (packets >= EXCESS_FACTOR * bursts["segments_needed"].to_numpy())
+               & (bursts["median_payload_bytes"].to_numpy()
+                  <= SMALL_PAYLOAD_SHARE * bursts["mss"].to_numpy()))
+    candidate = _in_directions_with(bursts, flooded, MIN_FLOODED_MESSAGES)
     if not candidate.any():
         return []
-    stats = _direction_stats(messages.loc[candidate, list(FLOOD_MESSAGE_COLUMNS)],
+    stats = _direction_stats(bursts.loc[candidate, list(FLOOD_MESSAGE_COLUMNS)],
                              flooded[candidate])
     stats = stats[(stats["flooded"] >= MIN_FLOODED_MESSAGES)
                   & (stats["flooded"] >= FLOODED_SHARE * stats["multi"])]
@@ -53,8 +69,8 @@ def detect(columns: DetectorInput) -> list[Finding]:
 
 
 def _direction_stats(messages: pd.DataFrame, flooded: np.ndarray) -> pd.DataFrame:
-    """One row per (connection, direction), in that order: messages, packets, and the medians of
-    its flooded messages."""
+    """One row per (connection, direction), in that order: bursts, packets, and the medians of
+    its flooded bursts."""
     groups = KeyGroups(messages["connection"].to_numpy(), messages["direction"].to_numpy())
     packets = messages["packets"].to_numpy()
     needed = messages["segments_needed"].to_numpy()
@@ -81,7 +97,7 @@ def _finding(row, sender: str, receiver: str, median_payload: float) -> Finding:
         kind=KIND, connection=int(row.connection), sender=sender, receiver=receiver,
         count=packets - needed, time_lost_s=0.0, share=0.0,
         confidence="high" if row.flooded >= 10 else "medium",
-        confidence_reasons=[f"{int(row.flooded)} of {int(row.multi)} multi-packet messages sent as "
+        confidence_reasons=[f"{int(row.flooded)} of {int(row.multi)} multi-packet write bursts sent as "
                             f"{row.flooded_packets:.0f} packets (median) where "
                             f"{row.flooded_needed:.0f} would do"],
         advice=["buffer-writes", "writev", "cork"],
@@ -90,4 +106,4 @@ def _finding(row, sender: str, receiver: str, median_payload: float) -> Finding:
                  "median_message_bytes": float(row.median_bytes)},
         summary=(f"{sender} sent {packets:,} packets where a buffered writer needs {needed:,}: "
                  f"median payload {median_payload:.0f} bytes, "
-                 f"{row.flooded_packets:.0f} packets per message"))
+                 f"{row.flooded_packets:.0f} packets per write burst"))

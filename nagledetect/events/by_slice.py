@@ -201,9 +201,11 @@ class MessagesBySlice:
     """Number a part's messages and make their table a slice at a time (`events.messages`):
     feed each slice's segments to `add`, then `finish`. A message is numbered within its
     connection as its segments come; the numbers a whole run gives (connection by connection)
-    are known at the end, when every connection's count is (`numbers`)."""
+    are known at the end, when every connection's count is (`numbers`). With `gap_us` of
+    `messages.BURST_GAP_US` it makes the write bursts."""
 
-    def __init__(self, connection_count: int) -> None:
+    def __init__(self, connection_count: int, gap_us: int = IDLE_GAP_US) -> None:
+        self._gap_us = gap_us
         self._open = KeyedColumns(OPEN_MISSING)
         self._open.grow(connection_count)
         self._open_sizes = _size_counts(np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))
@@ -221,7 +223,7 @@ class MessagesBySlice:
         connection = rows["connection"].astype(np.int64)
         first_here = np.r_[True, connection[1:] != connection[:-1]] if len(connection) else (
             np.zeros(0, dtype=bool))
-        new = _new_messages(rows, connection, first_here, self._open)
+        new = _new_messages(rows, connection, first_here, self._open, self._gap_us)
         within = self._open["messages"][connection] - 1 + grouped_cumsum(new, first_here)
         numbers = np.empty(len(order), dtype=np.int64)
         numbers[order] = within
@@ -344,7 +346,7 @@ class MessagesBySlice:
 
 
 def _new_messages(rows: dict[str, np.ndarray], connection: np.ndarray, first_here: np.ndarray,
-                  opened: KeyedColumns) -> np.ndarray:
+                  opened: KeyedColumns, gap_us: int) -> np.ndarray:
     """Where a message begins (`messages.number_messages`' rule): a connection's first
     segment, a turn of direction, or an idle gap, the segment before a cut included."""
     direction = rows["direction"]
@@ -354,7 +356,7 @@ def _new_messages(rows: dict[str, np.ndarray], connection: np.ndarray, first_her
     previous_direction = np.where(first_here, opened["direction"][connection], previous_direction)
     previous_us = np.where(first_here, opened["last_us"][connection], previous_us)
     seen = np.where(first_here, opened["seen"][connection], True)
-    return ~seen | (direction != previous_direction) | ((time_us - previous_us) > IDLE_GAP_US)
+    return ~seen | (direction != previous_direction) | ((time_us - previous_us) > gap_us)
 
 
 def _size_counts(key: np.ndarray, size: np.ndarray) -> pd.DataFrame:

@@ -137,7 +137,7 @@ def build_flows(batches: Iterable[DecodedColumns], expected_packets: int = 0) ->
     columns["direction"] = (~from_client).view(np.uint8)
     del from_client
     endpoints = _connection_endpoints(columns, pair_rows, first_rows)
-    handshake = handshake_table(columns, count)
+    handshake = handshake_table(columns, count, endpoints["ip_version"])
     for name in HANDSHAKE_OPTION_COLUMNS:
         del columns[name]
     group = _direction_groups(columns)
@@ -299,11 +299,13 @@ def wire_segments(columns: dict[str, np.ndarray], handshake: dict[str, np.ndarra
                    ) -> tuple[np.ndarray, np.ndarray]:
     """Wire segments each packet stands for (its payload over the connection's effective MSS,
     rounded up; 1 where the MSS is unknown) and whether it is a super-segment (longer than
-    the MSS). Only super-segments need the division; a block of packets at a time, so the
-    temporaries stay small."""
+    the MSS and than one frame carries: a payload that fits a frame crossed the wire as one).
+    Only super-segments need the division; a block of packets at a time, so the temporaries
+    stay small."""
     effective_mss = handshake["effective_mss"]
     unknown = effective_mss <= 0
     mss_floor = np.maximum(effective_mss, 1).astype(np.int32)
+    single_frame = np.maximum(mss_floor, handshake["frame_payload_limit_bytes"]).astype(np.int32)
     packets = len(columns["connection"])
     wire_segments = np.empty(packets, dtype=np.uint32)
     super_segment = np.empty(packets, dtype=bool)
@@ -312,7 +314,7 @@ def wire_segments(columns: dict[str, np.ndarray], handshake: dict[str, np.ndarra
         connection = columns["connection"][block]
         payload = columns["payload_bytes"][block]
         mss = mss_floor[connection]
-        np.greater(payload, mss, out=super_segment[block])
+        np.greater(payload, single_frame[connection], out=super_segment[block])
         wire = ((payload > 0) | unknown[connection]).astype(np.uint32)
         rows = np.flatnonzero(super_segment[block])
         wire[rows] = np.where(unknown[connection[rows]], 1,

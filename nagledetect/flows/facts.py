@@ -249,14 +249,14 @@ class ConnectionsBySlice:
             known["syn_sender_is_low"], known["syn_ack_sender_is_low"], first_sender_is_low,
             lambda chosen: packet_ports(pair_rows, pair, first_sender_is_low,
                                         np.flatnonzero(chosen)))
+        endpoints = connection_endpoints(pair_rows[pair], low, known["first_frame"])
         handshake = handshake_columns(
             *({name: known[f"{packet}_{name}"] for name in OPTION_COLUMNS}
               for packet in HANDSHAKE_PACKETS),
-            known["uses_timestamps"],
+            known["uses_timestamps"], endpoints["ip_version"],
             lambda needed: self._size_counts[needed[self._size_counts["connection"]]])
         totals = {name: self._by_direction(name, low) for name in
                   ("packets", "payload_bytes", "first_us", "last_us")}
-        endpoints = connection_endpoints(pair_rows[pair], low, known["first_frame"])
         table = connection_table(totals, count, endpoints, handshake, guessed, {})
         isn = np.where(self._by_direction("syn_seq", low) >= 0, self._by_direction("syn_seq", low),
                        (self._by_direction("first_seq", low) - 1) & 0xFFFFFFFF)

@@ -28,7 +28,7 @@ from nagledetect.flows.sequence import NO_ACK, Latest, relative_ack, relative_se
 from nagledetect.flows.vantage import AckLags, note_client_acks, vantage_table
 
 HANDSHAKE_COLUMNS = ("window_scale_client", "window_scale_server", "window_scaling",
-                     "effective_mss")
+                     "effective_mss", "frame_payload_limit_bytes")
 """The connection table's columns that scale windows and count wire segments."""
 DIRECTION_MISSING = {"seen": False, "max_end": NONE_YET, "rel_seq": NONE_YET, "rel_ack": NO_ACK,
                      "window_raw": -1, "payload_bytes": -1, "flags": -1, "advance_us": 0,

@@ -3,9 +3,17 @@
 From the handshake: SYN -> SYN/ACK is the round trip between the tap and the server, SYN/ACK ->
 ACK the round trip between the tap and the client. From the data: the smallest lag from a data
 segment to the first ACK that covers it, per direction (delayed ACKs only make lags longer, so
-the minimum is the round trip). A busy host answers a SYN late, so where both are known the
-smaller one is taken. A side whose round trip is under a third of the total holds
-the tap: "client" or "server"; otherwise "middle".
+the minimum is the round trip). A receiver holds an ACK 500 ms at most (RFC 1122, 4.2.3.2); a
+longer lag is taken as idle time, not a round trip: the receiver had nothing to say, and its
+ACK went out with whatever it said after the pause (or the capture missed the ACK), and it is
+left out. (A path of more than half a second of round trip, rare, then shows its round trip
+only in a handshake.) A busy host answers a SYN late, so where both are known the smaller one
+is taken.
+
+A side whose round trip is under a third of the total holds the tap: "client" or "server";
+otherwise "middle". Each round trip includes the far host's reaction (tens of microseconds,
+a few hundred on a busy host): where neither side's round trip is longer than half a
+millisecond, both may be reactions alone, the tap's place cannot be told and it is "unknown".
 """
 
 from __future__ import annotations
@@ -16,6 +24,10 @@ from nagledetect.flows.connections import FLAG_ACK, FLAG_SYN
 from nagledetect.flows.grouped import group_starts
 
 NEAR_SIDE_SHARE = 1 / 3
+MAX_ACK_DELAY_US = 500_000
+"""The longest a receiver may hold an ACK (RFC 1122, 4.2.3.2): a longer lag is idle time."""
+DISTINCT_ROUND_TRIP_US = 500
+"""A tap-side round trip no longer than this may be the far host's reaction alone."""
 VALUE_SPAN = 1 << 40
 NOT_YET = np.iinfo(np.int64).max
 
@@ -91,7 +103,7 @@ class AckLags:
         answered = (acks["group"][found] == peer) & (acks["key"][found] >= peer * VALUE_SPAN
                                                      + data["end"])
         lag = acks["time_us"][found] - data["time_us"]
-        counted = answered & (lag >= 0)
+        counted = answered & (lag >= 0) & (lag <= MAX_ACK_DELAY_US)
         self._note_smallest(data["group"][counted], lag[counted])
         return answered
 
@@ -173,7 +185,7 @@ def vantage_table(handshake_times_us: dict[str, np.ndarray], lags_us: np.ndarray
     known = (server_side >= 0) & (client_side >= 0)
     total = np.where(known, server_side + client_side, -1)
     vantage = np.full(len(total), "unknown", dtype=object)
-    middle = known & (total > 0)
+    middle = known & (np.maximum(server_side, client_side) > DISTINCT_ROUND_TRIP_US)
     vantage[middle] = "middle"
     vantage[middle & (client_side < NEAR_SIDE_SHARE * total)] = "client"
     vantage[middle & (server_side < NEAR_SIDE_SHARE * total)] = "server"
