@@ -145,3 +145,15 @@ def test_folder_run_ids_are_per_capture(tmp_path: Path) -> None:
                    if c["capture"] == index]
             assert ids and all(stream in expected[first] for stream, first in ids)
             assert sorted(stream for stream, _ in ids) == list(np.arange(len(ids)))
+
+
+@pytest.mark.parametrize("relative", [
+    pytest.param("zeek/mixed-vlan-mpls.pcap", marks=pytest.mark.xfail(
+        strict=True, reason="Wireshark's stream 0 is TCP inside MPLS (frame 1), which the "
+        "reader skips as not IP, so every later id is one less")),
+    pytest.param("zeek/ipv4__fragmented-4.pcap", marks=pytest.mark.xfail(
+        strict=True, reason="the reader takes the TCP header of a first IPv4 fragment (frame "
+        "2); Wireshark dissects TCP only in a reassembled datagram, so frame 2 has no stream")),
+])
+def test_known_disagreements(relative: str) -> None:
+    assert _mismatches(corpus_file(relative)) == []
