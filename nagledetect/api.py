@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from nagledetect.flows.build import build_flows
+from nagledetect.flows.streams import accepted_with_streams
 from nagledetect.read.capture import (
     Accounting,
     ProgressCallback,
@@ -46,5 +47,5 @@ def load_capture(path: str, bpf_filter: str | None = None,
     """
     accounting, batches = decoded_batches(path, bpf_filter, progress)
     with closing(batches):
-        flows = build_flows(batches, expected_tcp_packets(path))
+        flows = build_flows(accepted_with_streams(batches), expected_tcp_packets(path))
     return Capture(path, flows.packets, flows.connections, flows.sack_blocks, accounting)

@@ -35,6 +35,7 @@ from nagledetect.detectors.model import Finding, StallEvents
 from nagledetect.errors import InputError
 from nagledetect.events.messages import no_messages
 from nagledetect.flows.build import build_flows
+from nagledetect.flows.streams import accepted_with_streams
 from nagledetect.part_tables import TablesInMemory
 from nagledetect.pipeline import (
     Analysis,
@@ -97,7 +98,7 @@ def analyze_together(paths: list[str], bpf_filter: str | None = None,
                    for index, accounting in accountings.items() if index not in read)
     del raw
     if read:
-        flows = build_flows(batches)
+        flows = build_flows(accepted_with_streams(batches))
         del batches
         level = connection_level(flows, fingerprint=False,
                                  keep_packets=wanted.charts or wanted.tables)

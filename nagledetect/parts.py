@@ -49,6 +49,7 @@ from nagledetect.flows.partition import (
     part_packets,
     part_slices,
 )
+from nagledetect.flows.streams import accepted_with_streams
 from nagledetect.memory import freed_memory_kept, give_back_free_memory, keep_freed_memory
 from nagledetect.ordering import as_text, factorize_in_name_order, name_order
 from nagledetect.part_tables import PartTables, SpilledTables, WrittenChunks
@@ -175,7 +176,7 @@ def analyze_in_parts(path: str, bpf_filter: str | None, progress: ProgressCallba
                            wanted, spill or SpillFile())
     try:
         with closing(batches), freed_memory_kept():
-            partitioned.add(batches)
+            partitioned.add(accepted_with_streams(batches))
         files = partitioned.part_files()
         total = sum(part_packets(part) for part in files)
 

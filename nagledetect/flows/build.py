@@ -125,8 +125,10 @@ def build_flows(batches: Iterable[DecodedColumns], expected_packets: int = 0) ->
     pair = columns["pair"]
     pair_rows = pairs.rows
     src_is_low = columns["src_is_low"]
+    stream = columns.pop("stream", None)
     connection, first_rows = conn_rules.split_port_reuse(
-        pair, pairs.first_packets, columns["flags"], columns["seq_raw"], columns["time_us"])
+        pair, pairs.first_packets, columns["flags"], columns["seq_raw"], columns["time_us"],
+        stream)
     from_client, guessed = conn_rules.client_is_source(
         connection, first_rows, columns["flags"], src_is_low,
         partial(packet_ports, pair_rows, pair, src_is_low))
@@ -137,6 +139,9 @@ def build_flows(batches: Iterable[DecodedColumns], expected_packets: int = 0) ->
     columns["direction"] = (~from_client).view(np.uint8)
     del from_client
     endpoints = _connection_endpoints(columns, pair_rows, first_rows)
+    if stream is not None:
+        endpoints["stream"] = stream[first_rows]
+    del stream
     handshake = handshake_table(columns, count, endpoints["ip_version"])
     for name in HANDSHAKE_OPTION_COLUMNS:
         del columns[name]

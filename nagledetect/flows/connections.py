@@ -31,7 +31,8 @@ PortsAt = Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]
 
 
 def split_port_reuse(pair: np.ndarray, pair_first: np.ndarray, flags: np.ndarray,
-                     seq_raw: np.ndarray, time_us: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+                     seq_raw: np.ndarray, time_us: np.ndarray, stream: np.ndarray | None = None
+                     ) -> tuple[np.ndarray, np.ndarray]:
     """Connection number per packet (file order): 4-tuples split where a new lifetime starts,
     connections numbered in order of their first packet in the file (as Wireshark); and each
     connection's first packet.
@@ -39,7 +40,17 @@ def split_port_reuse(pair: np.ndarray, pair_first: np.ndarray, flags: np.ndarray
     `pair` numbers the 4-tuples in order of their first packet, at `pair_first` (as
     `EndpointPairs` does), so without port reuse the connection is the pair. Only a pair with
     a SYN after its first packet can be reused: the lifetime test runs on its packets alone.
+    Packets that carry their conversation's number in the unfiltered file (`stream`, see
+    `flows.streams`) are split where it changes instead: their SYNs may be filtered out.
     """
+    if stream is not None:
+        starts = stream_changes(pair, stream)
+        if not len(starts):
+            return pair, pair_first
+        reusable = np.zeros(len(pair_first), dtype=bool)
+        reusable[pair[starts]] = True
+        return _numbered_by_first_packet(pair, pair_first, starts,
+                                         np.flatnonzero(reusable[pair]))
     syn_rows = np.flatnonzero((flags & (FLAG_SYN | FLAG_ACK)) == FLAG_SYN)
     later_syns = syn_rows[syn_rows != pair_first[pair[syn_rows]]]
     if not len(later_syns):
@@ -51,6 +62,22 @@ def split_port_reuse(pair: np.ndarray, pair_first: np.ndarray, flags: np.ndarray
     if not len(lifetime_starts):
         return pair, pair_first
     return _numbered_by_first_packet(pair, pair_first, lifetime_starts, rows)
+
+
+def stream_changes(pair: np.ndarray, stream: np.ndarray,
+                   stream_before: np.ndarray | None = None) -> np.ndarray:
+    """Positions (ascending) of the packets whose stream differs from that of their pair's
+    packet before them (`stream_before`, by pair: the stream of its latest packet before these
+    rows, -1 for none)."""
+    order = np.argsort(pair, kind="stable")
+    sorted_pair = pair[order]
+    sorted_stream = stream[order]
+    previous = np.empty_like(sorted_stream)
+    previous[1:] = sorted_stream[:-1]
+    starts = group_starts(sorted_pair)
+    previous[starts] = (-1 if stream_before is None
+                        else stream_before[sorted_pair[starts]])
+    return np.sort(order[(previous >= 0) & (previous != sorted_stream)])
 
 
 @dataclass

@@ -29,6 +29,7 @@ from nagledetect.flows.connections import (
     client_is_low,
     latest_lifetime,
     new_lifetimes,
+    stream_changes,
 )
 from nagledetect.flows.endpoints import EndpointPairs, packet_ports
 from nagledetect.flows.grouped import last_per_key
@@ -38,7 +39,7 @@ HANDSHAKE_PACKETS = {"syn": FLAG_SYN, "syn_ack": FLAG_SYN | FLAG_ACK}
 """The flags (of SYN and ACK) of the two packets a connection's handshake table reads."""
 NOT_YET = np.iinfo(np.int64).max
 CONNECTION_MISSING: dict[str, object] = {
-    "first_frame": 0, "pair": -1, "first_sender_is_low": False, "uses_timestamps": False,
+    "first_frame": 0, "stream": -1, "pair": -1, "first_sender_is_low": False, "uses_timestamps": False,
     **{f"{packet}_{name}": missing for packet in HANDSHAKE_PACKETS
        for name, missing in {**OPTION_COLUMNS, "time_us": -1, "sender_is_low": np.int8(-1)}.items()}}
 """Per-connection columns and their values before they are known."""
@@ -94,12 +95,13 @@ class ConnectionsBySlice:
     def __init__(self) -> None:
         self._endpoint_pairs = EndpointPairs()
         self._pairs = KeyedColumns({"connection": -1, "seen": False, "syn_seq": -1,
-                                    "closed": False, "last_us": 0})
+                                    "closed": False, "last_us": 0, "stream": -1})
         self._connections = KeyedColumns(CONNECTION_MISSING)
         self._sides = KeyedColumns({"packets": 0, "payload_bytes": 0, "first_us": NOT_YET,
                                     "last_us": -NOT_YET - 1, "first_seq": -1, "syn_seq": -1})
         self._size_counts = size_counts_of(np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))
         self._slice_first_us: list[int] = []
+        self._carries_streams = False
 
     def paired(self, columns: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
         """The first step of `add`, for the next slice (decoded columns, file order): each
@@ -115,6 +117,7 @@ class ConnectionsBySlice:
         client_is_low[connection]`, once known)."""
         if not self._connections.count:
             self._connections = KeyedColumns(_typed_as(CONNECTION_MISSING, columns))
+            self._carries_streams = "stream" in columns
         self._slice_first_us.append(int(columns["time_us"].min(initial=NOT_YET)))
         known_pairs = self._pairs.count
         self._pairs.grow(int(pair.max(initial=known_pairs - 1)) + 1)
@@ -129,7 +132,11 @@ class ConnectionsBySlice:
 
     def _lifetime_starts(self, columns: dict[str, np.ndarray], pair: np.ndarray,
                          new_pair_first: np.ndarray) -> np.ndarray:
-        """Slice positions of the SYNs that start a new lifetime of a pair seen before them."""
+        """Slice positions of the SYNs that start a new lifetime of a pair seen before them
+        (of the packets whose conversation's number changes, where they carry it: see
+        `split_port_reuse`)."""
+        if "stream" in columns:
+            return stream_changes(pair, columns["stream"], self._pairs["stream"])
         flags = columns["flags"]
         syn_rows = np.flatnonzero((flags & (FLAG_SYN | FLAG_ACK)) == FLAG_SYN)
         later_syns = np.setdiff1d(syn_rows, new_pair_first, assume_unique=True)
@@ -180,6 +187,8 @@ class ConnectionsBySlice:
         pairs = self._pairs
         pairs["seen"][present] = True
         pairs["last_us"][present] = columns["time_us"][last[present]]
+        if "stream" in columns:
+            pairs["stream"][present] = columns["stream"][last[present]]
         with_syn = last_syn[present] >= 0
         pairs["syn_seq"][present[with_syn]] = columns["seq_raw"][last_syn[present[with_syn]]]
         pairs["closed"][present] = np.where(with_syn, last_close[present] > last_syn[present],
@@ -192,6 +201,8 @@ class ConnectionsBySlice:
         known = self._connections
         new = connection[first_rows]
         known["first_frame"][new] = columns["frame"][first_rows]
+        if "stream" in columns:
+            known["stream"][new] = columns["stream"][first_rows]
         known["pair"][new] = pair[first_rows]
         known["first_sender_is_low"][new] = src_is_low[first_rows]
         handshake_flags = columns["flags"] & (FLAG_SYN | FLAG_ACK)
@@ -257,6 +268,8 @@ class ConnectionsBySlice:
             lambda needed: self._size_counts[needed[self._size_counts["connection"]]])
         totals = {name: self._by_direction(name, low) for name in
                   ("packets", "payload_bytes", "first_us", "last_us")}
+        if self._carries_streams:
+            endpoints["stream"] = known["stream"].astype(np.int64)
         table = connection_table(totals, count, endpoints, handshake, guessed, {})
         isn = np.where(self._by_direction("syn_seq", low) >= 0, self._by_direction("syn_seq", low),
                        (self._by_direction("first_seq", low) - 1) & 0xFFFFFFFF)

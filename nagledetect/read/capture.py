@@ -110,46 +110,49 @@ def _note_truncation(reader: CaptureReader, accounting: Accounting) -> None:
                                    f"analysed the {accounting.packets_read} packets before it")
 
 
-def _selected(reader: CaptureReader, batch: RawBatch, accounting: Accounting
-              ) -> tuple[np.ndarray | None, np.ndarray, np.ndarray]:
-    """The packets of a batch that the filter accepts (None: all of them), with their offsets
-    and captured lengths; the others counted as skipped."""
-    accepted = reader.filter_mask(batch)
-    if accepted is None:
-        return None, batch.offsets, batch.caplens
-    accounting.add_skipped({skips.reason_text(skips.EXCLUDED_BY_FILTER): int((~accepted).sum())})
-    selected = np.flatnonzero(accepted)
-    return selected, batch.offsets[selected], batch.caplens[selected]
-
-
 def _decoded(reader: CaptureReader, batch: RawBatch, accounting: Accounting
              ) -> DecodedColumns | None:
-    """One batch's TCP packets as columns (None when it holds none), its skips counted."""
-    selected, offsets, caplens = _selected(reader, batch, accounting)
-    decoded = decode_batch(batch.buf, offsets, caplens, batch.linktype)
-    accounting.add_skipped(decoded.skipped)
+    """One batch's TCP packets as columns (None when it holds none), its skips counted. With
+    a filter, the TCP packets it excludes are kept too, with an `accepted` column False, and
+    counted as excluded: connection ids are Wireshark's tcp.stream of the unfiltered file,
+    which counts the conversations they start (`flows.streams`)."""
+    accepted = reader.filter_mask(batch)
+    decoded = decode_batch(batch.buf, batch.offsets, batch.caplens, batch.linktype)
+    codes = _skip_codes(decoded.skip_codes, len(batch), batch.linktype, accepted)
+    accounting.add_skipped(skips.count_reasons(codes))
+    accounting.tcp_packets += int((codes == skips.KEPT).sum())
     if not decoded.columns or len(decoded.columns["batch_index"]) == 0:
         return None
     columns = decoded.columns
-    decoded_index = columns.pop("batch_index")
-    in_batch = decoded_index if selected is None else selected[decoded_index]
+    in_batch = columns.pop("batch_index")
     columns["frame"] = (batch.first_frame + in_batch).astype(np.uint32)
     columns["time_us"] = batch.time_us[in_batch]
-    columns["captured_bytes"] = caplens[decoded_index].astype(np.uint32)
-    accounting.tcp_packets += len(in_batch)
+    columns["captured_bytes"] = batch.caplens[in_batch].astype(np.uint32)
+    if accepted is not None:
+        columns["accepted"] = accepted[in_batch]
     return columns, decoded.sack_blocks
 
 
-_KeptBatch = tuple[RawBatch, "np.ndarray | None", np.ndarray, np.ndarray]
-"""A batch read raw, with what `_selected` kept of it."""
+def _skip_codes(decoded: np.ndarray | None, count: int, linktype: int,
+                accepted: np.ndarray | None) -> np.ndarray:
+    """Each packet's skip code (`decoded`: decoding's, None for a link type not decoded),
+    a packet the filter excludes counted as excluded whatever its decoding said."""
+    codes = decoded if decoded is not None else np.full(count, skips.LINK_TYPE_BASE + linktype)
+    if accepted is None:
+        return codes
+    return np.where(accepted, codes, skips.EXCLUDED_BY_FILTER)
+
+
+_KeptBatch = tuple[RawBatch, "np.ndarray | None"]
+"""A batch read raw, with which of its packets the filter accepts (None: no filter)."""
 
 
 @dataclass
 class RawCapture:
     """A small capture read whole but not yet decoded, so that several can be decoded in one
-    pass (`decoded_together`): the packets its filter accepts, as positions in its batches'
-    buffers, with their frames and times; all of one link type (a capture whose interfaces
-    differ is read as several, sharing one accounting)."""
+    pass (`decoded_together`): its packets, as positions in its batches' buffers, with their
+    frames, times and whether the filter accepts them; all of one link type (a capture whose
+    interfaces differ is read as several, sharing one accounting)."""
 
     accounting: Accounting
     linktype: int
@@ -160,21 +163,22 @@ class RawCapture:
     caplens: np.ndarray
     frames: np.ndarray
     time_us: np.ndarray
+    accepted: np.ndarray | None
+    """Which packets the filter accepts (None without a filter)."""
 
 
 def read_raw(path: str, bpf_filter: str | None = None) -> list[RawCapture]:
-    """Read `path` whole, filtered, without decoding it: one piece for each run of batches of
-    one link type (one for nearly every capture; its accounting, shared, is complete once
-    `decoded_together` has decoded them all)."""
+    """Read `path` whole without decoding it (its filter applied to each packet): one piece
+    for each run of batches of one link type (one for nearly every capture; its accounting,
+    shared, is complete once `decoded_together` has decoded them all)."""
     reader = CaptureReader(path, bpf_filter)
     accounting = Accounting(path=path, linktype=reader.linktype)
     pieces: list[list[_KeptBatch]] = []
     for raw in reader.batches():
         accounting.packets_read += len(raw)
-        kept = _selected(reader, raw, accounting)
         if not pieces or pieces[-1][0][0].linktype != raw.linktype:
             pieces.append([])
-        pieces[-1].append((raw, *kept))
+        pieces[-1].append((raw, reader.filter_mask(raw)))
     _note_truncation(reader, accounting)
     if not pieces:
         return [_raw_piece(accounting, reader.linktype, [])]
@@ -182,17 +186,16 @@ def read_raw(path: str, bpf_filter: str | None = None) -> list[RawCapture]:
 
 
 def _raw_piece(accounting: Accounting, linktype: int, batches: list[_KeptBatch]) -> RawCapture:
-    numbers, offsets, caplens, frames, time_us = [], [], [], [], []
-    for number, (raw, selected, kept_offsets, kept_caplens) in enumerate(batches):
-        in_batch = np.arange(len(raw)) if selected is None else selected
-        numbers.append(np.full(len(in_batch), number))
-        offsets.append(kept_offsets)
-        caplens.append(kept_caplens)
-        frames.append(raw.first_frame + in_batch)
-        time_us.append(raw.time_us[in_batch])
-    return RawCapture(accounting, linktype, [raw.buf for raw, *_ in batches],
+    numbers = [np.full(len(raw), number) for number, (raw, _) in enumerate(batches)]
+    columns = [numbers, [raw.offsets for raw, _ in batches], [raw.caplens for raw, _ in batches],
+               [raw.first_frame + np.arange(len(raw)) for raw, _ in batches],
+               [raw.time_us for raw, _ in batches]]
+    filtered = any(accepted is not None for _, accepted in batches)
+    accepted = (np.concatenate([np.zeros(0, dtype=bool), *(accepted for _, accepted in batches)])
+                if filtered else None)
+    return RawCapture(accounting, linktype, [raw.buf for raw, _ in batches],
                       *(np.concatenate([np.zeros(0, dtype=np.int64), *parts])
-                        for parts in (numbers, offsets, caplens, frames, time_us)))
+                        for parts in columns), accepted)
 
 
 def decoded_together(captures: list[RawCapture], numbers: list[int], frame_offsets: list[int]
@@ -227,6 +230,8 @@ def decoded_together(captures: list[RawCapture], numbers: list[int], frame_offse
     columns["time_us"] = np.concatenate([c.time_us for c in captures])[kept]
     columns["captured_bytes"] = caplens[kept].astype(np.uint32)
     columns["capture"] = np.asarray(numbers, dtype=np.uint64)[capture_of[kept]]
+    if captures[0].accepted is not None:
+        columns["accepted"] = np.concatenate([c.accepted for c in captures])[kept]
     return columns, decoded.sack_blocks
 
 
@@ -235,7 +240,7 @@ def _count_each(captures: list[RawCapture], decoded: DecodedBatch) -> None:
     captures' packets one after another)."""
     bounds = np.cumsum([0, *(len(capture.offsets) for capture in captures)]).tolist()
     for capture, start, stop in zip(captures, bounds[:-1], bounds[1:]):
-        codes = (decoded.skip_codes[start:stop] if decoded.skip_codes is not None else
-                 np.full(stop - start, skips.LINK_TYPE_BASE + capture.linktype))
+        codes = _skip_codes(None if decoded.skip_codes is None else decoded.skip_codes[start:stop],
+                            stop - start, capture.linktype, capture.accepted)
         capture.accounting.tcp_packets += int((codes == skips.KEPT).sum())
         capture.accounting.add_skipped(skips.count_reasons(codes))

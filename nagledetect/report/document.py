@@ -10,6 +10,7 @@ import bisect
 import math
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, BinaryIO
 
 import numpy as np
@@ -107,16 +108,16 @@ def _capture_entry(capture: Capture, read: ColumnReader) -> dict[str, Any]:
     }
 
 
-def _connection_entries(table: pd.DataFrame, capture: list[int], first_id: list[int]
-                        ) -> list[dict[str, Any]]:
-    """The entries of a table of connections (each row's capture and the id of its capture's
-    first connection given), converted column by column (row by row, a million connections
-    took 25 s)."""
+def _connection_entries(table: pd.DataFrame, capture: list[int]) -> list[dict[str, Any]]:
+    """The entries of a table of connections (each row's capture given), converted column by
+    column (row by row, a million connections took 25 s). The id is Wireshark's tcp.stream in
+    its capture (`shown_ids`)."""
 
     def column(name: str) -> np.ndarray:
         return table[name].to_numpy()
 
-    values = [_json_values(column(name)) for name in _CONNECTION_COLUMNS]
+    values = [_json_values(shown_ids(table) if name == "id" else column(name))
+              for name in _CONNECTION_COLUMNS]
     start_s = _json_values(column("start_us") / 1e6)
     sack_permitted = (column("sack_permitted_client") & column("sack_permitted_server")).tolist()
     entries = []
@@ -124,10 +125,9 @@ def _connection_entries(table: pd.DataFrame, capture: list[int], first_id: list[
          first_frame, duration_s, packets_client, packets_server, bytes_client, bytes_server,
          mss, mss_estimated, mss_client, mss_server, handshake, timestamps, scale_client,
          scale_server, vantage, rtt_ms, rtt_client_ms, rtt_server_ms, rtt_source,
-         start, sack, capture_index, first) in zip(*values, start_s, sack_permitted, capture,
-                                                   first_id):
+         start, sack, capture_index) in zip(*values, start_s, sack_permitted, capture):
         entries.append({
-            "id": first + id_,
+            "id": id_,
             "capture": capture_index,
             "client": endpoint(client_address, client_port),
             "server": endpoint(server_address, server_port),
@@ -151,6 +151,13 @@ def _connection_entries(table: pd.DataFrame, capture: list[int], first_id: list[
             "rtt_source": rtt_source,
         })
     return entries
+
+
+def shown_ids(table: pd.DataFrame) -> np.ndarray:
+    """Each connection's id as outputs show it: Wireshark's tcp.stream of the unfiltered capture,
+    which a `stream` column holds under a filter (`flows.streams`); else the id itself, which
+    numbers the conversations as Wireshark does."""
+    return table["stream" if "stream" in table.columns else "id"].to_numpy()
 
 
 _CONNECTION_COLUMNS = (
@@ -211,16 +218,36 @@ class CaptureEntries(ChunkedSequence):
 
 class ConnectionEntries(ChunkedSequence):
     """The document's connections, each entry made when it is read: a capture with a million
-    connections would otherwise hold a million dictionaries before anything is written. Ids run
-    across captures, in order."""
+    connections would otherwise hold a million dictionaries before anything is written. Each
+    capture's connections in turn; an id is one within its capture (the entry's "capture")."""
 
     def __init__(self, tables: list[Rows]) -> None:
         self._tables = tables
         self.first_ids: list[int] = np.cumsum([0] + [len(table) for table in tables]).tolist()
-        """The id of each capture's first connection, then the total."""
+        """The position of each capture's first connection in the list, then the total."""
+        self._shown: dict[int, np.ndarray] = {}
 
     def __len__(self) -> int:
         return self.first_ids[-1]
+
+    def shown(self, capture: int, connection: int) -> int:
+        """The id shown for a capture's connection numbered `connection` in the analysis."""
+        ids = self._shown_ids(capture)
+        return connection if ids is None else int(ids[connection])
+
+    def position(self, capture: int, shown: int) -> int:
+        """The position in the list of the capture's connection shown as `shown`."""
+        ids = self._shown_ids(capture)
+        connection = shown if ids is None else int(np.flatnonzero(ids == shown)[0])
+        return self.first_ids[capture] + connection
+
+    def _shown_ids(self, capture: int) -> np.ndarray | None:
+        """The capture's shown ids by connection, None where they are the connections' own."""
+        if capture not in self._shown:
+            table = rows_frame(self._tables[capture])
+            self._shown[capture] = (table["stream"].to_numpy() if "stream" in table.columns
+                                    else None)
+        return self._shown[capture]
 
     def items(self, start: int, stop: int) -> list[dict[str, Any]]:
         """The chunk's connections, its captures' tables joined first when their columns
@@ -230,14 +257,12 @@ class ConnectionEntries(ChunkedSequence):
                   for capture, _, begin, end in spans]
         sizes = [end - begin for _, _, begin, end in spans]
         capture = np.repeat([span[0] for span in spans], sizes).tolist()
-        first_id = np.repeat([span[1] for span in spans], sizes).tolist()
         joined = joined_rows(pieces)
         if joined is not None:
-            return _connection_entries(joined, capture, first_id)
+            return _connection_entries(joined, capture)
         bounds = np.cumsum([0, *sizes]).tolist()
         return [entry for piece, low, high in zip(pieces, bounds[:-1], bounds[1:])
-                for entry in _connection_entries(rows_frame(piece), capture[low:high],
-                                                 first_id[low:high])]
+                for entry in _connection_entries(rows_frame(piece), capture[low:high])]
 
 
     def take(self, positions: Sequence[int]) -> list[dict[str, Any]]:
@@ -250,8 +275,7 @@ class ConnectionEntries(ChunkedSequence):
         capture = np.searchsorted(self.first_ids, ordered, side="right") - 1
         entries: list[dict[str, Any]] = []
         for table, rows, captures in self._by_table(ordered, capture):
-            entries += _connection_entries(table.take(rows), captures,
-                                           [self.first_ids[index] for index in captures])
+            entries += _connection_entries(table.take(rows), captures)
         return entries
 
     def _by_table(self, ordered: np.ndarray, capture: np.ndarray
@@ -278,13 +302,22 @@ class ConnectionEntries(ChunkedSequence):
             yield held, np.concatenate(rows), captures
 
 
+def connection_position(connections: Sequence[dict[str, Any]], capture: int, shown: int) -> int:
+    """The position in a document's connections of the capture's connection shown as `shown`
+    (found by its entries in a list read back, where there is no `ConnectionEntries`)."""
+    if isinstance(connections, ConnectionEntries):
+        return connections.position(capture, shown)
+    return next(position for position, entry in enumerate(connections)
+                if entry["capture"] == capture and entry["id"] == shown)
+
+
 class _CapturesEndToEnd(ChunkedSequence):
     """Each capture's rows laid end to end, in capture order, their entries made when read;
     `_entries` says how rows [begin, end) of a capture become entries."""
 
-    def __init__(self, held: list[Any], first_ids: list[int]) -> None:
+    def __init__(self, held: list[Any], ids: ConnectionEntries) -> None:
         self._held = held
-        self._first_ids = first_ids
+        self._ids = ids
         self._bounds: list[int] = np.cumsum([0] + [len(rows) for rows in held]).tolist()
 
     def __len__(self) -> int:
@@ -301,13 +334,13 @@ class _CapturesEndToEnd(ChunkedSequence):
 class HostEntries(_CapturesEndToEnd):
     """The document's hosts: each capture's, in address order, made when read."""
 
-    def __init__(self, analyses: list[Analysis], first_ids: list[int]) -> None:
+    def __init__(self, analyses: list[Analysis], ids: ConnectionEntries) -> None:
         super().__init__([analysis.hosts if isinstance(analysis.hosts, StoredHosts)
-                          else list(analysis.hosts.values()) for analysis in analyses], first_ids)
+                          else list(analysis.hosts.values()) for analysis in analyses], ids)
 
     def _entries(self, capture: int, begin: int, end: int) -> list[dict[str, Any]]:
         return _host_entries(host_values(self._held[capture], begin, end), capture,
-                             self._first_ids[capture])
+                             partial(self._ids.shown, capture))
 
 
 def _spans(bounds: list[int], start: int, stop: int) -> Iterator[tuple[int, int, int, int]]:
@@ -326,9 +359,9 @@ class FindingEntries(ChunkedSequence):
     """The document's findings, most time lost first across captures (each capture's rank order
     kept among equal times); stored findings are read from disk only when their chunk is."""
 
-    def __init__(self, analyses: list[Analysis], first_ids: list[int]) -> None:
+    def __init__(self, analyses: list[Analysis], ids: ConnectionEntries) -> None:
         self._findings = [analysis.findings for analysis in analyses]
-        self._first_ids = first_ids
+        self._ids = ids
         times: list[float] = []
         self._advice: list[tuple[str, ...]] = []
         evidence_rows: list[int] = []
@@ -389,7 +422,8 @@ class FindingEntries(ChunkedSequence):
             wanted = np.flatnonzero(capture == index)
             within = positions[wanted] - self._bounds[index]
             for slot, finding in zip(wanted.tolist(), take(self._findings[index], within)):
-                made[slot] = _finding_entry(finding, index, self._first_ids[index])
+                made[slot] = _finding_entry(finding, index,
+                                            self._ids.shown(index, finding.connection))
         return [made[slot] for slot in range(len(positions))]
 
 
@@ -402,12 +436,12 @@ def kinds_and_times(findings: Sequence[dict[str, Any]]) -> tuple[list[str], list
             [finding["time_lost_s"] for finding in findings])
 
 
-def _finding_entry(finding: Finding, capture_index: int, first_id: int) -> dict[str, Any]:
+def _finding_entry(finding: Finding, capture_index: int, connection: int) -> dict[str, Any]:
     return {
         "kind": finding.kind,
         "subkind": finding.subkind,
         "capture": capture_index,
-        "connection": first_id + finding.connection,
+        "connection": connection,
         "sender": finding.sender,
         "receiver": finding.receiver,
         "count": finding.count,
@@ -421,20 +455,21 @@ def _finding_entry(finding: Finding, capture_index: int, first_id: int) -> dict[
     }
 
 
-def _host_entries(values: HostValues, capture_index: int, first_id: int
+def _host_entries(values: HostValues, capture_index: int, shown: Callable[[int], int]
                   ) -> list[dict[str, Any]]:
     """The entries of a chunk of hosts, from their columns."""
     return [{"address": address, "capture": capture_index, "delack_timer_ms": _number(timer),
              "delack_spread_ms": _number(spread), "delack_samples": samples,
-             "stack_family": family, "phase_lock": _phase_lock_entry(lock, first_id)}
+             "stack_family": family, "phase_lock": _phase_lock_entry(lock, shown)}
             for address, timer, spread, samples, family, lock in zip(*values.columns())]
 
 
-def _phase_lock_entry(lock: dict[str, Any] | None, first_id: int) -> dict[str, Any] | None:
+def _phase_lock_entry(lock: dict[str, Any] | None, shown: Callable[[int], int]
+                      ) -> dict[str, Any] | None:
     if not lock:
         return None
     entry = dict(lock)
-    entry["connections"] = [first_id + c for c in entry.get("connections", [])]
+    entry["connections"] = [shown(c) for c in entry.get("connections", [])]
     return entry
 
 
@@ -450,18 +485,19 @@ class ParityEntries(_CapturesEndToEnd):
     a million connections has up to two million, and made at once they took some 500 bytes
     each)."""
 
-    def __init__(self, analyses: list[Analysis], first_ids: list[int], read: ColumnReader) -> None:
-        super().__init__([analysis.parity for analysis in analyses], first_ids)
+    def __init__(self, analyses: list[Analysis], ids: ConnectionEntries, read: ColumnReader
+                 ) -> None:
+        super().__init__([analysis.parity for analysis in analyses], ids)
         self._read = read
 
     def _entries(self, capture: int, begin: int, end: int) -> list[dict[str, Any]]:
         return _parity_entries(rows_part(self._held[capture], begin, end), capture,
-                               self._first_ids[capture], self._read)
+                               partial(self._ids.shown, capture), self._read)
 
 
-def _parity_entries(parity: Rows, capture_index: int, first_id: int, read: ColumnReader
-                    ) -> list[dict[str, Any]]:
-    return [{"capture": capture_index, "connection": first_id + int(connection),
+def _parity_entries(parity: Rows, capture_index: int, shown: Callable[[int], int],
+                    read: ColumnReader) -> list[dict[str, Any]]:
+    return [{"capture": capture_index, "connection": shown(int(connection)),
              "direction": "client_to_server" if direction == 0 else "server_to_client",
              "segments": segments, "last_segment": last_segment,
              "messages": int(messages), "stalled": int(stalled),
@@ -486,7 +522,7 @@ def build_document(analyses: list[Analysis],
 
     connections = ConnectionEntries([analysis.capture.connections for analysis in analyses])
     read = ColumnReader()
-    findings = FindingEntries(analyses, connections.first_ids)
+    findings = FindingEntries(analyses, connections)
     return {
         "schema": SCHEMA,
         "tool": {"name": "nagledetect", "version": __version__},
@@ -495,8 +531,8 @@ def build_document(analyses: list[Analysis],
                          for entry in sorted(not_analysed, key=lambda entry: not entry.error)],
         "connections": connections,
         "findings": findings,
-        "hosts": HostEntries(analyses, connections.first_ids),
-        "segment_parity": ParityEntries(analyses, connections.first_ids, read),
+        "hosts": HostEntries(analyses, connections),
+        "segment_parity": ParityEntries(analyses, connections, read),
         "advice": _advice_entries(findings),
     }
 

@@ -30,9 +30,11 @@ from nagledetect.chart_data import (
     Trace,
 )
 from nagledetect.detectors.model import HostProfile
+from nagledetect.report.document import connection_position
 from nagledetect.report.text import (
     KIND_TITLES,
     AccountingTotals,
+    StallTotals,
     in_capture,
     shown_findings,
     stalls_by_connection,
@@ -113,11 +115,11 @@ def _response_cdf(analyses: list[Analysis]) -> str:
 
 
 def _time_sequence(document: dict[str, Any], analyses: list[Analysis], notes: list[str]) -> list[str]:
-    first_ids = document["connections"].first_ids
+    ids = document["connections"]
     worst = [(capture, sequence) for capture, analysis in enumerate(analyses)
              for sequence in analysis.charts.worst]
     worst.sort(key=lambda item: (-item[1].stall_lost_s, item[0], item[1].connection))
-    return [_one_time_sequence(sequence, first_ids[capture] + sequence.connection, notes)
+    return [_one_time_sequence(sequence, ids.shown(capture, sequence.connection), notes)
             for capture, sequence in worst[:WORST_CONNECTIONS]]
 
 
@@ -256,19 +258,20 @@ def _findings(document: dict[str, Any], stalls: list[dict[str, Any]], notes: lis
 
 
 def _table_connections(connections: Sequence[dict[str, Any]],
-                       stalls: dict[int, tuple[int, float]], notes: list[str]
+                       stalls: StallTotals, notes: list[str]
                        ) -> list[dict[str, Any]]:
     """The MAX_TABLE_ROWS connections with the most stall time (ties and the rest by id); only
     their entries are made."""
     if len(connections) > MAX_TABLE_ROWS:
         notes.append(f"flow table: the {MAX_TABLE_ROWS:,} connections with the most stall time of "
                      f"{len(connections):,} (all are in the JSON output)")
-    stalled = sorted(stalls, key=lambda c: (-stalls[c][1], c))[:MAX_TABLE_ROWS]
+    lost_at = {connection_position(connections, *key): lost for key, (_, lost) in stalls.items()}
+    stalled = sorted(lost_at, key=lambda c: (-lost_at[c], c))[:MAX_TABLE_ROWS]
     chosen = set(stalled)
     others = (c for c in range(len(connections)) if c not in chosen)
-    ids = stalled + list(islice(others, MAX_TABLE_ROWS - len(stalled)))
-    entries = {entry["id"]: entry for entry in take(connections, sorted(ids))}
-    return [entries[c] for c in ids]
+    positions = stalled + list(islice(others, MAX_TABLE_ROWS - len(stalled)))
+    entries = dict(zip(sorted(positions), take(connections, sorted(positions))))
+    return [entries[c] for c in positions]
 
 
 def _flow_table(document: dict[str, Any], stalls: list[dict[str, Any]], notes: list[str]) -> str:
@@ -277,7 +280,7 @@ def _flow_table(document: dict[str, Any], stalls: list[dict[str, Any]], notes: l
     by_connection = stalls_by_connection(stalls)
     rows = []
     for c in _table_connections(document["connections"], by_connection, notes):
-        count, lost = by_connection.get(c["id"], (0, 0.0))
+        count, lost = by_connection.get((c["capture"], c["id"]), (0, 0.0))
         rtt = "" if c["rtt_ms"] is None else f"{c['rtt_ms']:.3f}"
         rows.append(f"<tr><td>{c['id']}</td><td>{_e(c['client'])}</td><td>{_e(c['server'])}</td>"
                     f"<td>{sum(c['packets'].values())}</td><td>{sum(c['bytes'].values())}</td>"

@@ -16,7 +16,7 @@ import click
 
 from nagledetect.detectors.nagle_stall import KIND as STALL_KIND
 from nagledetect.detectors.other_stalls import CAUSES as NOT_NAGLE_KINDS
-from nagledetect.report.document import kinds_and_times
+from nagledetect.report.document import connection_position, kinds_and_times
 from nagledetect.stored import take
 
 KIND_TITLES = {
@@ -112,13 +112,18 @@ def _shown_ranks(kinds: list[str], times_lost_s: list[float], limit: int
             totals[False] - (len(shown) - shown_nagle))
 
 
-def stalls_by_connection(stalls: list[dict[str, Any]]) -> dict[int, tuple[int, float]]:
+StallTotals = dict[tuple[int, int], tuple[int, float]]
+"""Stall count and time lost by (capture, connection id)."""
+
+
+def stalls_by_connection(stalls: list[dict[str, Any]]) -> StallTotals:
     """Each connection's stall count and time lost (from the stalls `shown_findings` noted),
-    for the connection tables."""
-    totals: dict[int, tuple[int, float]] = {}
+    by (capture, connection id), for the connection tables."""
+    totals: StallTotals = {}
     for finding in stalls:
-        count, lost = totals.get(finding["connection"], (0, 0.0))
-        totals[finding["connection"]] = (count + finding["count"], lost + finding["time_lost_s"])
+        key = (finding["capture"], finding["connection"])
+        count, lost = totals.get(key, (0, 0.0))
+        totals[key] = (count + finding["count"], lost + finding["time_lost_s"])
     return totals
 
 
@@ -311,11 +316,11 @@ def _parity(document: dict[str, Any], style: _Style) -> list[str]:
     return lines + [""]
 
 
-def _connection_row(connection: dict[str, Any], stalls: dict[int, tuple[int, float]]) -> list[str]:
+def _connection_row(connection: dict[str, Any], stalls: StallTotals) -> list[str]:
     mss = f"{connection['mss']}{'~' if connection['mss_source'] == 'estimated' else ''}"
     client = connection["client"] + ("?" if connection["client_guessed"] else "")
     sides = f"{_ms(connection['rtt_client_side_ms'])}/{_ms(connection['rtt_server_side_ms'])}"
-    count, lost = stalls.get(connection["id"], (0, 0.0))
+    count, lost = stalls.get((connection["capture"], connection["id"]), (0, 0.0))
     return [str(connection["id"]), client, connection["server"],
             str(connection["packets"]["client_to_server"]),
             str(connection["packets"]["server_to_client"]),
@@ -324,14 +329,14 @@ def _connection_row(connection: dict[str, Any], stalls: dict[int, tuple[int, flo
             _ms(connection["rtt_ms"]), sides, str(count), f"{lost:.3f}"]
 
 
-def _worst_connections(connections: Any, stalls: dict[int, tuple[int, float]],
+def _worst_connections(connections: Any, stalls: StallTotals,
                        verbose: bool) -> tuple[list[dict[str, Any]], list[str]]:
     """In id order: every connection, or (over the cap) those that lost the most stall time,
     then the lowest ids; entries are made only for the connections shown."""
     if verbose or len(connections) <= CONNECTIONS_SHOWN:
         return list(connections), []
-    ranked = sorted((i for i, (_, lost) in stalls.items() if lost > 0),
-                    key=lambda i: (-stalls[i][1], i))[:CONNECTIONS_SHOWN]
+    lost_at = {connection_position(connections, *key): lost for key, (_, lost) in stalls.items() if lost > 0}
+    ranked = sorted(lost_at, key=lambda i: (-lost_at[i], i))[:CONNECTIONS_SHOWN]
     chosen = set(ranked)
     fill = (i for i in range(len(connections)) if i not in chosen)
     chosen.update(itertools.islice(fill, CONNECTIONS_SHOWN - len(ranked)))
@@ -340,7 +345,7 @@ def _worst_connections(connections: Any, stalls: dict[int, tuple[int, float]],
                             "connections, each with less stall time")])
 
 
-def _connections(document: dict[str, Any], stalls: dict[int, tuple[int, float]], style: _Style,
+def _connections(document: dict[str, Any], stalls: StallTotals, style: _Style,
                  verbose: bool) -> list[str]:
     """The connections table; `stalls`: each connection's stall count and time lost (the
     findings, read from disk for a large capture, are gone through once, for the diagnosis)."""
