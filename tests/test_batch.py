@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import io
 import pickle
+import subprocess
 
 import numpy as np
 import pandas as pd
@@ -19,7 +20,7 @@ from nagledetect.errors import InputError
 from nagledetect.read.capture import decoded_batches, decoded_together, read_raw
 from nagledetect.report.document import build_document, write_json
 from nagledetect.sent_tables import ColumnReader, TableRows, rows_frame
-from tests.conftest import SAMPLE_TRACES, corpus_file
+from tests.conftest import SAMPLE_TRACES, corpus_file, require_tool
 
 SAMPLES = [str(path) for path in sorted(SAMPLE_TRACES.glob("*.pcap"))]
 
@@ -220,6 +221,13 @@ def test_captures_decoded_together_are_each_decoded_as_alone(corpus) -> None:
                               np.concatenate([batch[1]["left_raw"] for batch in alone])), path
 
 
+def _tshark_streams(path: str) -> set[str]:
+    """The tcp.stream ids tshark gives a capture's packets (its connections, counted by hand)."""
+    shown = subprocess.run([require_tool("tshark"), "-r", path, "-T", "fields", "-e", "tcp.stream"],
+                           capture_output=True, text=True, check=True).stdout
+    return {line for line in shown.split() if line}
+
+
 def test_connections_taken_by_id_are_the_entries_read_in_order() -> None:
     """The reports make only the connections their tables show (`ConnectionEntries.take`), a
     table at a time: here the sample traces analysed together (their rows share one table),
@@ -234,7 +242,8 @@ def test_connections_taken_by_id_are_the_entries_read_in_order() -> None:
     connections = build_document([*together, alone, in_parts])["connections"]
     every = list(connections)
     assert all(isinstance(analysis.capture.connections, TableRows) for analysis in together)
-    assert len(every) == 35  # the 25 sample traces' 33 connections, then 1 and 1
+    streams = sum(len(_tshark_streams(path)) for path in SAMPLES)
+    assert len(every) == streams + 1 + 1  # every sample trace's tcp.stream ids, then 1 and 1
     picks = sorted({0, 1, 2, 7, 8, 9, 17, 29, 33, 34, *range(3, len(every), 5)})
     assert connections.take(picks) == [every[position] for position in picks]
     # ids are each capture's own (Wireshark's tcp.stream): (capture, id) finds the position
