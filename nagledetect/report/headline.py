@@ -48,6 +48,12 @@ def cause_words(finding: dict[str, Any]) -> str:
     return CAUSE_WORDS.get((kind, subkind), CAUSE_WORDS.get((kind, None), kind))
 
 
+def is_upper_bound(finding: dict[str, Any]) -> bool:
+    """Whether a finding's time lost is an upper bound (holds that cannot be told from paced
+    writes, as the detector says in its details)."""
+    return bool(finding.get("details", {}).get("time_lost_upper_bound"))
+
+
 def frames_of(finding: dict[str, Any]) -> tuple[int, int] | None:
     """The first and last frame of a finding's evidence (the first wait's last data, the last
     wait's end), where a user starts looking in Wireshark; None without evidence."""
@@ -69,16 +75,19 @@ def headline_entry(family: Sequence[dict[str, Any]], largest: Sequence[dict[str,
     name their file, since frame numbers are each file's own)."""
     by_kind = {kind: {"stalls": 0, "time_lost_s": 0.0} for kind in kinds.NAGLE_FAMILY}
     directions = set()
+    upper_bound_s = 0.0
     for finding in family:
         totals = by_kind[finding["kind"]]
         totals["stalls"] += finding["count"]
         totals["time_lost_s"] += finding["time_lost_s"]
+        upper_bound_s += finding["time_lost_s"] if is_upper_bound(finding) else 0.0
         directions.add((finding["capture"], finding["connection"], finding["sender"]))
     for totals in by_kind.values():
         totals["time_lost_s"] = round(totals["time_lost_s"], 6)
     delays = [_delay_entry(finding) for finding in largest[:LARGEST_DELAYS_SHOWN]]
     nagle = {"stalls": sum(totals["stalls"] for totals in by_kind.values()),
              "time_lost_s": round(sum(totals["time_lost_s"] for totals in by_kind.values()), 6),
+             "time_lost_upper_bound_s": round(upper_bound_s, 6),
              "connection_directions": len(directions), "by_kind": by_kind}
     return {"text": _sentence(nagle, delays, scope, paths), "nagle_family": nagle,
             "largest_other_delays": delays}
@@ -94,13 +103,25 @@ def _delay_entry(finding: dict[str, Any]) -> dict[str, Any]:
 def _sentence(nagle: dict[str, Any], delays: list[dict[str, Any]], scope: str,
               paths: Sequence[str]) -> str:
     if nagle["stalls"]:
-        return (f"{_family_count(nagle)} cost {duration_text(nagle['time_lost_s'])} on "
+        return (f"{_family_count(nagle)} cost {_family_cost(nagle)} on "
                 f"{plural(nagle['connection_directions'], 'connection direction')}"
                 f"{_family_parts(nagle)} ({scope}).")
     if not delays:
         return f"No Nagle stalls and no other delays found ({scope})."
     named = "; ".join(_delay_words(delay, paths) for delay in delays)
     return f"No Nagle stalls ({scope}). Largest delays: {named}."
+
+
+def _family_cost(nagle: dict[str, Any]) -> str:
+    """The family's time lost; the part of it that is an upper bound said so."""
+    total_s, bound_s = nagle["time_lost_s"], nagle["time_lost_upper_bound_s"]
+    if not bound_s:
+        return duration_text(total_s)
+    where = "where a hold cannot be told from a paced write"
+    if bound_s >= total_s:
+        return f"up to {duration_text(total_s)} ({where})"
+    return (f"{duration_text(total_s - bound_s)} and up to {duration_text(bound_s)} more "
+            f"({where})")
 
 
 def _family_count(nagle: dict[str, Any]) -> str:

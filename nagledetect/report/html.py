@@ -31,6 +31,7 @@ from nagledetect.chart_data import (
 )
 from nagledetect.detectors import kinds
 from nagledetect.detectors.model import HostProfile
+from nagledetect.report.headline import is_upper_bound
 from nagledetect.report.text import (
     KIND_TITLES,
     AccountingTotals,
@@ -260,9 +261,10 @@ def _finding(rank: int, finding: dict[str, Any], document: dict[str, Any]) -> st
                     f"({_e(document['advice'][k]['side'])} side)</li>"
                     for k in finding["advice"] if k in document["advice"])
     word = "idle" if finding["kind"] == kinds.IDLE else "lost"
+    bound = "up to " if is_upper_bound(finding) else ""
     return (f"<div class='finding'><b>{rank}. {_e(title)}</b> on connection "
             f"{finding['connection']}{_e(in_capture(document, finding))}"
-            f" &mdash; {finding['time_lost_s']:.3f} s {word}, confidence "
+            f" &mdash; {bound}{finding['time_lost_s']:.3f} s {word}, confidence "
             f"{_e(finding['confidence']['level'])}<br>{_e(finding['summary'])}."
             + (f"<br><span class='note'>Evidence frames (last data &rarr; ACK &rarr; next): "
                f"{evidence}</span>" if evidence else "")

@@ -21,7 +21,7 @@ from nagledetect.report.document import (
     kinds_and_times,
     nagle_family,
 )
-from nagledetect.report.headline import duration_text, plural
+from nagledetect.report.headline import duration_text, is_upper_bound, plural
 from nagledetect.stored import take
 
 KIND_TITLES = {
@@ -217,7 +217,8 @@ def _evidence(finding: dict[str, Any], verbose: bool) -> list[str]:
             lines.append(f"       frame {event['last_data_frame']} last data -> frame "
                          f"{event['released_frame']} next data: gap {duration_text(event['stall_s'])}")
             continue
-        ack = _ack_note(event)
+        ack = (_round_trip_note(event) if finding["kind"] == kinds.NAGLE_RTT_HOLD
+               else _ack_note(event))
         reaction = (f" (+{_reaction(event['reaction_ms'])})"
                     if event.get("reaction_ms") is not None else "")
         lines.append(f"       frame {event['last_data_frame']} last data -> frame "
@@ -232,6 +233,14 @@ def _evidence(finding: dict[str, Any], verbose: bool) -> list[str]:
 ROUND_TRIP_SHOWN_MS = 1.0
 """The ACK's gap after the last data is shown apart from the receiver's hold once the round
 trip between them is at least this long (a capture taken away from the receiver)."""
+
+
+def _round_trip_note(event: dict[str, Any]) -> str:
+    """An ordinary ACK's gap after the last data (a hold of one round trip): the ACK is not
+    delayed, so there is no hold of the receiver's to show."""
+    if event.get("reaction_ms") is None:
+        return ""
+    return f" (+{event['stall_s'] * 1000 - event['reaction_ms']:.1f} ms: not delayed)"
 
 
 def _ack_note(event: dict[str, Any]) -> str:
@@ -282,8 +291,9 @@ def _cost(finding: dict[str, Any]) -> str:
     if finding["time_lost_s"] <= 0:
         return "no extra time counted"
     word = "idle" if finding["kind"] == kinds.IDLE else "lost"
-    return (f"{duration_text(finding['time_lost_s'])} {word} ({finding['share'] * 100:.0f}% of "
-            "the connection)")
+    bound = "up to " if is_upper_bound(finding) else ""
+    return (f"{bound}{duration_text(finding['time_lost_s'])} {word} ({finding['share'] * 100:.0f}% "
+            "of the connection)")
 
 
 def in_capture(document: dict[str, Any], entry: dict[str, Any]) -> str:
