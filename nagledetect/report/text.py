@@ -240,7 +240,7 @@ def _round_trip_note(event: dict[str, Any]) -> str:
     delayed, so there is no hold of the receiver's to show."""
     if event.get("reaction_ms") is None:
         return ""
-    return f" (+{event['stall_s'] * 1000 - event['reaction_ms']:.1f} ms: not delayed)"
+    return f" (+{event['stall_s'] * 1000 - event['reaction_ms']:.1f} ms, not delayed)"
 
 
 def _ack_note(event: dict[str, Any]) -> str:
