@@ -164,8 +164,8 @@ def test_parallel_run_with_a_bad_file_is_one_line_the_others_report_and_status_2
     result = run("analyze", "-j", "2", "/nonexistent.pcap", str(SAMPLE_TRACES / "trap-rpc.pcap"))
     assert result.returncode == 2
     assert result.stderr == "nagledetect: error: /nonexistent.pcap: no such file\n"
-    assert result.stdout.startswith("No Nagle/delayed-ACK stalls found (1 capture, 1 connection; "
-                                    "1 could not be analysed).")
+    assert result.stdout.startswith("No Nagle stalls and no other delays found (1 capture, 1 "
+                                    "connection; 1 could not be analysed).")
 
 
 def test_parquet_tables_or_a_clear_refusal(tmp_path) -> None:

@@ -56,3 +56,17 @@ def test_an_ack_a_round_trip_after_the_data_shows_its_gap_and_the_hold_within_it
     assert ("frame 716 last data -> frame 717 ACK (+64.4 ms: 39.9 ms hold + 24.5 ms round trip)"
             " -> frame 718 released (+18 us): stall 64.4 ms") in text
     assert "frame 886 last data -> frame 887 ACK (+49.9 ms hold) -> frame 888 released" in text
+
+
+def test_a_hold_of_one_round_trip_shows_an_ack_that_was_not_delayed() -> None:
+    """rtt-hold.pcap (a 1,548-byte write then a 50-byte one over a 60 ms round trip, at the
+    client), in tshark: the 100-byte tail, frame 7, at 0.121215 s; the server's ACK of all
+    1,548 bytes (ack 1549), frame 9, at 0.181453 s, 60.2 ms later; the held 50 bytes, frame
+    10, at 0.181460 s, 7 us after it: a stall of 60.245 ms. The ACK is the ordinary one a round
+    trip away, so no "hold" of the receiver's is shown; the fix is a delayed-ACK stall's."""
+    text = _text(str(SAMPLE_TRACES / "rtt-hold.pcap"))
+    assert (" 1. Nagle hold for one round trip (write-write-read) on connection 0: 1.208 s lost"
+            in text)
+    assert ("frame 7 last data -> frame 9 ACK (+60.2 ms, not delayed) -> frame 10 "
+            "released (+7 us): stall 60.2 ms") in text
+    assert "Write each message whole, then set TCP_NODELAY [single-write-nodelay]" in text

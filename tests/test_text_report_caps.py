@@ -14,9 +14,18 @@ import subprocess
 import sys
 
 from nagledetect.analysis import analyze_capture
+from nagledetect.detectors import kinds
 from nagledetect.report.document import build_document
-from nagledetect.report.text import CONNECTIONS_SHOWN, FINDINGS_SHOWN, shown_findings
-from tests.conftest import corpus_file
+from nagledetect.report.text import CONNECTIONS_SHOWN, FINDINGS_SHOWN, diagnosis
+from tests.conftest import SAMPLE_TRACES, corpus_file
+
+RANKS = re.compile(r"^ *(\d+)(?:-(\d+))?\. ", re.MULTILINE)
+SSH_STALLS = [(716, 717, 718), (886, 887, 888), (220, 221, 222), (113, 114, 115),
+              (594, 595, 596)]
+"""ssh__ssh.pcap's 5 stalls, costliest first. Checked in tshark (-T fields -e frame.number -e
+frame.time_relative -e tcp.stream -e tcp.len): each is a 16-byte segment, the peer's pure ACK
+and a 44-52-byte segment 7-945 us after it, on tcp.stream 15, 18, 4, 2 and 13; the first
+frame to the third: 64.386, 50.902, 38.582, 37.572 and 37.570 ms, 229.012 ms in all."""
 
 
 def _run(*arguments: str) -> str:
@@ -24,51 +33,92 @@ def _run(*arguments: str) -> str:
                           capture_output=True, text=True, check=True).stdout
 
 
-def test_findings_are_capped_unless_verbose() -> None:
-    """Capped, the list keeps every stall the headline counts in sight: ssh__ssh.pcap's 5
-    stalls rank 36th to 41st in the JSON, below 35 idle and think-time gaps, and are shown with
-    the 15 costliest findings (ranks as in the JSON)."""
+def _ranks(text: str) -> list[int]:
+    """The ranks the diagnosis lists (a folded line's range counted in full)."""
+    return [rank for first, last in RANKS.findall(text.split("\nHOW TO FIX\n")[0])
+            for rank in range(int(first), int(last or first) + 1)]
+
+
+def _diagnosis_order_holds(findings: list[dict]) -> int:
+    """Assert that the findings come in the diagnosis's order (the Nagle family, the other
+    named causes, each by time lost; the patterns; then idle and stop-and-wait), and return how
+    many are of the Nagle family."""
+    groups = [0 if kinds.is_nagle_family(finding["kind"]) else
+              1 if finding["kind"] in kinds.OTHER_GAP_CAUSES and finding["kind"] != kinds.IDLE
+              else 3 if finding["kind"] in kinds.NOT_LOST else 2 for finding in findings]
+    assert groups == sorted(groups)
+    for group in (0, 1):
+        times = [finding["time_lost_s"] for finding, of in zip(findings, groups) if of == group]
+        assert times == sorted(times, reverse=True)
+    return groups.count(0)
+
+
+def test_the_diagnosis_leads_with_the_stalls_and_folds_idle_time() -> None:
+    """ssh__ssh.pcap: its 5 delayed-ACK stalls (`SSH_STALLS`) and the rest of the Nagle family
+    lead the JSON's findings and the text's diagnosis (the stalls ranked 36th to 41st by time
+    lost, below 35 idle and think-time gaps); then the other named causes by time lost, capped
+    at 20 findings in all; then the idle connections and stop-and-wait ones in one line, never
+    called lost (the longest idle, tcp.stream 14: frames 654 -> 656, 664 -> 666, 667 -> 669
+    and 681 -> 683, 151.3 ms + 3.950 s + 2.840 s + 625.7 ms = 7.567 s in tshark)."""
     path = str(corpus_file("zeek/ssh__ssh.pcap"))
     document = json.loads(_run("--format", "json", path))
-    total = len(document["findings"])
-    assert total > FINDINGS_SHOWN
-    stall_ranks = [rank for rank, finding in enumerate(document["findings"], start=1)
-                   if finding["kind"] == "nagle-delack-stall"]
-    assert len(stall_ranks) == 5 and min(stall_ranks) > FINDINGS_SHOWN
-    ranks = re.compile(r"^ *(\d+)\. ", re.MULTILINE)
+    findings = document["findings"]
+    family = _diagnosis_order_holds(findings)
+    stalls = [(event["last_data_frame"], event["delayed_ack_frame"], event["released_frame"])
+              for finding in findings[:family] for event in finding["events"]
+              if finding["kind"] == kinds.NAGLE_DELACK_STALL]
+    assert stalls == SSH_STALLS
+    folded = [finding for finding in findings if finding["kind"] in kinds.NOT_LOST]
+    listed = len(findings) - len(folded)
+    assert listed > FINDINGS_SHOWN > family
     default = _run(path)
-    shown = [int(r) for r in ranks.findall(default)]
-    assert shown == list(range(1, FINDINGS_SHOWN - 5 + 1)) + stall_ranks
-    hidden = [finding["kind"] for rank, finding in enumerate(document["findings"], start=1)
-              if rank not in shown]
-    not_nagle = sum(kind in ("idle", "think-time", "loss-recovery", "zero-window")
-                    for kind in hidden)
-    assert (f"... and {total - FINDINGS_SHOWN} more findings ({len(hidden) - not_nagle} "
-            f"Nagle-related, each costing less time than those above; {not_nagle} not caused by "
-            "Nagle;") in default
+    assert default.startswith(document["headline"]["text"] + "\n")
+    assert "5 Nagle/delayed-ACK stalls (229.0 ms)" in document["headline"]["text"]
+    assert _ranks(default) == (list(range(1, FINDINGS_SHOWN + 1))
+                               + list(range(listed + 1, len(findings) + 1)))
+    assert (f"... and {listed - FINDINGS_SHOWN} more findings ({listed - FINDINGS_SHOWN} of "
+            "other causes, not Nagle; --verbose lists them all") in default
+    idle = [finding["time_lost_s"] for finding in folded if finding["kind"] == kinds.IDLE]
+    assert (f"{listed + 1}-{len(findings)}. Idle and stop-and-wait (not Nagle): {len(idle)} "
+            f"connections idle {sum(idle):.3f} s in all, the longest 7.567 s (nobody was "
+            f"waiting: not time lost); {len(folded) - len(idle)} connections exchanging "
+            "stop-and-wait, one message at a time.\n") in default
     verbose = _run("--verbose", path)
-    assert [int(r) for r in ranks.findall(verbose)] == list(range(1, total + 1))
+    assert _ranks(verbose) == list(range(1, len(findings) + 1)) + list(
+        range(listed + 1, len(findings) + 1))
     assert "more findings" not in verbose
+    assert (f"{listed + 1}. Idle: nobody waiting (not Nagle) on connection 14: 7.567 s idle (89% "
+            "of the connection)") in verbose
+    assert not re.search(r"[Ii]dle\b.* s lost", verbose)
     assert len(document["connections"]) <= CONNECTIONS_SHOWN
     assert "more connections" not in default
 
 
-def test_html_findings_list_keeps_the_stalls_in_sight(monkeypatch) -> None:
-    """The HTML report caps its findings by the same rule: with room for 20, ssh__ssh.pcap's
-    stalls (36th to 41st by time lost in the JSON) are listed under their ranks."""
-    from nagledetect.analysis import analyze_capture
+def test_html_findings_list_leads_with_the_stalls_and_folds_idle_time(monkeypatch) -> None:
+    """The HTML report lists the findings in the text's order and by the same cap: with room
+    for 20, ssh__ssh.pcap's Nagle family (its 5 stalls checked above among it) comes first,
+    then think-time gaps, then the idle and stop-and-wait line."""
     from nagledetect.report import html
-    from nagledetect.report.document import build_document
 
     analysis = analyze_capture(str(corpus_file("zeek/ssh__ssh.pcap")))
     document = build_document([analysis])
+    findings = list(document["findings"])
+    family = _diagnosis_order_holds(findings)
+    folded = sum(finding["kind"] in kinds.NOT_LOST for finding in findings)
     monkeypatch.setattr(html, "MAX_FINDINGS_SHOWN", FINDINGS_SHOWN)
     page = html.render_html(document, [analysis])
-    listed = [int(rank) for rank in re.findall(r"<div class='finding'><b>(\d+)\. ", page)]
-    stall_ranks = [rank for rank, finding in enumerate(document["findings"], start=1)
-                   if finding["kind"] == "nagle-delack-stall"]
-    assert listed == list(range(1, FINDINGS_SHOWN - len(stall_ranks) + 1)) + stall_ranks
-    assert f"findings: {FINDINGS_SHOWN} of {len(document['findings'])} are listed" in page
+    listed = re.findall(r"<div class='finding'><b>(\d+)\. ([^<]+)</b>", page)
+    assert [int(rank) for rank, _ in listed] == list(range(1, FINDINGS_SHOWN + 1))
+    titles = [title for _, title in listed]
+    assert titles.count("Nagle / delayed-ACK stall") == 5
+    assert set(titles[:family]) <= {"Nagle / delayed-ACK stall", "Nagle hold for one round trip",
+                                    "Small-message stream coalescing (Nagle)"}
+    assert set(titles[family:]) == {"Application think time (not Nagle)"}
+    first_folded = len(findings) - folded + 1
+    assert (f"<div class='finding note'><b>{first_folded}-{len(findings)}.</b> Idle and "
+            "stop-and-wait (not Nagle): ") in page
+    assert f"findings: {FINDINGS_SHOWN} of {len(findings) - folded} are listed" in page
+    assert "idle" not in "".join(re.findall(r"s lost[^<]*", page))
 
 
 def test_capture_accounting_of_many_captures_is_totals_and_twenty_captures() -> None:
@@ -76,7 +126,6 @@ def test_capture_accounting_of_many_captures_is_totals_and_twenty_captures() -> 
     captures with warnings are all shown (the merged pcapng's reader warning among them), and
     the rest are counted; --verbose lists every capture."""
     from nagledetect.report.text import CAPTURES_SHOWN
-    from tests.conftest import SAMPLE_TRACES
 
     paths = sorted(str(path) for path in SAMPLE_TRACES.glob("*.pcap*"))
     assert len(paths) > CAPTURES_SHOWN
@@ -99,25 +148,40 @@ def test_capture_accounting_of_many_captures_is_totals_and_twenty_captures() -> 
 
 
 def test_the_findings_shown_are_the_documents_entries_at_their_ranks() -> None:
-    """The reports pick the findings they show by the document's kinds and times, and read only
-    those and the stalls (`shown_findings`). Over two captures whose findings interleave in
-    rank, ssh__ssh.pcap analysed in 6 parts (its findings read back from disk with capture-wide
-    ids, its stalls scored again) and ftp__cwd-navigation.pcap, they are the entries of the
-    document read in order, at their ranks, and the same as picked from a list of them."""
-    ssh, ftp = corpus_file("zeek/ssh__ssh.pcap"), corpus_file("zeek/ftp__cwd-navigation.pcap")
+    """The reports pick the findings they list by the document's kinds and times, and read only
+    those (`diagnosis`); the Nagle family comes from the document, read once for its headline.
+    Over two captures whose findings interleave, ssh__ssh.pcap analysed in 6 parts (its
+    findings read back from disk with capture-wide ids, its stalls scored again) and
+    seed003-nagle.pcap, they are the entries of the document read in order, at their
+    ranks, and the same as picked from a list of them; each capture's idle and stop-and-wait
+    findings are neighbours at the end, folded into one line."""
+    ssh, seed003 = corpus_file("zeek/ssh__ssh.pcap"), SAMPLE_TRACES / "seed003-nagle.pcap"
     analyses = [analyze_capture(str(ssh), part_bytes=ssh.stat().st_size // 6 + 1),
-                analyze_capture(str(ftp))]
+                analyze_capture(str(seed003))]
     findings = build_document(analyses)["findings"]
     every = list(findings)
+    _diagnosis_order_holds(every)
     captures = [finding["capture"] for finding in every]
     assert captures != sorted(captures) and captures != sorted(captures, reverse=True)
-    stalls: list = []
-    picked = shown_findings(findings, 10, stalls)
-    shown = picked[0]
-    assert [finding for _, finding in shown] == [every[rank - 1] for rank, _ in shown]
-    assert len(shown) == 10 and picked[1] + picked[2] == len(every) - 10
-    assert stalls == [finding for finding in every if finding["kind"] == "nagle-delack-stall"]
-    assert {finding["capture"] for finding in stalls} == {0, 1}
-    from_list: list = []
-    assert shown_findings(every, 10, from_list) == picked
-    assert from_list == stalls
+    picked = diagnosis(findings, 10)
+    assert [finding for _, finding in picked.shown] == every[:10]
+    assert [rank for rank, _ in picked.shown] == list(range(1, 11))
+    family = [finding for finding in every if kinds.is_nagle_family(finding["kind"])]
+    assert every[:len(family)] == family
+    assert picked.stalls == [{key: value for key, value in finding.items() if key != "events"}
+                             for finding in family]
+    assert {finding["capture"] for finding in family} == {0, 1}
+    for line in picked.folded:
+        folded = [every[rank - 1] for rank in line.ranks]
+        assert line.ranks == list(range(line.ranks[0], line.ranks[-1] + 1))
+        assert {finding["capture"] for finding in folded} == {line.capture}
+        assert line.idle == sum(finding["kind"] == kinds.IDLE for finding in folded)
+        assert line.stop_and_wait == len(folded) - line.idle
+    assert [line.capture for line in picked.folded] == [0, 1]
+    assert picked.folded[-1].ranks[-1] == len(every)
+    assert sum(picked.left_out.values()) == len(every) - 10 - sum(
+        len(line.ranks) for line in picked.folded)
+    from_list = diagnosis(every, 10)
+    assert (from_list.shown, from_list.folded, from_list.left_out) == (
+        picked.shown, picked.folded, picked.left_out)
+    assert from_list.stalls == family

@@ -21,11 +21,13 @@ from nagledetect.advice import ADVICE
 from nagledetect.analysis import Analysis
 from nagledetect.api import Capture
 from nagledetect.collector import collector_paused
+from nagledetect.detectors import kinds
 from nagledetect.detectors.model import Finding, HostValues, StallEvents
 from nagledetect.events.endpoints import endpoint
 from nagledetect.read.decode import LINKTYPE_NAMES
 from nagledetect.read.inputs import NotAnalysed
 from nagledetect.report.evidence_text import EVENTS_CLOSE, evidence_texts
+from nagledetect.report.headline import LARGEST_DELAYS_SHOWN, headline_entry, plural
 from nagledetect.report.turns import write_in_turns
 from nagledetect.sent_tables import (
     ColumnReader,
@@ -36,6 +38,7 @@ from nagledetect.sent_tables import (
     rows_part,
 )
 from nagledetect.stored import (
+    RECORDS_PER_CHUNK,
     ChunkedSequence,
     StoredHosts,
     host_values,
@@ -356,8 +359,8 @@ def _spans(bounds: list[int], start: int, stop: int) -> Iterator[tuple[int, int,
 
 
 class FindingEntries(ChunkedSequence):
-    """The document's findings, most time lost first across captures (each capture's rank order
-    kept among equal times); stored findings are read from disk only when their chunk is."""
+    """The document's findings in the diagnosis's order (`diagnosis_order`); stored findings are
+    read from disk only when their chunk is."""
 
     def __init__(self, analyses: list[Analysis], ids: ConnectionEntries) -> None:
         self._findings = [analysis.findings for analysis in analyses]
@@ -365,20 +368,23 @@ class FindingEntries(ChunkedSequence):
         times: list[float] = []
         self._advice: list[tuple[str, ...]] = []
         evidence_rows: list[int] = []
-        kinds: list[str] = []
+        kind_of_each: list[str] = []
         for findings in self._findings:
             columns = ranking_columns(findings)
             times += columns.time_lost_s
             self._advice += columns.advice
             evidence_rows += columns.evidence_rows
-            kinds += columns.kind
+            kind_of_each += columns.kind
         self._bounds = np.cumsum([0] + [len(findings) for findings in self._findings])
-        rounded = [round(t, 6) for t in times]
-        self._order = np.argsort(-np.array(rounded, dtype=np.float64), kind="stable")
+        rounded = np.array([round(t, 6) for t in times], dtype=np.float64)
+        kind_codes, self._kind_names = pd.factorize(np.array(kind_of_each, dtype=object))
+        captures = np.repeat(np.arange(len(self._findings)), np.diff(self._bounds))
+        self._order = diagnosis_order(list(self._kind_names), kind_codes, rounded, captures)
         self._evidence_rows = np.array(evidence_rows, dtype=np.int64)[self._order]
-        kind_codes, self._kind_names = pd.factorize(np.array(kinds, dtype=object))
         self._kind_codes = kind_codes.astype(np.int16)[self._order]
-        self._times_lost_s = np.array(rounded, dtype=np.float64)[self._order]
+        self._times_lost_s = rounded[self._order]
+        self._captures = captures[self._order]
+        self._nagle_family: list[dict[str, Any]] | None = None
 
     def __len__(self) -> int:
         return len(self._order)
@@ -391,6 +397,23 @@ class FindingEntries(ChunkedSequence):
         """Each finding's time lost as its entry gives it, in document order: with the kinds,
         what a report needs to pick the findings it shows without reading them all."""
         return self._times_lost_s.tolist()
+
+    def captures(self) -> list[int]:
+        """Each finding's capture (its index in the run), in document order."""
+        return self._captures.tolist()
+
+    def nagle_family(self) -> list[dict[str, Any]]:
+        """The Nagle family's findings, in document order, without their evidence rows: read
+        once (a chunk at a time) for the headline, and kept for the reports' connection
+        tables; the rows of a connection with millions of stalls are not kept."""
+        if self._nagle_family is None:
+            wanted = [position for position, kind in enumerate(self.kinds())
+                      if kinds.is_nagle_family(kind)]
+            self._nagle_family = [
+                {key: value for key, value in entry.items() if key != "events"}
+                for start in range(0, len(wanted), RECORDS_PER_CHUNK)
+                for entry in self.take(wanted[start:start + RECORDS_PER_CHUNK])]
+        return self._nagle_family
 
     def evidence_counts(self) -> list[int]:
         """Each finding's number of evidence rows, in document order."""
@@ -425,6 +448,52 @@ class FindingEntries(ChunkedSequence):
                 made[slot] = _finding_entry(finding, index,
                                             self._ids.shown(index, finding.connection))
         return [made[slot] for slot in range(len(positions))]
+
+
+DIAGNOSIS_GROUPS = {
+    **dict.fromkeys(kinds.NAGLE_FAMILY, 0),
+    **dict.fromkeys((kind for kind in kinds.OTHER_GAP_CAUSES if kind not in kinds.NOT_LOST), 1),
+    **dict.fromkeys(kinds.NOT_LOST, 3),
+}
+"""Where each kind goes in the diagnosis: the Nagle family, then the other named causes of
+delays, then (group 2) the patterns, which count no time of their own, then idle time and
+stop-and-wait, which nobody waited for or count none (folded, a line per capture)."""
+OTHER_CAUSES_GROUP = 1
+PATTERN_GROUP = 2
+FOLDED_GROUP = DIAGNOSIS_GROUPS[kinds.IDLE]
+
+
+def diagnosis_order(kind_names: list[str], kind_codes: np.ndarray, times_lost_s: np.ndarray,
+                    captures: np.ndarray) -> np.ndarray:
+    """The positions of findings (laid end to end, each capture's in its rank order; their
+    kinds as codes into `kind_names`) in the order the diagnosis lists them: by group
+    (`DIAGNOSIS_GROUPS`), most time lost first within the group, each capture's rank order kept
+    among equal times; the folded group capture by capture, so each capture's folded findings
+    are neighbours."""
+    group_of_name = np.array([DIAGNOSIS_GROUPS.get(name, PATTERN_GROUP) for name in kind_names],
+                             dtype=np.int8)
+    group = group_of_name[kind_codes] if len(kind_codes) else np.zeros(0, dtype=np.int8)
+    folded_capture = np.where(group == FOLDED_GROUP, captures, 0)
+    return np.lexsort((np.arange(len(group)), -times_lost_s, folded_capture, group))
+
+
+def is_folded(kind: str) -> bool:
+    """Whether the diagnosis folds this kind into its capture's one line."""
+    return DIAGNOSIS_GROUPS.get(kind, PATTERN_GROUP) == FOLDED_GROUP
+
+
+def finding_captures(findings: Sequence[dict[str, Any]]) -> list[int]:
+    """Each finding's capture, in order, as `kinds_and_times` gives their kinds."""
+    if isinstance(findings, FindingEntries):
+        return findings.captures()
+    return [finding["capture"] for finding in findings]
+
+
+def nagle_family(findings: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The Nagle family's findings, in order (a document's without their evidence rows)."""
+    if isinstance(findings, FindingEntries):
+        return findings.nagle_family()
+    return [finding for finding in findings if kinds.is_nagle_family(finding["kind"])]
 
 
 def kinds_and_times(findings: Sequence[dict[str, Any]]) -> tuple[list[str], list[float]]:
@@ -523,18 +592,32 @@ def build_document(analyses: list[Analysis],
     connections = ConnectionEntries([analysis.capture.connections for analysis in analyses])
     read = ColumnReader()
     findings = FindingEntries(analyses, connections)
+    not_listed = [{"path": entry.path, "reason": entry.reason, "error": entry.error}
+                  for entry in sorted(not_analysed, key=lambda entry: not entry.error)]
     return {
         "schema": SCHEMA,
         "tool": {"name": "nagledetect", "version": __version__},
+        "headline": _headline(findings, [analysis.capture.path for analysis in analyses],
+                              len(connections), sum(entry.error for entry in not_analysed)),
         "captures": CaptureEntries([analysis.capture for analysis in analyses], read),
-        "not_analysed": [{"path": entry.path, "reason": entry.reason, "error": entry.error}
-                         for entry in sorted(not_analysed, key=lambda entry: not entry.error)],
+        "not_analysed": not_listed,
         "connections": connections,
         "findings": findings,
         "hosts": HostEntries(analyses, connections),
         "segment_parity": ParityEntries(analyses, connections, read),
         "advice": _advice_entries(findings),
     }
+
+
+def _headline(findings: FindingEntries, paths: list[str], connections: int,
+              unreadable: int) -> dict[str, Any]:
+    """The answer first (`headline.headline_entry`): the Nagle family's findings, and the
+    costliest of the other named causes (first in their group, which is ordered by time)."""
+    scope = f"{plural(len(paths), 'capture')}, {plural(connections, 'connection')}"
+    scope += f"; {unreadable} could not be analysed" if unreadable else ""
+    named = [position for position, kind in enumerate(findings.kinds())
+             if DIAGNOSIS_GROUPS.get(kind) == OTHER_CAUSES_GROUP][:LARGEST_DELAYS_SHOWN]
+    return headline_entry(findings.nagle_family(), take(findings, named), scope, paths)
 
 
 def write_json(document: dict[str, Any], stream: BinaryIO, workers: int = 1) -> None:

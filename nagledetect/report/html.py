@@ -29,14 +29,18 @@ from nagledetect.chart_data import (
     TimeSequence,
     Trace,
 )
+from nagledetect.detectors import kinds
 from nagledetect.detectors.model import HostProfile
 from nagledetect.report.document import connection_position
+from nagledetect.report.headline import is_upper_bound
 from nagledetect.report.text import (
     KIND_TITLES,
     AccountingTotals,
+    Diagnosis,
     StallTotals,
+    diagnosis,
+    folded_line,
     in_capture,
-    shown_findings,
     stalls_by_connection,
 )
 from nagledetect.stored import take
@@ -230,31 +234,43 @@ def _parity(document: dict[str, Any]) -> str:
     return _figure(figure, "Segment parity")
 
 
-def _findings(document: dict[str, Any], stalls: list[dict[str, Any]], notes: list[str]) -> str:
-    """The capped list; the stalls are noted in `stalls` on the way (a large capture's findings
-    are read from disk once)."""
-    parts = []
-    shown, *_ = shown_findings(document["findings"], MAX_FINDINGS_SHOWN, stalls)
-    if len(document["findings"]) > len(shown):
-        notes.append(f"findings: {len(shown)} of {len(document['findings']):,} are listed, the "
-                     "Nagle-related ones that cost time first, then the costliest others (all "
-                     "are in the JSON output)")
-    for rank, finding in shown:
-        title = KIND_TITLES.get(finding["kind"], finding["kind"])
-        evidence = ", ".join(f"{e['last_data_frame']} &rarr; {e['delayed_ack_frame']} &rarr; "
-                             f"{e['released_frame']}" for e in finding["events"][:3])
-        fixes = "".join(f"<li><b>{_e(document['advice'][k]['title'])}</b> "
-                        f"({_e(document['advice'][k]['side'])} side)</li>"
-                        for k in finding["advice"] if k in document["advice"])
-        parts.append(
-            f"<div class='finding'><b>{rank}. {_e(title)}</b> on connection {finding['connection']}"
-            f"{_e(in_capture(document, finding))}"
-            f" &mdash; {finding['time_lost_s']:.3f} s lost, confidence "
+def _findings(document: dict[str, Any], found: Diagnosis, notes: list[str]) -> str:
+    """The diagnosis as the text report orders it: the capped list, then each capture's idle
+    and stop-and-wait in one line."""
+    parts = [_finding(rank, finding, document) for rank, finding in found.shown]
+    left_out = sum(found.left_out.values())
+    if left_out:
+        notes.append(f"findings: {len(found.shown)} of {len(found.shown) + left_out:,} are "
+                     "listed, the Nagle family first, then the other causes, each by time lost, "
+                     "then the patterns (all are in the JSON output)")
+    folded = found.folded[:CAPTURES_SHOWN]
+    if len(folded) < len(found.folded):
+        notes.append(f"idle and stop-and-wait: {len(folded):,} of {len(found.folded):,} "
+                     "captures (all are in the JSON output)")
+    for line in folded:
+        ranks = "-".join(str(rank) for rank in dict.fromkeys((line.ranks[0], line.ranks[-1])))
+        parts.append(f"<div class='finding note'><b>{ranks}.</b> "
+                     f"{_e(folded_line(line, in_capture(document, {'capture': line.capture})))}."
+                     "</div>")
+    return "".join(parts) or "<p>No findings.</p>"
+
+
+def _finding(rank: int, finding: dict[str, Any], document: dict[str, Any]) -> str:
+    title = KIND_TITLES.get(finding["kind"], finding["kind"])
+    evidence = ", ".join(f"{e['last_data_frame']} &rarr; {e['delayed_ack_frame']} &rarr; "
+                         f"{e['released_frame']}" for e in finding["events"][:3])
+    fixes = "".join(f"<li><b>{_e(document['advice'][k]['title'])}</b> "
+                    f"({_e(document['advice'][k]['side'])} side)</li>"
+                    for k in finding["advice"] if k in document["advice"])
+    word = "idle" if finding["kind"] == kinds.IDLE else "lost"
+    bound = "up to " if is_upper_bound(finding) else ""
+    return (f"<div class='finding'><b>{rank}. {_e(title)}</b> on connection "
+            f"{finding['connection']}{_e(in_capture(document, finding))}"
+            f" &mdash; {bound}{finding['time_lost_s']:.3f} s {word}, confidence "
             f"{_e(finding['confidence']['level'])}<br>{_e(finding['summary'])}."
             + (f"<br><span class='note'>Evidence frames (last data &rarr; ACK &rarr; next): "
                f"{evidence}</span>" if evidence else "")
             + (f"<ul>{fixes}</ul>" if fixes else "") + "</div>")
-    return "".join(parts) or "<p>No findings.</p>"
 
 
 def _table_connections(connections: Sequence[dict[str, Any]],
@@ -347,14 +363,19 @@ def _verdict(document: dict[str, Any], stalls: list[dict[str, Any]]) -> str:
 
 
 def _stall_verdict(document: dict[str, Any], stalls: list[dict[str, Any]]) -> str:
+    """The document's headline (on green where nothing waited), and where there are
+    Nagle-family stalls, the worst finding's fix."""
+    headline = document["headline"]
+    text = _e(headline["text"])
     if not stalls:
-        return "<div class='verdict ok'>No Nagle/delayed-ACK stalls: nothing to change here.</div>"
-    lost = sum(f["time_lost_s"] for f in stalls)
-    count = sum(f["count"] for f in stalls)
+        plain = "" if headline["largest_other_delays"] else " ok"
+        return f"<div class='verdict{plain}'>{text}</div>"
     worst = max(stalls, key=lambda f: f["time_lost_s"])
-    return (f"<div class='verdict'>{count} stalls cost {lost:.2f} s on {len(stalls)} connection "
-            f"direction(s). The worst: {_e(worst['sender'])} waits for {_e(worst['receiver'])}'s "
-            f"delayed ACK; fix: {_e(document['advice'][worst['advice'][0]]['title'])}.</div>")
+    fix = (f"; fix: {_e(document['advice'][worst['advice'][0]]['title'])}"
+           if worst["advice"] else "")
+    return (f"<div class='verdict'>{text} The worst: {_e(KIND_TITLES[worst['kind']])} on "
+            f"connection {worst['connection']}{_e(in_capture(document, worst))}, "
+            f"{_e(worst['sender'])} to {_e(worst['receiver'])}{fix}.</div>")
 
 
 def render_html(document: dict[str, Any], analyses: list[Analysis]) -> str:
@@ -363,13 +384,13 @@ def render_html(document: dict[str, Any], analyses: list[Analysis]) -> str:
         raise ValueError("the HTML report draws charts the analysis gathers: analyse with "
                          "charts=True")
     notes: list[str] = []
-    stalls: list[dict[str, Any]] = []
-    findings = _findings(document, stalls, notes)
+    found = diagnosis(document["findings"], MAX_FINDINGS_SHOWN)
+    findings = _findings(document, found, notes)
     with _white_charts():
         charts = [_response_cdf(analyses), *_time_sequence(document, analyses, notes),
                   *_ack_delays(analyses, notes), *_phase_plots(analyses, notes),
                   _packet_sizes(analyses), _parity(document)]
-    table = _flow_table(document, stalls, notes)
+    table = _flow_table(document, found.stalls, notes)
     accounting = _accounting(document, notes)
     not_analysed = _not_analysed(document, notes)
     sampled = "".join(f"<li>{_e(n)}</li>" for n in notes)
@@ -379,8 +400,9 @@ def render_html(document: dict[str, Any], analyses: list[Analysis]) -> str:
         "script-src 'unsafe-inline' 'unsafe-eval'; style-src 'unsafe-inline'; img-src data:\">"
         f"<title>nagledetect report</title><style>{STYLE}</style>"
         f"<script>{get_plotlyjs()}</script></head><body>"
-        f"<h1>nagledetect report</h1>{_verdict(document, stalls)}"
-        f"<h2>Findings, ranked by time lost</h2>{findings}"
+        f"<h1>nagledetect report</h1>{_verdict(document, found.stalls)}"
+        "<h2>Findings: the Nagle family first, then other causes, each by time lost</h2>"
+        f"{findings}"
         f"<h2>Charts</h2>{''.join(charts)}"
         + (f"<p class='note'>Shown in part:</p><ul class='note'>{sampled}</ul>" if sampled else "")
         + f"<h2>Connections</h2><p class='note'>Click a column to sort.</p>{table}"

@@ -14,22 +14,31 @@ from typing import Any
 
 import click
 
-from nagledetect.detectors.nagle_stall import KIND as STALL_KIND
-from nagledetect.detectors.other_stalls import CAUSES as NOT_NAGLE_KINDS
-from nagledetect.report.document import connection_position, kinds_and_times
+from nagledetect.detectors import kinds
+from nagledetect.report.document import (
+    connection_position,
+    finding_captures,
+    is_folded,
+    kinds_and_times,
+    nagle_family,
+)
+from nagledetect.report.headline import duration_text, is_upper_bound, plural
 from nagledetect.stored import take
 
 KIND_TITLES = {
-    "nagle-delack-stall": "Nagle / delayed-ACK stall",
-    "phase-lock": "Delayed ACKs phase-locked to a clock tick",
-    "segment-parity": "Odd/even segment counts decide the stalls",
-    "tinygram-flood": "Tinygram flood (poor buffering)",
-    "stream-coalescing": "Small-message stream coalescing",
-    "stop-and-wait": "Stop-and-wait exchanges",
-    "loss-recovery": "Loss recovery (not Nagle)",
-    "zero-window": "Zero window (not Nagle)",
-    "think-time": "Application think time (not Nagle)",
-    "idle": "Idle (not Nagle)",
+    kinds.NAGLE_DELACK_STALL: "Nagle / delayed-ACK stall",
+    kinds.NAGLE_RTT_HOLD: "Nagle hold for one round trip",
+    kinds.STREAM_COALESCING: "Small-message stream coalescing (Nagle)",
+    kinds.LOSS_RECOVERY: "Loss recovery (not Nagle)",
+    kinds.ZERO_WINDOW: "Zero window (not Nagle)",
+    kinds.WINDOW_LIMITED: "Small receive window (not Nagle)",
+    kinds.HANDSHAKE_RETRY: "Handshake retried (not Nagle)",
+    kinds.THINK_TIME: "Application think time (not Nagle)",
+    kinds.IDLE: "Idle: nobody waiting (not Nagle)",
+    kinds.PHASE_LOCK: "Delayed ACKs phase-locked to a clock tick",
+    kinds.SEGMENT_PARITY: "Odd/even segment counts decide the stalls",
+    kinds.TINYGRAM_FLOOD: "Tinygram flood (poor buffering)",
+    kinds.STOP_AND_WAIT: "Stop-and-wait exchanges",
 }
 EVIDENCE_SHOWN = 3
 PARITY_ROWS_SHOWN = 20
@@ -73,52 +82,76 @@ def _capped(rows: list, limit: int, verbose: bool, noun: str) -> tuple[list, lis
     return rows[:limit], [_left_out_line(len(rows) - limit, noun)]
 
 
-def shown_findings(findings: Sequence[dict[str, Any]], limit: int, stalls: list[dict[str, Any]]
-                   ) -> tuple[list[tuple[int, dict[str, Any]]], int, int]:
-    """The findings a list of `limit` shows, as (rank, finding) in rank order, and how many
-    Nagle-related and how many other findings it leaves out; every Nagle/delayed-ACK stall is
-    also put in `stalls`, for the headline and the connections' stall totals.
+@dataclass
+class FoldedCapture:
+    """A capture's idle and stop-and-wait findings, which the diagnosis folds into one line:
+    idle time is time nobody waited for, and stop-and-wait counts none of its own."""
 
-    The Nagle-related findings that cost time come first, the costliest up to the limit; the
-    rest (gaps not caused by Nagle, and findings that add no time, such as stop-and-wait) fill
-    the slots left by rank. The headline counts the stalls, so they must not drop out of sight
-    below a list of idle gaps that cost more time. The document's findings are picked by their
-    kinds and times, and only those shown and the stalls are made: a large capture's are read
-    from disk (the 10 M mix's text report took 8.1-8.8 s so, 9.5-9.8 s reading all 76,544)."""
-    kinds, times = kinds_and_times(findings)
-    ranks, nagle_left_out, others_left_out = _shown_ranks(kinds, times, limit)
-    stall_positions = [position for position, kind in enumerate(kinds) if kind == STALL_KIND]
-    wanted = sorted({*stall_positions, *(rank - 1 for rank in ranks)})
-    made = dict(zip(wanted, take(findings, wanted)))
-    stalls += [made[position] for position in stall_positions]
-    return [(rank, made[rank - 1]) for rank in ranks], nagle_left_out, others_left_out
+    capture: int
+    ranks: list[int] = field(default_factory=list)
+    idle: int = 0
+    """Idle findings: one per connection."""
+    idle_s: float = 0.0
+    longest_idle_s: float = 0.0
+    stop_and_wait: int = 0
+    """Stop-and-wait findings: one per connection."""
 
 
-def _shown_ranks(kinds: list[str], times_lost_s: list[float], limit: int
-                 ) -> tuple[list[int], int, int]:
-    """The ranks `shown_findings` shows, and how many of each sort it leaves out."""
-    first: list[tuple[int, bool]] = []
-    rest: list[tuple[int, bool]] = []
-    totals = {True: 0, False: 0}
-    for rank, (kind, lost) in enumerate(zip(kinds, times_lost_s), start=1):
-        nagle = kind not in NOT_NAGLE_KINDS
-        totals[nagle] += 1
-        kept = first if nagle and lost > 0 else rest
-        if len(kept) < limit:
-            kept.append((rank, nagle))
-    shown = sorted(first + rest[:limit - len(first)])
-    shown_nagle = sum(nagle for _, nagle in shown)
-    return ([rank for rank, _ in shown], totals[True] - shown_nagle,
-            totals[False] - (len(shown) - shown_nagle))
+@dataclass
+class Diagnosis:
+    """What a diagnosis of at most `limit` findings shows: the findings listed one by one, in
+    the document's order (the Nagle family first, then the other named causes, each by time
+    lost, then the patterns) as (rank, finding), how many it leaves out of each sort, each
+    capture's folded line, and every Nagle-family finding (for the connection tables)."""
+
+    shown: list[tuple[int, dict[str, Any]]]
+    left_out: Counter[str]
+    folded: list[FoldedCapture]
+    stalls: list[dict[str, Any]]
+
+
+def diagnosis(findings: Sequence[dict[str, Any]], limit: int | None) -> Diagnosis:
+    """The diagnosis of a document's findings (`limit` None: every one listed). They are picked
+    by their kinds and times, and only those listed are made; the Nagle family's come from the
+    document, which read them once for its headline (a large capture's findings are read from
+    disk: the 10 M mix's text report took 8.1-8.8 s so, 9.5-9.8 s reading all 76,544)."""
+    kind_of_each, times = kinds_and_times(findings)
+    listed: list[int] = []
+    folded: dict[int, FoldedCapture] = {}
+    for position, (kind, lost, capture) in enumerate(zip(kind_of_each, times,
+                                                         finding_captures(findings))):
+        if not is_folded(kind):
+            listed.append(position)
+            continue
+        line = folded.setdefault(capture, FoldedCapture(capture))
+        line.ranks.append(position + 1)
+        if kind == kinds.IDLE:
+            line.idle += 1
+            line.idle_s += lost
+            line.longest_idle_s = max(line.longest_idle_s, lost)
+        else:
+            line.stop_and_wait += 1
+    shown = listed if limit is None else listed[:limit]
+    left_out = Counter(_sort_of(kind_of_each[position]) for position in listed[len(shown):])
+    return Diagnosis(list(zip([position + 1 for position in shown], take(findings, shown))),
+                     left_out, list(folded.values()), nagle_family(findings))
+
+
+def _sort_of(kind: str) -> str:
+    if kinds.is_nagle_family(kind):
+        return "Nagle-family, each costing less time than those above"
+    if kind in kinds.OTHER_GAP_CAUSES:
+        return "of other causes, not Nagle"
+    return "patterns that count no time of their own"
 
 
 StallTotals = dict[tuple[int, int], tuple[int, float]]
-"""Stall count and time lost by (capture, connection id)."""
+"""Nagle-family stall count and time lost by (capture, connection id)."""
 
 
 def stalls_by_connection(stalls: list[dict[str, Any]]) -> StallTotals:
-    """Each connection's stall count and time lost (from the stalls `shown_findings` noted),
-    by (capture, connection id), for the connection tables."""
+    """Each connection's Nagle-family stall count and time lost, by (capture, connection id),
+    for the connection tables."""
     totals: StallTotals = {}
     for finding in stalls:
         key = (finding["capture"], finding["connection"])
@@ -127,13 +160,46 @@ def stalls_by_connection(stalls: list[dict[str, Any]]) -> StallTotals:
     return totals
 
 
-def _findings_left_out_line(nagle: int, others: int) -> list[str]:
-    kinds = [f"{count} {kind}" for count, kind in ((nagle, "Nagle-related, each costing less "
-                                                            "time than those above"),
-                                                   (others, "not caused by Nagle")) if count]
-    if not kinds:
+def _findings_left_out_line(left_out: Counter[str]) -> list[str]:
+    if not left_out:
         return []
-    return [f"  ... and {nagle + others} more findings ({'; '.join(kinds)}; {WHERE_ALL_ARE})"]
+    sorts = "; ".join(f"{count} {sort}" for sort, count in left_out.items())
+    return [f"  ... and {sum(left_out.values())} more findings ({sorts}; {WHERE_ALL_ARE})"]
+
+
+def folded_line(line: FoldedCapture, where: str) -> str:
+    """A capture's idle and stop-and-wait findings in one line (without the ranks)."""
+    parts = []
+    if line.idle:
+        longest = (f", the longest {duration_text(line.longest_idle_s)}" if line.idle > 1
+                   else "")
+        parts.append(f"{plural(line.idle, 'connection')} idle {duration_text(line.idle_s)}"
+                     f"{' in all' if line.idle > 1 else ''}{longest} (nobody was waiting: not "
+                     "time lost)")
+    if line.stop_and_wait:
+        parts.append(f"{plural(line.stop_and_wait, 'connection')} exchanging stop-and-wait, one "
+                     "message at a time")
+    title = " and ".join(name for name, count in (("Idle", line.idle),
+                                                  ("stop-and-wait", line.stop_and_wait)) if count)
+    return f"{title[0].upper()}{title[1:]} (not Nagle){where}: {'; '.join(parts)}"
+
+
+def _folded_lines(document: dict[str, Any], found: Diagnosis, verbose: bool,
+                  style: _Style) -> list[str]:
+    """Each capture's folded line; with `verbose`, its findings listed under it."""
+    shown, left_out = _capped(found.folded, CAPTURES_SHOWN, verbose,
+                              "captures with idle time or stop-and-wait")
+    lines = []
+    for line in shown:
+        ranks = (f"{line.ranks[0]}" if len(line.ranks) == 1
+                 else f"{line.ranks[0]}-{line.ranks[-1]}")
+        where = in_capture(document, {"capture": line.capture})
+        lines.append(style.quiet(f"{ranks:>2}. {folded_line(line, where)}."))
+        if verbose:
+            for rank, finding in zip(line.ranks, take(document["findings"],
+                                                      [rank - 1 for rank in line.ranks])):
+                lines += _finding_lines(rank, finding, document, verbose, style) + [""]
+    return lines + left_out + ([""] if lines and not verbose else [])
 
 
 def _left_out_line(count: int, noun: str) -> str:
@@ -144,28 +210,10 @@ def _ms(value: float | None, digits: int = 3) -> str:
     return "-" if value is None else f"{value:.{digits}f}"
 
 
-def _duration(seconds: float) -> str:
-    return f"{seconds * 1000:.1f} ms" if seconds < 1 else f"{seconds:.3f} s"
-
-
 def _reaction(milliseconds: float) -> str:
     """How soon the held data left after the ACK: microseconds when the sender sits by the tap
     (tens of them), milliseconds when the tap is a round trip away from it."""
     return f"{milliseconds * 1000:.0f} us" if milliseconds < 1 else f"{milliseconds:.1f} ms"
-
-
-def _headline(document: dict[str, Any], stalls: list[dict[str, Any]]) -> str:
-    count = sum(f["count"] for f in stalls)
-    lost = sum(f["time_lost_s"] for f in stalls)
-    captures = len(document["captures"])
-    scope = (f"{captures} capture{'s' if captures != 1 else ''}, "
-             f"{len(document['connections'])} connection{'s' if len(document['connections']) != 1 else ''}")
-    unreadable = sum(entry["error"] for entry in document["not_analysed"])
-    scope += f"; {unreadable} could not be analysed" if unreadable else ""
-    if not stalls:
-        return f"No Nagle/delayed-ACK stalls found ({scope})."
-    return (f"{count} Nagle/delayed-ACK stall{'s' if count != 1 else ''} costing {_duration(lost)} "
-            f"on {len(stalls)} connection direction{'s' if len(stalls) != 1 else ''} ({scope}).")
 
 
 def _evidence(finding: dict[str, Any], verbose: bool) -> list[str]:
@@ -174,14 +222,15 @@ def _evidence(finding: dict[str, Any], verbose: bool) -> list[str]:
     for event in events:
         if event["delayed_ack_frame"] == event["released_frame"]:
             lines.append(f"       frame {event['last_data_frame']} last data -> frame "
-                         f"{event['released_frame']} next data: gap {_duration(event['stall_s'])}")
+                         f"{event['released_frame']} next data: gap {duration_text(event['stall_s'])}")
             continue
-        ack = _ack_note(event)
+        ack = (_round_trip_note(event) if finding["kind"] == kinds.NAGLE_RTT_HOLD
+               else _ack_note(event))
         reaction = (f" (+{_reaction(event['reaction_ms'])})"
                     if event.get("reaction_ms") is not None else "")
         lines.append(f"       frame {event['last_data_frame']} last data -> frame "
                      f"{event['delayed_ack_frame']} ACK{ack} -> frame {event['released_frame']} "
-                     f"released{reaction}: stall {_duration(event['stall_s'])}")
+                     f"released{reaction}: stall {duration_text(event['stall_s'])}")
     hidden = len(finding["events"]) - len(events)
     if hidden > 0:
         lines.append(f"       ... and {hidden} more (--verbose lists every event)")
@@ -191,6 +240,14 @@ def _evidence(finding: dict[str, Any], verbose: bool) -> list[str]:
 ROUND_TRIP_SHOWN_MS = 1.0
 """The ACK's gap after the last data is shown apart from the receiver's hold once the round
 trip between them is at least this long (a capture taken away from the receiver)."""
+
+
+def _round_trip_note(event: dict[str, Any]) -> str:
+    """An ordinary ACK's gap after the last data (a hold of one round trip): the ACK is not
+    delayed, so there is no hold of the receiver's to show."""
+    if event.get("reaction_ms") is None:
+        return ""
+    return f" (+{event['stall_s'] * 1000 - event['reaction_ms']:.1f} ms, not delayed)"
 
 
 def _ack_note(event: dict[str, Any]) -> str:
@@ -213,8 +270,7 @@ def _finding_lines(rank: int, finding: dict[str, Any], document: dict[str, Any],
     title = KIND_TITLES.get(finding["kind"], finding["kind"])
     if finding.get("subkind"):
         title += f" ({finding['subkind']})"
-    cost = (f"{_duration(finding['time_lost_s'])} lost ({finding['share'] * 100:.0f}% of the "
-            f"connection)" if finding["time_lost_s"] > 0 else "no extra time counted")
+    cost = _cost(finding)
     lines = [style.alert(f"{rank:>2}. {title}") +
              f" on connection {finding['connection']}{in_capture(document, finding)}: {cost}, "
              f"confidence {finding['confidence']['level']}",
@@ -227,7 +283,7 @@ def _finding_lines(rank: int, finding: dict[str, Any], document: dict[str, Any],
         who = {"sender": f"the sender {finding['sender']}",
                "receiver": f"the receiver {finding['receiver']}"}.get(
             advice["side"], "the application protocol")
-        saving = (f"; would save up to {_duration(finding['time_lost_s'])} here"
+        saving = (f"; would save up to {duration_text(finding['time_lost_s'])} here"
                   if finding["time_lost_s"] > 0 else "")
         lines.append(f"     Fix ({who} must change): {advice['title']} [{key}]{saving}.")
     others = ", ".join(finding["advice"][1:])
@@ -235,6 +291,16 @@ def _finding_lines(rank: int, finding: dict[str, Any], document: dict[str, Any],
         lines.append(f"     Other fixes: {others} (see HOW TO FIX).")
     lines += [f"     Warning: {warning}" for warning in finding.get("details", {}).get("warnings", [])]
     return lines
+
+
+def _cost(finding: dict[str, Any]) -> str:
+    """The time a finding counts: time lost, except idle time, which nobody waited for."""
+    if finding["time_lost_s"] <= 0:
+        return "no extra time counted"
+    word = "idle" if finding["kind"] == kinds.IDLE else "lost"
+    bound = "up to " if is_upper_bound(finding) else ""
+    return (f"{bound}{duration_text(finding['time_lost_s'])} {word} ({finding['share'] * 100:.0f}% "
+            "of the connection)")
 
 
 def in_capture(document: dict[str, Any], entry: dict[str, Any]) -> str:
@@ -453,23 +519,20 @@ def _capture_accounting(captures: list[dict[str, Any]]) -> list[str]:
 def render_text(document: dict[str, Any], verbose: bool = False, colour: bool = False) -> str:
     """The whole text report for a document built by `build_document`."""
     style = _Style(colour)
-    stalls: list[dict[str, Any]] = []
-    if verbose:
-        shown, left_out = list(enumerate(document["findings"], start=1)), []
-        stalls += [finding for _, finding in shown if finding["kind"] == STALL_KIND]
-    else:
-        shown, *hidden = shown_findings(document["findings"], FINDINGS_SHOWN, stalls)
-        left_out = _findings_left_out_line(*hidden)
-    lines = [style.heading(_headline(document, stalls)), ""]
-    if shown:
-        lines.append(style.heading("DIAGNOSIS (ranked by time lost)"))
-        for rank, finding in shown:
+    found = diagnosis(document["findings"], None if verbose else FINDINGS_SHOWN)
+    lines = [style.heading(document["headline"]["text"]), ""]
+    if found.shown or found.folded:
+        lines.append(style.heading("DIAGNOSIS (the Nagle family first, then other causes, each "
+                                   "by time lost; idle time last)"))
+        for rank, finding in found.shown:
             lines += _finding_lines(rank, finding, document, verbose, style) + [""]
-        lines += left_out + ([""] if left_out else [])
+        lines += _findings_left_out_line(found.left_out)
+        lines += [""] if found.left_out else []
+        lines += _folded_lines(document, found, verbose, style)
     lines += _how_to_fix(document, style)
     lines += _hosts(document, style, verbose)
     lines += _parity(document, style)
-    lines += _connections(document, stalls_by_connection(stalls), style, verbose)
+    lines += _connections(document, stalls_by_connection(found.stalls), style, verbose)
     lines += _not_analysed(document, style, verbose)
     lines += _accounting(document, style, verbose)
     return "\n".join(lines) + "\n"

@@ -1,0 +1,128 @@
+"""The answer comes first, in the same words everywhere: the JSON document's headline is the
+text report's first line and the HTML report's banner, and the Nagle family (delayed-ACK
+stalls, one-round-trip holds, stream coalescing) is counted in it as in the connection tables.
+
+Every expected value was checked by hand in tshark (`-T fields -e frame.number -e
+frame.time_relative -e ip.src -e tcp.len`), as each test says.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from nagledetect.detectors import kinds
+from nagledetect.report.headline import cause_words
+from tests.conftest import SAMPLE_TRACES, corpus_file
+
+STREAM = str(SAMPLE_TRACES / "classic-stream.pcap")
+
+
+def _run(*arguments: str) -> str:
+    return subprocess.run([sys.executable, "-m", "nagledetect", *arguments],
+                          capture_output=True, text=True, check=True).stdout
+
+
+def _reports(tmp_path: Path, *paths: str) -> tuple[dict, str, str]:
+    """The JSON document, the text report and the HTML page of one run over `paths`."""
+    page = tmp_path / "report.html"
+    _run("report", "-j", "1", *paths, "-o", str(page))
+    return (json.loads(_run("analyze", "-j", "1", "--format", "json", *paths)),
+            _run("analyze", "-j", "1", *paths), page.read_text())
+
+
+def test_stream_coalescing_is_the_headline_of_a_stream_nagle_held(tmp_path) -> None:
+    """classic-stream.pcap: a one-way stream of 100-byte writes every 30 ms whose accumulated
+    packets (400-700 bytes) each leave 30-40 us after the receiver's delayed ACK (frame 9 at
+    0.177835 s, frame 10 with 400 bytes at 0.177879 s; frame 14, frame 15 with 700 bytes...).
+    In tshark, the 22 data packets of 300 bytes or more that follow the peer's ACK come
+    4.344628 s in all after the client's data before them. The headline said "No
+    Nagle/delayed-ACK stalls found" over them; it names them now, as the banner and the
+    connection table do, and the stream-coalescing finding leads the diagnosis."""
+    document, text, page = _reports(tmp_path, STREAM)
+    headline = document["headline"]
+    assert headline["nagle_family"]["stalls"] == 22
+    assert headline["nagle_family"]["time_lost_s"] == 4.344628
+    assert headline["nagle_family"]["by_kind"][kinds.STREAM_COALESCING] == {
+        "stalls": 22, "time_lost_s": 4.344628}
+    assert headline["text"] == ("22 Nagle stream-coalescing stalls cost 4.345 s on 1 connection "
+                                "direction (1 capture, 1 connection).")
+    assert text.startswith(headline["text"] + "\n")
+    assert f"<div class='verdict'>{html.escape(headline['text'], quote=True)} The worst: " in page
+    assert document["findings"][0]["kind"] == kinds.STREAM_COALESCING
+    assert " 1. Small-message stream coalescing (Nagle) on connection 0: 4.345 s lost" in text
+    row = next(line for line in text.splitlines() if line.startswith("   0 10.77.0.1:34140"))
+    assert row.split()[-2:] == ["22", "4.345"]
+    assert "<td>22</td><td>4.345</td></tr>" in page
+
+
+def test_without_nagle_stalls_the_headline_names_the_largest_delays(tmp_path) -> None:
+    """cause-rto.pcap (lab: the delay line drops the third request and its next two
+    transmissions): in tshark, the request, frame 13, leaves at 0.289066 s, is sent again at
+    0.534260 s (frame 14), 0.778284 s (frame 17) and 1.286288 s (frame 24), and the server's
+    answer, frame 25, comes at 1.306891 s: 1.018 s waiting for lost data, frames 13 to 25, and
+    no Nagle stall. The headline says so, with the frames, where it used to say only that no
+    stall was found."""
+    document, text, page = _reports(tmp_path, str(SAMPLE_TRACES / "cause-rto.pcap"))
+    headline = document["headline"]
+    assert headline["nagle_family"]["stalls"] == 0
+    largest = headline["largest_other_delays"]
+    assert [(delay["kind"], delay["connection"], delay["time_lost_s"], delay["frames"])
+            for delay in largest] == [(kinds.LOSS_RECOVERY, 0, 1.017825, [13, 25])]
+    assert headline["text"] == (
+        f"No Nagle stalls (1 capture, 1 connection). Largest delays: {cause_words(largest[0])} "
+        "1.018 s on connection 0, frames 13-25.")
+    assert text.startswith(headline["text"] + "\n")
+    assert f"<div class='verdict'>{html.escape(headline['text'], quote=True)}</div>" in page
+
+
+def test_the_largest_delays_of_several_captures_name_their_files() -> None:
+    """cause-rto.pcap (above) and zeek tls__dhe.pcap, whose client's 69 bytes (frame 14, at
+    3.056950 s) are sent again 600 ms later (frame 15) before the server answers at 3.760703 s
+    (frame 16): 703.8 ms, frames 14 to 16 (tshark). The larger comes first, each named by its
+    file (frame numbers are each file's own)."""
+    rto = str(SAMPLE_TRACES / "cause-rto.pcap")
+    dhe = str(corpus_file("zeek/tls__dhe.pcap"))
+    document = json.loads(_run("analyze", "-j", "1", "--format", "json", rto, dhe))
+    largest = document["headline"]["largest_other_delays"]
+    assert [(delay["capture"], delay["time_lost_s"], delay["frames"]) for delay in largest] == [
+        (0, 1.017825, [13, 25]), (1, 0.703753, [14, 16])]
+    named = [f"{cause_words(delay)} {seconds} on connection {delay['connection']} in {path}, "
+             f"frames {frames}" for delay, seconds, path, frames in zip(
+                 largest, ("1.018 s", "703.8 ms"), (rto, dhe), ("13-25", "14-16"))]
+    assert document["headline"]["text"] == (
+        f"No Nagle stalls (2 captures, 2 connections). Largest delays: {'; '.join(named)}.")
+
+
+def test_holds_that_may_be_paced_writes_count_as_an_upper_bound(tmp_path) -> None:
+    """paced-40ms.pcap: two 2-byte writes 38-45 ms apart, the second leaving right after the
+    server's delayed ACK. In tshark, the 22 stalls the finding lists (frame 22 -> 24, 27 -> 30,
+    ..., 160 -> 162) come 40.8-45.5 ms after the data before them, 933.264 ms in all; a trace
+    cannot tell those holds from the writes' own pacing, so the headline, the finding and the
+    HTML say "up to"."""
+    document, text, page = _reports(tmp_path, str(SAMPLE_TRACES / "paced-40ms.pcap"))
+    nagle = document["headline"]["nagle_family"]
+    assert (nagle["stalls"], nagle["time_lost_s"], nagle["time_lost_upper_bound_s"]) == (
+        22, 0.933264, 0.933264)
+    assert document["headline"]["text"] == (
+        "22 Nagle/delayed-ACK stalls cost up to 933.3 ms (where a hold cannot be told from a "
+        "paced write) on 1 connection direction (1 capture, 1 connection).")
+    assert text.startswith(document["headline"]["text"] + "\n")
+    assert " 1. Nagle / delayed-ACK stall (write-write-read) on connection 0: up to 933.3 ms lost" in text
+    assert "&mdash; up to 0.933 s lost, confidence low" in page
+
+
+def test_a_hold_of_one_round_trip_is_counted_with_the_nagle_family() -> None:
+    """rtt-hold.pcap: 20 tails of 50 bytes, each leaving 7-32 us after the server's ordinary
+    ACK of the 1,548 bytes before it, one 60 ms round trip after them; in tshark (frame 7 ->
+    10, 15 -> 18, ..., 115 -> 117) they wait 60.245-60.541 ms, 1.208046 s in all."""
+    document = json.loads(_run("analyze", "--format", "json",
+                               str(SAMPLE_TRACES / "rtt-hold.pcap")))
+    assert document["headline"]["nagle_family"]["by_kind"][kinds.NAGLE_RTT_HOLD] == {
+        "stalls": 20, "time_lost_s": 1.208046}
+    assert document["headline"]["text"] == (
+        "20 Nagle holds of one round trip cost 1.208 s on 1 connection direction (1 capture, 1 "
+        "connection).")
