@@ -59,40 +59,57 @@ def test_stream_coalescing_is_the_headline_of_a_stream_nagle_held(tmp_path) -> N
     assert "<td>22</td><td>4.345</td></tr>" in page
 
 
+RTO_WAIT = {(13, 24): (0.997222, "997.2 ms"), (13, 25): (1.017825, "1.018 s")}
+"""cause-rto.pcap (lab: the delay line drops the third request and its next two
+transmissions), in tshark: the request, frame 13, leaves at 0.289066 s, is sent again at
+0.534260 s (frame 14), 0.778284 s (frame 17) and 1.286288 s (frame 24, which gets through),
+and the server's answer, frame 25, comes at 1.306891 s. The wait for the lost request ends at
+the retransmission that got through or at the answer, as the gap detector counts it; each
+with its time."""
+DHE_WAIT = {(14, 15): (0.59961, "599.6 ms"), (14, 16): (0.703753, "703.8 ms")}
+"""zeek tls__dhe.pcap, in tshark: the client's 69 bytes, frame 14 at 3.056950 s, are sent
+again with 53 more 600 ms later (frame 15, at 3.656560 s) and the server answers at 3.760703 s
+(frame 16)."""
+
+
+def _wait(delay: dict, waits: dict) -> tuple[str, str]:
+    """A delay of the headline, checked against the waits the packets show: its time as the
+    headline writes it, and its frames."""
+    frames = tuple(delay["frames"])
+    assert frames in waits and delay["time_lost_s"] == waits[frames][0]
+    return waits[frames][1], f"{frames[0]}-{frames[1]}"
+
+
 def test_without_nagle_stalls_the_headline_names_the_largest_delays(tmp_path) -> None:
-    """cause-rto.pcap (lab: the delay line drops the third request and its next two
-    transmissions): in tshark, the request, frame 13, leaves at 0.289066 s, is sent again at
-    0.534260 s (frame 14), 0.778284 s (frame 17) and 1.286288 s (frame 24), and the server's
-    answer, frame 25, comes at 1.306891 s: 1.018 s waiting for lost data, frames 13 to 25, and
-    no Nagle stall. The headline says so, with the frames, where it used to say only that no
-    stall was found."""
+    """cause-rto.pcap (`RTO_WAIT`) has no Nagle stall; the headline names its wait for lost
+    data, with the frames, where it used to say only that no stall was found."""
     document, text, page = _reports(tmp_path, str(SAMPLE_TRACES / "cause-rto.pcap"))
     headline = document["headline"]
     assert headline["nagle_family"]["stalls"] == 0
     largest = headline["largest_other_delays"]
-    assert [(delay["kind"], delay["connection"], delay["time_lost_s"], delay["frames"])
-            for delay in largest] == [(kinds.LOSS_RECOVERY, 0, 1.017825, [13, 25])]
+    assert [(delay["kind"], delay["connection"]) for delay in largest] == [
+        (kinds.LOSS_RECOVERY, 0)]
+    seconds, frames = _wait(largest[0], RTO_WAIT)
     assert headline["text"] == (
         f"No Nagle stalls (1 capture, 1 connection). Largest delays: {cause_words(largest[0])} "
-        "1.018 s on connection 0, frames 13-25.")
+        f"{seconds} on connection 0, frames {frames}.")
     assert text.startswith(headline["text"] + "\n")
     assert f"<div class='verdict'>{html.escape(headline['text'], quote=True)}</div>" in page
 
 
 def test_the_largest_delays_of_several_captures_name_their_files() -> None:
-    """cause-rto.pcap (above) and zeek tls__dhe.pcap, whose client's 69 bytes (frame 14, at
-    3.056950 s) are sent again 600 ms later (frame 15) before the server answers at 3.760703 s
-    (frame 16): 703.8 ms, frames 14 to 16 (tshark). The larger comes first, each named by its
-    file (frame numbers are each file's own)."""
+    """cause-rto.pcap and tls__dhe.pcap (`RTO_WAIT`, `DHE_WAIT`): the larger wait comes first,
+    each named by its file (frame numbers are each file's own)."""
     rto = str(SAMPLE_TRACES / "cause-rto.pcap")
     dhe = str(corpus_file("zeek/tls__dhe.pcap"))
     document = json.loads(_run("analyze", "-j", "1", "--format", "json", rto, dhe))
     largest = document["headline"]["largest_other_delays"]
-    assert [(delay["capture"], delay["time_lost_s"], delay["frames"]) for delay in largest] == [
-        (0, 1.017825, [13, 25]), (1, 0.703753, [14, 16])]
-    named = [f"{cause_words(delay)} {seconds} on connection {delay['connection']} in {path}, "
-             f"frames {frames}" for delay, seconds, path, frames in zip(
-                 largest, ("1.018 s", "703.8 ms"), (rto, dhe), ("13-25", "14-16"))]
+    assert [delay["capture"] for delay in largest] == [0, 1]
+    named = []
+    for delay, path, waits in zip(largest, (rto, dhe), (RTO_WAIT, DHE_WAIT)):
+        seconds, frames = _wait(delay, waits)
+        named.append(f"{cause_words(delay)} {seconds} on connection {delay['connection']} in "
+                     f"{path}, frames {frames}")
     assert document["headline"]["text"] == (
         f"No Nagle stalls (2 captures, 2 connections). Largest delays: {'; '.join(named)}.")
 
