@@ -12,7 +12,12 @@ import pytest
 
 from nagledetect import load_capture
 from nagledetect.analysis import run_detectors
-from nagledetect.detectors.kinds import NAGLE_DELACK_STALL, NAGLE_RTT_HOLD
+from nagledetect.detectors.kinds import (
+    NAGLE_DELACK_STALL,
+    NAGLE_FAMILY,
+    NAGLE_RTT_HOLD,
+    OTHER_GAP_CAUSES,
+)
 from nagledetect.report.document import build_document
 from tests.conftest import SAMPLE_TRACES
 
@@ -189,3 +194,17 @@ def test_stalls_are_found_without_a_handshake() -> None:
     stalls = [f for f in run_detectors(capture).findings if f.kind == "nagle-delack-stall"]
     assert sum(f.count for f in stalls) == 39
     assert any("MSS estimated" in reason for f in stalls for reason in f.confidence_reasons)
+
+
+@pytest.mark.parametrize("manifest_path", MANIFESTS, ids=[p.stem for p in MANIFESTS])
+def test_data_nagle_held_is_never_called_idle(manifest_path) -> None:
+    """No gap named by another cause ends at a segment a Nagle-family finding released (in
+    classic-stream, the 22 accumulated packets of frames 10-58 each end a ~200 ms gap: those
+    gaps are the stream's, and only the 192.7 ms before frame 8 is idle)."""
+    _, document = _document(manifest_path)
+    released = {row["released_frame"] for f in document["findings"] if f["kind"] in NAGLE_FAMILY
+                for row in f["events"]}
+    others = {row["released_frame"] for f in document["findings"]
+              if f["kind"] in OTHER_GAP_CAUSES for row in f["events"]}
+    assert released or not any(f["kind"] in NAGLE_FAMILY for f in document["findings"])
+    assert not released & others

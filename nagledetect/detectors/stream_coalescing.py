@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from nagledetect.detectors.model import DetectorInput, Finding, payload_sizes
+from nagledetect.detectors.model import DetectorInput, Finding, StallEvents, payload_sizes
 from nagledetect.detectors.nagle_stall import delayed_ack_releases, stall_candidates
 from nagledetect.events.payloads import PayloadCounts
 from nagledetect.flows.connections import by_connection, direction_key
@@ -73,12 +73,25 @@ def _rows_by_direction(table: pd.DataFrame) -> dict[tuple[int, int], np.ndarray]
     return groups.by_key([rows[part] for part in groups.slices()])
 
 
+EVENT_COLUMNS = ("prev_frame", "peer_frame", "frame", "stall_s", "prev_time_us", "hold_ms",
+                 "reaction_ms")
+"""A held packet's evidence, in `StallEvents` order: the data before the hold, the delayed ACK,
+the accumulated packet it released."""
+
+
+def _events(accumulated: pd.DataFrame) -> StallEvents:
+    """The accumulated packets' evidence (so every report and the gap causes see their frames)."""
+    values = [accumulated[name].to_numpy() for name in EVENT_COLUMNS]
+    values[4] = values[4] * 1e-6
+    return StallEvents.of(*values)
+
+
 def detect(columns: DetectorInput) -> list[Finding]:
     pairs = one_way_directions(columns)
     if not pairs:
         return []
-    candidates = _of_pairs(pd.DataFrame(delayed_ack_releases(stall_candidates(columns)), copy=False), pairs,
-                           ["payload_bytes", "stall_s", "hold_ms"])
+    candidates = _of_pairs(pd.DataFrame(delayed_ack_releases(stall_candidates(columns)), copy=False),
+                           pairs, ["payload_bytes", *EVENT_COLUMNS])
     released = _rows_by_direction(candidates)
     sent = payload_sizes(columns).of(np.array([2 * c + d for c, d in pairs], dtype=np.int64))
     sent_by_direction = dict(zip(sent.keys().tolist(), zip(sent.segments().tolist(),
@@ -106,6 +119,7 @@ def detect(columns: DetectorInput) -> list[Finding]:
             confidence_reasons=[f"{len(accumulated)} accumulated packets (median "
                                 f"{float(accumulated['payload_bytes'].median()):.0f} bytes of "
                                 f"{write_bytes}-byte writes) each released right after a delayed ACK"],
+            events=_events(accumulated),
             advice=["nodelay-stream", "quickack"],
             details={"write_bytes": write_bytes, "mss": mss,
                      "median_accumulated_bytes": float(accumulated["payload_bytes"].median()),
