@@ -80,6 +80,35 @@ def test_an_ack_lag_that_idle_time_explains_is_no_round_trip() -> None:
     assert connection["vantage"] == "unknown"
 
 
+def test_a_fin_standing_in_for_the_missing_third_packet_is_no_round_trip() -> None:
+    """zeek http__bro.org-filtered.pcap, tcp.stream 0 (`-Y "tcp.stream==0" -T fields
+    -e frame.number -e frame.time_relative -e tcp.flags.str`): SYN at 0 s (frame 1), SYN/ACK at
+    0.078046 s (frame 2), then nothing from the client until its FIN/ACK at 8.303572 s (frame
+    22): the filter left the handshake's ACK out. The client's side was 8,225.5 ms; the
+    server's is the SYN -> SYN/ACK 78.046 ms."""
+    capture = load_capture(str(corpus_file("zeek/http__bro.org-filtered.pcap")))
+    connection = capture.connections.iloc[0]
+    assert connection["first_frame"] == 1
+    assert connection["rtt_server_side_ms"] == pytest.approx(78.046)
+    assert np.isnan(connection["rtt_client_side_ms"])
+    assert connection["vantage"] == "unknown"
+
+
+def test_a_syn_sent_again_after_the_syn_ack_voids_it() -> None:
+    """zeek rdp__rdp-x509.pcap (`-T fields -e frame.number -e frame.time_relative -e ip.src
+    -e tcp.flags.str`): SYN at 0 s, SYN/ACKs at 0.000080 and 2.300813 s, the client's SYN again
+    at 2.996685 s (it had received neither SYN/ACK), its pure ACK at 7.142217 s. That ACK
+    answers a SYN/ACK the capture does not hold, so the 4,841 ms from frame 3 is no round trip;
+    the server's side is the SYN -> SYN/ACK 0.080 ms. Nor does the data give the client's side:
+    the server's 19 bytes (frame 7 at 7.146965 s, again as frame 8 at 10.053809 s) are first
+    acknowledged by frame 11 at 11.046634 s (`-e tcp.seq_raw -e tcp.ack_raw -e tcp.len`),
+    0.99 s after the later copy, and its 1405 bytes of frames 12-13 never are."""
+    capture = load_capture(str(corpus_file("zeek/rdp__rdp-x509.pcap")))
+    connection = capture.connections.iloc[0]
+    assert connection["rtt_server_side_ms"] == pytest.approx(0.080)
+    assert np.isnan(connection["rtt_client_side_ms"])
+
+
 def test_a_round_trip_of_a_millisecond_places_the_tap() -> None:
     """classic-2n-blocks-100000, captured at the client: the client's handshake ACK left 47 us
     after the SYN/ACK (frames 6-7), the server's side takes a millisecond or more (SYN -> SYN/ACK

@@ -23,7 +23,7 @@ from nagledetect.flows.grouped import group_starts
 from nagledetect.flows.handshake import handshake_table
 from nagledetect.flows.roles import ROLES, DirectionsBefore, assign_roles
 from nagledetect.flows.sequence import relative_ack, relative_sequence
-from nagledetect.flows.vantage import ack_lags_us, note_client_acks, vantage_table
+from nagledetect.flows.vantage import HandshakeTimes, ack_lags_us, vantage_table
 from nagledetect.read.capture import DecodedColumns
 from nagledetect.read.decode import ipv4_mapped
 from nagledetect.read.threads import executor
@@ -329,24 +329,14 @@ def wire_segments(columns: dict[str, np.ndarray], handshake: dict[str, np.ndarra
 
 
 def _handshake_times(columns: dict[str, np.ndarray], count: int) -> dict[str, np.ndarray]:
-    """Time of the first SYN, the first SYN/ACK and the client's first ACK after it (looked
-    for a block of packets at a time, in file order: the candidates are half the packets)."""
-    flags = columns["flags"]
-    connection = columns["connection"]
-    time_us = columns["time_us"]
-    times = {}
-    handshake_flags = flags & (FLAG_SYN | FLAG_ACK)
-    for name, wanted in (("syn", FLAG_SYN), ("syn_ack", FLAG_SYN | FLAG_ACK)):
-        rows = np.flatnonzero(handshake_flags == wanted)
-        conn, first = np.unique(connection[rows], return_index=True)
-        times[name] = np.full(count, -1, dtype=np.int64)
-        times[name][conn] = time_us[rows[first]]
-    times["ack"] = np.full(count, -1, dtype=np.int64)
-    for start in range(0, len(flags), CHUNK_PACKETS):
+    """The handshake's times (`vantage.HandshakeTimes`), read a block of packets at a time in
+    file order, so the temporaries stay small."""
+    times = HandshakeTimes(count)
+    for start in range(0, len(columns["flags"]), CHUNK_PACKETS):
         block = slice(start, start + CHUNK_PACKETS)
-        note_client_acks(times["ack"], times["syn_ack"], flags[block], columns["direction"][block],
-                         connection[block], time_us[block])
-    return times
+        times.add(*(columns[name][block] for name in
+                    ("flags", "direction", "connection", "time_us", "payload_bytes")))
+    return times.times_us
 
 
 def _connection_endpoints(columns: dict[str, np.ndarray], pair_rows: np.ndarray,

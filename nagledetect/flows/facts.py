@@ -41,10 +41,10 @@ NOT_YET = np.iinfo(np.int64).max
 CONNECTION_MISSING: dict[str, object] = {
     "first_frame": 0, "stream": -1, "pair": -1, "first_sender_is_low": False, "uses_timestamps": False,
     **{f"{packet}_{name}": missing for packet in HANDSHAKE_PACKETS
-       for name, missing in {**OPTION_COLUMNS, "time_us": -1, "sender_is_low": np.int8(-1)}.items()}}
+       for name, missing in {**OPTION_COLUMNS, "sender_is_low": np.int8(-1)}.items()}}
 """Per-connection columns and their values before they are known."""
 COPIED_FROM = {"first_frame": "frame", **{f"{packet}_{name}": name for packet in HANDSHAKE_PACKETS
-                                          for name in (*OPTION_COLUMNS, "time_us")}}
+                                          for name in OPTION_COLUMNS}}
 """The packet column each per-connection column copies."""
 
 
@@ -76,13 +76,11 @@ class KeyedColumns:
 class ConnectionFacts:
     """What pass 1 knows at the end: the connection table (without round trips and vantage)
     and, for pass 2, which endpoint is each connection's client, each direction group's raw
-    ISN (index connection * 2 + direction, -1 where it sent nothing) and the handshake times."""
+    ISN (index connection * 2 + direction, -1 where it sent nothing)."""
 
     table: pd.DataFrame
     client_is_low: np.ndarray
     isn_raw: np.ndarray
-    syn_us: np.ndarray
-    syn_ack_us: np.ndarray
     later_from_us: np.ndarray
     """Per slice: no packet of the slices after it is earlier than this (NOT_YET after the
     last), so an ACK earlier than it cannot answer them."""
@@ -211,7 +209,7 @@ class ConnectionsBySlice:
             conn, first = np.unique(connection[rows], return_index=True)
             fresh = known[f"{packet}_frame"][conn] == 0
             conn, rows = conn[fresh], rows[first[fresh]]
-            for name in (*OPTION_COLUMNS, "time_us"):
+            for name in OPTION_COLUMNS:
                 known[f"{packet}_{name}"][conn] = columns[name][rows]
             known[f"{packet}_sender_is_low"][conn] = src_is_low[rows]
         known["uses_timestamps"][connection[columns["opt_has_timestamp"]]] = True
@@ -276,8 +274,7 @@ class ConnectionsBySlice:
         isn[self._by_direction("packets", low) == 0] = -1
         later_from_us = np.minimum.accumulate(
             np.append(self._slice_first_us, NOT_YET)[::-1])[::-1][1:]
-        return ConnectionFacts(table, low, isn, known["syn_time_us"].astype(np.int64),
-                               known["syn_ack_time_us"].astype(np.int64), later_from_us)
+        return ConnectionFacts(table, low, isn, later_from_us)
 
     def _by_direction(self, name: str, client_is_low: np.ndarray) -> np.ndarray:
         """A sending side's column by direction group (connection * 2 + direction)."""

@@ -25,7 +25,7 @@ from nagledetect.flows.facts import ConnectionFacts, KeyedColumns
 from nagledetect.flows.grouped import group_starts
 from nagledetect.flows.roles import NONE_YET, DirectionsBefore, assign_roles, sequence_ends
 from nagledetect.flows.sequence import NO_ACK, Latest, relative_ack, relative_sequence
-from nagledetect.flows.vantage import AckLags, note_client_acks, vantage_table
+from nagledetect.flows.vantage import AckLags, HandshakeTimes, vantage_table
 
 HANDSHAKE_COLUMNS = ("window_scale_client", "window_scale_server", "window_scaling",
                      "effective_mss", "frame_payload_limit_bytes")
@@ -47,7 +47,7 @@ class PacketsBySlice:
         self._directions = KeyedColumns(DIRECTION_MISSING)
         self._directions.grow(len(facts.isn_raw))
         self._ack_lags = AckLags(len(facts.isn_raw))
-        self._client_ack_us = np.full(len(facts.table), -1, dtype=np.int64)
+        self._handshake_times = HandshakeTimes(len(facts.table))
         self._slices = 0
 
     def add(self, columns: dict[str, np.ndarray], connection: np.ndarray,
@@ -68,8 +68,8 @@ class PacketsBySlice:
         self._note(view, in_order, ends)
         self._ack_lags.add(view, in_order, int(self._facts.later_from_us[self._slices]))
         self._slices += 1
-        note_client_acks(self._client_ack_us, self._facts.syn_ack_us, columns["flags"], direction,
-                         connection, columns["time_us"])
+        self._handshake_times.add(columns["flags"], direction, connection, columns["time_us"],
+                                  columns["payload_bytes"])
         packets = {name: columns[name] for name in PACKET_COLUMNS if name in columns}
         packets["connection"] = connection.astype(np.int32)
         packets["direction"] = direction
@@ -84,9 +84,7 @@ class PacketsBySlice:
     def connections(self) -> pd.DataFrame:
         """The connection table a whole run makes, once every slice has been added: pass 1's
         with the round trips and vantage, which read the numbered packets."""
-        times = {"syn": self._facts.syn_us, "syn_ack": self._facts.syn_ack_us,
-                 "ack": self._client_ack_us}
-        vantage = vantage_table(times, self._ack_lags.smallest_us)
+        vantage = vantage_table(self._handshake_times.times_us, self._ack_lags.smallest_us)
         return self._facts.table.assign(**vantage)
 
     def _before(self) -> DirectionsBefore:

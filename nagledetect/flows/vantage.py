@@ -1,7 +1,8 @@
 """Where the capture was taken, and the round-trip time on each side of the tap.
 
 From the handshake: SYN -> SYN/ACK is the round trip between the tap and the server, SYN/ACK ->
-ACK the round trip between the tap and the client. From the data: the smallest lag from a data
+ACK the round trip between the tap and the client (the SYN and SYN/ACK each answered, where
+one was sent again; `HandshakeTimes`). From the data: the smallest lag from a data
 segment to the first ACK that covers it, per direction (delayed ACKs only make lags longer, so
 the minimum is the round trip). A receiver holds an ACK 500 ms at most (RFC 1122, 4.2.3.2); a
 longer lag is taken as idle time, not a round trip: the receiver had nothing to say, and its
@@ -20,8 +21,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from nagledetect.flows.connections import FLAG_ACK, FLAG_SYN
-from nagledetect.flows.grouped import group_starts
+from nagledetect.flows.connections import FLAG_ACK, FLAG_FIN, FLAG_RST, FLAG_SYN
+from nagledetect.flows.grouped import first_per_key, group_starts, last_per_key
 
 NEAR_SIDE_SHARE = 1 / 3
 MAX_ACK_DELAY_US = 500_000
@@ -153,17 +154,65 @@ def ack_lags_us(view: dict[str, np.ndarray], group: np.ndarray, group_count: int
     return lags.smallest_us
 
 
-def note_client_acks(ack_us: np.ndarray, syn_ack_us: np.ndarray, flags: np.ndarray,
-                     direction: np.ndarray, connection: np.ndarray, time_us: np.ndarray) -> None:
-    """Write each connection's first ACK from the client at or after its SYN/ACK (the
-    handshake's third packet) into `ack_us`, where it is still unknown (-1): packets in file
-    order, following those given before."""
-    rows = np.flatnonzero(((flags & (FLAG_SYN | FLAG_ACK)) == FLAG_ACK) & (direction == 0))
-    syn_ack_time = syn_ack_us[connection[rows]]
-    rows = rows[(syn_ack_time >= 0) & (time_us[rows] >= syn_ack_time)]
-    conn, first = np.unique(connection[rows], return_index=True)
-    unseen = ack_us[conn] < 0
-    ack_us[conn[unseen]] = time_us[rows[first[unseen]]]
+class HandshakeTimes:
+    """Per connection, where the handshake's two round trips begin and end (-1 where unseen),
+    from packets in file order given a run at a time (`times_us`): the SYN answered (the latest
+    before the first SYN/ACK: a SYN sent again is the one the SYN/ACK answers), the first
+    SYN/ACK, the SYN/ACK answered (the latest before the client's first pure ACK after one,
+    none where the client sent its SYN again after it: it had not arrived) and that ACK. Only
+    a pure ACK (no data, FIN or RST) is the handshake's third packet: a later packet standing
+    in for one the capture missed lags by the client's pause, not by a round trip."""
+
+    def __init__(self, count: int) -> None:
+        self.times_us = {name: np.full(count, -1, dtype=np.int64)
+                         for name in ("syn", "syn_ack", "answered_syn_ack", "ack")}
+
+    def add(self, flags: np.ndarray, direction: np.ndarray, connection: np.ndarray,
+            time_us: np.ndarray, payload_bytes: np.ndarray) -> None:
+        """Packets in file order, following those given before."""
+        times = self.times_us
+        count = len(times["syn"])
+        connection = connection.astype(np.int64, copy=False)
+        handshake_flags = flags & (FLAG_SYN | FLAG_ACK)
+        syn_ack_rows = np.flatnonzero(handshake_flags == (FLAG_SYN | FLAG_ACK))
+        first_syn_ack = first_per_key(connection, syn_ack_rows, count)
+        earlier_syn_ack = times["syn_ack"] >= 0
+        syn_rows = np.flatnonzero(handshake_flags == FLAG_SYN)
+        _note_last(times["syn"], connection, time_us,
+                   _before(syn_rows, connection, first_syn_ack, ~earlier_syn_ack))
+        fresh = ~earlier_syn_ack & (first_syn_ack >= 0)
+        times["syn_ack"][fresh] = time_us[first_syn_ack[fresh]]
+        pure_acks = np.flatnonzero(
+            ((flags & (FLAG_SYN | FLAG_ACK | FLAG_FIN | FLAG_RST)) == FLAG_ACK)
+            & (payload_bytes == 0) & (direction == 0))
+        after_syn_ack = earlier_syn_ack[connection[pure_acks]] | (
+            (first_syn_ack[connection[pure_acks]] >= 0)
+            & (pure_acks > first_syn_ack[connection[pure_acks]]))
+        ack = first_per_key(connection, pure_acks[after_syn_ack], count)
+        waiting = times["ack"] < 0
+        answered = last_per_key(connection, _before(syn_ack_rows, connection, ack, waiting), count)
+        present = answered >= 0
+        times["answered_syn_ack"][present] = time_us[answered[present]]
+        syn_again = last_per_key(connection, _before(syn_rows, connection, ack, waiting), count)
+        times["answered_syn_ack"][syn_again > answered] = -1
+        found = waiting & (ack >= 0)
+        times["ack"][found] = time_us[ack[found]]
+
+
+def _before(rows: np.ndarray, connection: np.ndarray, limit: np.ndarray, open_: np.ndarray
+            ) -> np.ndarray:
+    """The `rows` of connections still `open_` that come before their connection's `limit`
+    row (all of them where it has none, -1)."""
+    key = connection[rows]
+    return rows[open_[key] & ((limit[key] < 0) | (rows < limit[key]))]
+
+
+def _note_last(times_us: np.ndarray, connection: np.ndarray, time_us: np.ndarray,
+               rows: np.ndarray) -> None:
+    """Write the time of each connection's last of `rows` into `times_us`."""
+    last = last_per_key(connection, rows, len(times_us))
+    present = last >= 0
+    times_us[present] = time_us[last[present]]
 
 
 def _smaller_known(first_us: np.ndarray, second_us: np.ndarray) -> np.ndarray:
@@ -175,13 +224,16 @@ def _smaller_known(first_us: np.ndarray, second_us: np.ndarray) -> np.ndarray:
 def vantage_table(handshake_times_us: dict[str, np.ndarray], lags_us: np.ndarray
                   ) -> dict[str, np.ndarray]:
     """Columns per connection: RTT to the client side and to the server side of the tap, and
-    vantage."""
+    vantage (`handshake_times_us`: `HandshakeTimes.times_us`)."""
     client_data_lag = lags_us[0::2]
     server_data_lag = lags_us[1::2]
-    syn, syn_ack, ack = (handshake_times_us[c] for c in ("syn", "syn_ack", "ack"))
-    has_handshake = (syn >= 0) & (syn_ack >= syn) & (ack >= syn_ack)
-    server_side = _smaller_known(np.where(has_handshake, syn_ack - syn, -1), client_data_lag)
-    client_side = _smaller_known(np.where(has_handshake, ack - syn_ack, -1), server_data_lag)
+    syn, syn_ack, answered, ack = (handshake_times_us[name] for name in
+                                   ("syn", "syn_ack", "answered_syn_ack", "ack"))
+    server_leg = np.where((syn >= 0) & (syn_ack >= syn), syn_ack - syn, -1)
+    client_leg = np.where((answered >= 0) & (ack >= answered), ack - answered, -1)
+    has_handshake = (server_leg >= 0) & (client_leg >= 0)
+    server_side = _smaller_known(server_leg, client_data_lag)
+    client_side = _smaller_known(client_leg, server_data_lag)
     known = (server_side >= 0) & (client_side >= 0)
     total = np.where(known, server_side + client_side, -1)
     vantage = np.full(len(total), "unknown", dtype=object)
