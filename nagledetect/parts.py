@@ -366,7 +366,7 @@ def _part_level(files: tuple[str, str, np.dtype], wanted: Wanted,
         return connection_level_by_slices(
             lambda: part_slices(files, SLICE_PACKETS), files[0] + NUMBERS_SUFFIX,
             charts=wanted.charts, slice_read=passes_read,
-            packet_rows=None if written is None else written.write), written
+            packet_rows=None if written is None else written.write, sack_path=files[1]), written
     level = connection_level(build_flows(part_batches(files)), fingerprint=False,
                              keep_packets=wanted.charts or wanted.tables)
     if passes_read is not None:

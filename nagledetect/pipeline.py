@@ -107,7 +107,7 @@ def connection_level(flows: FlowTables, fingerprint: bool = True,
     segments are made from are held from the start (52 of the table's 78 bytes a packet), only
     those the detectors read once the segments are made (48), and once the detectors are done,
     only the segment columns the samples read."""
-    packets, connections = flows.packets, flows.connections
+    packets, connections, sack_blocks = flows.packets, flows.connections, flows.sack_blocks
     del flows
     if packets.empty:
         return ConnectionLevel(packets, connections, pd.DataFrame(), pd.DataFrame(), no_samples(),
@@ -122,7 +122,8 @@ def connection_level(flows: FlowTables, fingerprint: bool = True,
     message_table = messages(segments)
     samples = delack_samples(segments, connections) if fingerprint else None
     hosts = {} if samples is None else host_fingerprints(samples)
-    columns = DetectorInput(detector_packets, connections, segments, message_table, hosts)
+    columns = DetectorInput(detector_packets, connections, segments, message_table, hosts,
+                            sack_blocks=sack_blocks)
     for detector in CONNECTION_DETECTORS:
         columns.earlier_findings.extend(detector.detect(columns))
     parity = segment_parity.parity_table(columns)

@@ -38,8 +38,9 @@ from nagledetect.events.gaps import GapsBySlice
 from nagledetect.events.messages import BURST_GAP_US
 from nagledetect.events.payloads import PAYLOAD_SIZES, PayloadsBySlice
 from nagledetect.flows.facts import ConnectionFacts, ConnectionsBySlice
-from nagledetect.flows.grouped import joined_columns
+from nagledetect.flows.grouped import group_starts, joined_columns
 from nagledetect.flows.numbering import PacketsBySlice
+from nagledetect.flows.partition import SACK_DTYPE
 from nagledetect.flows.roles import ROLES
 from nagledetect.pipeline import ConnectionLevel, no_samples
 from nagledetect.read.threads import ahead
@@ -50,22 +51,24 @@ Slices = Callable[[], Iterable[dict[str, np.ndarray]]]
 
 def connection_level_by_slices(slices: Slices, numbers_path: str, charts: bool = False,
                                slice_read: Callable[[int], None] | None = None,
-                               packet_rows: Callable[[pd.DataFrame], None] | None = None
-                               ) -> ConnectionLevel:
+                               packet_rows: Callable[[pd.DataFrame], None] | None = None,
+                               sack_path: str | None = None) -> ConnectionLevel:
     """The connection level of a part (`pipeline.connection_level` without its fingerprints
     and packet table), its packets read twice through `slices`; each packet's connection
     number waits between the passes in a file at `numbers_path`, removed after. With
     `charts`, also what the charts draw of it (`chart_data.ChartsBySlice`): a third pass reads
     the packets of the connections whose graphs are drawn. `slice_read` hears each slice's
     packets as each pass reads them. With `packet_rows`, each slice's rows of the packet
-    table go to it as they are made, and the message table is kept (`--tables`)."""
+    table go to it as they are made, and the message table is kept (`--tables`).
+    `sack_path`: the part's SACK blocks (`flows.partition`), read along with the slices for
+    the gaps' D-SACKs."""
     slice_read = slice_read or _not_told
     try:
         facts, lengths = _first_pass(slices, numbers_path, slice_read)
         if not len(facts.table):
             return _without_packets(facts.table)
         drawn = ChartsBySlice(len(facts.table)) if charts else None
-        events = _SliceEvents(facts.table, drawn, packet_rows)
+        events = _SliceEvents(facts.table, drawn, packet_rows, SackBlocksBySlice(sack_path))
         numbering = PacketsBySlice(facts)
         numbered = ahead(_numbered(numbering, slices(), _read_numbers(numbers_path, lengths)),
                          "numbering")
@@ -154,8 +157,10 @@ class _SliceEvents:
     are kept. Its `segments` are made a stage before (`SegmentsBySlice.add`)."""
 
     def __init__(self, connections: pd.DataFrame, drawn: ChartsBySlice | None,
-                 packet_rows: Callable[[pd.DataFrame], None] | None) -> None:
+                 packet_rows: Callable[[pd.DataFrame], None] | None,
+                 sack_blocks: SackBlocksBySlice) -> None:
         count = len(connections)
+        self._sack_blocks = sack_blocks
         self._drawn = drawn
         self._packet_rows = packet_rows
         self.segments = SegmentsBySlice(connections)
@@ -176,7 +181,9 @@ class _SliceEvents:
         segments["message"] = self._messages.add(segments)
         self._bursts.add(segments)
         self._untimed.append(untimed_stalls(segments))
-        self._gaps.add(packets[list(DETECTOR_PACKET_COLUMNS)])
+        last_frame = int(packets["frame"].iat[-1]) if len(packets) else 0
+        self._gaps.add(packets[list(DETECTOR_PACKET_COLUMNS)],
+                       self._sack_blocks.through(last_frame))
         self._payloads.add(segments)
 
     def level(self, connections: pd.DataFrame) -> ConnectionLevel:
@@ -195,6 +202,44 @@ class _SliceEvents:
         return ConnectionLevel(empty, connections, empty, messages,
                                self._samples.samples(connections), columns.earlier_findings,
                                parity, {})
+
+
+class SackBlocksBySlice:
+    """The first SACK block of each packet of a part (all a D-SACK needs), read from the
+    part's file once, handed out with the slices of those packets. In the file a packet's
+    blocks come in option order, but batch by batch and option by option, not in frame order:
+    the first seen of a frame is its first block."""
+
+    def __init__(self, path: str | None) -> None:
+        self._first = None if path is None else _first_blocks(path)
+        self._handed = 0
+
+    def through(self, last_frame: int) -> pd.DataFrame | None:
+        """The blocks of the frames up to `last_frame` not handed out yet (None: no file)."""
+        if self._first is None:
+            return None
+        stop = int(np.searchsorted(self._first["frame"], last_frame, "right"))
+        taken = self._first[self._handed:stop]
+        self._handed = max(self._handed, stop)
+        return pd.DataFrame({name: taken[name] for name in SACK_DTYPE.names})
+
+
+SACK_READ_BLOCKS = 1 << 20
+"""SACK blocks read from a part's file at a time."""
+
+
+def _first_blocks(path: str) -> np.ndarray:
+    """Each frame's first block in the file, in frame order, read a run of blocks at a time."""
+    first = np.zeros(0, dtype=SACK_DTYPE)
+    offset = 0
+    while True:
+        more = np.fromfile(path, dtype=SACK_DTYPE, count=SACK_READ_BLOCKS, offset=offset)
+        if not len(more):
+            return first
+        offset += more.nbytes
+        joined = np.concatenate((first, more))
+        order = np.argsort(joined["frame"], kind="stable")
+        first = joined[order][group_starts(joined["frame"][order])]
 
 
 def _without_packets(connections: pd.DataFrame) -> ConnectionLevel:

@@ -25,7 +25,8 @@ from nagledetect.detectors.kinds import (
 from nagledetect.detectors.model import Finding
 from nagledetect.pipeline import run_detectors
 from nagledetect.report.document import build_document, write_json
-from tests.conftest import corpus_file
+from nagledetect.report.text import render_text
+from tests.conftest import SAMPLE_TRACES, corpus_file
 
 
 def _findings(relative: str) -> list[Finding]:
@@ -79,8 +80,8 @@ def test_retransmission_after_the_peer_acked_past_it_is_spurious_not_plain_loss(
 def test_zero_window_then_retransmission_is_named_zero_window() -> None:
     """Frame 211 (0.378978 s) is the server's last data; frames 212-215 advertise a zero
     window, frame 216 reopens it (0.436086 s), frame 217 (0.507877 s) resends what was sent
-    past the closed window. The wait is the window's: 128.899 ms."""
-    finding = _one(_findings("zeek/http__206_example_b.pcap"), ZERO_WINDOW, None, 0)
+    past the closed window. The wait is the window's: 128.899 ms, and it reopened."""
+    finding = _one(_findings("zeek/http__206_example_b.pcap"), ZERO_WINDOW, "reopened", 0)
     assert _frames(finding) == [(211, 212, 217)]
     assert finding.time_lost_s == pytest.approx(0.507877 - 0.378978, abs=1e-6)
 
@@ -102,8 +103,12 @@ def test_unanswered_syns_are_handshake_retries_not_a_missed_direction(tmp_path) 
 
 def test_retried_syn_answered_later_is_a_handshake_retry() -> None:
     """socks.pcap: the SYN (frame 1, 0 s) is sent again at frames 2 (1.004978 s) and 3
-    (2.107207 s) before an answer."""
-    finding = _one(_findings("zeek/socks.pcap"), HANDSHAKE_RETRY, "retried", 0)
+    (2.107207 s) before an answer, by the client 10.0.0.55:53994 (tshark ip.src, tcp.srcport);
+    the server's SYN/ACK retransmissions are its own finding."""
+    found = [f for f in _findings("zeek/socks.pcap") if (f.kind, f.subkind, f.sender) == (
+        HANDSHAKE_RETRY, "retried", "10.0.0.55:53994")]
+    assert len(found) == 1
+    finding = found[0]
     assert _frames(finding)[:2] == [(1, 2, 2), (2, 3, 3)]
     assert [row["stall_s"] for row in finding.events][:2] == pytest.approx(
         [1.004978, 1.102229], abs=2e-6)
@@ -129,3 +134,91 @@ def test_a_capture_that_missed_packets_is_not_window_limited() -> None:
     client had acknowledged 14,481 with a 117,288-byte window (frame 52): the capture missed
     the data between, not a window that held the sender."""
     assert not [f for f in _findings("zeek/ftp__bigtransfer.pcap") if f.kind == WINDOW_LIMITED]
+
+
+def _sample(name: str) -> list[Finding]:
+    return run_detectors(load_capture(str(SAMPLE_TRACES / name)), charts=False).findings
+
+
+def test_a_tail_loss_probe_the_peer_d_sacks_is_spurious() -> None:
+    """cause-zero-window-reopens.pcap (lab, at the client): frame 11 (0.076519 s) sends seq
+    2897 (1448 B), frame 12 (0.087948 s) sends it again (a tail-loss probe, 11.429 ms later),
+    and the server's frame 13 ACKs 4345 with SACK 2897-4345 (tshark -e tcp.options.sack_le
+    -e tcp.options.sack_re): a block below the cumulative ACK, a D-SACK (RFC 2883): the probe
+    was a duplicate."""
+    finding = _one(_sample("cause-zero-window-reopens.pcap"), LOSS_RECOVERY, "spurious", 0)
+    assert _frames(finding) == [(11, 13, 12)]
+    assert finding.time_lost_s == pytest.approx(0.087948 - 0.076519, abs=1e-6)
+
+
+def test_retransmissions_each_d_sacked_are_spurious_not_rto() -> None:
+    """cause-spurious.pcap: port 9000 (tcp.stream 0) sends seq 101 at frame 20 (0.792037 s)
+    and again at frame 26 (1.039976 s), D-SACKed by frame 27 (ACK 201, SACK 101-201). Port
+    9001 (tcp.stream 1) sends seq 101 at frames 19 (0.784106 s), 23 (1.028009 s) and 28
+    (1.272005 s); the server D-SACKs 101-201 twice, frames 29 and 39 (its held ACK, TSecr
+    echoing frame 23's TSval): two duplicates arrived, so both retransmissions were
+    spurious. The first D-SACK after each is its evidence frame."""
+    findings = _sample("cause-spurious.pcap")
+    assert not [f for f in findings if f.kind == LOSS_RECOVERY and f.subkind != "spurious"]
+    port_9000 = _one(findings, LOSS_RECOVERY, "spurious", 0)
+    assert _frames(port_9000) == [(20, 27, 26)]
+    port_9001 = _one(findings, LOSS_RECOVERY, "spurious", 1)
+    assert _frames(port_9001) == [(19, 29, 23), (23, 29, 28)]
+    assert port_9001.time_lost_s == pytest.approx(1.272005 - 0.784106, abs=1e-6)
+
+
+def test_a_zero_window_that_never_reopens_lists_its_probes_backing_off() -> None:
+    """cause-zero-window-stuck.pcap: frame 11 (0.059984 s) is the last data; the server
+    answers every probe with a zero window; the probes (keep-alive shaped, seq 4344) leave at
+    frames 15, 18, 24, 27, 33 (0.308001, 0.728016, 1.592004, 3.288023, 6.679991 s): 248.0,
+    420.0, 864.0, 1696.0, 3392.0 ms apart, each about twice the last; then the sender's RST
+    (frame 35). No data follows: the window never reopened. The sender waited, the server's
+    window held it."""
+    finding = _one(_sample("cause-zero-window-stuck.pcap"), ZERO_WINDOW, "never-reopened", 0)
+    assert [row["released_frame"] for row in finding.events] == [15, 18, 24, 27, 33]
+    assert finding.details["probe_intervals_ms"] == pytest.approx(
+        [248.017, 420.015, 863.988, 1696.019, 3391.968], abs=1e-3)
+    assert finding.details["probes_backing_off"]
+    assert (finding.sender, finding.receiver) == ("10.77.0.1:36018", "10.77.0.2:9000")
+    assert finding.details["waited"] == "10.77.0.1:36018"
+    assert finding.details["held_by"] == "10.77.0.2:9000"
+
+
+def test_a_zero_window_that_reopens_counts_the_wait_after_the_last_probe() -> None:
+    """cause-zero-window-reopens.pcap: the retransmission at frame 12 (0.087948 s) is the last
+    data before the window closes (frame 13); probes at frames 14 and 17 (0.331967, 0.771973
+    s); the server reopens at frame 24 (1.576604 s, window 2896) and data leaves at frame 25
+    (1.576630 s). The whole wait is the window's: 1.488682 s, reopened."""
+    findings = _sample("cause-zero-window-reopens.pcap")
+    finding = _one(findings, ZERO_WINDOW, "reopened", 0)
+    assert _frames(finding) == [(12, 13, 14), (14, 15, 17), (17, 24, 25)]
+    assert finding.time_lost_s == pytest.approx(1.576630 - 0.087948, abs=1e-6)
+    assert not [f for f in findings if f.kind == "idle"]
+
+
+def test_gap_findings_name_their_sides_so_the_advice_does() -> None:
+    """cause-zero-window-stuck.pcap: the client 10.77.0.1:36018 sends, the server
+    10.77.0.2:9000 advertises the zero window: the text's fix names the receiver."""
+    text = render_text(build_document([analyze_capture(
+        str(SAMPLE_TRACES / "cause-zero-window-stuck.pcap"), charts=False)]))
+    assert "Fix (the receiver 10.77.0.2:9000 must change)" in text
+    assert "None must change" not in text
+
+
+def test_a_receive_window_below_one_segment_is_window_limited() -> None:
+    """cause-small-window.pcap (lab: SO_RCVBUF 1 at the server, 200 bytes read every 20 ms):
+    the server's windows are 0 (24 ACKs) or 576 (29 ACKs), never more (tshark -Y 'ip.src ==
+    10.77.0.2 && tcp.flags.syn == 0' -e tcp.window_size), below the 1448-byte MSS. The
+    client's data frames are 10 ms or more apart 27 times, 1.738752 s in all (tshark -e
+    frame.time_relative over 'ip.src == 10.77.0.1 && tcp.len > 0'); three of them (31 -> 33,
+    59 -> 61, 82 -> 84: 0.121246 s) are left to the Nagle detector's findings, the other 24
+    (1.617506 s) are the small window's. The first: frame 8 fills the 576-byte window (seq
+    577, ACK 577 + window 576 = 1153 = its end), frame 9 closes it, frame 10 reopens it at 576
+    bytes, frame 11 sends into it."""
+    findings = _sample("cause-small-window.pcap")
+    finding = _one(findings, WINDOW_LIMITED, "below-mss", 0)
+    assert finding.count == 24
+    assert _frames(finding)[0] == (8, 10, 11)
+    assert finding.time_lost_s == pytest.approx(1.617506, abs=1e-5)
+    assert (finding.sender, finding.receiver) == ("10.77.0.1:52446", "10.77.0.2:9000")
+    assert not [f for f in findings if f.kind in (ZERO_WINDOW, "idle")]

@@ -24,7 +24,7 @@ from nagledetect import chart_data, parts
 from nagledetect.analysis import analyze_capture
 from nagledetect.chart_data import MAX_POINTS, ChartData, connection_charts
 from nagledetect.flows.build import build_flows
-from nagledetect.flows.partition import PartitionedPackets, load_part, part_slices
+from nagledetect.flows.partition import SACK_DTYPE, PartitionedPackets, load_part, part_slices
 from nagledetect.pipeline import ConnectionLevel, connection_level
 from nagledetect.read.capture import decoded_batches
 from nagledetect.report.document import build_document, write_json
@@ -34,13 +34,15 @@ from tests.conftest import SAMPLE_TRACES, corpus_file
 STALLED = ("seed003-nagle.pcap", "classic-phase-lock.pcap", "seed004-header-body.pcap")
 """Sample traces whose whole runs find Nagle/delayed-ACK stalls (README, sample_traces)."""
 OTHERS = ("classic-stream.pcap", "seed000-nntp-lines-nodelay.pcap",
-          "classic-2n-blocks-100000.pcap", "trap-think-40ms.pcap", "trap-rpc.pcap", "mixed.pcap")
+          "classic-2n-blocks-100000.pcap", "trap-think-40ms.pcap", "trap-rpc.pcap", "mixed.pcap",
+          "cause-spurious.pcap", "cause-zero-window-reopens.pcap")
 """Stream coalescing, a tinygram flood, segment parity, think time, stop-and-wait, and many
 connections at once (their whole runs' findings)."""
 CORPUS = [
     "zeek/ssh__ssh.pcap",  # 23 connections, idle gaps, one without its handshake
     "zeek/ftp__cwd-navigation.pcap",  # stalls held by the server
     "zeek/http__connect-with-smtp.pcap",  # loss recovery
+    "zeek/http__vnd.ms-cab-compressed-multi-conn.pcap",  # a retransmission D-SACKed
     "zeek/modbus__modbusBig.pcap",  # no handshakes: clients guessed, MSS estimated
     "tcpdump/kday4.pcap",  # time going backwards, no handshakes
 ]
@@ -55,11 +57,24 @@ def _slices(path: Path, slice_packets: int):
     return slices
 
 
+def _sack_file(path: Path, tmp_path: Path) -> str:
+    """The capture's SACK blocks as a part's file holds them (`flows.partition`)."""
+    out = tmp_path / "sack"
+    with open(out, "wb") as handle:
+        for columns, sack in decoded_batches(str(path))[1]:
+            records = np.empty(len(sack["row"]), dtype=SACK_DTYPE)
+            records["frame"] = columns["frame"][sack["row"]]
+            records["left_raw"], records["right_raw"] = sack["left_raw"], sack["right_raw"]
+            records.tofile(handle)
+    return str(out)
+
+
 def _assert_as_whole(path: Path, slice_packets: int, tmp_path: Path) -> ConnectionLevel:
     whole = connection_level(build_flows(decoded_batches(str(path))[1]), fingerprint=False,
                              keep_packets=False)
     numbers = tmp_path / "numbers"
-    sliced = connection_level_by_slices(_slices(path, slice_packets), str(numbers))
+    sliced = connection_level_by_slices(_slices(path, slice_packets), str(numbers),
+                                        sack_path=_sack_file(path, tmp_path))
     assert not numbers.exists()
     pd.testing.assert_frame_equal(sliced.connections, whole.connections)
     pd.testing.assert_frame_equal(sliced.samples.reset_index(drop=True),

@@ -289,6 +289,9 @@ class DetectorInput:
     """The shared tables made so far, by name (`shared`). A part read a slice at a time makes
     those that read the segment or packet table from its slices and hands them over here: it
     holds neither table whole, and gives `segments` and `packets` empty."""
+    sack_blocks: pd.DataFrame | None = None
+    """The capture's SACK blocks (`api.Capture.sack_blocks`) where the packet table is held;
+    the gaps read its D-SACKs."""
     _names: DirectionNames | None = field(default=None, repr=False)
 
     def shared(self, name: str, make: Callable[[DetectorInput], Any]) -> Any:

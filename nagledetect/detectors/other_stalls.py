@@ -19,6 +19,7 @@ trips: a shorter gap is the path's own time.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -54,7 +55,8 @@ GAP_CAUSES = tuple(sorted((
     (HANDSHAKE_RETRY, "retried"), (HANDSHAKE_RETRY, "unanswered"), (IDLE, ""),
     (LOSS_RECOVERY, "fast-retransmit"), (LOSS_RECOVERY, "rto"), (LOSS_RECOVERY, "spurious"),
     (NAGLE_DELACK_STALL, ""), (THINK_TIME, "after-handshake"), (THINK_TIME, "response"),
-    (WINDOW_LIMITED, "below-mss"), (WINDOW_LIMITED, "below-data"), (ZERO_WINDOW, ""))))
+    (WINDOW_LIMITED, "below-mss"), (WINDOW_LIMITED, "below-data"),
+    (ZERO_WINDOW, "never-reopened"), (ZERO_WINDOW, "reopened"))))
 """What can end a gap, as (kind, subkind), in name order (as findings group); a Nagle-family
 stall's gap is left to its finding."""
 _CODE = {cause: code for code, cause in enumerate(GAP_CAUSES)}
@@ -72,7 +74,9 @@ DESCRIPTIONS = {
     (WINDOW_LIMITED, "below-mss"): "waited while the receiver's window was below one segment",
     (WINDOW_LIMITED, "below-data"): "waited while the receiver's window was too small for the "
                                     "next segment",
-    (ZERO_WINDOW, ""): "waited while the receiver's window was zero",
+    (ZERO_WINDOW, "never-reopened"): "waited while the receiver's window was zero; it never "
+                                     "reopened in the capture",
+    (ZERO_WINDOW, "reopened"): "waited while the receiver's window was zero, until it reopened",
 }
 ADVICE = {HANDSHAKE_RETRY: ["look-handshake"], LOSS_RECOVERY: ["look-loss"],
           ZERO_WINDOW: ["look-receiver"], WINDOW_LIMITED: ["look-receiver"],
@@ -86,15 +90,20 @@ REASONS = {
                                         "that ends each gap",
     (LOSS_RECOVERY, "rto"): "a retransmission ends each gap, without dup ACKs before it",
     (LOSS_RECOVERY, "spurious"): "the peer acknowledged the original before the retransmission, "
-                                 "or sooner after it than the round trip beyond the tap",
+                                 "or sooner after it than the round trip beyond the tap, or "
+                                 "reported the retransmission as a duplicate (D-SACK, RFC 2883)",
     (THINK_TIME, "after-handshake"): "the first data after the handshake ends each gap",
     (THINK_TIME, "response"): "the server's data ends a wait that began with the client's",
     (WINDOW_LIMITED, "below-mss"): "the peer's non-zero window in the gap was below one MSS "
-                                   "and could not take the segment that ends it",
+                                   "and could not take the segment that ends it, or the peer's "
+                                   "closed window reopened only below one MSS",
     (WINDOW_LIMITED, "below-data"): "the peer's window in the gap could not take the segment "
                                     "that ends it (it may also have been written late)",
-    (ZERO_WINDOW, ""): "the peer advertised a zero window in each gap, or the gap ends in a "
-                       "zero-window probe",
+    (ZERO_WINDOW, "never-reopened"): "the peer advertised a zero window in each gap, or the "
+                                     "gap ends in a zero-window probe; no data followed the "
+                                     "last probe",
+    (ZERO_WINDOW, "reopened"): "the peer advertised a zero window in each gap, or the gap ends "
+                               "in a zero-window probe; data followed once it reopened",
 }
 CONFIDENCE = {(WINDOW_LIMITED, "below-data"): "medium"}
 
@@ -107,7 +116,7 @@ def gaps_of_packets(columns: DetectorInput) -> dict[str, np.ndarray]:
     """The maker of `GAP_ROWS` where the packet table is held (a whole run): its packets as
     one slice."""
     gaps = GapsBySlice(len(columns.connections))
-    gaps.add(columns.packets[list(GAP_PACKET_COLUMNS)])
+    gaps.add(columns.packets[list(GAP_PACKET_COLUMNS)], columns.sack_blocks)
     return gaps.gaps()
 
 
@@ -141,12 +150,15 @@ def gap_causes(gaps: dict[str, np.ndarray], connections: pd.DataFrame,
     _window_limited(gaps, connections, named)
     _loss_recovery(gaps, connections, named)
     _zero_window(gaps, named)
+    _reopened_below_mss(gaps, connections, named)
     answered = (by_connection(connections, "syn_ack_frame", connection) > 0) | (
         by_connection(connections, "packets_server_to_client", connection) > 0)
     retry = (after == EVENT["syn_retry"]) | ((after == EVENT["syn"]) & (before == EVENT["syn_retry"]))
     named(retry & answered, (HANDSHAKE_RETRY, "retried"))
     named(retry & ~answered, (HANDSHAKE_RETRY, "unanswered"))
     named(np.isin(gaps["after_frame"], released), (NAGLE_DELACK_STALL, ""))
+    _probed_until_reopened(gaps, cause, named)
+    _never_reopened(gaps, cause)
     gap_us = gaps["after_time_us"] - gaps["before_time_us"]
     rtt_us = np.nan_to_num(by_connection(connections, "rtt_ms", connection), nan=0.0) * 1000
     path_time = np.isin(cause, [_CODE[(THINK_TIME, "response")],
@@ -156,7 +168,14 @@ def gap_causes(gaps: dict[str, np.ndarray], connections: pd.DataFrame,
     return {"connection": connection[kept], "before_frame": gaps["before_frame"][kept],
             "cause_frame": cause_frame[kept], "after_frame": gaps["after_frame"][kept],
             "before_time_us": gaps["before_time_us"][kept], "cause": cause[kept],
-            "gap_s": gap_us[kept] / 1e6}
+            "gap_s": gap_us[kept] / 1e6, "after_direction": gaps["after_direction"][kept],
+            "after_kind": after[kept]}
+
+
+def _scale_known(connections: pd.DataFrame, connection: np.ndarray) -> np.ndarray:
+    """Whether each gap's connection showed its handshake: without it the window scale is
+    unknown, and a scaled window read raw looks tiny."""
+    return by_connection(connections, "handshake", connection).astype(bool)
 
 
 def _window_limited(gaps: dict[str, np.ndarray], connections: pd.DataFrame,
@@ -166,7 +185,7 @@ def _window_limited(gaps: dict[str, np.ndarray], connections: pd.DataFrame,
     packets the capture missed): below one MSS, or below the data. Only where the handshake was seen:
     without it the window scale is unknown, and a scaled window read raw looks tiny."""
     mss = by_connection(connections, "effective_mss", gaps["connection"])
-    scale_known = by_connection(connections, "handshake", gaps["connection"]).astype(bool)
+    scale_known = _scale_known(connections, gaps["connection"])
     needed = gaps["after_seq"] + np.minimum(gaps["after_payload_bytes"], np.maximum(mss, 1))
     limited = (gaps["after_kind"] == EVENT["new_data"]) & (gaps["peer_edge_frame"] > 0) & (
         gaps["peer_edge"] < needed) & (gaps["after_seq"] <= gaps["peer_edge"]) & scale_known
@@ -176,11 +195,59 @@ def _window_limited(gaps: dict[str, np.ndarray], connections: pd.DataFrame,
 
 
 def _zero_window(gaps: dict[str, np.ndarray], named: Namer) -> None:
+    """Named as reopened here; `_never_reopened` tells the episodes that did not."""
     after = gaps["after_kind"]
     probing = np.isin(after, [EVENT["probe"], EVENT["keepalive"]]) & (
         gaps["peer_window_before"] == 0)
-    named((after == EVENT["probe"]) | probing, (ZERO_WINDOW, ""))
-    named(gaps["zero_frame"] > 0, (ZERO_WINDOW, ""), gaps["zero_frame"])
+    named((after == EVENT["probe"]) | probing, (ZERO_WINDOW, "reopened"))
+    named(gaps["zero_frame"] > 0, (ZERO_WINDOW, "reopened"), gaps["zero_frame"])
+
+
+def _reopened_below_mss(gaps: dict[str, np.ndarray], connections: pd.DataFrame,
+                        named: Namer) -> None:
+    """A window that closed and reopened below one MSS, the new data leaving into it: the
+    receiver never offered a full segment (a tiny receive buffer), so the window held the
+    sender, not a reader that stopped. Only where the window scale is known."""
+    mss = by_connection(connections, "effective_mss", gaps["connection"])
+    window = gaps["peer_window_before"]
+    small = (gaps["after_kind"] == EVENT["new_data"]) & (gaps["zero_frame"] > 0) & (
+        gaps["peer_edge_frame"] > 0) & (gaps["peer_edge_window"] < mss) & (window > 0) & (
+        window < mss) & _scale_known(connections, gaps["connection"])
+    named(small, (WINDOW_LIMITED, "below-mss"), gaps["peer_edge_frame"])
+
+
+def _probed_until_reopened(gaps: dict[str, np.ndarray], cause: np.ndarray,
+                           named: Namer) -> None:
+    """The wait after the last zero-window probe, up to the data that left once the window
+    reopened, is the window's too (the peer may not answer that probe with a zero window),
+    where it would otherwise be idle: it begins with a probe or keep-alive that ended a
+    zero-window gap."""
+    zero = np.flatnonzero(cause == _CODE[(ZERO_WINDOW, "reopened")])
+    key = gaps["connection"].astype(np.int64) << 32
+    zero_key = np.sort(key[zero] + gaps["after_frame"][zero])
+    wanted = key + gaps["before_frame"]
+    at = np.minimum(np.searchsorted(zero_key, wanted), max(len(zero_key) - 1, 0))
+    after_zero = (zero_key[at] == wanted) if len(zero_key) else np.zeros(len(key), dtype=bool)
+    probed = np.isin(gaps["before_kind"], [EVENT["probe"], EVENT["keepalive"]]) & np.isin(
+        gaps["after_kind"], [EVENT["new_data"], EVENT["retransmission"]])
+    frame = np.where(gaps["peer_edge_frame"] > 0, gaps["peer_edge_frame"], gaps["after_frame"])
+    named(after_zero & probed & (cause == _CODE[(IDLE, "")]), (ZERO_WINDOW, "reopened"), frame)
+
+
+def _never_reopened(gaps: dict[str, np.ndarray], cause: np.ndarray) -> None:
+    """Zero-window episodes (gaps chained end to start on one connection) whose last gap ends
+    in a probe or keep-alive: no data followed, so the capture never saw the window reopen."""
+    rows = np.flatnonzero(cause == _CODE[(ZERO_WINDOW, "reopened")])
+    if not len(rows):
+        return
+    connection = gaps["connection"][rows]
+    chained = (connection[1:] == connection[:-1]) & (
+        gaps["before_frame"][rows[1:]] == gaps["after_frame"][rows[:-1]])
+    episode = np.cumsum(np.r_[True, ~chained]) - 1
+    last = np.r_[~chained, True]
+    data_after = np.isin(gaps["after_kind"][rows][last], [EVENT["new_data"],
+                                                          EVENT["retransmission"]])
+    cause[rows[~data_after[episode]]] = _CODE[(ZERO_WINDOW, "never-reopened")]
 
 
 def _loss_recovery(gaps: dict[str, np.ndarray], connections: pd.DataFrame, named: Namer) -> None:
@@ -195,6 +262,8 @@ def _loss_recovery(gaps: dict[str, np.ndarray], connections: pd.DataFrame, named
     too_soon = lost & (gaps["cover_frame"] > 0) & (beyond_tap_us >= 1000) & (
         gaps["cover_time_us"] - gaps["after_time_us"] < beyond_tap_us / 2)
     named(too_soon & ~acked_before, (LOSS_RECOVERY, "spurious"), gaps["cover_frame"])
+    duplicate = lost & (gaps["dsack_frame"] > 0) & ~acked_before & ~too_soon
+    named(duplicate, (LOSS_RECOVERY, "spurious"), gaps["dsack_frame"])
 
 
 def _rtt_beyond_tap_us(connections: pd.DataFrame, connection: np.ndarray,
@@ -205,36 +274,106 @@ def _rtt_beyond_tap_us(connections: pd.DataFrame, connection: np.ndarray,
     return np.nan_to_num(np.where(direction == 0, to_server, to_client), nan=0.0) * 1000
 
 
+WAITING_SIDE = {ZERO_WINDOW: "sender", WINDOW_LIMITED: "sender", LOSS_RECOVERY: "sender",
+                HANDSHAKE_RETRY: "sender", THINK_TIME: "receiver"}
+"""Of a finding's sender (the side whose packet ended each gap) and receiver, which waited;
+the other held it (its window, its application, or the path's loss)."""
+
+
 def detect(columns: DetectorInput) -> list[Finding]:
     gaps = classify_gaps(columns)
     named_here = gaps["cause"] != _CODE[(NAGLE_DELACK_STALL, "")]
     gaps = {name: values[named_here] for name, values in gaps.items()}
-    events = split_events(gaps, ["connection", "cause"],
+    gaps["side"] = _sides(gaps)
+    events = split_events(gaps, ["connection", "cause", "side"],
                           ("before_frame", "cause_frame", "after_frame", "gap_s",
                            "before_time_us", None, None))
     stats = _gap_stats(gaps)
+    probes = _probe_intervals_ms(gaps)
+    senders, receivers = columns.direction_names().of(stats["connection"], stats["side"])
     findings = []
     durations_s = by_connection(columns.connections, "duration_s", stats["connection"]).tolist()
-    for connection, code, count, lost_s, median_gap_s, duration_s in zip(
-            *(stats[name].tolist() for name in ("connection", "cause", "count", "lost_s",
-                                                 "median_gap_s")), durations_s):
+    for connection, code, side, count, lost_s, median_gap_s, duration_s, sender, receiver in zip(
+            *(stats[name].tolist() for name in ("connection", "cause", "side", "count", "lost_s",
+                                                 "median_gap_s")), durations_s, senders,
+            receivers):
         cause = GAP_CAUSES[code]
         kind, subkind = cause
+        details = _details(kind, sender, receiver, probes.get((connection, code, side), []))
+        details["median_gap_ms"] = round(median_gap_s * 1000, 3)
         findings.append(Finding(
-            kind=kind, connection=connection, sender=None, receiver=None, count=count,
+            kind=kind, connection=connection, sender=sender, receiver=receiver, count=count,
             time_lost_s=lost_s, share=lost_s / duration_s if duration_s > 0 else 0.0,
             confidence=CONFIDENCE.get(cause, "high"), confidence_reasons=[REASONS[cause]],
-            events=events[(connection, code)], advice=ADVICE[kind], subkind=subkind or None,
-            details={"median_gap_ms": round(median_gap_s * 1000, 3)},
+            events=events[(connection, code, side)], advice=ADVICE[kind],
+            subkind=subkind or None, details=details,
             summary=f"{counted_ms(count, 'gap', median_gap_s)}: the connection "
-                    f"{DESCRIPTIONS[cause]}"))
+                    f"{DESCRIPTIONS[cause]}{_probe_words(details)}"))
     return findings
 
 
+def _sides(gaps: dict[str, np.ndarray]) -> np.ndarray:
+    """Each gap's side (the direction its findings are grouped and named by): the direction of
+    the packet that ends it; for idle gaps, which nobody waited on, one per connection (that
+    of its longest idle gap), so a connection has one idle finding."""
+    side = gaps["after_direction"].astype(np.int64).copy()
+    idle = np.flatnonzero(gaps["cause"] == _CODE[(IDLE, "")])
+    if len(idle):
+        order = idle[np.lexsort((-gaps["gap_s"][idle], gaps["connection"][idle]))]
+        connection = gaps["connection"][order]
+        first = np.r_[True, connection[1:] != connection[:-1]]
+        longest = side[order][first][np.cumsum(first) - 1]
+        side[order] = longest
+    return side
+
+
+def _details(kind: str, sender: str, receiver: str, probe_intervals_ms: list[float]
+             ) -> dict[str, Any]:
+    """Which side waited and which held it; for a zero window, its probes' intervals and
+    whether they backed off (each at least 1.5 times the one before: the persist timer
+    doubles)."""
+    if kind not in WAITING_SIDE:
+        return {}
+    waited = sender if WAITING_SIDE[kind] == "sender" else receiver
+    details: dict[str, Any] = {"waited": waited,
+                               "held_by": receiver if waited == sender else sender}
+    if probe_intervals_ms:
+        details["probe_intervals_ms"] = probe_intervals_ms
+        details["probes_backing_off"] = len(probe_intervals_ms) >= 2 and all(
+            later >= PROBE_BACKOFF * earlier
+            for earlier, later in zip(probe_intervals_ms, probe_intervals_ms[1:]))
+    return details
+
+
+PROBE_BACKOFF = 1.5
+
+
+def _probe_intervals_ms(gaps: dict[str, np.ndarray]) -> dict[tuple[int, int, int], list[float]]:
+    """The zero-window gaps that end in a probe or keep-alive, per finding key, in order."""
+    zero = np.isin(gaps["cause"], [_CODE[(ZERO_WINDOW, "reopened")],
+                                   _CODE[(ZERO_WINDOW, "never-reopened")]])
+    probe = zero & np.isin(gaps["after_kind"], [EVENT["probe"], EVENT["keepalive"]])
+    found: dict[tuple[int, int, int], list[float]] = {}
+    for connection, code, side, gap_s in zip(*(gaps[name][probe].tolist() for name in (
+            "connection", "cause", "side", "gap_s"))):
+        found.setdefault((connection, code, side), []).append(round(gap_s * 1000, 3))
+    return found
+
+
+def _probe_words(details: dict[str, Any]) -> str:
+    intervals = details.get("probe_intervals_ms")
+    if not intervals:
+        return ""
+    backing = ", backing off" if details["probes_backing_off"] else ""
+    listed = ", ".join(f"{interval / 1000:.3g}" for interval in intervals)
+    return f" (zero-window probes {listed} s apart{backing})"
+
+
 def _gap_stats(gaps: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Columns of one row per (connection, cause), in that order: the gaps' count, sum and
-    median (the gaps' cause as its code in `GAP_CAUSES`, in name order)."""
+    """Columns of one row per (connection, cause, side), in that order: the gaps' count, sum
+    and median (the gaps' cause as its code in `GAP_CAUSES`, in name order)."""
     gap_s = gaps["gap_s"]
-    groups = KeyGroups(gaps["connection"], gaps["cause"])
-    return {"connection": groups.keys[0], "cause": groups.keys[1], "count": groups.sizes,
-            "lost_s": groups.sum(gap_s), "median_gap_s": groups.median(gap_s)}
+    groups = KeyGroups(gaps["connection"], gaps["cause"], gaps["side"])
+    return {"connection": groups.keys[0], "cause": groups.keys[1], "side": groups.keys[2],
+            "count": groups.sizes, "lost_s": groups.sum(gap_s),
+            "median_gap_s": groups.median(gap_s)}

@@ -8,7 +8,11 @@ after it up to the next timeline packet, the gap's last, excluded. Of the side o
 gap's last packet (its peer, whose window and ACKs the sender read) it keeps the dup ACKs, the
 smallest non-zero right window edge, the latest ACK; of either side, the first zero window.
 After a retransmission, the peer's first ACK that covers it is kept too (it tells whether the
-original had arrived).
+original had arrived), and whether the peer reported it as a duplicate: a D-SACK (RFC 2883:
+the first SACK block of an ACK lies below its cumulative ACK) that begins within the
+retransmitted range, where there are at least as many such D-SACKs after it as there are
+retransmissions of that range from it on (each duplicate that arrived brings one, so the
+last ones sent are the spurious ones).
 
 A whole run feeds its packet table as one slice; a part read a slice at a time feeds each
 slice in turn, the span still open at a cut carried to the next, so both give the same rows.
@@ -30,7 +34,7 @@ EVENT_KINDS = ("new_data", "retransmission", "syn", "syn_retry", "probe", "keepa
 EVENT = {name: code for code, name in enumerate(EVENT_KINDS)}
 NOT_EVENT = -1
 GAP_PACKET_COLUMNS = ("frame", "connection", "role", "window_bytes", "time_us", "direction",
-                      "payload_bytes", "flags", "rel_seq", "rel_ack")
+                      "payload_bytes", "flags", "rel_seq", "rel_ack", "ack_raw")
 """The packet columns the gaps read."""
 _NO_EDGE = np.iinfo(np.int64).max
 _NO_ACK = np.iinfo(np.int64).min
@@ -71,11 +75,17 @@ class GapsBySlice:
         self._latest_window = np.full(2 * connection_count, -1, dtype=np.int64)
         self._gaps: list[dict[str, np.ndarray]] = []
         self._covers: list[dict[str, np.ndarray]] = []
+        self._dsacks: list[dict[str, np.ndarray]] = []
+        self._retransmissions: list[dict[str, np.ndarray]] = []
 
-    def add(self, packets: pd.DataFrame) -> None:
-        """Take one slice's packets (`GAP_PACKET_COLUMNS`, frame order)."""
+    def add(self, packets: pd.DataFrame, sack_blocks: pd.DataFrame | None = None) -> None:
+        """Take one slice's packets (`GAP_PACKET_COLUMNS`, frame order) and the SACK blocks
+        of those packets (`frame`, `left_raw`, `right_raw`, each packet's blocks in option
+        order; blocks of other frames are ignored)."""
         if not len(packets):
             return
+        if sack_blocks is not None and len(sack_blocks):
+            self._dsacks.append(_dsack_rows(packets, sack_blocks))
         order = np.argsort(packets["connection"].to_numpy(), kind="stable")
         rows = {name: packets[name].to_numpy()[order] for name in
                 ("frame", "connection", "window_bytes", "time_us", "direction", "payload_bytes",
@@ -86,6 +96,11 @@ class GapsBySlice:
         rows["role"] = packets["role"].cat.codes.to_numpy()[order]
         rows["kind"] = event_kinds(packets)[order]
         rows["end"] = rows["rel_seq"] + rows["payload_bytes"].astype(np.int64)
+        resent = rows["kind"] == EVENT["retransmission"]
+        self._retransmissions.append({"key": rows["connection"][resent] * 2
+                                      + rows["direction"][resent],
+                                      "seq": rows["rel_seq"][resent],
+                                      "frame": rows["frame"][resent]})
         _SliceGaps(rows, self).run()
 
     def gaps(self) -> dict[str, np.ndarray]:
@@ -98,7 +113,30 @@ class GapsBySlice:
                                  for name in ("after_frame", "connection")))
         joined = joined_columns(gaps, order)
         cover_frame, cover_time_us = self._first_covers(joined)
-        return {**joined, "cover_frame": cover_frame, "cover_time_us": cover_time_us}
+        return {**joined, "cover_frame": cover_frame, "cover_time_us": cover_time_us,
+                "dsack_frame": self._dsack_frames(joined)}
+
+    def _dsack_frames(self, gaps: dict[str, np.ndarray]) -> np.ndarray:
+        """Each gap's first D-SACK proving the retransmission that ends it spurious (0: none;
+        see the module's note)."""
+        frame = np.zeros(len(gaps["connection"]), dtype=np.int64)
+        if not self._dsacks:
+            return frame
+        dsacks = _by_key_then(joined_columns([dict(rows) for rows in self._dsacks]), "left")
+        resent = _by_key_then(joined_columns([dict(rows) for rows in self._retransmissions]),
+                              "seq")
+        lost = np.flatnonzero(gaps["after_kind"] == EVENT["retransmission"])
+        key = gaps["connection"][lost].astype(np.int64) * 2 + gaps["after_direction"][lost]
+        has = np.searchsorted(dsacks["key"], key, "right") > np.searchsorted(dsacks["key"], key)
+        for row, row_key in zip(lost[has].tolist(), key[has].tolist()):
+            seq, end, after = (int(gaps[name][row]) for name in ("after_seq", "after_end",
+                                                                   "after_frame"))
+            reported = _within(dsacks, row_key, "left", seq, end)
+            reported = reported[reported > after]
+            again = _within(resent, row_key, "seq", seq, end)
+            if len(reported) and len(reported) >= np.count_nonzero(again >= after):
+                frame[row] = reported.min()
+        return frame
 
     def _first_covers(self, gaps: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
         """Each gap's first covering ACK after its last packet (0 where none was seen)."""
@@ -119,12 +157,49 @@ class GapsBySlice:
         return frame, time_us
 
 
+def _dsack_rows(packets: pd.DataFrame, sack_blocks: pd.DataFrame) -> dict[str, np.ndarray]:
+    """The D-SACKs among the slice's packets: each packet's first SACK block where it lies
+    below the packet's cumulative ACK, in relative sequence numbers of the direction it
+    acknowledges (`key`: connection * 2 + that direction)."""
+    block_frame = sack_blocks["frame"].to_numpy().astype(np.int64)
+    order = np.argsort(block_frame, kind="stable")
+    first = order[group_starts(block_frame[order])]
+    packet_frame = packets["frame"].to_numpy().astype(np.int64)
+    at = np.minimum(np.searchsorted(packet_frame, block_frame[first]), len(packet_frame) - 1)
+    here = packet_frame[at] == block_frame[first]
+    first, at = first[here], at[here]
+    ack_raw = packets["ack_raw"].to_numpy()[at].astype(np.int64)
+    below = (ack_raw - sack_blocks["left_raw"].to_numpy()[first].astype(np.int64)) & 0xFFFFFFFF
+    duplicate = (below > 0) & (below < 1 << 31) & (
+        packets["role"].cat.codes.to_numpy()[at] != ROLE["syn"])
+    at, below = at[duplicate], below[duplicate]
+    direction = packets["direction"].to_numpy()[at].astype(np.int64)
+    return {"key": packets["connection"].to_numpy()[at].astype(np.int64) * 2 + 1 - direction,
+            "left": packets["rel_ack"].to_numpy()[at] - below,
+            "frame": packet_frame[at]}
+
+
+def _by_key_then(rows: dict[str, np.ndarray], within: str) -> dict[str, np.ndarray]:
+    """The rows sorted by `key`, then by the `within` column."""
+    order = np.lexsort((rows[within], rows["key"]))
+    return {name: values[order] for name, values in rows.items()}
+
+
+def _within(rows: dict[str, np.ndarray], key: int, column: str, low: int, high: int
+            ) -> np.ndarray:
+    """The frames of the rows (sorted by `_by_key_then`) of `key` whose `column` lies in
+    [low, high)."""
+    start, stop = np.searchsorted(rows["key"], key), np.searchsorted(rows["key"], key, "right")
+    values = rows[column][start:stop]
+    return rows["frame"][start:stop][np.searchsorted(values, low):np.searchsorted(values, high)]
+
+
 def _dtype(missing: object) -> type:
     return bool if isinstance(missing, bool) else np.int64
 
 
 def _no_gaps() -> dict[str, np.ndarray]:
-    names = (*GAP_COLUMNS, "cover_frame", "cover_time_us")
+    names = (*GAP_COLUMNS, "cover_frame", "cover_time_us", "dsack_frame")
     return {name: np.zeros(0, dtype=np.int64) for name in names}
 
 

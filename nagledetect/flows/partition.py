@@ -179,8 +179,8 @@ def part_slices(files: tuple[str, str, np.dtype], slice_packets: int
                 ) -> Iterator[dict[str, np.ndarray]]:
     """A part's packets in file order, a run of its blocks at a time: each slice joins the
     blocks that bring it to `slice_packets` packets or more (a block is a batch's rows of the
-    part, so a slice is about that or a batch more). Its SACK rows are not read: no part's
-    analysis reads them (a capture keeps its SACK table only when loaded whole, `load_capture`)."""
+    part, so a slice is about that or a batch more). Its SACK rows are read beside them
+    (`sliced_level.SackBlocksBySlice`)."""
     packets_path, _, dtype = files
     headers = _block_headers(packets_path, dtype)
     with open(packets_path, "rb", buffering=0) as handle:

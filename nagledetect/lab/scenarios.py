@@ -352,6 +352,20 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
                          "the short zero windows between the reader's reads, each ended by a "
                          "window update (or a probe's answer)")],
                  "absent": list(NAGLE_FAMILY)}),
+    Scenario("cause-small-window", "cause",
+             "16 KB one way to a receiver whose receive buffer is the smallest the kernel "
+             "allows (SO_RCVBUF 1) and that reads 200 bytes every 20 ms",
+             (Flow("tiny-buffer", 1, (16384,), (), one_way=True, server_rcvbuf_bytes=1,
+                   server_read_chunk_bytes=200, server_read_interval_s=0.02),),
+             stall_kind=None,
+             expected={"findings": [
+                 finding(WINDOW_LIMITED, (20, 30), (15, 150),
+                         "the receiver's window is never more than a few hundred bytes, below "
+                         "one MSS (1448): the sender fills it, waits for the reader to free "
+                         "it (a zero window between, then a window update below one MSS), and "
+                         "sends again; nearly the whole transfer (about 1.7 s)",
+                         subkind="below-mss", total_ms=[1400, 1900])],
+                 "absent": list(NAGLE_FAMILY)}),
     Scenario("cause-syn-unanswered", "cause",
              "two connections to a port whose SYNs the server's firewall drops (nftables), the "
              "client giving up after 8 s; beside them, an answered request/response connection",
