@@ -21,10 +21,11 @@ def _findings(path, kind=None):
 
 
 def test_a_release_sooner_than_the_round_trip_is_not_a_hold() -> None:
-    """zeek/ftp__cwd-navigation.pcap, captured at the client; the server is 87.155 ms away (SYN
-    at 0.000000, SYN/ACK at 0.087155). Frame 140 (server, 80 B) at 7.188042, frame 141 (the
-    client's pure ACK) at 7.388890, frame 142 (server, 23 B) at 7.460827: 71.9 ms after the ACK,
-    so it left the server before the ACK could reach it. Of the server's small data after such
+    """zeek/ftp__cwd-navigation.pcap, captured at the client; the server is 87-88 ms away (SYN
+    at 0.000000, SYN/ACK at 0.088105; its quickest answer to a command 87.155 ms). Frame 140
+    (server, 80 B) at 7.188042, frame 141 (the client's pure ACK) at 7.388890, frame 142
+    (server, 23 B) at 7.460827: 71.9 ms after the ACK, so it left the server before the ACK
+    could reach it. Of the server's small data after such
     ACKs, most arrives too soon or later than a release would: it writes on its own clock, and
     no more of it falls one round trip after an ACK than chance puts there. No Nagle finding."""
     assert _findings(corpus_file("zeek/ftp__cwd-navigation.pcap")) == []

@@ -2,7 +2,7 @@
 once went wrong, or where a rule change found something right, each checked by hand with
 `tshark -n -r FILE -Y 'frame.number>=A && frame.number<=B' -T fields -e frame.number
 -e frame.time_relative -e tcp.stream -e tcp.srcport -e tcp.len -e tcp.seq -e tcp.ack`.
-The tests marked xfail are findings the audit judged wrong that the detectors still report; each
+The test marked xfail is a finding the audit judged wrong that the detectors still report; it
 says what the packets show. Every test skips where the corpora are absent.
 """
 
@@ -97,8 +97,6 @@ def test_a_single_stall_does_not_cite_a_timer_made_of_itself() -> None:
     assert not any("receiver's delayed-ACK timer" in r for r in stall.confidence_reasons)
 
 
-@pytest.mark.xfail(strict=True, reason="a tail held by slow start (flights of 2, then 4 full "
-                   "segments, one round trip apart) is reported as a one-round-trip Nagle hold")
 @pytest.mark.parametrize("relative", ["zeek/web.pcap", "zeek/mixed-vlan-mpls.pcap",
                                       "zeek/tcp__missing-syn.pcap"])
 def test_a_slow_start_tail_is_not_a_nagle_hold(relative: str) -> None:
@@ -122,8 +120,6 @@ def test_a_generated_captures_tick_is_no_round_trip() -> None:
     assert _family("zeek/pop3-unknown-commands.pcap") == []
 
 
-@pytest.mark.xfail(strict=True, reason="the round trip to the receiver is estimated from the "
-                   "very ACK being judged, so that ACK is called ordinary by construction")
 def test_an_ack_is_not_ordinary_by_its_own_lag() -> None:
     """tcpdump/of10_7050q.pcapng: four frames, no handshake. Frame 2 (24 B from 86.139.225.177)
     at 0.100027, the peer's pure ACK (frame 3) at 0.139815, 39.8 ms later (a 40 ms delayed-ACK
@@ -133,8 +129,6 @@ def test_an_ack_is_not_ordinary_by_its_own_lag() -> None:
     assert not [f for f in _family("tcpdump/of10_7050q.pcapng") if f.kind == NAGLE_RTT_HOLD]
 
 
-@pytest.mark.xfail(strict=True, reason="a release is tied to an ACK across a sequence hole: "
-                   "what the ACK released is not in the capture")
 def test_a_release_after_a_sequence_hole_is_not_tied() -> None:
     """zeek/tcp__reassembly.pcap, stream 0: the server's ACK in frame 107 (10.759700) acknowledges
     31674; the client's next frame, 108 (625 B, 10.799704), starts at 32306, and the server's

@@ -114,7 +114,7 @@ def sender_side_rtt_ms(connections: pd.DataFrame, connection: np.ndarray,
 STALL_COLUMNS = ("connection", "direction", "frame", "time_us", "payload_bytes", "tail_bytes",
                  "mss", "prev_frame", "prev_time_us", "prev_payload_bytes", "peer_frame")
 """The segment columns a stall keeps (the others are let go before rows are selected)."""
-UNTIMED_STALL_COLUMNS = (*STALL_COLUMNS, "peer_time_us", "message")
+UNTIMED_STALL_COLUMNS = (*STALL_COLUMNS, "peer_time_us", "peer_window_bytes", "message")
 """What `untimed_stalls` keeps of a segment: the stall's columns, what the timing tests read,
 and its message (segment parity asks which messages a stall released)."""
 UNTIMED_STALLS = "untimed_stalls"
@@ -151,20 +151,26 @@ def untimed_of_segments(columns: DetectorInput) -> dict[str, np.ndarray]:
 
 
 def untimed_stalls(segments: pd.DataFrame) -> dict[str, np.ndarray]:
-    """The segments that pass the packet tests, each on its own row and context (so a part
+    """The segments that pass the packet tests: small, after a pure ACK of exactly everything
+    sent, starting where that ACK ends (not across a hole in the capture), with no peer data or
+    own retransmission since the previous data, and an open window. Each on its own row and
+    context (so a part
     read a slice at a time takes them a slice at a time), and that came `MIN_STALL_MS` or more
     after the previous data (no stall of either kind is shorter, whatever the round trips,
     which are known only once every packet has been read). In frame order, as the segments
     come."""
+    peer_ack = segments["peer_ack"].to_numpy()
+    window_bytes = segments["peer_window_bytes"].to_numpy()
     passed = np.flatnonzero(
         segments["is_small"].to_numpy()
         & (segments["prev_frame"].to_numpy() >= 0)
         & role_in(segments["peer_role"], RELEASING_ROLES)
         & (segments["peer_time_us"].to_numpy() > segments["prev_time_us"].to_numpy())
-        & (segments["peer_ack"].to_numpy() == segments["sent_max_before"].to_numpy())
+        & (peer_ack == segments["sent_max_before"].to_numpy())
+        & (segments["rel_seq"].to_numpy() == peer_ack)
         & (segments["peer_data_between"].to_numpy() == 0)
         & (segments["own_retransmissions_between"].to_numpy() == 0)
-        & (segments["peer_window_bytes"].to_numpy() > 0))
+        & (window_bytes > 0))
     found = {name: segments[name].to_numpy()[passed] for name in UNTIMED_STALL_COLUMNS}
     long_enough = (found["time_us"] - found["prev_time_us"]) / 1000 >= MIN_STALL_MS
     return {name: values[long_enough] for name, values in found.items()}
@@ -195,7 +201,7 @@ def timed_stalls(untimed: dict[str, np.ndarray], connections: pd.DataFrame
     (`DELAYED`, `ORDINARY`, `NEITHER`), whether its release was tied to the ACK (`tied`), or
     shows the sender writing on its own clock (`untied`: too soon for the ACK to have reached
     the sender, or later than it reacts but within the late horizon)."""
-    found = {name: untimed[name] for name in STALL_COLUMNS}
+    found = {name: untimed[name] for name in (*STALL_COLUMNS, "message")}
     connection, direction = found["connection"], found["direction"]
     rtt_ms = by_connection(connections, "rtt_ms", connection)
     rtt_known = ~np.isnan(rtt_ms)
@@ -211,7 +217,11 @@ def timed_stalls(untimed: dict[str, np.ndarray], connections: pd.DataFrame
                & (hold_ms <= MAX_DELAYED_HOLD_MS))
     ordinary = rtt_known & (ack_lag_ms <= ORDINARY_ACK_FACTOR * receiver_rtt_ms
                             + ORDINARY_ACK_SLACK_MS)
-    ack_kind = np.where(delayed, DELAYED, np.where(ordinary, ORDINARY, NEITHER)).astype(np.int8)
+    # An ordinary ACK is told by the round trip; one estimated from ACK lags alone may be this
+    # very ACK's lag, so only a round trip the handshake measured can call an ACK ordinary.
+    ack_kind = np.where(delayed, DELAYED, np.where(ordinary & measured, ORDINARY, NEITHER))
+    ack_kind = np.where(_window_filled(found, untimed["peer_window_bytes"], connections), NEITHER,
+                        ack_kind).astype(np.int8)
     horizon_ms = LATE_HORIZON_FACTOR * limit_ms + LATE_HORIZON_MS
     tied = (reaction_ms >= floor_ms) & (reaction_ms <= limit_ms) & (ack_kind != NEITHER)
     untied = (((reaction_ms < floor_ms) | ((reaction_ms > limit_ms) & (reaction_ms <= horizon_ms)))
@@ -222,6 +232,16 @@ def timed_stalls(untimed: dict[str, np.ndarray], connections: pd.DataFrame
                  ack_lag_ms=ack_lag_ms, receiver_rtt_ms=receiver_rtt_ms,
                  stall_s=(found["time_us"] - found["prev_time_us"]) / 1e6)
     return found
+
+
+def _window_filled(found: dict[str, np.ndarray], window_bytes: np.ndarray,
+                   connections: pd.DataFrame) -> np.ndarray:
+    """Whether the released segment, or the data before it, was as large as the window the ACK
+    offers: then the sender waited for the window, not for Nagle. Only where the handshake gave
+    the window scale (a raw window without it may read 128 times too small)."""
+    scaled = by_connection(connections, "handshake", found["connection"]).astype(bool)
+    largest = np.maximum(found["payload_bytes"], found["prev_payload_bytes"])
+    return scaled & (largest >= window_bytes)
 
 
 class StallStats(NamedTuple):
@@ -383,8 +403,9 @@ def _confidence(kind: str, stats: StallStats, host_timer: tuple[float | None, in
         return "low", reasons
     level = "high" if score >= 3 else "medium" if score == 2 else "low"
     if kind == RTT_HOLD_KIND and stats.previous_full >= 0.5:
-        reasons.append("the data before it were full segments: a congestion window that small "
-                       "would hold it back the same way")
+        reasons.append("the data before it were full segments, all sent at once: only a "
+                       "congestion window of that few segments (an initial window of 2, as "
+                       "before RFC 3390) would hold the tail the same way")
         level = "medium" if level == "high" else level
     return level, reasons
 
@@ -443,11 +464,33 @@ def detect(columns: DetectorInput) -> list[Finding]:
     streams = {(f.connection, f.sender) for f in columns.earlier_findings
                if f.kind == STREAM_COALESCING_KIND}
     findings = []
+    flights = _sent_in_flights(candidates, columns)
     for kind, ack_kind in ((KIND, DELAYED), (RTT_HOLD_KIND, ORDINARY)):
         chosen = candidates["tied"] & (candidates["ack_kind"] == ack_kind)
+        if kind == RTT_HOLD_KIND:
+            chosen &= ~flights
         stalls = {name: values[chosen] for name, values in candidates.items()}
         findings += _findings(columns, kind, stalls, untied, streams)
     return findings
+
+
+def _sent_in_flights(candidates: dict[str, np.ndarray], columns: DetectorInput) -> np.ndarray:
+    """Whether a candidate's message had been going out for half a round trip or more before the
+    data ahead of it: its earlier segments left in flights an ACK apart, as a congestion window
+    in slow start sends them (2, then 4 segments...), and a tail after such a flight waits for
+    the window whatever Nagle does. A message whose data ahead of the tail left at once waited
+    for Nagle alone."""
+    messages = columns.messages
+    if messages.empty or not len(candidates["message"]):
+        return np.zeros(len(candidates["message"]), dtype=bool)
+    ids = messages["message"].to_numpy()
+    order = np.argsort(ids, kind="stable")
+    position = np.minimum(np.searchsorted(ids[order], candidates["message"]), len(ids) - 1)
+    found = ids[order][position] == candidates["message"]
+    start_us = messages["start_us"].to_numpy()[order][position]
+    rtt_ms = np.nan_to_num(by_connection(columns.connections, "rtt_ms", candidates["connection"]),
+                           nan=np.inf)
+    return found & ((candidates["prev_time_us"] - start_us) / 1000 >= 0.5 * rtt_ms)
 
 
 def _findings(columns: DetectorInput, kind: str, stalls: dict[str, np.ndarray],

@@ -15,13 +15,14 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from nagledetect.detectors import kinds
 from nagledetect.detectors.model import DetectorInput, Finding, StallEvents, payload_sizes
 from nagledetect.detectors.nagle_stall import delayed_ack_releases, stall_candidates
 from nagledetect.events.payloads import PayloadCounts
 from nagledetect.flows.connections import by_connection, direction_key
 from nagledetect.flows.grouped import KeyGroups
 
-KIND = "stream-coalescing"
+KIND = kinds.STREAM_COALESCING
 MIN_PACKETS = 20
 ACCUMULATED_SHARE = 0.3
 ACCUMULATION_FACTOR = 3
