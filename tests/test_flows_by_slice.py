@@ -236,8 +236,9 @@ def _segments_by_slice(path: Path, slice_packets: int
     messages, first_number = messages_by_slice.finish()
     table["message"] += first_number[table["connection"].to_numpy()]
     connections = numbering.connections()
-    stalls = timed_stalls({name: np.concatenate([rows[name] for rows in untimed])
-                           for name in untimed[0]}, connections)
+    joined = {name: np.concatenate([rows[name] for rows in untimed]) for name in untimed[0]}
+    joined["message"] = joined["message"] + first_number[joined["connection"]]
+    stalls = timed_stalls(joined, connections)
     gap_table = gap_causes(gaps_by_slice.gaps(), connections, np.zeros(0))
     return table, samples_by_slice.samples(connections), messages, stalls, gap_table
 

@@ -192,6 +192,25 @@ def _window_limited(gaps: dict[str, np.ndarray], connections: pd.DataFrame,
     below_mss = gaps["peer_edge_window"] < mss
     named(limited & ~below_mss, (WINDOW_LIMITED, "below-data"), gaps["peer_edge_frame"])
     named(limited & below_mss, (WINDOW_LIMITED, "below-mss"), gaps["peer_edge_frame"])
+    _filled_at_start(gaps, mss, scale_known, named)
+
+
+def _filled_at_start(gaps: dict[str, np.ndarray], mss: np.ndarray, scale_known: np.ndarray,
+                     named: Namer) -> None:
+    """The data that began the gap left too little of the peer's window then (what the peer's
+    latest packet offered) for the segment that ends it, which the same side sent: the sender
+    waited for the window to move, whatever the peer's ACK timing (a receiver that offers 576
+    bytes at a time holds every segment back so). Data sent past that edge tells of packets
+    the capture missed, and proves nothing."""
+    same_side = gaps["before_direction"] == gaps["after_direction"]
+    room = gaps["peer_edge_at_start"] - gaps["before_end"]
+    next_bytes = np.minimum(gaps["after_payload_bytes"], np.maximum(mss, 1))
+    filled = ((gaps["after_kind"] == EVENT["new_data"]) & (gaps["before_kind"] == EVENT["new_data"])
+              & same_side & (gaps["peer_edge_at_start"] > 0) & (room >= 0) & (room < next_bytes)
+              & scale_known)
+    below_mss = gaps["peer_window_before"] < mss
+    named(filled & ~below_mss, (WINDOW_LIMITED, "below-data"))
+    named(filled & below_mss, (WINDOW_LIMITED, "below-mss"))
 
 
 def _zero_window(gaps: dict[str, np.ndarray], named: Namer) -> None:

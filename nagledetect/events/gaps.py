@@ -44,7 +44,8 @@ _SPAN = {"zero_frame": 0, "dup_acks": 0, "dup_frame": 0, "edge": _NO_EDGE, "edge
 """Per span and direction, what its packets tell (missing values): the first zero window's
 frame, the dup ACKs' count and latest frame, the smallest non-zero right window edge (ACK plus
 window) with its frame and window, the latest ACK with its frame."""
-_OPENER = {"has": False, "frame": 0, "time_us": 0, "direction": 0, "kind": 0, "end": 0}
+_OPENER = {"has": False, "frame": 0, "time_us": 0, "direction": 0, "kind": 0, "end": 0,
+           "peer_edge": -1}
 """Per connection, the timeline packet that opened its latest span (a part's earlier slices)."""
 
 
@@ -73,6 +74,7 @@ class GapsBySlice:
         self._span = {name: np.full(2 * connection_count, missing, dtype=np.int64)
                       for name, missing in _SPAN.items()}
         self._latest_window = np.full(2 * connection_count, -1, dtype=np.int64)
+        self._latest_edge = np.full(2 * connection_count, -1, dtype=np.int64)
         self._gaps: list[dict[str, np.ndarray]] = []
         self._covers: list[dict[str, np.ndarray]] = []
         self._dsacks: list[dict[str, np.ndarray]] = []
@@ -207,7 +209,7 @@ GAP_COLUMNS = ("connection", "before_frame", "after_frame", "before_time_us", "a
                "before_direction", "after_direction", "before_kind", "after_kind", "after_seq",
                "after_end", "after_payload_bytes", "zero_frame", "peer_dup_acks",
                "peer_dup_frame", "peer_edge", "peer_edge_frame", "peer_edge_window", "peer_ack",
-               "peer_ack_frame", "peer_window_before")
+               "peer_ack_frame", "peer_window_before", "before_end", "peer_edge_at_start")
 
 
 class _SliceGaps:
@@ -303,6 +305,10 @@ class _SliceGaps:
                                        ("direction", "direction"), ("kind", "kind"))}
         after_time = rows["time_us"][events]
         gap = has_previous & (after_time - before["time_us"] >= GAP_MIN_US)
+        before_end = np.where(carried, opener["end"][connection], rows["end"][at])[gap]
+        peer_edge_at_start = np.where(
+            carried, opener["peer_edge"][connection],
+            self._peer_latest_before(at, self._edges(), self.carried._latest_edge))[gap]
         events, previous, connection = events[gap], previous[gap], connection[gap]
         span = np.where(previous >= 0, previous, self.count + self.local[events])
         peer_key = span * 2 + (1 - rows["direction"][events])
@@ -321,23 +327,30 @@ class _SliceGaps:
             "peer_edge": spans["edge"][peer_key], "peer_edge_frame": spans["edge_frame"][peer_key],
             "peer_edge_window": spans["edge_window"][peer_key],
             "peer_ack": spans["ack"][peer_key], "peer_ack_frame": spans["ack_frame"][peer_key],
-            "peer_window_before": self._peer_window_before(events)})
+            "peer_window_before": self._peer_latest_before(
+                events, rows["window_bytes"], self.carried._latest_window),
+            "before_end": before_end, "peer_edge_at_start": peer_edge_at_start})
 
-    def _peer_window_before(self, events: np.ndarray) -> np.ndarray:
-        """The window of the peer's latest packet before each timeline row (-1: none yet)."""
+    def _edges(self) -> np.ndarray:
+        """Each row's window edge (its ACK plus its window): how far its peer may send."""
+        return self.rows["rel_ack"] + self.rows["window_bytes"].astype(np.int64)
+
+    def _peer_latest_before(self, at: np.ndarray, values: np.ndarray, carried: np.ndarray
+                            ) -> np.ndarray:
+        """`values` of the peer's latest packet before each row `at` (-1: none yet), from the
+        slices before where it lies there (`carried`, by connection and side)."""
         rows = self.rows
         position = np.arange(self.count)
         direction = rows["direction"]
-        found = np.full(len(events), -1, dtype=np.int64)
+        found = np.full(len(at), -1, dtype=np.int64)
         for side in (0, 1):
             latest = np.maximum.accumulate(np.where(direction == side, position, -1))
-            mine = direction[events] != side
-            at = np.maximum(events - 1, 0)
-            here = mine & (events > self.low[events]) & (latest[at] >= self.low[events])
-            found = np.where(here, rows["window_bytes"][latest[at]], found)
-            carried = mine & ~here
-            key = rows["connection"][events] * 2 + side
-            found = np.where(carried, self.carried._latest_window[key], found)
+            mine = direction[at] != side
+            before = np.maximum(at - 1, 0)
+            here = mine & (at > self.low[at]) & (latest[before] >= self.low[at])
+            found = np.where(here, values[latest[before]], found)
+            key = rows["connection"][at] * 2 + side
+            found = np.where(mine & ~here, carried[key], found)
         return found
 
     def _covers(self) -> None:
@@ -375,12 +388,15 @@ class _SliceGaps:
         at = last_event[opened]
         for name in ("frame", "time_us", "direction", "kind", "end"):
             carried._opener[name][connection[opened]] = rows[name][at]
+        carried._opener["peer_edge"][connection[opened]] = self._peer_latest_before(
+            at, self._edges(), carried._latest_edge)
         carried._opener["has"][connection[opened]] = True
         group = rows["connection"] * 2 + rows["direction"]
         last = np.full(2 * len(carried._opener["has"]), -1, dtype=np.int64)
         np.maximum.at(last, group, np.arange(self.count))
         seen = np.flatnonzero(last >= 0)
         carried._latest_window[seen] = rows["window_bytes"][last[seen]]
+        carried._latest_edge[seen] = self._edges()[last[seen]]
 
 
 def _local_numbers(connection: np.ndarray, starts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
