@@ -17,6 +17,7 @@ The real captures (the shared corpora) were checked in tshark:
 
 from __future__ import annotations
 
+import os
 import subprocess
 from pathlib import Path
 
@@ -32,8 +33,10 @@ from scapy.packet import Packet, Raw
 from scapy.utils import rdpcap, wrpcap
 
 from nagledetect import load_capture
+from nagledetect.analysis import analyze_capture
 from nagledetect.read.decode import decode_batch, pad_batch
 from nagledetect.read.libpcap import CaptureReader
+from nagledetect.report.document import build_document
 from tests.conftest import SAMPLE_TRACES, corpus_file, require_tool
 
 QINQ = "zeek/pppoe-over-qinq.pcap"
@@ -56,6 +59,16 @@ def test_every_tcp_frame_behind_qinq_and_pppoe_is_used() -> None:
     frames = capture.packets.set_index("frame")
     assert int(frames.loc[19, "payload_bytes"]) == 0  # the PPPoE length, not the IP one
     assert int(frames.loc[19, "seq_raw"]) == int(frames.loc[20, "seq_raw"])
+
+
+def test_the_session_capture_in_parts_gives_the_one_part_document() -> None:
+    """The connection's gaps (retransmission timeouts, a long think time) are found as they
+    are in one part when the capture is cut into five."""
+    path = corpus_file(QINQ)
+    whole = build_document([analyze_capture(str(path))])
+    split = build_document([analyze_capture(str(path), part_bytes=os.path.getsize(path) // 5 + 1)])
+    assert whole["findings"], "the comparison needs findings to mean something"
+    assert split == whole
 
 
 @pytest.mark.parametrize("relative, skipped", [
