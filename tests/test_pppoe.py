@@ -211,3 +211,19 @@ def test_corrupted_session_headers_are_decoded_or_skipped_never_fatal(edits, cut
         if row not in link_intact:
             at = int(offsets[row]) + QINQ_PPPOE_LENGTH_AT
             assert carried <= int.from_bytes(raw[at:at + 2].tobytes(), "big") - 2 - 20
+
+
+@pytest.mark.parametrize("expression, accepted, tcp_packets", [
+    ("pppoes and tcp port 9000", 234, 234),
+    ("tcp port 9000", 0, 0),
+    ("pppoes", 244, 234),  # the 10 IPv6 frames (neighbour discovery, MLD) too
+])
+def test_a_filter_on_an_untagged_session_selects_what_tcpdump_selects(
+        tmp_path, expression: str, accepted: int, tcp_packets: int) -> None:
+    """seed003-nagle.pcap's IP packets moved into an untagged session; the counts were read
+    from tcpdump by hand (244 IP frames, 234 of them TCP, 2 ARP frames left outside)."""
+    _, path = _rewrapped("seed003-nagle.pcap", tmp_path, tags=0, compressed=False)
+    accounting = load_capture(str(path), bpf_filter=expression).accounting
+    assert accounting.packets_read - accounting.skipped.get("excluded by filter", 0) == accepted
+    assert _tcpdump_count(path, expression) == accepted
+    assert accounting.tcp_packets == tcp_packets
