@@ -8,8 +8,10 @@ cooked v2, nanoseconds), interleaved; 10 ICMPv6 and 2 ARP frames, the other 303 
 1795370344.443528000; frame 61, the first on interface 1, at 1795370344.943528000; frame 77 (2
 bytes from port 49908) at 1795370344.993809876; frame 84 (the ACK from port 7007) at
 1795370345.035395900, 41.586 ms later; frame 85 (4 bytes) at 1795370345.035405746, 9.8 us after
-the ACK; frame 315 at 1795370346.736009000. tcpdump stops at once: "an interface has a type 276
-different from the type of the first interface".
+the ACK; frame 315 at 1795370346.736009000. capinfos: interface 0 Ethernet, capture length 128,
+microseconds; interface 1 Linux cooked v2 (pcapng link type 276), capture length 262144,
+nanoseconds. tcpdump stops at once: "an interface has a type 276 different from the type of the
+first interface".
 """
 
 from __future__ import annotations
@@ -48,8 +50,11 @@ def test_the_merged_sample_is_read_whole_each_packet_by_its_interface() -> None:
     accounting = capture.accounting
     assert (accounting.packets_read, accounting.tcp_packets) == (315, 303)
     assert accounting.skipped == {"not TCP (ICMPv6)": 10, "not IP (ethertype 0x0806)": 2}
-    assert any("own pcapng reader read it from frame 1 on" in warning and "(1, 276)" in warning
-               for warning in accounting.warnings)
+    assert accounting.warnings == [
+        "the file mixes interfaces of different link types (1 Ethernet, 276 Linux cooked v2 "
+        "(SLL2)), snapshot lengths (128 bytes, 262,144 bytes) and timestamp resolutions "
+        "(microseconds, nanoseconds): libpcap stops at such a file, so nagledetect's own pcapng "
+        "reader read it whole, each packet by its own interface"]
     time_us = dict(zip(capture.packets["frame"].tolist(), capture.packets["time_us"].tolist()))
     assert time_us[61] == 1795370344943528
     assert time_us[77] == 1795370344993809  # nanoseconds truncated, as libpcap does
@@ -85,8 +90,44 @@ def test_a_file_refused_midway_is_read_on_from_where_libpcap_stopped(tmp_path) -
     read = [batch.buf[o:o + c].tobytes() for batch in batches
             for o, c in zip(batch.offsets.tolist(), batch.caplens.tolist())]
     assert read == [data for _, data in frames]
-    assert reader.read_here is not None and "read it from frame 5 on" in reader.read_here
+    assert reader.read_here == (
+        "the file mixes interfaces of different snapshot lengths (65,535 bytes, 128 bytes): "
+        "libpcap stops at such a file, so it read frames 1-4 and nagledetect's own pcapng reader "
+        "the rest, each packet by its own interface")
     assert reader.truncation is None
+
+
+def test_the_warning_names_every_difference_once_in_order_of_appearance(tmp_path) -> None:
+    """A little-endian section (interfaces: Ethernet in microseconds, raw IP in 2^-20 s ticks,
+    Ethernet again), then a big-endian one (Ethernet in nanoseconds, snapshot length 0)."""
+    body = section() + interface(ETHERNET) + interface(101, resolution=0x80 | 20)
+    body += interface(ETHERNET) + section(">") + interface(ETHERNET, order=">", snaplen=0,
+                                                           nanoseconds=True)
+    path = tmp_path / "mixed.pcapng"
+    path.write_bytes(body)
+    reader = PcapngReader(str(path), 100)
+    list(reader.batches())
+    assert reader.mixture() == (
+        "interfaces of different link types (1 Ethernet, 101 raw IP), snapshot lengths (65,535 "
+        "bytes, unlimited) and timestamp resolutions (microseconds, 2^-20 s, nanoseconds) and "
+        "sections of different byte orders (little-endian, big-endian)")
+
+
+def test_libpcap_is_quoted_only_when_the_file_mixes_nothing_it_refuses(tmp_path) -> None:
+    """Interfaces that differ only in their clocks (which libpcap reads), then a packet block
+    naming an interface that does not exist: libpcap's own words say why it stopped."""
+    frames = _real_frames(3)
+    body = section() + interface(ETHERNET) + interface(ETHERNET, nanoseconds=True)
+    body += packet(frames[0][1], frames[0][0]) + packet(frames[1][1], frames[1][0] * 1000, 1)
+    body += packet(frames[2][1], frames[2][0], interface_id=2)
+    path = tmp_path / "no-interface.pcapng"
+    path.write_bytes(body)
+    reader = CaptureReader(str(path))
+    assert sum(len(batch) for batch in reader.batches()) == 2
+    libpcap_words = "a packet arrived on interface 2, but there's no Interface Description Block"
+    assert reader.read_here is not None  # libpcap's words past these vary with its version
+    assert reader.read_here.startswith(f"libpcap stopped reading this file ({libpcap_words}")
+    assert reader.read_here.endswith("); nagledetect's own pcapng reader read it from frame 1 on")
 
 
 def test_big_endian_sections_binary_clocks_and_every_packet_block(tmp_path) -> None:

@@ -20,6 +20,7 @@ CAPTURES = [
     "zeek/smb__smb2.pcap",                     # Ethernet, a 1.5 MB SMB2 transfer
     "zeek/http-qinq-0.pcap",                   # Ethernet, 802.1ad + 802.1Q (QinQ)
     "zeek/vlan-qinqinq.pcap",                  # Ethernet, three stacked VLAN tags
+    "zeek/pppoe-over-qinq.pcap",               # Ethernet, QinQ, then a PPPoE session (IPv4)
     "tcpdump/mptcp-v1.pcap",                   # Linux cooked (SLL), MPTCP options
     "zeek/tls__irc-starttls.pcap",             # Linux cooked (SLL)
     "zeek/tls__openjdk-25.0.2-zeek.org.pcap",  # Linux cooked v2 (SLL2)

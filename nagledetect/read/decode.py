@@ -24,6 +24,7 @@ from nagledetect.read.layout import (
     IPV6_JUMBO_OPTION,
     LINUX_SLL,
     LINUX_SLL2,
+    PPPOE_SESSION,
     TCP,
     VLAN_TAG,
     Header,
@@ -35,6 +36,7 @@ IPV4_MAPPED_WORDS = (0, 0, 0xFFFF)
 """Words 0-2 of an IPv4 address: every address is held as four 32-bit words, IPv4 ones mapped
 as ::ffff:a.b.c.d (the fourth word is the IPv4 address)."""
 PAD_BYTES = 512
+NO_LINK_END = np.iinfo(np.int64).max
 MAX_VLAN_TAGS = 8
 MAX_IPV6_EXTENSIONS = 8
 ETHERNET_IPV4_TCP_BYTES = 14 + 20 + 20
@@ -42,6 +44,12 @@ ETHERNET_IPV4_TCP_BYTES = 14 + 20 + 20
 ETHERTYPE_IPV4 = 0x0800
 ETHERTYPE_IPV6 = 0x86DD
 VLAN_ETHERTYPES = (0x8100, 0x88A8, 0x9100, 0x9200)
+ETHERTYPE_PPPOE_SESSION = 0x8864
+PPPOE_VERSION_TYPE = 0x11
+PPPOE_SESSION_DATA = 0
+PPPOE_HEADER_BYTES = 6
+PPP_IP_PROTOCOLS = {0x0021: ETHERTYPE_IPV4, 0x0057: ETHERTYPE_IPV6}
+"""The PPP protocol numbers of IPv4 and IPv6 (RFC 1332, RFC 5072), as the ethertypes they stand for."""
 BSD_FAMILIES_IPV6 = (24, 28, 30)
 IPPROTO_TCP = 6
 IPV6_EXTENSION_HEADERS = (0, 43, 60)
@@ -76,11 +84,14 @@ class DecodedBatch:
 
 @dataclass
 class _Cursor:
-    """Where each packet's next header starts, where its capture ends, and why it was dropped."""
+    """Where each packet's next header starts, where its capture ends, where its link layer
+    says the IP packet ends (PPPoE's payload length; NO_LINK_END where it says nothing), and
+    why it was dropped."""
 
     position: np.ndarray
     captured_end: np.ndarray
     skip: np.ndarray
+    link_end: np.ndarray
 
     def require(self, length: int, reason: int, mask: np.ndarray | None = None) -> None:
         """Drop packets (of `mask`) whose capture does not hold `length` bytes from the cursor."""
@@ -100,7 +111,8 @@ class _Cursor:
 
     def subset(self, rows: np.ndarray) -> _Cursor:
         """A cursor over some packets only (copies), to be merged back with `merge`."""
-        return _Cursor(self.position[rows], self.captured_end[rows], self.skip[rows])
+        return _Cursor(self.position[rows], self.captured_end[rows], self.skip[rows],
+                       self.link_end[rows])
 
     def merge(self, rows: np.ndarray, sub: _Cursor) -> None:
         self.position[rows] = sub.position
@@ -148,6 +160,7 @@ def _fixed_headers(buf: np.ndarray, offsets: np.ndarray, caplens: np.ndarray,
         position=offsets.astype(np.int64),
         captured_end=offsets.astype(np.int64) + caplens.astype(np.int64),
         skip=np.zeros(len(offsets), dtype=np.int64),
+        link_end=np.full(len(offsets), NO_LINK_END, dtype=np.int64),
     )
     ethertype = _link_layer(buf, cursor, linktype)
     is_ipv6 = ethertype == ETHERTYPE_IPV6
@@ -243,7 +256,8 @@ def _link_layer(buf: np.ndarray, cursor: _Cursor, linktype: int) -> np.ndarray:
 
 
 def _ethernet(buf: np.ndarray, cursor: _Cursor) -> np.ndarray:
-    """Ethernet II with any number (up to MAX_VLAN_TAGS) of 802.1Q / 802.1ad tags."""
+    """Ethernet II with any number (up to MAX_VLAN_TAGS) of 802.1Q / 802.1ad tags, then
+    possibly a PPPoE session."""
     cursor.require(14, skips.TRUNCATED_LINK_HEADER)
     ethertype = ETHERNET.gather(buf, cursor.safe_position())["ethertype"]
     cursor.position += 14
@@ -255,7 +269,37 @@ def _ethernet(buf: np.ndarray, cursor: _Cursor) -> np.ndarray:
         inner = VLAN_TAG.gather(buf, cursor.safe_position())["ethertype"]
         ethertype = np.where(tagged, inner, ethertype)
         cursor.position[tagged] += 4
-    return ethertype
+    return _pppoe_session(buf, cursor, ethertype)
+
+
+def _pppoe_session(buf: np.ndarray, cursor: _Cursor, ethertype: np.ndarray) -> np.ndarray:
+    """Step over a PPPoE session header and its PPP protocol field where the ethertype says
+    PPPoE session; such a frame carries IP when its PPP protocol is IPv4 or IPv6 (its other
+    protocols, LCP and the like, are link control, skipped by name)."""
+    session = (ethertype == ETHERTYPE_PPPOE_SESSION) & (cursor.skip == skips.KEPT)
+    if not session.any():
+        return ethertype
+    cursor.require(PPPOE_HEADER_BYTES + 1, skips.TRUNCATED_LINK_HEADER, session)
+    start = cursor.safe_position()
+    header = PPPOE_SESSION.gather(buf, start)
+    cursor.reject(session & ((header["version_type"] != PPPOE_VERSION_TYPE)
+                             | (header["code"] != PPPOE_SESSION_DATA)), skips.BAD_PPPOE_HEADER)
+    protocol = header["ppp_protocol"].astype(np.int64)
+    compressed = (protocol >> 8) & 1 == 1  # a full field's first byte is even (RFC 1661)
+    protocol = np.where(compressed, protocol >> 8, protocol)
+    header_bytes = np.where(compressed, PPPOE_HEADER_BYTES + 1, PPPOE_HEADER_BYTES + 2)
+    cursor.require(PPPOE_HEADER_BYTES + 2, skips.TRUNCATED_LINK_HEADER, session & ~compressed)
+    carried = np.zeros(len(protocol), dtype=ethertype.dtype)
+    for ppp_protocol, ip_ethertype in PPP_IP_PROTOCOLS.items():
+        carried[protocol == ppp_protocol] = ip_ethertype
+    cursor.reject(session & (carried == 0), skips.PPP_PROTOCOL_BASE + protocol)
+    session &= cursor.skip == skips.KEPT
+    cursor.position[session] += header_bytes[session]
+    # The PPPoE length bounds the IP packet as the frame's end bounds it elsewhere: an IP
+    # length that claims more counts bytes the session did not carry (tshark does the same).
+    payload_end = start + PPPOE_HEADER_BYTES + header["payload_length"].astype(np.int64)
+    cursor.link_end[session] = payload_end[session]
+    return np.where(session, carried, ethertype)
 
 
 def _fixed_link_header(
@@ -326,7 +370,8 @@ def _ipv4(buf: np.ndarray, cursor: _Cursor) -> dict[str, np.ndarray]:
     cursor.reject(header["fragment_offset"] > 0, skips.IPV4_LATER_FRAGMENT)
     total = header["total_length"].astype(np.int64)
     from_capture = total == 0
-    payload = np.where(from_capture, cursor.captured_end - start - header_bytes, total - header_bytes)
+    carried = np.minimum(np.where(from_capture, cursor.captured_end, start + total), cursor.link_end)
+    payload = carried - start - header_bytes
     cursor.reject(~from_capture & (payload < 0), skips.BAD_IP_HEADER)
     cursor.position += header_bytes
     mapped = np.full(len(start), IPV4_MAPPED_WORDS[2], dtype=np.uint32)
@@ -338,10 +383,12 @@ def _ipv4(buf: np.ndarray, cursor: _Cursor) -> dict[str, np.ndarray]:
 def _ipv6(buf: np.ndarray, cursor: _Cursor) -> dict[str, np.ndarray]:
     """IPv6 and its extension-header chain (hop-by-hop, routing, destination, fragment, AH)."""
     header = IPV6.gather(buf, cursor.position)
-    payload = header["payload_length"].astype(np.int64)
+    stated = header["payload_length"].astype(np.int64)
     next_header = header["next_header"].astype(np.int64)
+    jumbo = (stated == 0) & (next_header == 0)
+    payload = np.minimum(stated, cursor.link_end - cursor.position - 40)
+    cursor.reject(payload < 0, skips.BAD_IP_HEADER)
     cursor.position += 40
-    jumbo = (payload == 0) & (next_header == 0)
     next_header, payload = _walk_ipv6_extensions(buf, cursor, next_header, payload, jumbo)
     values = {name: header[name] for name in _ADDRESS_WORDS}
     values.update(protocol=np.clip(next_header, 0, 255).astype(np.uint8), ip_payload_bytes=payload)

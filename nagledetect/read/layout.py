@@ -84,6 +84,15 @@ class HeaderValues:
 
 ETHERNET = Header("ethernet", ("ethertype", 12, 2))
 VLAN_TAG = Header("vlan", ("ethertype", 2, 2))
+PPPOE_SESSION = Header(
+    "pppoe session",
+    ("version_type", 0, 1),
+    ("code", 1, 1),
+    ("payload_length", 4, 2),
+    ("ppp_protocol", 6, 2),
+)
+"""RFC 2516's 6-byte PPPoE header, then the PPP protocol field (RFC 1661), 2 bytes unless
+compressed to its low byte (RFC 1661 PFC: a compressed field is one odd byte)."""
 LINUX_SLL = Header("sll", ("protocol", 14, 2))
 LINUX_SLL2 = Header("sll2", ("protocol", 0, 2))
 BSD_NULL = Header("null", ("family", 0, 4))

@@ -76,6 +76,21 @@ def _is_pcapng(path: str) -> bool:
     return first_bytes(path) == PCAPNG_MAGIC
 
 
+def _read_here_warning(mixture: str | None, frames_read: int, refusal: str) -> str:
+    """One line: why libpcap stopped (what the file mixes, in the file's own values: libpcap's
+    words are relayed only when it mixes nothing that libpcap refuses, as they can misname a
+    snapshot length as a "type"), and what nagledetect's own pcapng reader read."""
+    if mixture is None:
+        return (f"libpcap stopped reading this file ({refusal}); nagledetect's own pcapng "
+                f"reader read it from frame {frames_read + 1} on")
+    if frames_read == 0:
+        return (f"the file mixes {mixture}: libpcap stops at such a file, so nagledetect's own "
+                "pcapng reader read it whole, each packet by its own interface")
+    return (f"the file mixes {mixture}: libpcap stops at such a file, so it read frames 1-"
+            f"{frames_read} and nagledetect's own pcapng reader the rest, each packet by its "
+            "own interface")
+
+
 def _nothing() -> None:
     """What letting go of a reader of an uncompressed capture removes."""
 
@@ -159,11 +174,7 @@ class CaptureReader:
         reader = PcapngReader(self.source, self.batch_packets)
         yield from reader.batches(frames_read)
         self.truncation = reader.truncation
-        read_by_libpcap = {self.linktype} if frames_read else set()
-        link_types = ", ".join(map(str, sorted(reader.linktypes | read_by_libpcap)))
-        self.read_here = (f"libpcap stopped reading this file ({refusal}); nagledetect's own "
-                          f"pcapng reader read it from frame {frames_read + 1} on, each packet "
-                          f"by its interface's link type ({link_types})")
+        self.read_here = _read_here_warning(reader.mixture(), frames_read, refusal)
 
     def _salvage_after_error(self, frames_read: int, message: str) -> Iterator[RawBatch]:
         """A failed batch loses the packets it held: reopen, skip what was read, go one by one."""

@@ -1,7 +1,7 @@
 """The packets of a pcapng file that libpcap refuses, read here.
 
 Why: libpcap stops at the first interface whose link type or snapshot length differs from the
-first interface's ("an interface has a snapshot length 8192 different from ..."), so a capture
+first interface's, and at a section in the other byte order, so a capture
 merged from captures taken different ways (mergecap keeps one interface for each) yields
 nothing from there on, where tshark reads it whole. Here each packet keeps its own interface's
 link type and timestamp resolution, and batches are cut where the link type changes. The blocks
@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from nagledetect.read.decode import pad_batch
+from nagledetect.read.decode import LINKTYPE_NAMES, pad_batch
 from nagledetect.read.layout import Header
 from nagledetect.read.raw import RawBatch
 
@@ -37,6 +37,10 @@ OPTION_TIME_OFFSET = 14
 DEFAULT_TIME_RESOLUTION = 6
 """Microseconds, when an interface does not say (if_tsresol absent)."""
 BINARY_RESOLUTION = 0x80
+RESOLUTION_NAMES = {0: "seconds", 3: "milliseconds", 6: "microseconds", 9: "nanoseconds"}
+BYTE_ORDER_NAMES = {"<": "little-endian", ">": "big-endian"}
+MOST_VALUES_NAMED = 4
+"""Values of one property listed in the warning before the rest are only counted."""
 WIDEST_BINARY_FRACTION = 44
 """Fraction bits kept when a binary resolution is converted (2^44 x 10^6 fits in 64 bits)."""
 
@@ -117,6 +121,39 @@ def _interface(block: memoryview, byte_order: str) -> Interface:
     return Interface(linktype, snaplen, resolution, offset_s)
 
 
+def _linktype_name(linktype: int) -> str:
+    name = LINKTYPE_NAMES.get(linktype)
+    return f"{linktype} {name}" if name else str(linktype)
+
+
+def _snaplen_name(snaplen: int) -> str:
+    return f"{snaplen:,} bytes" if snaplen else "unlimited"
+
+
+def _resolution_name(resolution: int) -> str:
+    if resolution & BINARY_RESOLUTION:
+        return f"2^-{resolution & ~BINARY_RESOLUTION} s"
+    return RESOLUTION_NAMES.get(resolution, f"10^-{resolution} s")
+
+
+def _differing(properties: tuple[tuple[str, list[str]], ...]) -> list[str]:
+    """`name (value, value...)` for each property with more than one value, the values in
+    order of first appearance, the first few named."""
+    phrases = []
+    for name, values in properties:
+        distinct = list(dict.fromkeys(values))
+        if len(distinct) > 1:
+            rest = len(distinct) - MOST_VALUES_NAMED
+            named = ", ".join(distinct[:MOST_VALUES_NAMED]) + (f" and {rest} more" if rest > 0 else "")
+            phrases.append(f"{name} ({named})")
+    return phrases
+
+
+def _joined(phrases: list[str]) -> str:
+    """`a`, `a and b`, `a, b and c`."""
+    return " and ".join(filter(None, (", ".join(phrases[:-1]), *phrases[-1:])))
+
+
 class _Section:
     """The state of the section being walked: its byte order and interfaces so far."""
 
@@ -146,8 +183,29 @@ class PcapngReader:
         self.path = path
         self.batch_packets = batch_packets
         self.truncation: str | None = None
-        self.linktypes: set[int] = set()
-        """The link types of the packets read."""
+        self.interfaces: list[Interface] = []
+        """Every interface of the file, in file order, whatever its section."""
+        self.byte_orders: list[str] = []
+        """Every section's byte order, in file order."""
+
+    def mixture(self) -> str | None:
+        """What the file mixes that libpcap does not read, in words naming the values seen:
+        interfaces of different link types or snapshot lengths, sections of different byte
+        orders (timestamp resolutions too, when they also differ: libpcap reads those, but
+        they are read here then); None when it mixes none of what libpcap refuses."""
+        interfaces = _differing((
+            ("link types", [_linktype_name(i.linktype) for i in self.interfaces]),
+            ("snapshot lengths", [_snaplen_name(i.snaplen) for i in self.interfaces]),
+        ))
+        sections = _differing((("byte orders", [BYTE_ORDER_NAMES[o] for o in self.byte_orders]),))
+        if not interfaces and not sections:
+            return None
+        interfaces += _differing((
+            ("timestamp resolutions", [_resolution_name(i.resolution) for i in self.interfaces]),
+        ))
+        mixed = [f"{kind} of different {_joined(phrases)}"
+                 for kind, phrases in (("interfaces", interfaces), ("sections", sections)) if phrases]
+        return _joined(mixed)
 
     def batches(self, frames_before: int = 0) -> Iterator[RawBatch]:
         """Every packet after the first `frames_before` (already read by libpcap), in file
@@ -176,6 +234,7 @@ class PcapngReader:
                     if (section := self._section(view, position)) is None:
                         return
                     head = BLOCK_HEADS[section.byte_order].unpack_from
+                    self.byte_orders.append(section.byte_order)
                     block_type, length = head(view, position)
                 elif section is None:
                     self.truncation = "not a pcapng file: no section header block first"
@@ -194,8 +253,9 @@ class PcapngReader:
                                 return
                             _let_go(mapped, position)
                 elif block_type == INTERFACE_DESCRIPTION:
-                    section.interfaces.append(
-                        _interface(view[position:position + length], section.byte_order))
+                    described = _interface(view[position:position + length], section.byte_order)
+                    section.interfaces.append(described)
+                    self.interfaces.append(described)
                 position += length
             else:
                 if position < size:
@@ -228,7 +288,6 @@ class PcapngReader:
         cuts = [0, *(np.flatnonzero(np.diff(linktypes)) + 1).tolist(), readable]
         for start, stop in zip(cuts[:-1], cuts[1:]):
             if stop > start:
-                self.linktypes.add(int(linktypes[start]))
                 yield packets.batch(view, start, stop, first_frame)
 
 

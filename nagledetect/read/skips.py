@@ -1,7 +1,7 @@
 """Why a packet was not used: integer codes on the hot path, words in the report.
 
 Codes are small integers so a whole batch can be counted with one `np.unique`; the few codes
-that carry a number (an IP protocol, an ethertype, a link type) add it to a base.
+that carry a number (an IP protocol, a PPP protocol, an ethertype, a link type) add it to a base.
 """
 
 from __future__ import annotations
@@ -18,7 +18,9 @@ IPV6_EXTENSION_CHAIN = 6
 TRUNCATED_TCP_HEADER = 7
 BAD_TCP_HEADER_LENGTH = 8
 EXCLUDED_BY_FILTER = 9
+BAD_PPPOE_HEADER = 10
 IP_PROTOCOL_BASE = 1_000
+PPP_PROTOCOL_BASE = 10_000
 ETHERTYPE_BASE = 100_000
 LINK_TYPE_BASE = 1_000_000
 MAX_8023_LENGTH = 1500
@@ -33,6 +35,15 @@ _FIXED_REASONS = {
     TRUNCATED_TCP_HEADER: "truncated TCP header",
     BAD_TCP_HEADER_LENGTH: "bad TCP header length",
     EXCLUDED_BY_FILTER: "excluded by filter",
+    BAD_PPPOE_HEADER: "bad PPPoE session header (not version 1, type 1, code 0)",
+}
+
+_ETHERTYPE_NAMES = {0x8863: "PPPoE discovery"}
+"""Ethertypes named beside their number where the number alone would puzzle."""
+
+_PPP_PROTOCOL_NAMES = {
+    0xC021: "LCP", 0xC023: "PAP", 0xC223: "CHAP", 0x8021: "IPCP", 0x8057: "IPv6CP",
+    0x80FD: "CCP", 0x00FD: "compressed datagram", 0x003D: "multilink", 0x0281: "MPLS",
 }
 
 _IP_PROTOCOL_NAMES = {
@@ -50,7 +61,12 @@ def reason_text(code: int) -> str:
         ethertype = code - ETHERTYPE_BASE
         if ethertype <= MAX_8023_LENGTH:
             return "not IP (802.3 length field: LLC/SNAP frame)"
-        return f"not IP (ethertype 0x{ethertype:04x})"
+        name = _ETHERTYPE_NAMES.get(ethertype)
+        return f"not IP (ethertype 0x{ethertype:04x}{f': {name}' if name else ''})"
+    if code >= PPP_PROTOCOL_BASE:
+        protocol = code - PPP_PROTOCOL_BASE
+        name = _PPP_PROTOCOL_NAMES.get(protocol)
+        return f"not IP (PPPoE session, PPP protocol 0x{protocol:04x}{f': {name}' if name else ''})"
     if code >= IP_PROTOCOL_BASE:
         protocol = code - IP_PROTOCOL_BASE
         return f"not TCP ({_IP_PROTOCOL_NAMES.get(protocol, f'IP protocol {protocol}')})"
