@@ -1,0 +1,484 @@
+//! One packet's link layer -> IPv4/IPv6 -> TCP, by the rules of `nagledetect/read/decode.py`
+//! and `tcp_options.py`: the same skip code at the same first failing step, the same lengths.
+//!
+//! Every read goes through `slice::get`, so a field past the packet's captured end is a skip,
+//! never an out-of-bounds read.
+
+use crate::skips;
+
+const ETHERTYPE_IPV4: u16 = 0x0800;
+const ETHERTYPE_IPV6: u16 = 0x86DD;
+const VLAN_ETHERTYPES: [u16; 4] = [0x8100, 0x88A8, 0x9100, 0x9200];
+const ETHERTYPE_PPPOE_SESSION: u16 = 0x8864;
+const NOT_IP: u16 = 0xFFFF;
+const MAX_VLAN_TAGS: usize = 8;
+const PPPOE_HEADER_BYTES: usize = 6;
+const PPPOE_VERSION_TYPE: u8 = 0x11;
+const PPP_IPV4: u16 = 0x0021;
+const PPP_IPV6: u16 = 0x0057;
+const BSD_FAMILY_IPV4: u32 = 2;
+const BSD_FAMILIES_IPV6: [u32; 3] = [24, 28, 30];
+const IPPROTO_TCP: u8 = 6;
+const IPV6_FRAGMENT_HEADER: u8 = 44;
+const IPV6_AUTH_HEADER: u8 = 51;
+const IPV6_EXTENSIONS: [u8; 5] = [0, 43, 60, IPV6_FRAGMENT_HEADER, IPV6_AUTH_HEADER];
+const MAX_IPV6_EXTENSIONS: usize = 8;
+const IPV6_JUMBO_OPTION: u8 = 0xC2;
+const IPV4_MAPPED_WORD: u32 = 0xFFFF;
+/// Where the link layer sets no bound on the IP packet (all but PPPoE).
+const NO_LINK_END: i64 = i64::MAX;
+
+pub const LINKTYPE_NULL: u32 = 0;
+pub const LINKTYPE_ETHERNET: u32 = 1;
+pub const LINKTYPE_LOOP: u32 = 108;
+pub const LINKTYPE_LINUX_SLL: u32 = 113;
+pub const LINKTYPE_LINUX_SLL2: u32 = 276;
+const RAW_IP_LINKTYPES: [u32; 5] = [12, 14, 101, 228, 229];
+
+pub const MAX_SACK_BLOCKS: usize = 4;
+const OPTION_END: u8 = 0;
+const OPTION_NOP: u8 = 1;
+const OPTION_MSS: u8 = 2;
+const OPTION_WINDOW_SCALE: u8 = 3;
+const OPTION_SACK_PERMITTED: u8 = 4;
+const OPTION_SACK: u8 = 5;
+const OPTION_TIMESTAMP: u8 = 8;
+pub const NO_WINDOW_SCALE: i8 = -1;
+
+/// The TCP options the analysis uses; later options of a kind overwrite earlier ones, as in
+/// the numpy walk.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TcpOptions {
+    pub mss: u16,
+    pub window_scale: Option<u8>,
+    pub sack_permitted: bool,
+    pub timestamp: Option<(u32, u32)>,
+    pub sack_blocks: [(u32, u32); MAX_SACK_BLOCKS],
+    pub sack_block_count: u8,
+}
+
+/// A TCP segment's header fields; addresses as four 32-bit words, IPv4 ones mapped
+/// (::ffff:a.b.c.d) as the numpy columns hold them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TcpPacket {
+    pub ip_version: u8,
+    pub src: [u32; 4],
+    pub dst: [u32; 4],
+    pub src_port: u16,
+    pub dst_port: u16,
+    pub seq: u32,
+    pub ack: u32,
+    pub flags: u16,
+    pub window: u16,
+    pub tcp_header_bytes: u8,
+    pub payload_bytes: u32,
+    /// The IPv4 total length was 0 (TCP segmentation offload): the payload is what was captured.
+    pub payload_from_capture: bool,
+    pub options: TcpOptions,
+}
+
+fn byte(data: &[u8], at: usize) -> Option<u8> {
+    data.get(at).copied()
+}
+
+fn be16(data: &[u8], at: usize) -> Option<u16> {
+    let bytes = data.get(at..at.checked_add(2)?)?;
+    Some(u16::from_be_bytes([bytes[0], bytes[1]]))
+}
+
+fn be32(data: &[u8], at: usize) -> Option<u32> {
+    let bytes = data.get(at..at.checked_add(4)?)?;
+    Some(u32::from_be_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]))
+}
+
+/// Whether the link type is decoded (others are skipped whole, by their number).
+pub fn supported(linktype: u32) -> bool {
+    matches!(
+        linktype,
+        LINKTYPE_NULL
+            | LINKTYPE_ETHERNET
+            | LINKTYPE_LOOP
+            | LINKTYPE_LINUX_SLL
+            | LINKTYPE_LINUX_SLL2
+    ) || RAW_IP_LINKTYPES.contains(&linktype)
+}
+
+/// The packet's TCP header fields, or the skip code of the first step that rejects it.
+pub fn decode(linktype: u32, data: &[u8]) -> Result<TcpPacket, i64> {
+    if !supported(linktype) {
+        return Err(skips::LINK_TYPE_BASE + i64::from(linktype));
+    }
+    let link = link_layer(linktype, data)?;
+    let network = match link.ethertype {
+        ETHERTYPE_IPV4 => ipv4(data, link.position, link.end)?,
+        ETHERTYPE_IPV6 => ipv6(data, link.position, link.end)?,
+        other => return Err(skips::ETHERTYPE_BASE + i64::from(other)),
+    };
+    if network.protocol != IPPROTO_TCP {
+        return Err(skips::IP_PROTOCOL_BASE + i64::from(network.protocol));
+    }
+    tcp(data, &network)
+}
+
+/// Where the IP packet starts, what the link layer says it is, and where the link layer says
+/// it ends (PPPoE's payload length; NO_LINK_END elsewhere).
+struct Link {
+    ethertype: u16,
+    position: usize,
+    end: i64,
+}
+
+fn link_layer(linktype: u32, data: &[u8]) -> Result<Link, i64> {
+    let unbounded = |ethertype, position| Link {
+        ethertype,
+        position,
+        end: NO_LINK_END,
+    };
+    match linktype {
+        LINKTYPE_ETHERNET => ethernet(data),
+        LINKTYPE_LINUX_SLL => fixed_link_header(data, 14, 16).map(|e| unbounded(e, 16)),
+        LINKTYPE_LINUX_SLL2 => fixed_link_header(data, 0, 20).map(|e| unbounded(e, 20)),
+        LINKTYPE_NULL | LINKTYPE_LOOP => {
+            bsd_loopback(data, linktype == LINKTYPE_NULL).map(|e| unbounded(e, 4))
+        }
+        _ => {
+            let first = byte(data, 0).ok_or(skips::TRUNCATED_IP_HEADER)?;
+            let ethertype = if first >> 4 == 6 {
+                ETHERTYPE_IPV6
+            } else {
+                ETHERTYPE_IPV4
+            };
+            Ok(unbounded(ethertype, 0))
+        }
+    }
+}
+
+fn fixed_link_header(data: &[u8], protocol_at: usize, header_bytes: usize) -> Result<u16, i64> {
+    if data.len() < header_bytes {
+        return Err(skips::TRUNCATED_LINK_HEADER);
+    }
+    be16(data, protocol_at).ok_or(skips::TRUNCATED_LINK_HEADER)
+}
+
+/// BSD null/loopback: a 4-byte address family, in the capturing host's byte order for NULL.
+fn bsd_loopback(data: &[u8], byteswap_allowed: bool) -> Result<u16, i64> {
+    let mut family = be32(data, 0).ok_or(skips::TRUNCATED_LINK_HEADER)?;
+    if byteswap_allowed && family > 0xFFFF {
+        family = family.swap_bytes();
+    }
+    Ok(if family == BSD_FAMILY_IPV4 {
+        ETHERTYPE_IPV4
+    } else if BSD_FAMILIES_IPV6.contains(&family) {
+        ETHERTYPE_IPV6
+    } else {
+        NOT_IP
+    })
+}
+
+/// Ethernet II with up to MAX_VLAN_TAGS 802.1Q / 802.1ad tags, then possibly a PPPoE session.
+fn ethernet(data: &[u8]) -> Result<Link, i64> {
+    let mut ethertype = be16(data, 12).ok_or(skips::TRUNCATED_LINK_HEADER)?;
+    let mut position = 14;
+    for _ in 0..MAX_VLAN_TAGS {
+        if !VLAN_ETHERTYPES.contains(&ethertype) {
+            break;
+        }
+        if data.len() < position + 4 {
+            return Err(skips::TRUNCATED_LINK_HEADER);
+        }
+        ethertype = be16(data, position + 2).ok_or(skips::TRUNCATED_LINK_HEADER)?;
+        position += 4;
+    }
+    if ethertype == ETHERTYPE_PPPOE_SESSION {
+        return pppoe_session(data, position);
+    }
+    Ok(Link {
+        ethertype,
+        position,
+        end: NO_LINK_END,
+    })
+}
+
+/// A PPPoE session header (RFC 2516) and its PPP protocol field (RFC 1661, possibly compressed
+/// to one odd byte); IP when that protocol is IPv4 or IPv6. The PPPoE length bounds the IP
+/// packet as the frame's end bounds it elsewhere.
+fn pppoe_session(data: &[u8], start: usize) -> Result<Link, i64> {
+    if data.len() < start + PPPOE_HEADER_BYTES + 1 {
+        return Err(skips::TRUNCATED_LINK_HEADER);
+    }
+    let truncated = skips::TRUNCATED_LINK_HEADER;
+    if byte(data, start).ok_or(truncated)? != PPPOE_VERSION_TYPE
+        || byte(data, start + 1).ok_or(truncated)? != 0
+    {
+        return Err(skips::BAD_PPPOE_HEADER);
+    }
+    let payload_length = be16(data, start + 4).ok_or(truncated)?;
+    let first = byte(data, start + PPPOE_HEADER_BYTES).ok_or(truncated)?;
+    let (protocol, header_bytes) = if first & 1 == 1 {
+        (u16::from(first), PPPOE_HEADER_BYTES + 1)
+    } else {
+        let second = byte(data, start + PPPOE_HEADER_BYTES + 1).ok_or(truncated)?;
+        (u16::from_be_bytes([first, second]), PPPOE_HEADER_BYTES + 2)
+    };
+    let ethertype = match protocol {
+        PPP_IPV4 => ETHERTYPE_IPV4,
+        PPP_IPV6 => ETHERTYPE_IPV6,
+        other => return Err(skips::PPP_PROTOCOL_BASE + i64::from(other)),
+    };
+    let end = (start + PPPOE_HEADER_BYTES) as i64 + i64::from(payload_length);
+    Ok(Link {
+        ethertype,
+        position: start + header_bytes,
+        end,
+    })
+}
+
+/// What the IP layer says about the segment it carries.
+struct Network {
+    ip_version: u8,
+    protocol: u8,
+    src: [u32; 4],
+    dst: [u32; 4],
+    /// Where the transport header starts.
+    position: usize,
+    /// The transport bytes the IP lengths state (may exceed what was captured).
+    payload_bytes: i64,
+    payload_from_capture: bool,
+}
+
+fn ipv4(data: &[u8], start: usize, link_end: i64) -> Result<Network, i64> {
+    let header = data
+        .get(start..start + 20)
+        .ok_or(skips::TRUNCATED_IP_HEADER)?;
+    let word = |at: usize| {
+        u32::from_be_bytes([header[at], header[at + 1], header[at + 2], header[at + 3]])
+    };
+    let header_bytes = usize::from(header[0] & 0x0F) * 4;
+    if header[0] >> 4 != 4 || header_bytes < 20 {
+        return Err(skips::BAD_IP_HEADER);
+    }
+    if u16::from_be_bytes([header[6], header[7]]) & 0x1FFF > 0 {
+        return Err(skips::IPV4_LATER_FRAGMENT);
+    }
+    let total = i64::from(u16::from_be_bytes([header[2], header[3]]));
+    let from_capture = total == 0;
+    let stated_end = if from_capture {
+        data.len() as i64
+    } else {
+        start as i64 + total
+    };
+    let payload_bytes = stated_end.min(link_end) - start as i64 - header_bytes as i64;
+    if !from_capture && payload_bytes < 0 {
+        return Err(skips::BAD_IP_HEADER);
+    }
+    Ok(Network {
+        ip_version: 4,
+        protocol: header[9],
+        src: [0, 0, IPV4_MAPPED_WORD, word(12)],
+        dst: [0, 0, IPV4_MAPPED_WORD, word(16)],
+        position: start + header_bytes,
+        payload_bytes,
+        payload_from_capture: from_capture,
+    })
+}
+
+fn ipv6(data: &[u8], start: usize, link_end: i64) -> Result<Network, i64> {
+    let header = data
+        .get(start..start + 40)
+        .ok_or(skips::TRUNCATED_IP_HEADER)?;
+    let word = |at: usize| {
+        u32::from_be_bytes([header[at], header[at + 1], header[at + 2], header[at + 3]])
+    };
+    let stated = i64::from(u16::from_be_bytes([header[4], header[5]]));
+    let mut next_header = header[6];
+    let jumbo = stated == 0 && next_header == 0;
+    let mut payload_bytes = stated.min(link_end.saturating_sub(start as i64 + 40));
+    if payload_bytes < 0 {
+        return Err(skips::BAD_IP_HEADER);
+    }
+    let mut position = start + 40;
+    if jumbo
+        && byte(data, position + 2) == Some(IPV6_JUMBO_OPTION)
+        && let Some(length) = be32(data, position + 4)
+    {
+        payload_bytes = i64::from(length);
+    }
+    for _ in 0..MAX_IPV6_EXTENSIONS {
+        if !IPV6_EXTENSIONS.contains(&next_header) {
+            break;
+        }
+        let extension = data
+            .get(position..position + 8)
+            .ok_or(skips::IPV6_EXTENSION_CHAIN)?;
+        let units = usize::from(extension[1]);
+        let length = match next_header {
+            IPV6_FRAGMENT_HEADER => 8,
+            IPV6_AUTH_HEADER => (units + 2) * 4,
+            _ => (units + 1) * 8,
+        };
+        let fragment_offset = u16::from_be_bytes([extension[2], extension[3]]) >> 3;
+        if next_header == IPV6_FRAGMENT_HEADER && fragment_offset > 0 {
+            return Err(skips::IPV6_LATER_FRAGMENT);
+        }
+        next_header = extension[0];
+        payload_bytes -= length as i64;
+        position += length;
+    }
+    if IPV6_EXTENSIONS.contains(&next_header) {
+        return Err(skips::IPV6_EXTENSION_CHAIN);
+    }
+    Ok(Network {
+        ip_version: 6,
+        protocol: next_header,
+        src: [word(8), word(12), word(16), word(20)],
+        dst: [word(24), word(28), word(32), word(36)],
+        position,
+        payload_bytes,
+        payload_from_capture: false,
+    })
+}
+
+/// The TCP header's fixed part and options; the payload length from the IP length (not the
+/// capture).
+fn tcp(data: &[u8], network: &Network) -> Result<TcpPacket, i64> {
+    let start = network.position;
+    let header = data
+        .get(start..start.saturating_add(20))
+        .ok_or(skips::TRUNCATED_TCP_HEADER)?;
+    let half = |at: usize| u16::from_be_bytes([header[at], header[at + 1]]);
+    let word = |at: usize| {
+        u32::from_be_bytes([header[at], header[at + 1], header[at + 2], header[at + 3]])
+    };
+    let header_bytes = usize::from(header[12] >> 4) * 4;
+    let payload_bytes = network.payload_bytes - header_bytes as i64;
+    if header_bytes < 20 || payload_bytes < 0 {
+        return Err(skips::BAD_TCP_HEADER_LENGTH);
+    }
+    let options_end = (start + header_bytes).min(data.len());
+    Ok(TcpPacket {
+        ip_version: network.ip_version,
+        src: network.src,
+        dst: network.dst,
+        src_port: half(0),
+        dst_port: half(2),
+        seq: word(4),
+        ack: word(8),
+        flags: half(12) & 0x01FF,
+        window: half(14),
+        tcp_header_bytes: header_bytes as u8,
+        payload_bytes: payload_bytes as u32,
+        payload_from_capture: network.payload_from_capture,
+        options: tcp_options(data.get(start + 20..options_end).unwrap_or(&[])),
+    })
+}
+
+/// Walk the type-length-value options (already cut at the captured end); the walk stops at
+/// the end-of-options kind or at the first option whose length does not fit.
+pub fn tcp_options(options: &[u8]) -> TcpOptions {
+    let mut found = TcpOptions::default();
+    let mut here = 0;
+    while here < options.len() {
+        let kind = options[here];
+        let length = if kind == OPTION_NOP {
+            1
+        } else {
+            usize::from(byte(options, here + 1).unwrap_or(0))
+        };
+        let well_formed = kind == OPTION_NOP || (length >= 2 && here + length <= options.len());
+        if !well_formed || kind == OPTION_END {
+            break;
+        }
+        record_option(&mut found, kind, &options[here..here + length]);
+        here += length;
+    }
+    found
+}
+
+fn record_option(found: &mut TcpOptions, kind: u8, option: &[u8]) {
+    let word = |at: usize| {
+        u32::from_be_bytes([option[at], option[at + 1], option[at + 2], option[at + 3]])
+    };
+    match (kind, option.len()) {
+        (OPTION_MSS, 4) => found.mss = u16::from_be_bytes([option[2], option[3]]),
+        (OPTION_WINDOW_SCALE, 3) => found.window_scale = Some(option[2]),
+        (OPTION_SACK_PERMITTED, 2) => found.sack_permitted = true,
+        (OPTION_TIMESTAMP, 10) => found.timestamp = Some((word(2), word(6))),
+        (OPTION_SACK, length) if length >= 10 && (length - 2) % 8 == 0 => {
+            for block in 0..((length - 2) / 8).min(MAX_SACK_BLOCKS) {
+                let count = usize::from(found.sack_block_count);
+                if count < MAX_SACK_BLOCKS {
+                    found.sack_blocks[count] = (word(2 + 8 * block), word(6 + 8 * block));
+                    found.sack_block_count += 1;
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An Ethernet/IPv4/TCP SYN built by hand: 10.0.0.1:40000 -> 10.0.0.2:80, MSS 1460,
+    /// SACK-permitted, timestamps 7/0, window scale 7 (Linux's SYN option layout).
+    fn syn() -> Vec<u8> {
+        let mut frame = vec![0u8; 12];
+        frame.extend([0x08, 0x00]);
+        frame.extend([
+            0x45, 0, 0, 60, 0, 0, 0x40, 0, 64, 6, 0, 0, 10, 0, 0, 1, 10, 0, 0, 2,
+        ]);
+        frame.extend([
+            0x9C, 0x40, 0, 80, 0, 0, 0, 1, 0, 0, 0, 0, 0xA0, 0x02, 0xFA, 0xF0, 0, 0, 0, 0,
+        ]);
+        frame.extend([
+            2, 4, 0x05, 0xB4, 4, 2, 8, 10, 0, 0, 0, 7, 0, 0, 0, 0, 1, 3, 3, 7,
+        ]);
+        frame
+    }
+
+    #[test]
+    fn decodes_a_syn_with_its_options() {
+        let packet = decode(LINKTYPE_ETHERNET, &syn()).unwrap();
+        assert_eq!(packet.src, [0, 0, 0xFFFF, 0x0A00_0001]);
+        assert_eq!(
+            (packet.src_port, packet.dst_port, packet.seq),
+            (40000, 80, 1)
+        );
+        assert_eq!(
+            (packet.flags, packet.tcp_header_bytes, packet.payload_bytes),
+            (0x002, 40, 0)
+        );
+        let options = packet.options;
+        assert_eq!(
+            (options.mss, options.window_scale, options.sack_permitted),
+            (1460, Some(7), true)
+        );
+        assert_eq!(options.timestamp, Some((7, 0)));
+    }
+
+    #[test]
+    fn every_cut_of_the_syn_is_a_skip_or_a_packet_never_a_panic() {
+        let frame = syn();
+        for cut in 0..frame.len() {
+            let result = decode(LINKTYPE_ETHERNET, &frame[..cut]);
+            let expected = match cut {
+                0..14 => Err(skips::TRUNCATED_LINK_HEADER),
+                14..34 => Err(skips::TRUNCATED_IP_HEADER),
+                34..54 => Err(skips::TRUNCATED_TCP_HEADER),
+                _ => result,
+            };
+            assert_eq!(result, expected, "cut at {cut}");
+        }
+    }
+
+    #[test]
+    fn a_sack_option_gives_its_blocks() {
+        let options = [
+            1, 1, 5, 18, 0, 0, 0, 10, 0, 0, 0, 20, 0, 0, 0, 30, 0, 0, 0, 40,
+        ];
+        let found = tcp_options(&options);
+        assert_eq!(found.sack_block_count, 2);
+        assert_eq!(&found.sack_blocks[..2], &[(10, 20), (30, 40)]);
+    }
+}
