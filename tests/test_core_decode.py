@@ -1,0 +1,255 @@
+"""The compiled core (`nagledetect._core`, core/) against the numpy decoder it is to replace.
+
+On every sample trace and every capture of the shared corpora, the core's TCP packets must
+equal the numpy path's columns (`decoded_batches`), column by column, its SACK blocks too, and
+its skip codes must count the other packets under the same reasons. The numpy path is the
+reference: it reads through libpcap, which tcpdump and tshark use, and is itself checked
+against tshark (tests/test_read_vs_tshark.py).
+"""
+
+from __future__ import annotations
+
+import gzip
+import struct
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from nagledetect.errors import InputError
+from nagledetect.read import skips
+from nagledetect.read.capture import decoded_batches
+from nagledetect.read.decode import LINKTYPE_ETHERNET, LINKTYPE_LINUX_SLL2
+from tests.conftest import CORPORA, SAMPLE_TRACES, require_tool
+
+_core = pytest.importorskip("nagledetect._core")
+
+SAMPLE_CAPTURES = sorted(p.name for p in SAMPLE_TRACES.glob("*.pcap*"))
+PCAP_HEADER_BYTES = 24
+RECORD_HEADER_BYTES = 16
+DAMAGED_CAPLEN = 270_532_608
+"""A record header claiming 258 MiB, as the randomly corrupted Zeek captures of issue 34 hold."""
+
+
+def _numpy_path(path: Path) -> tuple[dict[str, np.ndarray], np.ndarray, object]:
+    """The numpy decoder's TCP columns (batches joined), its SACK blocks as (frame, left,
+    right) rows in the order it found them within each packet, and its accounting."""
+    accounting, batches = decoded_batches(str(path))
+    columns: dict[str, list[np.ndarray]] = {}
+    sack_rows = []
+    for batch, sack in batches:
+        for name, values in batch.items():
+            columns.setdefault(name, []).append(values)
+        sack_rows.append(np.stack([batch["frame"][sack["row"]].astype(np.int64),
+                                   sack["left_raw"].astype(np.int64),
+                                   sack["right_raw"].astype(np.int64)], axis=1))
+    joined = {name: np.concatenate(parts) for name, parts in columns.items()}
+    sack = np.concatenate(sack_rows) if sack_rows else np.zeros((0, 3), np.int64)
+    # Batches hold frames in file order; within a packet, blocks keep their order.
+    return joined, sack[np.argsort(sack[:, 0], kind="stable")], accounting
+
+
+def _differences(path: Path) -> list[str]:
+    """What differs between the core and the numpy path on one capture (empty: they agree;
+    a file both refuse agrees)."""
+    try:
+        columns, sack, accounting = _numpy_path(path)
+    except InputError:
+        with pytest.raises(_core.CaptureError):
+            _core.decode_file(str(path))
+        return []
+    decoded = _core.decode_file(str(path))
+    packets = decoded["packets"]
+    kept = packets["skip"] == skips.KEPT
+    found = []
+    if len(packets["frame"]) != accounting.packets_read:
+        found.append(f"{len(packets['frame'])} packets read, numpy path {accounting.packets_read}")
+    for name, values in columns.items():
+        core_values = packets[name][kept]
+        if len(core_values) != len(values) or not np.array_equal(core_values, values):
+            found.append(f"column {name}")
+        elif core_values.dtype != values.dtype:
+            found.append(f"column {name}: {core_values.dtype}, numpy path {values.dtype}")
+    if not columns and kept.any():
+        found.append(f"{int(kept.sum())} TCP packets, numpy path none")
+    blocks = decoded["sack_blocks"]
+    core_sack = np.stack([packets["frame"][blocks["row"]].astype(np.int64),
+                          blocks["left_raw"].astype(np.int64),
+                          blocks["right_raw"].astype(np.int64)], axis=1)
+    if not np.array_equal(core_sack, sack):
+        found.append("SACK blocks")
+    if skips.count_reasons(packets["skip"]) != accounting.skipped:
+        found.append(f"skips {skips.count_reasons(packets['skip'])}, numpy path {accounting.skipped}")
+    cut_short = any("cut short" in warning for warning in accounting.warnings)
+    if bool(decoded["warnings"]) != cut_short:
+        found.append(f"warnings {decoded['warnings']}, numpy path {accounting.warnings}")
+    return found
+
+
+@pytest.mark.parametrize("name", SAMPLE_CAPTURES)
+def test_sample_traces_decode_as_the_numpy_path(name: str) -> None:
+    assert _differences(SAMPLE_TRACES / name) == []
+
+
+@pytest.mark.parametrize("corpus", ["tcpdump", "zeek"])
+def test_every_corpus_capture_decodes_as_the_numpy_path(corpus: str) -> None:
+    """Every file of the corpus (tcpdump's holds its fuzzed and damaged regression captures:
+    odd link types, FCS bits in the link-type field, nanosecond fractions past a second)."""
+    folder = CORPORA / corpus
+    if not folder.is_dir():
+        pytest.skip(f"corpus {corpus} not present")
+    files = sorted(p for p in folder.iterdir() if p.is_file() and p.suffix != ".md")
+    differing = {p.name: found for p in files if (found := _differences(p))}
+    assert differing == {}, f"{len(files) - len(differing)} of {len(files)} agree"
+
+
+def test_each_pcapng_packet_is_read_by_its_own_interface() -> None:
+    """merged-interfaces.pcapng (mergecap of an Ethernet capture and a Linux cooked v2 one
+    with nanosecond stamps, interleaved; libpcap refuses it after its first interface): each
+    packet's link type is its interface's and its time its interface's clock, as tshark reads
+    them (`capinfos`: interface 0 Ethernet, 1 SLL2 with resolution 10^-9)."""
+    path = SAMPLE_TRACES / "merged-interfaces.pcapng"
+    tshark = require_tool("tshark")
+    fields = subprocess.run([tshark, "-r", str(path), "-T", "fields", "-e", "frame.interface_id",
+                             "-e", "frame.time_epoch"], capture_output=True, text=True,
+                            check=True).stdout.split()
+    interfaces = np.array(fields[0::2], dtype=np.int64)
+    whole_s, fraction = zip(*(stamp.split(".") for stamp in fields[1::2]))
+    time_us = np.array(whole_s, dtype=np.int64) * 1_000_000 + np.array(
+        [digits[:6] for digits in fraction], dtype=np.int64)
+    packets = _core.decode_file(str(path))["packets"]
+    assert len(set(interfaces.tolist())) == 2
+    assert np.array_equal(packets["linktype"],
+                          np.where(interfaces == 0, LINKTYPE_ETHERNET, LINKTYPE_LINUX_SLL2))
+    assert np.array_equal(packets["time_us"], time_us)
+    assert np.array_equal(packets["frame"], np.arange(1, len(interfaces) + 1))
+
+
+def _records(data: bytes) -> list[tuple[int, int]]:
+    """(header position, captured length) of every record of a little-endian classic pcap."""
+    found, position = [], PCAP_HEADER_BYTES
+    while position + RECORD_HEADER_BYTES <= len(data):
+        caplen = struct.unpack_from("<I", data, position + 8)[0]
+        found.append((position, caplen))
+        position += RECORD_HEADER_BYTES + caplen
+    return found
+
+
+def _big_endian_nanoseconds(data: bytes) -> bytes:
+    """The same capture written big-endian with nanosecond stamps (each microsecond stamp
+    times 1,000 plus 999 ns, which truncation must drop again)."""
+    magic, major, minor, zone, sigfigs, snaplen, linktype = struct.unpack_from("<IHHiIII", data)
+    assert magic == 0xA1B2C3D4
+    out = [struct.pack(">IHHiIII", 0xA1B23C4D, major, minor, zone, sigfigs, snaplen, linktype)]
+    for position, caplen in _records(data):
+        seconds, micro, _, wire = struct.unpack_from("<IIII", data, position)
+        out.append(struct.pack(">IIII", seconds, micro * 1000 + 999, caplen, wire))
+        start = position + RECORD_HEADER_BYTES
+        out.append(data[start:start + caplen])
+    return b"".join(out)
+
+
+def test_big_endian_nanosecond_pcap_gives_the_same_packets(tmp_path: Path) -> None:
+    original = SAMPLE_TRACES / "seed003-nagle.pcap"
+    converted = tmp_path / "big-endian-nano.pcap"
+    converted.write_bytes(_big_endian_nanoseconds(original.read_bytes()))
+    before = _core.decode_file(str(original))["packets"]
+    after = _core.decode_file(str(converted))["packets"]
+    assert before.keys() == after.keys()
+    for name, values in before.items():
+        assert np.array_equal(values, after[name]), name
+    assert _differences(converted) == []
+
+
+def test_a_damaged_record_header_ends_the_read_there(tmp_path: Path) -> None:
+    """Record 40 of seed003-nagle.pcap made to claim 258 MiB: the 39 packets before it are
+    decoded, with a warning, as libpcap reads them (tcpdump -r stops there too)."""
+    data = bytearray((SAMPLE_TRACES / "seed003-nagle.pcap").read_bytes())
+    position, _ = _records(bytes(data))[39]
+    struct.pack_into("<I", data, position + 8, DAMAGED_CAPLEN)
+    damaged = tmp_path / "damaged.pcap"
+    damaged.write_bytes(bytes(data))
+    decoded = _core.decode_file(str(damaged))
+    assert len(decoded["packets"]["frame"]) == 39
+    assert len(decoded["warnings"]) == 1 and "record 40" in decoded["warnings"][0]
+    assert _differences(damaged) == []
+
+
+def test_a_file_cut_inside_a_record_keeps_the_records_before(tmp_path: Path) -> None:
+    data = (SAMPLE_TRACES / "seed003-nagle.pcap").read_bytes()
+    position, _ = _records(data)[10]
+    cut = tmp_path / "cut.pcap"
+    cut.write_bytes(data[:position + RECORD_HEADER_BYTES + 5])
+    decoded = _core.decode_file(str(cut))
+    assert len(decoded["packets"]["frame"]) == 10
+    assert "record 11" in decoded["warnings"][0]
+    assert _differences(cut) == []
+
+
+@pytest.mark.parametrize(("content", "words"), [
+    (b"", "empty file"),
+    (b"GET / HTTP/1.1\r\n\r\n", "not a pcap or pcapng capture"),
+    (b"\xd4\xc3\xb2\xa1\x02\x00", "truncated pcap file header"),
+    (gzip.compress(b"\xd4\xc3\xb2\xa1" + bytes(20)), "compressed with gzip"),
+])
+def test_a_file_that_is_not_a_capture_raises_one_clear_error(tmp_path: Path, content: bytes,
+                                                            words: str) -> None:
+    path = tmp_path / "input"
+    path.write_bytes(content)
+    with pytest.raises(_core.CaptureError) as raised:
+        _core.decode_file(str(path))
+    message = str(raised.value)
+    assert message.startswith(f"{path}: ") and words in message and "\n" not in message
+
+
+def test_a_missing_file_raises_one_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(_core.CaptureError, match="no such file"):
+        _core.decode_file(str(tmp_path / "absent.pcap"))
+
+
+SEED_BYTES = (SAMPLE_TRACES / "seed004-header-body-server.pcap").read_bytes()[:6000]
+PCAPNG_BYTES = (SAMPLE_TRACES / "merged-interfaces.pcapng").read_bytes()[:6000]
+
+
+def _decoded_or_refused(path: Path) -> None:
+    """The core returns balanced columns or raises CaptureError; anything else fails."""
+    try:
+        decoded = _core.decode_file(str(path))
+    except _core.CaptureError as error:
+        assert "\n" not in str(error)
+        return
+    lengths = {len(values) for values in decoded["packets"].values()}
+    assert len(lengths) == 1
+    assert np.all(decoded["sack_blocks"]["row"] < lengths.pop())
+
+
+@settings(max_examples=300, derandomize=True, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(source=st.sampled_from([SEED_BYTES, PCAPNG_BYTES]),
+       edits=st.lists(st.tuples(st.integers(0, 5999), st.integers(0, 255)), max_size=60),
+       cut=st.integers(0, 6000))
+def test_mutated_captures_never_crash_the_core(tmp_path: Path, source: bytes,
+                                               edits: list[tuple[int, int]], cut: int) -> None:
+    """Real pcap (IPv6) and pcapng bytes, bytes overwritten anywhere (file and record headers,
+    block lengths, packet headers) and the file cut anywhere."""
+    data = bytearray(source[:cut])
+    for position, value in edits:
+        if position < len(data):
+            data[position] = value
+    path = tmp_path / "mutated"
+    path.write_bytes(bytes(data))
+    _decoded_or_refused(path)
+
+
+@settings(max_examples=300, derandomize=True, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(header=st.sampled_from([SEED_BYTES[:PCAP_HEADER_BYTES], PCAPNG_BYTES[:4]]),
+       body=st.binary(max_size=2000))
+def test_random_bytes_after_a_capture_magic_never_crash_the_core(tmp_path: Path, header: bytes,
+                                                                 body: bytes) -> None:
+    path = tmp_path / "random"
+    path.write_bytes(header + body)
+    _decoded_or_refused(path)
