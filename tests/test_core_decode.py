@@ -24,6 +24,7 @@ from nagledetect.read import skips
 from nagledetect.read.capture import decoded_batches
 from nagledetect.read.decode import LINKTYPE_ETHERNET, LINKTYPE_LINUX_SLL2
 from tests.conftest import CORPORA, SAMPLE_TRACES, require_tool
+from tests.pcapng_builder import interface, obsolete_packet, packet, section, simple_packet
 
 _core = pytest.importorskip("nagledetect._core")
 
@@ -126,6 +127,57 @@ def test_each_pcapng_packet_is_read_by_its_own_interface() -> None:
                           np.where(interfaces == 0, LINKTYPE_ETHERNET, LINKTYPE_LINUX_SLL2))
     assert np.array_equal(packets["time_us"], time_us)
     assert np.array_equal(packets["frame"], np.arange(1, len(interfaces) + 1))
+
+
+def _real_frames(count: int) -> list[tuple[int, bytes]]:
+    """(time_us, frame bytes) of the first packets of a real Linux capture."""
+    data = (SAMPLE_TRACES / "seed003-nagle.pcap").read_bytes()
+    frames = []
+    for position, caplen in _records(data)[:count]:
+        seconds, micro = struct.unpack_from("<II", data, position)
+        start = position + RECORD_HEADER_BYTES
+        frames.append((seconds * 1_000_000 + micro, data[start:start + caplen]))
+    return frames
+
+
+def test_pcapng_byte_orders_clocks_and_every_packet_block(tmp_path: Path) -> None:
+    """The hand-built file of tests/test_pcapng_reader.py (cases no capture here has, around
+    real packets): a big-endian section whose interface counts 2^-20 s ticks from an offset of
+    100 s, with an enhanced, an obsolete and a simple packet block (no time: 0), then a
+    little-endian section with a nanosecond interface. Times worked out by hand there."""
+    frames = _real_frames(8)[4:]
+    ticks = (5 << 20) + (1 << 19)  # 5.5 s
+    body = section(">") + interface(LINKTYPE_ETHERNET, order=">", resolution=0x80 | 20,
+                                    offset_s=100)
+    body += packet(frames[0][1], ticks, order=">")
+    body += obsolete_packet(frames[1][1], ticks + (1 << 10), order=">")
+    body += simple_packet(frames[2][1], order=">")
+    body += section() + interface(LINKTYPE_ETHERNET, nanoseconds=True)
+    body += packet(frames[3][1], 1_700_000_000_123_456_789)
+    path = tmp_path / "orders.pcapng"
+    path.write_bytes(body)
+    decoded = _core.decode_file(str(path))
+    assert decoded["packets"]["time_us"].tolist() == [105_500_000, 105_500_976, 0,
+                                                       1_700_000_000_123_456]
+    assert decoded["warnings"] == []
+    assert _differences(path) == []
+
+
+@pytest.mark.parametrize("damage", [
+    struct.pack("<II", 6, 7) + b"\0" * 8,
+    packet(b"\x00" * 60, 0, interface_id=3),
+])
+def test_a_damaged_pcapng_block_ends_the_read_where_it_lies(tmp_path: Path, damage: bytes) -> None:
+    """A block of length 7 (not a multiple of 4), or a packet naming an interface its section
+    lacks: the three packets before it are kept, with a warning, as the numpy path keeps them."""
+    frames = _real_frames(4)
+    body = section() + interface(LINKTYPE_ETHERNET)
+    body += b"".join(packet(data, time_us) for time_us, data in frames[:3])
+    path = tmp_path / "damaged.pcapng"
+    path.write_bytes(body + damage + packet(frames[3][1], frames[3][0]))
+    decoded = _core.decode_file(str(path))
+    assert len(decoded["packets"]["frame"]) == 3 and len(decoded["warnings"]) == 1
+    assert _differences(path) == []
 
 
 def _records(data: bytes) -> list[tuple[int, int]]:

@@ -259,7 +259,8 @@ fn read_pcapng(file: &[u8], sink: &mut dyn FnMut(Record<'_>)) -> Option<String> 
                 };
                 Some((0, None, caplen, p.data))
             }
-            Block::Unknown(u) if u.block_type == OBSOLETE_PACKET_BLOCK => {
+            // pcap-parser keeps an unknown block's type as read little-endian.
+            Block::Unknown(u) if native(u.block_type, big_endian) == OBSOLETE_PACKET_BLOCK => {
                 obsolete_packet(u.data, big_endian)
             }
             _ => None,
@@ -286,6 +287,14 @@ fn read_pcapng(file: &[u8], sink: &mut dyn FnMut(Record<'_>)) -> Option<String> 
         rest = after;
     }
     None
+}
+
+fn native(little_endian_value: u32, big_endian: bool) -> u32 {
+    if big_endian {
+        little_endian_value.swap_bytes()
+    } else {
+        little_endian_value
+    }
 }
 
 fn ticks(high: u32, low: u32) -> Option<u64> {
