@@ -3,12 +3,19 @@
 //! pcapng packet by its own interface's link type and clock, and a damaged or cut record
 //! ending the read there with a warning, the records before it kept.
 //!
-//! pcap-parser parses the file formats (record headers, pcapng blocks and their options).
+//! pcap-parser parses the file formats (record headers, pcapng blocks and their options); the
+//! bytes come through a bounded buffer (`source.rs`), refilled when a record continues past
+//! it, so that memory follows the records, never the file. pcap-parser's own streaming
+//! readers are not used: they hide the record header whose stated length must be checked
+//! before its data is waited for (a damaged record claiming 258 MB), and the block kinds
+//! (obsolete packet blocks) and byte orders read here.
 
 use pcap_parser::nom;
 use pcap_parser::pcap::{parse_pcap_frame, parse_pcap_frame_be, parse_pcap_frame_modified};
 use pcap_parser::pcapng::{Block, parse_block_be, parse_block_le, parse_sectionheaderblock};
-use pcap_parser::{PcapError, parse_pcap_header};
+use pcap_parser::{LegacyPcapBlock, PcapError, parse_pcap_header};
+
+use crate::source::Source;
 
 /// One packet record.
 pub struct Record<'a> {
@@ -18,17 +25,15 @@ pub struct Record<'a> {
 }
 
 const PCAPNG_SECTION_HEADER: [u8; 4] = [0x0A, 0x0D, 0x0D, 0x0A];
+const PCAPNG_BIG_ENDIAN_ORDER: [u8; 4] = [0x1A, 0x2B, 0x3C, 0x4D];
 const PCAP_MAGICS: [u32; 3] = [0xA1B2_C3D4, 0xA1B2_3C4D, 0xA1B2_CD34];
-const COMPRESSED_MAGICS: [(&[u8], &str); 5] = [
-    (b"\x1f\x8b", "gzip"),
-    (b"BZh", "bzip2"),
-    (b"\xfd7zX", "xz"),
-    (b"\x28\xb5\x2f\xfd", "zstd"),
-    (b"PK\x03\x04", "zip"),
-];
+const PCAP_HEADER_BYTES: usize = 24;
 /// libpcap's largest snapshot length for the link types decoded here: a record claiming more
 /// is damaged (tcpdump and tshark stop there too).
 const MAX_SNAPLEN: u32 = 262_144;
+/// libpcap's largest pcapng block (its reader refuses a longer one): a block claiming more is
+/// damaged, and the read buffer never grows past about this.
+const MAX_BLOCK_BYTES: u32 = 16 * 1024 * 1024;
 /// The bits of a pcap header's link-type field that name the link type (libpcap's
 /// LT_LINKTYPE); the others say whether frames end with a check sequence.
 const LINKTYPE_BITS: u32 = 0x03FF_FFFF;
@@ -41,72 +46,182 @@ const WIDEST_BINARY_FRACTION: u32 = 44;
 #[derive(Debug)]
 pub struct NotACapture(pub String);
 
-/// Read every record, handing each to `sink`; returns the warning that ended the read early
-/// (None: the file was read to its end).
-pub fn read_records(
-    file: &[u8],
-    sink: &mut dyn FnMut(Record<'_>),
-) -> Result<Option<String>, NotACapture> {
-    if file.is_empty() {
-        return Err(NotACapture("empty file, not a capture".into()));
-    }
-    if let Some((_, name)) = COMPRESSED_MAGICS
-        .iter()
-        .find(|(magic, _)| file.starts_with(magic))
-    {
-        return Err(NotACapture(format!(
-            "compressed with {name}: the compiled core reads only uncompressed captures"
-        )));
-    }
-    if file.starts_with(&PCAPNG_SECTION_HEADER) {
-        return Ok(read_pcapng(file, sink));
-    }
-    let magic = file
-        .get(..4)
-        .map(|m| u32::from_le_bytes([m[0], m[1], m[2], m[3]]));
-    match magic {
-        Some(m) if PCAP_MAGICS.contains(&m) || PCAP_MAGICS.contains(&m.swap_bytes()) => {
-            read_pcap(file, sink)
+/// A capture read in file order through a bounded buffer (`Source`), a batch of records at
+/// a time.
+pub struct CaptureReader {
+    source: Source,
+    format: Format,
+    packets: u64,
+    warnings: Vec<String>,
+    finished: bool,
+}
+
+enum Format {
+    Pcap(Pcap),
+    PcapNg(PcapNg),
+}
+
+/// What one look at the buffered bytes gave.
+enum Step {
+    /// A block or record of `bytes` was read (`packet`: it held a packet, handed on).
+    Read { bytes: usize, packet: bool },
+    /// The next record continues past the bytes buffered.
+    NeedMore,
+    /// The read ends, with the warning that ended it early, if any.
+    End(Option<String>),
+}
+
+impl CaptureReader {
+    /// Open the capture at `path` (compressed or not) and read its file header.
+    pub fn open(path: &str) -> Result<CaptureReader, NotACapture> {
+        let mut source = Source::open(path)?;
+        source.fill_to(PCAP_HEADER_BYTES);
+        let head = source.available();
+        if head.is_empty() {
+            return Err(NotACapture(
+                source
+                    .cut_short()
+                    .unwrap_or("empty file, not a capture")
+                    .to_string(),
+            ));
         }
-        _ => Err(NotACapture("not a pcap or pcapng capture".into())),
+        let format = if head.starts_with(&PCAPNG_SECTION_HEADER) {
+            Format::PcapNg(PcapNg::default())
+        } else {
+            let magic = head
+                .get(..4)
+                .map(|m| u32::from_le_bytes([m[0], m[1], m[2], m[3]]));
+            match magic {
+                Some(m) if PCAP_MAGICS.contains(&m) || PCAP_MAGICS.contains(&m.swap_bytes()) => {
+                    let pcap = Pcap::new(head)?;
+                    source.consume(PCAP_HEADER_BYTES);
+                    Format::Pcap(pcap)
+                }
+                _ => return Err(NotACapture("not a pcap or pcapng capture".into())),
+            }
+        };
+        Ok(CaptureReader {
+            source,
+            format,
+            packets: 0,
+            warnings: Vec::new(),
+            finished: false,
+        })
+    }
+
+    /// Hand up to `limit` records to `sink`, in file order; returns how many (0: the capture
+    /// has been read to its end, or to the damage that ended it).
+    pub fn read(&mut self, limit: usize, sink: &mut dyn FnMut(Record<'_>)) -> usize {
+        let mut given = 0;
+        while given < limit && !self.finished {
+            let at_end = self.source.ended();
+            let rest = self.source.available();
+            let step = match &mut self.format {
+                Format::Pcap(pcap) => pcap.step(rest, at_end, self.packets, sink),
+                Format::PcapNg(pcapng) => {
+                    pcapng.step(rest, at_end, self.source.position(), self.packets, sink)
+                }
+            };
+            match step {
+                Step::Read { bytes, packet } => {
+                    self.source.consume(bytes);
+                    if packet {
+                        self.packets += 1;
+                        given += 1;
+                    }
+                }
+                Step::NeedMore => self.source.refill(),
+                Step::End(warning) => {
+                    self.finished = true;
+                    if let Some(why) = self.source.cut_short() {
+                        self.warnings.push(format!(
+                            "compressed capture cut short ({why}); analysed what it held"
+                        ));
+                    }
+                    self.warnings.extend(warning);
+                }
+            }
+        }
+        given
+    }
+
+    /// Why the read ended early (complete once `read` has returned 0).
+    pub fn warnings(&self) -> &[String] {
+        &self.warnings
+    }
+
+    /// Packets handed on so far.
+    pub fn packets(&self) -> u64 {
+        self.packets
     }
 }
 
-fn read_pcap(file: &[u8], sink: &mut dyn FnMut(Record<'_>)) -> Result<Option<String>, NotACapture> {
-    let (mut rest, header) =
-        parse_pcap_header(file).map_err(|_| NotACapture("truncated pcap file header".into()))?;
-    let linktype = libpcap_linktype(header.network.0 as u32 & LINKTYPE_BITS);
-    let nanoseconds = header.is_nanosecond_precision();
-    // libpcap keeps no more of a record than the file's snapshot length (or its maximum).
-    let snaplen = match header.snaplen {
-        0 => MAX_SNAPLEN,
-        s => s.min(MAX_SNAPLEN),
-    };
-    let parse = if header.is_modified_format() {
-        parse_pcap_frame_modified
-    } else if header.is_bigendian() {
-        parse_pcap_frame_be
-    } else {
-        parse_pcap_frame
-    };
-    let record_bytes = if header.is_modified_format() { 24 } else { 16 };
-    let mut frame = 0u64;
-    while !rest.is_empty() {
-        if let Some(stated) = stated_caplen(rest, header.is_bigendian())
+type PcapParser = fn(&[u8]) -> nom::IResult<&[u8], LegacyPcapBlock<'_>, PcapError<&[u8]>>;
+
+/// A classic pcap file's header, as its records are read by.
+struct Pcap {
+    linktype: u32,
+    nanoseconds: bool,
+    snaplen: u32,
+    big_endian: bool,
+    record_bytes: usize,
+    parse: PcapParser,
+}
+
+impl Pcap {
+    fn new(head: &[u8]) -> Result<Pcap, NotACapture> {
+        let (_, header) = parse_pcap_header(head)
+            .map_err(|_| NotACapture("truncated pcap file header".into()))?;
+        let modified = header.is_modified_format();
+        Ok(Pcap {
+            linktype: libpcap_linktype(header.network.0 as u32 & LINKTYPE_BITS),
+            nanoseconds: header.is_nanosecond_precision(),
+            // libpcap keeps no more of a record than the file's snapshot length (or its maximum).
+            snaplen: match header.snaplen {
+                0 => MAX_SNAPLEN,
+                s => s.min(MAX_SNAPLEN),
+            },
+            big_endian: header.is_bigendian(),
+            record_bytes: if modified { 24 } else { 16 },
+            parse: if modified {
+                parse_pcap_frame_modified
+            } else if header.is_bigendian() {
+                parse_pcap_frame_be
+            } else {
+                parse_pcap_frame
+            },
+        })
+    }
+
+    fn step(
+        &self,
+        rest: &[u8],
+        at_end: bool,
+        frame: u64,
+        sink: &mut dyn FnMut(Record<'_>),
+    ) -> Step {
+        if rest.is_empty() {
+            return if at_end {
+                Step::End(None)
+            } else {
+                Step::NeedMore
+            };
+        }
+        if let Some(stated) = stated_caplen(rest, self.big_endian)
             && stated > MAX_SNAPLEN
         {
-            return Ok(Some(format!(
+            return Step::End(Some(format!(
                 "capture cut short (record {} claims {stated} captured bytes, more than \
                  libpcap's maximum of {MAX_SNAPLEN}); analysed the {frame} packets before it",
                 frame + 1
             )));
         }
-        match parse(rest) {
+        match (self.parse)(rest) {
             Ok((after, record)) => {
                 // libpcap holds the fraction in a signed field and scales nanoseconds down
                 // there; the numpy path reads it back unsigned. Done alike, a damaged
                 // fraction (2^31 ns and more) gives the same time on both paths.
-                let sub_us = if nanoseconds {
+                let sub_us = if self.nanoseconds {
                     (record.ts_usec as i32 / 1000) as u32
                 } else {
                     record.ts_usec
@@ -114,30 +229,32 @@ fn read_pcap(file: &[u8], sink: &mut dyn FnMut(Record<'_>)) -> Result<Option<Str
                 let time_us = i64::from(record.ts_sec)
                     .wrapping_mul(1_000_000)
                     .wrapping_add(i64::from(sub_us));
-                let kept = record.data.len().min(snaplen as usize);
+                let kept = record.data.len().min(self.snaplen as usize);
                 sink(Record {
                     time_us,
-                    linktype,
+                    linktype: self.linktype,
                     data: &record.data[..kept],
                 });
-                frame += 1;
-                rest = after;
+                Step::Read {
+                    bytes: rest.len() - after.len(),
+                    packet: true,
+                }
             }
+            Err(nom::Err::Incomplete(_)) if !at_end => Step::NeedMore,
             Err(_) => {
-                let cut = if rest.len() < record_bytes {
+                let cut = if rest.len() < self.record_bytes {
                     "header"
                 } else {
                     "data"
                 };
-                return Ok(Some(format!(
+                Step::End(Some(format!(
                     "capture cut short (the file ends inside record {}'s {cut}); analysed \
                      the {frame} packets before it",
                     frame + 1
-                )));
+                )))
             }
         }
     }
-    Ok(None)
 }
 
 /// The link type as libpcap names it (its DLT value), where that differs from the file's
@@ -197,50 +314,133 @@ impl Interface {
 
 type BlockParser = fn(&[u8]) -> nom::IResult<&[u8], Block<'_>, PcapError<&[u8]>>;
 
-/// Walk a pcapng file block by block; sections may change byte order, and each packet is read
-/// by its own interface.
-fn read_pcapng(file: &[u8], sink: &mut dyn FnMut(Record<'_>)) -> Option<String> {
-    let mut rest = file;
-    let mut parse: BlockParser = parse_block_le;
-    let mut big_endian = false;
-    let mut interfaces: Vec<Interface> = Vec::new();
-    let mut frame = 0u64;
-    while !rest.is_empty() {
-        let position = file.len() - rest.len();
+/// Where a pcapng file's read is: the section's byte order and interfaces.
+struct PcapNg {
+    parse: BlockParser,
+    big_endian: bool,
+    interfaces: Vec<Interface>,
+}
+
+impl Default for PcapNg {
+    fn default() -> PcapNg {
+        PcapNg {
+            parse: parse_block_le,
+            big_endian: false,
+            interfaces: Vec::new(),
+        }
+    }
+}
+
+impl PcapNg {
+    /// Read the block at the start of `rest` (at byte `position` of the file); sections may
+    /// change byte order, and each packet is read by its own interface.
+    fn step(
+        &mut self,
+        rest: &[u8],
+        at_end: bool,
+        position: u64,
+        frame: u64,
+        sink: &mut dyn FnMut(Record<'_>),
+    ) -> Step {
         let stop = |why: String| {
-            Some(format!(
+            Step::End(Some(format!(
                 "capture cut short ({why}); analysed the {frame} packets before it"
-            ))
+            )))
         };
-        if rest.starts_with(&PCAPNG_SECTION_HEADER) {
+        if rest.is_empty() {
+            return if at_end {
+                Step::End(None)
+            } else {
+                Step::NeedMore
+            };
+        }
+        let section_header = rest.starts_with(&PCAPNG_SECTION_HEADER);
+        if let Some(stated) = self.stated_length(rest, section_header)
+            && stated > MAX_BLOCK_BYTES
+        {
+            return stop(format!(
+                "damaged block at byte {position}: it claims {stated} bytes, more than \
+                 libpcap's maximum of {MAX_BLOCK_BYTES}"
+            ));
+        }
+        if section_header {
             match parse_sectionheaderblock(rest) {
                 Ok((_, section)) => {
-                    big_endian = section.big_endian();
-                    parse = if big_endian {
+                    self.big_endian = section.big_endian();
+                    self.parse = if self.big_endian {
                         parse_block_be
                     } else {
                         parse_block_le
                     };
-                    interfaces.clear();
+                    self.interfaces.clear();
                 }
+                Err(nom::Err::Incomplete(_)) if !at_end => return Step::NeedMore,
                 Err(_) => return stop(format!("damaged section header at byte {position}")),
             }
         }
-        let (after, block) = match parse(rest) {
+        let (after, block) = match (self.parse)(rest) {
             Ok(parsed) => parsed,
+            Err(nom::Err::Incomplete(_)) if !at_end => return Step::NeedMore,
             Err(nom::Err::Incomplete(_)) => {
                 return stop(format!("the file ends inside the block at byte {position}"));
             }
             Err(_) => return stop(format!("damaged block at byte {position}")),
         };
-        let packet = match block {
+        let bytes = rest.len() - after.len();
+        let Some((interface, ticks, caplen, data)) = self.packet(block) else {
+            return Step::Read {
+                bytes,
+                packet: false,
+            };
+        };
+        let Some(described) = self.interfaces.get(interface as usize) else {
+            return stop(format!(
+                "packet block at byte {position} names no interface"
+            ));
+        };
+        let Some(data) = data.get(..caplen as usize) else {
+            return stop(format!(
+                "packet block at byte {position} holds a packet longer than the block"
+            ));
+        };
+        sink(Record {
+            time_us: ticks.map_or(0, |t| described.time_us(t)),
+            linktype: described.linktype,
+            data,
+        });
+        Step::Read {
+            bytes,
+            packet: true,
+        }
+    }
+
+    /// The block's total length as its header states it (in its section's byte order; a
+    /// section header's own order is in its byte-order magic), once those bytes are there.
+    fn stated_length(&self, rest: &[u8], section_header: bool) -> Option<u32> {
+        let big_endian = if section_header {
+            rest.get(8..12)? == PCAPNG_BIG_ENDIAN_ORDER
+        } else {
+            self.big_endian
+        };
+        let bytes: [u8; 4] = rest.get(4..8)?.try_into().ok()?;
+        Some(if big_endian {
+            u32::from_be_bytes(bytes)
+        } else {
+            u32::from_le_bytes(bytes)
+        })
+    }
+
+    /// A packet block's interface, timestamp ticks, captured length and data (None for a
+    /// block of another kind, whose content, an interface's, is taken in here).
+    fn packet<'a>(&mut self, block: Block<'a>) -> Option<(u32, Option<u64>, u32, &'a [u8])> {
+        match block {
             Block::InterfaceDescription(described) => {
-                interfaces.push(Interface {
+                self.interfaces.push(Interface {
                     linktype: libpcap_linktype(u32::from(described.linktype.0 as u16)),
                     snaplen: described.snaplen,
                     resolution: described.if_tsresol,
                     // pcap-parser reads the offset little-endian whatever the section's order.
-                    offset_s: if big_endian {
+                    offset_s: if self.big_endian {
                         described.if_tsoffset.swap_bytes()
                     } else {
                         described.if_tsoffset
@@ -252,7 +452,7 @@ fn read_pcapng(file: &[u8], sink: &mut dyn FnMut(Record<'_>)) -> Option<String> 
                 Some((p.if_id, ticks(p.ts_high, p.ts_low), p.caplen, p.data))
             }
             Block::SimplePacket(p) => {
-                let snaplen = interfaces.first().map_or(0, |i| i.snaplen);
+                let snaplen = self.interfaces.first().map_or(0, |i| i.snaplen);
                 let caplen = match snaplen {
                     0 => p.origlen,
                     s => p.origlen.min(s),
@@ -260,33 +460,12 @@ fn read_pcapng(file: &[u8], sink: &mut dyn FnMut(Record<'_>)) -> Option<String> 
                 Some((0, None, caplen, p.data))
             }
             // pcap-parser keeps an unknown block's type as read little-endian.
-            Block::Unknown(u) if native(u.block_type, big_endian) == OBSOLETE_PACKET_BLOCK => {
-                obsolete_packet(u.data, big_endian)
+            Block::Unknown(u) if native(u.block_type, self.big_endian) == OBSOLETE_PACKET_BLOCK => {
+                obsolete_packet(u.data, self.big_endian)
             }
             _ => None,
-        };
-        if let Some((interface, ticks, caplen, data)) = packet {
-            let Some(described) = interfaces.get(interface as usize) else {
-                return stop(format!(
-                    "packet block at byte {position} names no interface"
-                ));
-            };
-            let Some(data) = data.get(..caplen as usize) else {
-                return stop(format!(
-                    "packet block at byte {position} holds a packet longer than the block"
-                ));
-            };
-            let time_us = ticks.map_or(0, |t| described.time_us(t));
-            sink(Record {
-                time_us,
-                linktype: described.linktype,
-                data,
-            });
-            frame += 1;
         }
-        rest = after;
     }
-    None
 }
 
 fn native(little_endian_value: u32, big_endian: bool) -> u32 {

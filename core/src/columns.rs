@@ -12,6 +12,8 @@ use crate::decode::{self, NO_WINDOW_SCALE, TcpPacket};
 /// scale) for a packet that is skipped.
 #[derive(Default)]
 pub struct Columns {
+    /// Packets of the capture before these (a batch's columns start after them).
+    packets_before: u64,
     frame: Vec<u32>,
     time_us: Vec<i64>,
     linktype: Vec<u32>,
@@ -45,10 +47,23 @@ const ADDRESS_WORD_NAMES: [&str; 8] = [
 ];
 
 impl Columns {
+    /// Columns for the packets after the first `packets_before` of the capture.
+    pub fn after(packets_before: u64) -> Columns {
+        Columns {
+            packets_before,
+            ..Columns::default()
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.frame.is_empty()
+    }
+
     pub fn push(&mut self, record: &Record<'_>) {
         let row = self.frame.len();
         // Frame numbers are Wireshark's: 1-based positions in the file (u32 as the numpy path).
-        self.frame.push((row + 1) as u32);
+        self.frame
+            .push((self.packets_before + row as u64 + 1) as u32);
         self.time_us.push(record.time_us);
         self.linktype.push(record.linktype);
         self.captured_bytes.push(record.data.len() as u32);
@@ -99,7 +114,8 @@ impl Columns {
         }
     }
 
-    /// The packet columns and the SACK blocks, as dicts of numpy arrays.
+    /// The packet columns and the SACK blocks (`row`: the packet's row in these columns), as
+    /// dicts of numpy arrays.
     pub fn into_python(self, py: Python<'_>) -> PyResult<(Bound<'_, PyDict>, Bound<'_, PyDict>)> {
         let packets = PyDict::new(py);
         packets.set_item("frame", self.frame.into_pyarray(py))?;

@@ -4,15 +4,13 @@
 mod capture;
 mod columns;
 mod decode;
+mod reader;
 mod skips;
-
-use std::panic::{AssertUnwindSafe, catch_unwind};
+mod source;
 
 use pyo3::create_exception;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
-
-use crate::columns::Columns;
 
 create_exception!(
     _core,
@@ -21,61 +19,27 @@ create_exception!(
     "A file the core cannot read as a capture (the message names the file and why)."
 );
 
-/// What decoding a file gives: the packet columns, the SACK blocks, and the warning that
-/// ended the read early if any.
-struct Decoded {
-    columns: Columns,
-    warning: Option<String>,
-}
-
-fn decode_bytes(file: &[u8]) -> Result<Decoded, capture::NotACapture> {
-    let mut columns = Columns::default();
-    let warning = capture::read_records(file, &mut |record| columns.push(&record))?;
-    Ok(Decoded { columns, warning })
-}
-
 /// Read and decode the capture at `path` (one row per packet, in file order).
 ///
 /// Returns a dict: `packets` (column name -> numpy array: `frame`, `time_us`, `linktype`,
 /// `skip` (0 for a TCP packet, else the code of `nagledetect.read.skips`) and the TCP columns
 /// of `nagledetect.read.decode`, zero where `skip` is not 0), `sack_blocks` (`row`: the
 /// packet's row, `left_raw`, `right_raw`) and `warnings` (a list of str: why the read ended
-/// early). A file that is not a capture raises `CaptureError`.
+/// early). A file that is not a capture raises `CaptureError`. The file is read streaming
+/// (gzip, bzip2 and xz decompressed on the way); `Reader` gives it a batch at a time.
 #[pyfunction]
 fn decode_file<'py>(py: Python<'py>, path: &str) -> PyResult<Bound<'py, pyo3::types::PyDict>> {
-    let file = std::fs::read(path).map_err(|error| {
-        let why = match error.kind() {
-            std::io::ErrorKind::NotFound => "no such file".to_string(),
-            std::io::ErrorKind::PermissionDenied => "permission denied".to_string(),
-            std::io::ErrorKind::IsADirectory => "is a directory, not a capture file".to_string(),
-            _ => error.to_string(),
-        };
-        CaptureError::new_err(format!("{path}: {why}"))
-    })?;
-    // A panic is a bug in the core; it becomes one exception naming the file, never an abort.
-    let outcome = py.detach(|| catch_unwind(AssertUnwindSafe(|| decode_bytes(&file))));
-    let decoded = match outcome {
-        Ok(Ok(decoded)) => decoded,
-        Ok(Err(capture::NotACapture(why))) => {
-            return Err(CaptureError::new_err(format!("{path}: {why}")));
-        }
-        Err(_) => {
-            return Err(CaptureError::new_err(format!(
-                "{path}: internal error in the compiled core; please report this"
-            )));
-        }
-    };
-    let result = pyo3::types::PyDict::new(py);
-    let (packets, sack_blocks) = decoded.columns.into_python(py)?;
-    result.set_item("packets", packets)?;
-    result.set_item("sack_blocks", sack_blocks)?;
-    result.set_item("warnings", decoded.warning.into_iter().collect::<Vec<_>>())?;
+    let mut capture = reader::open(py, path)?;
+    let columns = reader::next_columns(py, path, &mut capture, usize::MAX)?;
+    let result = reader::batch_dict(py, columns)?;
+    result.set_item("warnings", capture.warnings().to_vec())?;
     Ok(result)
 }
 
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(decode_file, m)?)?;
+    m.add_class::<reader::Reader>()?;
     m.add("CaptureError", m.py().get_type::<CaptureError>())?;
     Ok(())
 }
