@@ -9,9 +9,14 @@ against tshark (tests/test_read_vs_tshark.py).
 
 from __future__ import annotations
 
+import bz2
 import gzip
+import lzma
 import struct
 import subprocess
+import sys
+import zlib
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -23,7 +28,7 @@ from nagledetect.errors import InputError
 from nagledetect.read import skips
 from nagledetect.read.capture import decoded_batches
 from nagledetect.read.decode import LINKTYPE_ETHERNET, LINKTYPE_LINUX_SLL2
-from tests.conftest import CORPORA, SAMPLE_TRACES, require_tool
+from tests.conftest import CORPORA, SAMPLE_TRACES, corpus_file, require_tool
 from tests.pcapng_builder import interface, obsolete_packet, packet, section, simple_packet
 
 _core = pytest.importorskip("nagledetect._core")
@@ -53,16 +58,55 @@ def _numpy_path(path: Path) -> tuple[dict[str, np.ndarray], np.ndarray, object]:
     return joined, sack[np.argsort(sack[:, 0], kind="stable")], accounting
 
 
-def _differences(path: Path) -> list[str]:
-    """What differs between the core and the numpy path on one capture (empty: they agree;
-    a file both refuse agrees)."""
+def _in_batches(path: Path, batch_packets: int) -> dict:
+    """The capture read by `_core.Reader` in batches, joined into what `decode_file` gives
+    (each batch's SACK rows moved past the packets of the batches before)."""
+    reader = _core.Reader(str(path), batch_packets)
+    batches = list(reader)
+    assert all(0 < len(batch["packets"]["frame"]) <= batch_packets for batch in batches)
+    counts = np.cumsum([0, *(len(batch["packets"]["frame"]) for batch in batches)])
+    if not batches:
+        # No batch: no packet, or the rows decode_file finds show the difference.
+        whole = _core.decode_file(str(path))["packets"]
+        return {"packets": {name: values[:0] for name, values in whole.items()},
+                "warnings": reader.warnings,
+                "sack_blocks": {"row": np.zeros(0, np.int64), "left_raw": np.zeros(0, np.uint32),
+                                "right_raw": np.zeros(0, np.uint32)}}
+    joined = {part: {name: np.concatenate([batch[part][name] for batch in batches])
+                     for name in batches[0][part]} for part in ("packets", "sack_blocks")}
+    joined["sack_blocks"]["row"] = np.concatenate(
+        [batch["sack_blocks"]["row"] + first for batch, first in zip(batches, counts)])
+    joined["warnings"] = reader.warnings
+    return joined
+
+
+def _same_decoding(one: dict, other: dict) -> bool:
+    """Whether two decodings hold the same packets, SACK blocks (values and dtypes) and
+    warnings."""
+    return one["warnings"] == other["warnings"] and all(
+        one[part].keys() == other[part].keys()
+        and all(np.array_equal(one[part][name], other[part][name])
+                and one[part][name].dtype == other[part][name].dtype for name in one[part])
+        for part in ("packets", "sack_blocks"))
+
+
+def _differences(path: Path, batch_packets: int | None = None) -> list[str]:
+    """What differs between the core (decode_file, or the Reader in batches of
+    `batch_packets`) and the numpy path on one capture (empty: they agree; a file both refuse
+    agrees)."""
     try:
         columns, sack, accounting = _numpy_path(path)
     except InputError:
         with pytest.raises(_core.CaptureError):
             _core.decode_file(str(path))
+        with pytest.raises(_core.CaptureError):
+            _core.Reader(str(path))
         return []
     decoded = _core.decode_file(str(path))
+    if batch_packets is not None:
+        batched = _in_batches(path, batch_packets)
+        if not _same_decoding(batched, decoded):
+            return [f"batches of {batch_packets} differ from decode_file"]
     packets = decoded["packets"]
     kept = packets["skip"] == skips.KEPT
     found = []
@@ -90,20 +134,25 @@ def _differences(path: Path) -> list[str]:
     return found
 
 
+@pytest.mark.parametrize("batch_packets", [None, 1, 7, 1000])
 @pytest.mark.parametrize("name", SAMPLE_CAPTURES)
-def test_sample_traces_decode_as_the_numpy_path(name: str) -> None:
-    assert _differences(SAMPLE_TRACES / name) == []
+def test_sample_traces_decode_as_the_numpy_path(name: str, batch_packets: int | None) -> None:
+    """Whole (decode_file) and in batches of 1, 7 and 1,000 packets (Reader)."""
+    assert _differences(SAMPLE_TRACES / name, batch_packets) == []
 
 
+@pytest.mark.parametrize("batch_packets", [None, 7])
 @pytest.mark.parametrize("corpus", ["tcpdump", "zeek"])
-def test_every_corpus_capture_decodes_as_the_numpy_path(corpus: str) -> None:
+def test_every_corpus_capture_decodes_as_the_numpy_path(corpus: str,
+                                                        batch_packets: int | None) -> None:
     """Every file of the corpus (tcpdump's holds its fuzzed and damaged regression captures:
-    odd link types, FCS bits in the link-type field, nanosecond fractions past a second)."""
+    odd link types, FCS bits in the link-type field, nanosecond fractions past a second),
+    whole and in batches of 7 packets."""
     folder = CORPORA / corpus
     if not folder.is_dir():
         pytest.skip(f"corpus {corpus} not present")
     files = sorted(p for p in folder.iterdir() if p.is_file() and p.suffix != ".md")
-    differing = {p.name: found for p in files if (found := _differences(p))}
+    differing = {p.name: found for p in files if (found := _differences(p, batch_packets))}
     assert differing == {}, f"{len(files) - len(differing)} of {len(files)} agree"
 
 
@@ -264,31 +313,144 @@ def test_a_missing_file_raises_one_clear_error(tmp_path: Path) -> None:
         _core.decode_file(str(tmp_path / "absent.pcap"))
 
 
+COMPRESSORS: dict[str, Callable[[bytes], bytes]] = {
+    "gzip": gzip.compress,
+    # Level 1: 100 kB blocks, so that a cut stream still holds whole blocks.
+    "bzip2": lambda data: bz2.compress(data, compresslevel=1),
+    "xz": lzma.compress,
+}
+LARGER_THAN_THE_BUFFER_BYTES = 1 << 20
+"""The core's read buffer starts at 1 MiB: a capture larger than this is read in refills."""
+
+
+def _compressed_copy(original: Path, compression: str, folder: Path, pieces: int = 1) -> Path:
+    """The capture compressed, as `pieces` streams one after another (as `gzip -c >>`
+    appends them)."""
+    data = original.read_bytes()
+    bounds = [len(data) * piece // pieces for piece in range(pieces + 1)]
+    copy = folder / f"{original.name}.{pieces}.{compression}"
+    copy.write_bytes(b"".join(COMPRESSORS[compression](data[start:stop])
+                              for start, stop in zip(bounds[:-1], bounds[1:])))
+    return copy
+
+
+@pytest.fixture(scope="module")
+def larger_capture(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """About 3.6 MB of real packets (seed003-nagle.pcap replicated by
+    benchmarks/make_large_capture.py), more than the read buffer holds."""
+    path = tmp_path_factory.mktemp("larger") / "larger.pcap"
+    subprocess.run([sys.executable, "benchmarks/make_large_capture.py",
+                    str(SAMPLE_TRACES / "seed003-nagle.pcap"), str(path), "--packets", "40000"],
+                   check=True, capture_output=True, cwd=Path(__file__).parent.parent)
+    assert path.stat().st_size > 3 * LARGER_THAN_THE_BUFFER_BYTES
+    return path
+
+
+@pytest.mark.parametrize("batch_packets", [None, 1000])
+def test_a_capture_larger_than_the_buffer_decodes_as_the_numpy_path(
+        larger_capture: Path, batch_packets: int | None) -> None:
+    assert _differences(larger_capture, batch_packets) == []
+
+
+@pytest.mark.parametrize("compression", COMPRESSORS)
+@pytest.mark.parametrize("name", ["seed003-nagle.pcap", "trap-bulk.pcap", "mixed.pcap",
+                                  "merged-interfaces.pcapng"])
+def test_a_compressed_capture_decodes_as_its_original(tmp_path: Path, name: str,
+                                                      compression: str) -> None:
+    original = SAMPLE_TRACES / name
+    expected = _core.decode_file(str(original))
+    copy = _compressed_copy(original, compression, tmp_path)
+    assert _same_decoding(_core.decode_file(str(copy)), expected)
+    assert _same_decoding(_in_batches(copy, 7), expected)
+    # Streams one after another read on as one capture, as gzip, bzip2 and xz read them.
+    assert _same_decoding(_core.decode_file(str(_compressed_copy(original, compression, tmp_path,
+                                                                 pieces=3))), expected)
+    assert _differences(copy, 1000) == []
+
+
+@pytest.mark.parametrize("compression", COMPRESSORS)
+@pytest.mark.parametrize("relative", ["zeek/smb__smb3_multichannel.pcap",
+                                      "zeek/irc-dcc-send.pcapng"])
+def test_a_compressed_corpus_capture_decodes_as_its_original(tmp_path: Path, relative: str,
+                                                             compression: str) -> None:
+    """The corpora's largest pcap and pcapng (2.6 and 1.4 MB: read in refills)."""
+    original = corpus_file(relative)
+    copy = _compressed_copy(original, compression, tmp_path)
+    assert original.stat().st_size > LARGER_THAN_THE_BUFFER_BYTES
+    assert _same_decoding(_in_batches(copy, 1000), _core.decode_file(str(original)))
+
+
+def test_a_compressed_larger_capture_decodes_as_its_original(tmp_path: Path,
+                                                             larger_capture: Path) -> None:
+    copy = _compressed_copy(larger_capture, "gzip", tmp_path)
+    assert _same_decoding(_in_batches(copy, 1000), _core.decode_file(str(larger_capture)))
+
+
+def _held_before_the_cut(compression: str, cut: bytes) -> bytes:
+    """What Python's own decompressor gives of a stream cut short, fed a kilobyte at a time."""
+    decompressor = {"gzip": lambda: zlib.decompressobj(wbits=31),
+                    "bzip2": bz2.BZ2Decompressor, "xz": lzma.LZMADecompressor}[compression]()
+    return b"".join(decompressor.decompress(cut[start:start + 1024])
+                    for start in range(0, len(cut), 1024))
+
+
+@pytest.mark.parametrize("compression", COMPRESSORS)
+def test_a_cut_compressed_capture_gives_the_packets_before_the_cut(tmp_path: Path,
+                                                                   compression: str) -> None:
+    """trap-bulk.pcap (640 kB) compressed, and the compressed file cut at two thirds: the
+    packets of the records whole in what Python's decompressor gets out of the cut stream,
+    counted with `_records`, then a warning, as the numpy path reads it."""
+    original = SAMPLE_TRACES / "trap-bulk.pcap"
+    compressed = _compressed_copy(original, compression, tmp_path).read_bytes()
+    cut = tmp_path / f"cut.{compression}"
+    cut.write_bytes(compressed[:len(compressed) * 2 // 3])
+    held = _held_before_the_cut(compression, cut.read_bytes())
+    whole = sum(1 for position, caplen in _records(held)
+                if position + RECORD_HEADER_BYTES + caplen <= len(held))
+    assert 0 < whole < len(_records(original.read_bytes()))
+    decoded = _core.decode_file(str(cut))
+    assert len(decoded["packets"]["frame"]) == whole
+    assert decoded["warnings"][0].startswith(f"compressed capture cut short (the {compression} "
+                                             "stream ends before its end marker)")
+    expected = _core.decode_file(str(original))["packets"]
+    for name, values in decoded["packets"].items():
+        assert np.array_equal(values, expected[name][:whole]), name
+    assert _same_decoding(_in_batches(cut, 7), decoded)
+    assert _differences(cut) == []
+
+
 SEED_BYTES = (SAMPLE_TRACES / "seed004-header-body-server.pcap").read_bytes()[:6000]
 PCAPNG_BYTES = (SAMPLE_TRACES / "merged-interfaces.pcapng").read_bytes()[:6000]
+COMPRESSED_SOURCES = [compress(source) for compress in COMPRESSORS.values()
+                      for source in (SEED_BYTES, PCAPNG_BYTES)]
 
 
 def _decoded_or_refused(path: Path) -> None:
-    """The core returns balanced columns or raises CaptureError; anything else fails."""
+    """The core returns balanced columns, the same whole and in batches, or raises
+    CaptureError; anything else fails."""
     try:
         decoded = _core.decode_file(str(path))
     except _core.CaptureError as error:
         assert "\n" not in str(error)
+        with pytest.raises(_core.CaptureError):
+            _core.Reader(str(path))
         return
     lengths = {len(values) for values in decoded["packets"].values()}
     assert len(lengths) == 1
     assert np.all(decoded["sack_blocks"]["row"] < lengths.pop())
+    assert _same_decoding(_in_batches(path, 7), decoded)
 
 
 @settings(max_examples=300, derandomize=True, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(source=st.sampled_from([SEED_BYTES, PCAPNG_BYTES]),
+@given(source=st.sampled_from([SEED_BYTES, PCAPNG_BYTES, *COMPRESSED_SOURCES]),
        edits=st.lists(st.tuples(st.integers(0, 5999), st.integers(0, 255)), max_size=60),
        cut=st.integers(0, 6000))
 def test_mutated_captures_never_crash_the_core(tmp_path: Path, source: bytes,
                                                edits: list[tuple[int, int]], cut: int) -> None:
-    """Real pcap (IPv6) and pcapng bytes, bytes overwritten anywhere (file and record headers,
-    block lengths, packet headers) and the file cut anywhere."""
+    """Real pcap (IPv6) and pcapng bytes, plain or compressed, bytes overwritten anywhere
+    (file and record headers, block lengths, packet headers, compressed data) and the file cut
+    anywhere."""
     data = bytearray(source[:cut])
     for position, value in edits:
         if position < len(data):
