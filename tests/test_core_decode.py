@@ -29,7 +29,14 @@ from nagledetect.read import skips
 from nagledetect.read.capture import decoded_batches
 from nagledetect.read.decode import LINKTYPE_ETHERNET, LINKTYPE_LINUX_SLL2
 from tests.conftest import CORPORA, SAMPLE_TRACES, corpus_file, require_tool
-from tests.pcapng_builder import interface, obsolete_packet, packet, section, simple_packet
+from tests.pcapng_builder import (
+    block,
+    interface,
+    obsolete_packet,
+    packet,
+    section,
+    simple_packet,
+)
 
 _core = pytest.importorskip("nagledetect._core")
 
@@ -384,6 +391,41 @@ def test_a_compressed_larger_capture_decodes_as_its_original(tmp_path: Path,
                                                              larger_capture: Path) -> None:
     copy = _compressed_copy(larger_capture, "gzip", tmp_path)
     assert _same_decoding(_in_batches(copy, 1000), _core.decode_file(str(larger_capture)))
+
+
+LOCAL_BLOCK_TYPE = 0x8000_0001
+"""A pcapng block type for local use: readers skip it."""
+
+
+def test_a_block_larger_than_the_buffer_is_read_whole(tmp_path: Path) -> None:
+    """A 3 MiB block of local use between real packets: the buffer grows to take it in, and
+    the packets after it are read (four, no warning, as the numpy path reads them)."""
+    frames = _real_frames(4)
+    body = section() + interface(LINKTYPE_ETHERNET)
+    body += b"".join(packet(data, time_us) for time_us, data in frames[:2])
+    body += block(LOCAL_BLOCK_TYPE, bytes(3 * LARGER_THAN_THE_BUFFER_BYTES))
+    body += b"".join(packet(data, time_us) for time_us, data in frames[2:])
+    path = tmp_path / "large-block.pcapng"
+    path.write_bytes(body)
+    decoded = _core.decode_file(str(path))
+    assert decoded["packets"]["frame"].tolist() == [1, 2, 3, 4] and decoded["warnings"] == []
+    assert _differences(path, 1) == []
+
+
+def test_a_block_claiming_more_than_libpcaps_maximum_ends_the_read(tmp_path: Path) -> None:
+    """A block header claiming 20 MiB (libpcap refuses blocks over 16 MiB), then packets: the
+    two packets before it, and a warning; the buffer is not grown to wait for it."""
+    frames = _real_frames(4)
+    body = section() + interface(LINKTYPE_ETHERNET)
+    body += b"".join(packet(data, time_us) for time_us, data in frames[:2])
+    body += struct.pack("<II", LOCAL_BLOCK_TYPE, 20 << 20)
+    body += b"".join(packet(data, time_us) for time_us, data in frames[2:])
+    path = tmp_path / "claiming.pcapng"
+    path.write_bytes(body)
+    decoded = _core.decode_file(str(path))
+    assert len(decoded["packets"]["frame"]) == 2
+    assert "claims 20971520 bytes" in decoded["warnings"][0]
+    assert _differences(path, 7) == []
 
 
 def _held_before_the_cut(compression: str, cut: bytes) -> bytes:
