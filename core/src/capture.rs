@@ -133,11 +133,7 @@ impl CaptureReader {
                 Step::NeedMore => self.source.refill(),
                 Step::End(warning) => {
                     self.finished = true;
-                    if let Some(why) = self.source.cut_short() {
-                        self.warnings.push(format!(
-                            "compressed capture cut short ({why}); analysed what it held"
-                        ));
-                    }
+                    self.warnings.extend(self.source.warning());
                     self.warnings.extend(warning);
                 }
             }

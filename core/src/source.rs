@@ -97,10 +97,19 @@ impl Source {
         self.consumed += bytes as u64;
     }
 
-    /// Why the decompressed stream ended before its end marker (None: it ended whole, or the
-    /// file is not compressed).
+    /// Why the input ended early: a compressed stream before its end marker or damaged, or
+    /// a read error (None: it was read to its end).
     pub fn cut_short(&self) -> Option<&str> {
         self.cut_short.as_deref()
+    }
+
+    /// The warning for an input that ended early, if it did.
+    pub fn warning(&self) -> Option<String> {
+        let why = self.cut_short.as_deref()?;
+        Some(match self.compression {
+            Some(_) => format!("compressed capture cut short ({why}); analysed what it held"),
+            None => format!("capture cut short ({why}); analysed what was read before it"),
+        })
     }
 
     /// Read until at least `bytes` are available or the input ends.
