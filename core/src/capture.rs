@@ -74,7 +74,10 @@ enum Step {
 impl CaptureReader {
     /// Open the capture at `path` (compressed or not) and read its file header.
     pub fn open(path: &str) -> Result<CaptureReader, NotACapture> {
-        let mut source = Source::open(path)?;
+        CaptureReader::from_source(Source::open(path)?)
+    }
+
+    fn from_source(mut source: Source) -> Result<CaptureReader, NotACapture> {
         source.fill_to(PCAP_HEADER_BYTES);
         let head = source.available();
         if head.is_empty() {
@@ -499,4 +502,90 @@ fn obsolete_packet(body: &[u8], big_endian: bool) -> Option<(u32, Option<u64>, u
         word(12)?,
         body.get(20..)?,
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Write;
+    use std::path::PathBuf;
+
+    use super::*;
+
+    fn sample_traces() -> Vec<PathBuf> {
+        let folder = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../sample_traces");
+        let mut found: Vec<PathBuf> = std::fs::read_dir(folder)
+            .expect("sample_traces/ beside core/")
+            .map(|entry| entry.expect("a directory entry").path())
+            .filter(|path| {
+                let name = path.to_string_lossy();
+                name.ends_with(".pcap") || name.ends_with(".pcapng")
+            })
+            .collect();
+        found.sort();
+        found
+    }
+
+    /// Records as (time, link type, bytes), and the warnings.
+    type Read = (Vec<(i64, u32, Vec<u8>)>, Vec<String>);
+
+    /// Every record (time, link type, bytes), read `batch` at a time from a buffer starting
+    /// at `buffer_bytes`, and the warnings.
+    fn records(path: &str, buffer_bytes: usize, batch: usize) -> Read {
+        let source = Source::with_buffer(path, buffer_bytes).expect("a readable file");
+        let mut reader = CaptureReader::from_source(source).expect("a capture");
+        let mut found = Vec::new();
+        while reader.read(batch, &mut |r| {
+            found.push((r.time_us, r.linktype, r.data.to_vec()))
+        }) > 0
+        {}
+        (found, reader.warnings().to_vec())
+    }
+
+    /// The real captures of sample_traces/ read whole into the 1 MiB buffer (each is smaller)
+    /// and through buffers of 1, 7 and 100 bytes, where every record waits for refills and
+    /// the buffer grows to hold it: the same records, in batches of 1 or of all.
+    #[test]
+    fn a_buffer_of_any_size_reads_the_same_records() {
+        let captures = sample_traces();
+        assert!(captures.len() > 30);
+        for path in captures {
+            let path = path.to_str().expect("a UTF-8 path");
+            assert!(std::fs::metadata(path).expect("a file").len() < 1 << 20);
+            let whole = records(path, 1 << 20, usize::MAX);
+            assert!(!whole.0.is_empty(), "{path}");
+            for buffer_bytes in [1, 7, 100] {
+                for batch in [1, usize::MAX] {
+                    assert!(
+                        records(path, buffer_bytes, batch) == whole,
+                        "{path} {buffer_bytes}"
+                    );
+                }
+            }
+        }
+    }
+
+    /// seed003-nagle.pcap cut inside its last record: the records before it, one warning.
+    #[test]
+    fn a_cut_file_read_through_a_small_buffer_keeps_the_records_before() {
+        let original =
+            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../sample_traces/seed003-nagle.pcap");
+        let data = std::fs::read(&original).expect("the sample trace");
+        let path =
+            std::env::temp_dir().join(format!("nagledetect-core-cut-{}.pcap", std::process::id()));
+        std::fs::File::create(&path)
+            .and_then(|mut file| file.write_all(&data[..data.len() - 3]))
+            .expect("a temporary file");
+        let path_text = path.to_str().expect("a UTF-8 path");
+        let (all, none) = records(
+            original.to_str().expect("a UTF-8 path"),
+            1 << 20,
+            usize::MAX,
+        );
+        let (cut, warnings) = records(path_text, 7, 3);
+        std::fs::remove_file(&path).expect("the temporary file removed");
+        assert!(none.is_empty());
+        assert_eq!(cut, all[..all.len() - 1]);
+        assert_eq!(warnings.len(), 1);
+        assert!(warnings[0].contains(&format!("record {}'s data", all.len())));
+    }
 }

@@ -43,6 +43,11 @@ pub struct Source {
 impl Source {
     /// Open the file at `path`, behind a decompressor when its magic names one read here.
     pub fn open(path: &str) -> Result<Source, NotACapture> {
+        Source::with_buffer(path, INITIAL_BUFFER_BYTES)
+    }
+
+    /// As `open`, the buffer starting at `buffer_bytes` (at least 1).
+    pub fn with_buffer(path: &str, buffer_bytes: usize) -> Result<Source, NotACapture> {
         let mut file = File::open(path).map_err(|error| NotACapture(why_unreadable(&error)))?;
         let mut head = Vec::with_capacity(MAGIC_BYTES);
         (&mut file)
@@ -68,7 +73,7 @@ impl Source {
         Ok(Source {
             input,
             compression,
-            buffer: vec![0; INITIAL_BUFFER_BYTES],
+            buffer: vec![0; buffer_bytes.max(1)],
             start: 0,
             end: 0,
             consumed: 0,
