@@ -1,6 +1,7 @@
 //! nagledetect's compiled core: reads a capture and decodes its packets into the columns the
 //! numpy decoder (`nagledetect.read.decode`) produces, one row per packet in file order.
 
+mod bpf;
 mod capture;
 mod columns;
 mod decode;
@@ -16,33 +17,92 @@ use crate::columns::Columns;
 
 create_exception!(
     _core,
+    FilterError,
+    PyValueError,
+    "A BPF filter libpcap does not compile for the capture's link type (its message)."
+);
+
+create_exception!(
+    _core,
     CaptureError,
     PyValueError,
     "A file the core cannot read as a capture (the message names the file and why)."
 );
 
-/// What decoding a file gives: the packet columns, the SACK blocks, and the warning that
-/// ended the read early if any.
+/// What decoding a file gives: the packet columns, the SACK blocks, which packets the filter
+/// accepts (None without a filter), and the warning that ended the read early if any.
 struct Decoded {
     columns: Columns,
+    accepted: Option<Vec<bool>>,
     warning: Option<String>,
 }
 
-fn decode_bytes(file: &[u8]) -> Result<Decoded, capture::NotACapture> {
-    let mut columns = Columns::default();
-    let warning = capture::read_records(file, &mut |record| columns.push(&record))?;
-    Ok(Decoded { columns, warning })
+enum Unreadable {
+    Capture(capture::NotACapture),
+    Filter(bpf::FilterError),
 }
 
-/// Read and decode the capture at `path` (one row per packet, in file order).
+/// Every packet is decoded, the ones the filter excludes too: connection ids are Wireshark's
+/// tcp.stream of the unfiltered file, so the excluded TCP packets still number conversations.
+fn decode_bytes(file: &[u8], expression: Option<&str>) -> Result<Decoded, Unreadable> {
+    let mut columns = Columns::default();
+    let Some(expression) = expression else {
+        let warning = capture::read_records(file, &mut |record| columns.push(&record))
+            .map_err(Unreadable::Capture)?;
+        return Ok(Decoded {
+            columns,
+            accepted: None,
+            warning,
+        });
+    };
+    let mut filter = bpf::Filter::new(expression).map_err(Unreadable::Filter)?;
+    let mut accepted = Vec::new();
+    let mut refused = None;
+    let warning = capture::read_records(file, &mut |record| {
+        if refused.is_some() {
+            return;
+        }
+        // The records hold no length on the wire yet: the captured length stands for it.
+        let wire_bytes = record.data.len() as u32;
+        match filter.accepts(record.linktype, record.data, wire_bytes) {
+            Ok(accepts) => {
+                accepted.push(accepts);
+                columns.push(&record);
+            }
+            Err(error) => refused = Some(error),
+        }
+    })
+    .map_err(Unreadable::Capture)?;
+    if let Some(error) = refused {
+        return Err(Unreadable::Filter(error));
+    }
+    filter.check_unused().map_err(Unreadable::Filter)?;
+    Ok(Decoded {
+        columns,
+        accepted: Some(accepted),
+        warning,
+    })
+}
+
+/// Read and decode the capture at `path` (one row per packet, in file order), with the BPF
+/// filter `bpf_filter` applied as tcpdump applies it if one is given.
 ///
 /// Returns a dict: `packets` (column name -> numpy array: `frame`, `time_us`, `linktype`,
 /// `skip` (0 for a TCP packet, else the code of `nagledetect.read.skips`) and the TCP columns
 /// of `nagledetect.read.decode`, zero where `skip` is not 0), `sack_blocks` (`row`: the
 /// packet's row, `left_raw`, `right_raw`) and `warnings` (a list of str: why the read ended
-/// early). A file that is not a capture raises `CaptureError`.
+/// early). With a filter, `packets` also has `accepted` (bool: whether the filter accepts
+/// the packet; `skip` stays decoding's code), and `excluded_by_filter` counts the packets it
+/// does not accept (0 without a filter). A file that is not a capture raises `CaptureError`;
+/// a filter libpcap does not compile for the file's link type raises `FilterError`
+/// ("invalid filter 'EXPRESSION': " and libpcap's message).
 #[pyfunction]
-fn decode_file<'py>(py: Python<'py>, path: &str) -> PyResult<Bound<'py, pyo3::types::PyDict>> {
+#[pyo3(signature = (path, bpf_filter=None))]
+fn decode_file<'py>(
+    py: Python<'py>,
+    path: &str,
+    bpf_filter: Option<&str>,
+) -> PyResult<Bound<'py, pyo3::types::PyDict>> {
     let file = std::fs::read(path).map_err(|error| {
         let why = match error.kind() {
             std::io::ErrorKind::NotFound => "no such file".to_string(),
@@ -53,11 +113,18 @@ fn decode_file<'py>(py: Python<'py>, path: &str) -> PyResult<Bound<'py, pyo3::ty
         CaptureError::new_err(format!("{path}: {why}"))
     })?;
     // A panic is a bug in the core; it becomes one exception naming the file, never an abort.
-    let outcome = py.detach(|| catch_unwind(AssertUnwindSafe(|| decode_bytes(&file))));
+    let outcome = py.detach(|| catch_unwind(AssertUnwindSafe(|| decode_bytes(&file, bpf_filter))));
     let decoded = match outcome {
         Ok(Ok(decoded)) => decoded,
-        Ok(Err(capture::NotACapture(why))) => {
+        Ok(Err(Unreadable::Capture(capture::NotACapture(why)))) => {
             return Err(CaptureError::new_err(format!("{path}: {why}")));
+        }
+        Ok(Err(Unreadable::Filter(bpf::FilterError(message)))) => {
+            // Worded as the numpy path words it (the expression as Python's repr quotes it).
+            let quoted = pyo3::types::PyString::new(py, bpf_filter.unwrap_or_default()).repr()?;
+            return Err(FilterError::new_err(format!(
+                "invalid filter {quoted}: {message}"
+            )));
         }
         Err(_) => {
             return Err(CaptureError::new_err(format!(
@@ -67,6 +134,14 @@ fn decode_file<'py>(py: Python<'py>, path: &str) -> PyResult<Bound<'py, pyo3::ty
     };
     let result = pyo3::types::PyDict::new(py);
     let (packets, sack_blocks) = decoded.columns.into_python(py)?;
+    let excluded = decoded
+        .accepted
+        .as_ref()
+        .map_or(0, |accepted| accepted.iter().filter(|a| !**a).count());
+    if let Some(accepted) = decoded.accepted {
+        packets.set_item("accepted", numpy::IntoPyArray::into_pyarray(accepted, py))?;
+    }
+    result.set_item("excluded_by_filter", excluded)?;
     result.set_item("packets", packets)?;
     result.set_item("sack_blocks", sack_blocks)?;
     result.set_item("warnings", decoded.warning.into_iter().collect::<Vec<_>>())?;
@@ -77,5 +152,6 @@ fn decode_file<'py>(py: Python<'py>, path: &str) -> PyResult<Bound<'py, pyo3::ty
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(decode_file, m)?)?;
     m.add("CaptureError", m.py().get_type::<CaptureError>())?;
+    m.add("FilterError", m.py().get_type::<FilterError>())?;
     Ok(())
 }

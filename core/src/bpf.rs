@@ -1,0 +1,261 @@
+//! BPF `--filter` as tcpdump applies it: libpcap's own compiler (`pcap_compile` on a dead
+//! capture of the packet's link type) and its own filter machine (`pcap_offline_filter`), one
+//! program per link type, so a pcapng file whose interfaces differ is filtered packet by packet
+//! as each interface's link type says.
+//!
+//! libpcap is called directly rather than through the `pcap` crate: that crate's
+//! `BpfProgram::filter` hands libpcap the captured length as the packet's length on the wire,
+//! so `len`, `greater` and `less` would judge a packet cut by the snapshot length otherwise
+//! than tcpdump does, and its dead capture fixes the snapshot length and the netmask. The six
+//! calls below are all this module needs of libpcap; every unsafe block says why it is sound.
+
+use std::collections::HashMap;
+use std::ffi::{CStr, CString, c_char, c_int, c_long, c_uint, c_void};
+use std::ptr;
+
+/// libpcap's largest snapshot length, as the numpy path compiles with (the accepting return
+/// value, never zero, is all it changes).
+const SNAPLEN: c_int = 262_144;
+/// tcpdump reading a file compiles with a netmask of 0 (it has no interface to ask): so
+/// `ip broadcast` compiles, matching 0.0.0.0 and 255.255.255.255.
+const NETMASK: u32 = 0;
+/// tcpdump optimizes unless told `-O`.
+const OPTIMIZE: c_int = 1;
+/// A dead capture for a link type that no packet has: used only to check an expression when
+/// a file holds no packet (libpcap's Ethernet, the commonest).
+const DLT_EN10MB: u32 = 1;
+
+/// libpcap's `pcap_t`, only ever handled by pointer.
+#[repr(C)]
+struct PcapHandle {
+    _opaque: [u8; 0],
+}
+
+/// libpcap's `struct bpf_program`.
+#[repr(C)]
+struct RawProgram {
+    bf_len: c_uint,
+    bf_insns: *mut c_void,
+}
+
+/// `struct timeval` as glibc lays it out (the filter machine never reads it).
+#[repr(C)]
+struct Timeval {
+    tv_sec: c_long,
+    tv_usec: c_long,
+}
+
+/// libpcap's `struct pcap_pkthdr`.
+#[repr(C)]
+struct PacketHeader {
+    ts: Timeval,
+    caplen: u32,
+    len: u32,
+}
+
+#[link(name = "pcap")]
+unsafe extern "C" {
+    fn pcap_open_dead(linktype: c_int, snaplen: c_int) -> *mut PcapHandle;
+    fn pcap_compile(
+        handle: *mut PcapHandle,
+        program: *mut RawProgram,
+        expression: *const c_char,
+        optimize: c_int,
+        netmask: u32,
+    ) -> c_int;
+    fn pcap_geterr(handle: *mut PcapHandle) -> *mut c_char;
+    fn pcap_close(handle: *mut PcapHandle);
+    fn pcap_freecode(program: *mut RawProgram);
+    fn pcap_offline_filter(
+        program: *const RawProgram,
+        header: *const PacketHeader,
+        data: *const u8,
+    ) -> c_int;
+}
+
+/// A filter program compiled by libpcap; freed when dropped.
+struct Program(RawProgram);
+
+impl Program {
+    /// libpcap's compiler on `expression` for `linktype` (a DLT value); its message if it
+    /// refuses the expression.
+    fn compile(expression: &CStr, linktype: u32) -> Result<Program, String> {
+        let linktype =
+            c_int::try_from(linktype).map_err(|_| format!("unknown data link type {linktype}"))?;
+        // SAFETY: pcap_open_dead takes plain integers and returns a handle or null.
+        let handle = unsafe { pcap_open_dead(linktype, SNAPLEN) };
+        if handle.is_null() {
+            return Err("libpcap could not make a capture handle to compile on".into());
+        }
+        let mut raw = RawProgram {
+            bf_len: 0,
+            bf_insns: ptr::null_mut(),
+        };
+        // SAFETY: the handle is live until pcap_close below, `raw` is a bpf_program for libpcap
+        // to fill and `expression` a NUL-terminated string that outlives the call.
+        let status =
+            unsafe { pcap_compile(handle, &mut raw, expression.as_ptr(), OPTIMIZE, NETMASK) };
+        let outcome = if status == 0 {
+            Ok(Program(raw))
+        } else {
+            // SAFETY: after a failure pcap_geterr gives the handle's NUL-terminated message,
+            // valid until the handle is closed; it is copied out before that.
+            Err(unsafe { CStr::from_ptr(pcap_geterr(handle)) }
+                .to_string_lossy()
+                .into_owned())
+        };
+        // SAFETY: the handle came from pcap_open_dead and is closed once; the program does
+        // not refer to it (pcap_compile allocates its instructions on their own).
+        unsafe { pcap_close(handle) };
+        outcome
+    }
+
+    /// Whether the program accepts a packet of `data` (as captured) that was `wire_bytes` long.
+    fn accepts(&self, data: &[u8], wire_bytes: u32) -> bool {
+        let Ok(caplen) = u32::try_from(data.len()) else {
+            return false;
+        };
+        let header = PacketHeader {
+            ts: Timeval {
+                tv_sec: 0,
+                tv_usec: 0,
+            },
+            caplen,
+            len: wire_bytes.max(caplen),
+        };
+        // SAFETY: the program is a compiled one not yet freed; libpcap's filter machine reads
+        // no more than `caplen` bytes of `data` (a load past it rejects the packet).
+        unsafe { pcap_offline_filter(&self.0, &header, data.as_ptr()) != 0 }
+    }
+}
+
+impl Drop for Program {
+    fn drop(&mut self) {
+        // SAFETY: the program was filled by a successful pcap_compile and is freed once.
+        unsafe { pcap_freecode(&mut self.0) };
+    }
+}
+
+/// Why a filter cannot be applied: libpcap's message.
+#[derive(Debug, PartialEq, Eq)]
+pub struct FilterError(pub String);
+
+/// A BPF expression and its programs, one per link type met so far.
+pub struct Filter {
+    expression: CString,
+    /// None for a link type libpcap cannot filter by this expression (a later pcapng
+    /// interface's): its packets are not accepted, as the filter cannot say they match.
+    programs: HashMap<u32, Option<Program>>,
+}
+
+impl Filter {
+    pub fn new(expression: &str) -> Result<Filter, FilterError> {
+        let expression = CString::new(expression)
+            .map_err(|_| FilterError("the expression holds a NUL character".into()))?;
+        Ok(Filter {
+            expression,
+            programs: HashMap::new(),
+        })
+    }
+
+    /// Whether the filter accepts a packet of `linktype` (captured as `data`, `wire_bytes`
+    /// long on the wire). The expression must compile for the first link type met, the
+    /// file's own, as tcpdump requires; a later one it does not compile for accepts nothing.
+    pub fn accepts(
+        &mut self,
+        linktype: u32,
+        data: &[u8],
+        wire_bytes: u32,
+    ) -> Result<bool, FilterError> {
+        if !self.programs.contains_key(&linktype) {
+            let first = self.programs.is_empty();
+            let program = match Program::compile(&self.expression, linktype) {
+                Ok(program) => Some(program),
+                Err(message) if first => return Err(FilterError(message)),
+                Err(_) => None,
+            };
+            self.programs.insert(linktype, program);
+        }
+        Ok(self.programs[&linktype]
+            .as_ref()
+            .is_some_and(|program| program.accepts(data, wire_bytes)))
+    }
+
+    /// When no packet was met: the expression checked as libpcap's compiler reads it for
+    /// Ethernet, so that a malformed one is refused even on a capture without packets.
+    pub fn check_unused(&self) -> Result<(), FilterError> {
+        if self.programs.is_empty() {
+            Program::compile(&self.expression, DLT_EN10MB).map_err(FilterError)?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An Ethernet frame: IPv4 10.77.0.1 -> 10.77.0.2, TCP 40000 -> 9000 with SYN set.
+    fn syn_frame() -> Vec<u8> {
+        let mut frame = vec![0u8; 12];
+        frame.extend([0x08, 0x00]);
+        frame.extend([0x45, 0, 0, 40, 0, 0, 0, 0, 64, 6, 0, 0]);
+        frame.extend([10, 77, 0, 1, 10, 77, 0, 2]);
+        frame.extend(40000u16.to_be_bytes());
+        frame.extend(9000u16.to_be_bytes());
+        frame.extend([0u8; 8]);
+        frame.extend([0x50, 0x02, 0xff, 0xff, 0, 0, 0, 0]);
+        frame
+    }
+
+    #[test]
+    fn accepts_by_libpcaps_program() {
+        let frame = syn_frame();
+        for (expression, expected) in [
+            ("tcp port 9000", true),
+            ("tcp port 9001", false),
+            ("src host 10.77.0.1", true),
+            ("src host 10.77.0.2", false),
+            ("tcp[tcpflags] & tcp-syn != 0", true),
+            ("udp", false),
+            ("vlan and tcp", false),
+        ] {
+            let mut filter = Filter::new(expression).unwrap();
+            assert_eq!(
+                filter.accepts(1, &frame, frame.len() as u32),
+                Ok(expected),
+                "{expression}"
+            );
+        }
+    }
+
+    #[test]
+    fn length_is_the_length_on_the_wire() {
+        let frame = syn_frame();
+        let mut filter = Filter::new("greater 1000").unwrap();
+        assert_eq!(filter.accepts(1, &frame, frame.len() as u32), Ok(false));
+        assert_eq!(filter.accepts(1, &frame, 1500), Ok(true));
+    }
+
+    #[test]
+    fn a_bad_expression_gives_libpcaps_message() {
+        let mut filter = Filter::new("tcp port banana").unwrap();
+        let refused = Err(FilterError("unknown port 'banana'".into()));
+        assert_eq!(filter.accepts(1, &syn_frame(), 54), refused);
+        assert_eq!(filter.check_unused(), refused.map(|_: bool| ()));
+    }
+
+    #[test]
+    fn a_later_link_type_it_cannot_filter_accepts_nothing() {
+        let mut filter = Filter::new("ether host 00:00:00:00:00:00").unwrap();
+        assert_eq!(filter.accepts(1, &syn_frame(), 54), Ok(true));
+        // Raw IP has no link-layer addresses: libpcap refuses `ether host` for it.
+        assert_eq!(filter.accepts(12, &syn_frame()[14..], 40), Ok(false));
+    }
+
+    #[test]
+    fn ip_broadcast_compiles_as_tcpdump_reading_a_file() {
+        let mut filter = Filter::new("ip broadcast").unwrap();
+        assert_eq!(filter.accepts(1, &syn_frame(), 54), Ok(false));
+    }
+}
