@@ -13,6 +13,9 @@ use std::collections::HashMap;
 use std::ffi::{CStr, CString, c_char, c_int, c_long, c_uint, c_void};
 use std::ptr;
 
+use crate::capture::Record;
+use crate::columns::Columns;
+
 /// libpcap's largest snapshot length, as the numpy path compiles with (the accepting return
 /// value, never zero, is all it changes).
 const SNAPLEN: c_int = 262_144;
@@ -189,6 +192,21 @@ impl Filter {
         }
         Ok(())
     }
+}
+
+/// Decode `record` into `columns` with the filter's verdict on it; a filter that does not
+/// compile for the file's link type pushes nothing.
+pub fn judge(
+    filter: &mut Filter,
+    record: &Record<'_>,
+    columns: &mut Columns,
+) -> Result<(), FilterError> {
+    // The records hold no length on the wire yet: the captured length stands for it (as in
+    // the numpy path, whose pcapy-ng filter does the same).
+    let wire_bytes = u32::try_from(record.data.len()).unwrap_or(u32::MAX);
+    let accepted = filter.accepts(record.linktype, record.data, wire_bytes)?;
+    columns.push_judged(record, accepted);
+    Ok(())
 }
 
 #[cfg(test)]

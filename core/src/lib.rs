@@ -29,11 +29,10 @@ create_exception!(
     "A file the core cannot read as a capture (the message names the file and why)."
 );
 
-/// What decoding a file gives: the packet columns, the SACK blocks, which packets the filter
-/// accepts (None without a filter), and the warning that ended the read early if any.
+/// What decoding a file gives: the packet columns, the SACK blocks, and the warning that
+/// ended the read early if any.
 struct Decoded {
     columns: Columns,
-    accepted: Option<Vec<bool>>,
     warning: Option<String>,
 }
 
@@ -42,34 +41,19 @@ enum Unreadable {
     Filter(bpf::FilterError),
 }
 
-/// Every packet is decoded, the ones the filter excludes too: connection ids are Wireshark's
-/// tcp.stream of the unfiltered file, so the excluded TCP packets still number conversations.
 fn decode_bytes(file: &[u8], expression: Option<&str>) -> Result<Decoded, Unreadable> {
     let mut columns = Columns::default();
     let Some(expression) = expression else {
         let warning = capture::read_records(file, &mut |record| columns.push(&record))
             .map_err(Unreadable::Capture)?;
-        return Ok(Decoded {
-            columns,
-            accepted: None,
-            warning,
-        });
+        return Ok(Decoded { columns, warning });
     };
     let mut filter = bpf::Filter::new(expression).map_err(Unreadable::Filter)?;
-    let mut accepted = Vec::new();
+    columns.filtered();
     let mut refused = None;
     let warning = capture::read_records(file, &mut |record| {
-        if refused.is_some() {
-            return;
-        }
-        // The records hold no length on the wire yet: the captured length stands for it.
-        let wire_bytes = record.data.len() as u32;
-        match filter.accepts(record.linktype, record.data, wire_bytes) {
-            Ok(accepts) => {
-                accepted.push(accepts);
-                columns.push(&record);
-            }
-            Err(error) => refused = Some(error),
+        if refused.is_none() {
+            bpf::judge(&mut filter, &record, &mut columns).unwrap_or_else(|e| refused = Some(e));
         }
     })
     .map_err(Unreadable::Capture)?;
@@ -77,11 +61,7 @@ fn decode_bytes(file: &[u8], expression: Option<&str>) -> Result<Decoded, Unread
         return Err(Unreadable::Filter(error));
     }
     filter.check_unused().map_err(Unreadable::Filter)?;
-    Ok(Decoded {
-        columns,
-        accepted: Some(accepted),
-        warning,
-    })
+    Ok(Decoded { columns, warning })
 }
 
 /// Read and decode the capture at `path` (one row per packet, in file order), with the BPF
@@ -133,15 +113,8 @@ fn decode_file<'py>(
         }
     };
     let result = pyo3::types::PyDict::new(py);
+    result.set_item("excluded_by_filter", decoded.columns.excluded_by_filter())?;
     let (packets, sack_blocks) = decoded.columns.into_python(py)?;
-    let excluded = decoded
-        .accepted
-        .as_ref()
-        .map_or(0, |accepted| accepted.iter().filter(|a| !**a).count());
-    if let Some(accepted) = decoded.accepted {
-        packets.set_item("accepted", numpy::IntoPyArray::into_pyarray(accepted, py))?;
-    }
-    result.set_item("excluded_by_filter", excluded)?;
     result.set_item("packets", packets)?;
     result.set_item("sack_blocks", sack_blocks)?;
     result.set_item("warnings", decoded.warning.into_iter().collect::<Vec<_>>())?;
