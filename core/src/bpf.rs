@@ -5,8 +5,9 @@
 //!
 //! libpcap is called directly rather than through the `pcap` crate: that crate's
 //! `BpfProgram::filter` hands libpcap the captured length as the packet's length on the wire,
-//! so `len`, `greater` and `less` would judge a packet cut by the snapshot length otherwise
-//! than tcpdump does, and its dead capture fixes the snapshot length and the netmask. The six
+//! so `len`, `greater` and `less` could never judge a packet cut by the snapshot length as
+//! tcpdump does (here `Filter::accepts` takes the length on the wire, once the records carry
+//! it), and its dead capture fixes the snapshot length and a netmask unlike tcpdump's. The six
 //! calls below are all this module needs of libpcap; every unsafe block says why it is sound.
 
 use std::collections::HashMap;
