@@ -25,9 +25,23 @@ _core = pytest.importorskip("nagledetect._core")
 
 FILTERS = ["tcp port 9000", "src host 10.77.0.1", "tcp[tcpflags] & tcp-syn != 0", "udp",
            "vlan and tcp", "pppoes and tcp"]
-CORPUS_FILTERS = [*FILTERS, "vlan and vlan and pppoes and tcp", "vlan and vlan and vlan and tcp"]
-"""Also each encapsulation of the corpus files in full: libpcap's `vlan` and `pppoes` move its
-offsets past one tag or header each, so `vlan and tcp` takes no PPPoE or double-tagged frame."""
+CORPUS_FILTERS = [*FILTERS, "vlan and vlan and pppoes and tcp", "vlan and vlan and vlan and tcp",
+                  "ip6", "tcp port 80"]
+"""Also each encapsulation of the corpus files in full (libpcap's `vlan` and `pppoes` move its
+offsets past one tag or header each, so `vlan and tcp` takes no PPPoE or double-tagged frame),
+and IPv6 on BSD loopback."""
+NUMPY_PATH_DIFFERS = {
+    # BSD loopback IPv6: pcapy-ng compiles on a dead capture, for which libpcap tests only
+    # Linux's AF_INET6 (10), where tcpdump, reading a file, tests the BSDs' values (24, 28,
+    # 30; this file's is macOS's 30).
+    "zeek/http__connect-with-header.pcap",
+    # ATM_CLIP (LINKTYPE 106): libpcap compiles for it on a file's handle (tcpdump takes `udp`)
+    # but refuses on a dead capture of the DLT pcapy-ng reports ("DLT 106 link-layer type
+    # filtering not implemented").
+    "tcpdump/heap-overflow-2.pcap",
+}
+"""Captures on which the numpy path's filter is not tcpdump's (the core is checked against
+tcpdump alone there)."""
 SAMPLE_CAPTURES = sorted(p.name for p in SAMPLE_TRACES.glob("*.pcap"))
 CORPUS_CAPTURES = [
     # VLAN, QinQ and PPPoE: the encapsulations `vlan` and `pppoes` look into.
@@ -35,11 +49,12 @@ CORPUS_CAPTURES = [
     "zeek/vlan-qinqinq.pcap", "zeek/vlan-pcp-dei.pcapng", "tcpdump/pppoes.pcap",
     "tcpdump/802.1ad_QinQ.pcap",
     # Every other link type the core decodes: Linux cooked v1 and v2, BSD loopback, raw IP
-    # (228 and 12); and Ethernet with UDP beside TCP.
+    # (228 and 12); Ethernet with UDP beside TCP; and a damaged file's ATM (LINKTYPE 106,
+    # libpcap's DLT 19 on Linux).
     "tcpdump/resp_1_benchmark.pcap", "zeek/tls__openjdk-25.0.2-zeek.org.pcap",
     "zeek/http__connect-with-header.pcap",
     "zeek/http__261__variant-01-chunk_2pow64_overflow.pcap", "zeek/rotation.pcap",
-    "tcpdump/mptcp-v1.pcap", "tcpdump/bgp-4byte-asn.pcap",
+    "tcpdump/mptcp-v1.pcap", "tcpdump/bgp-4byte-asn.pcap", "tcpdump/heap-overflow-2.pcap",
 ]
 MERGED = SAMPLE_TRACES / "merged-interfaces.pcapng"
 
@@ -65,7 +80,8 @@ def _numpy_accepted(path: Path, expression: str) -> np.ndarray:
     return np.concatenate([np.zeros(0, dtype=bool), *masks])
 
 
-def _assert_agree(path: Path, expression: str, tmp_path: Path) -> None:
+def _assert_agree(path: Path, expression: str, tmp_path: Path, numpy_path_agrees: bool = True
+                  ) -> None:
     out = tmp_path / "accepted.pcap"
     tcpdump = _tcpdump(path, expression, out)
     try:
@@ -74,16 +90,19 @@ def _assert_agree(path: Path, expression: str, tmp_path: Path) -> None:
         # A filter libpcap refuses for the file's link type: tcpdump and the numpy path too.
         assert tcpdump.returncode != 0
         assert str(error).split(": ", 1)[1] in tcpdump.stderr
-        with pytest.raises(InputError, match="invalid filter"):
-            CaptureReader(str(path), expression)
+        if numpy_path_agrees:
+            with pytest.raises(InputError, match="invalid filter"):
+                CaptureReader(str(path), expression)
         return
     assert tcpdump.returncode == 0, tcpdump.stderr
     accepted = decoded["packets"]["accepted"]
     raw = _raw_packets(path)
     assert len(accepted) == len(raw)
     assert [data for data, kept in zip(raw, accepted) if kept] == _raw_packets(out)
-    assert np.array_equal(accepted, _numpy_accepted(path, expression))
     assert decoded["excluded_by_filter"] == int((~accepted).sum())
+    if not numpy_path_agrees:
+        return
+    assert np.array_equal(accepted, _numpy_accepted(path, expression))
     # What streams.py takes: the TCP rows, excluded ones included, each with `accepted`.
     accounting, batches = decoded_batches(str(path), expression)
     numpy_rows = [(batch["frame"], batch["accepted"]) for batch, _ in batches]
@@ -108,7 +127,19 @@ def test_corpus_captures_filter_as_tcpdump(relative: str, expression: str, tmp_p
     path = CORPORA / relative
     if not path.exists():
         pytest.skip(f"corpus file {relative} not present")
-    _assert_agree(path, expression, tmp_path)
+    _assert_agree(path, expression, tmp_path, relative not in NUMPY_PATH_DIFFERS)
+
+
+def test_loopback_ipv6_as_tcpdump_not_as_a_live_capture() -> None:
+    """http__connect-with-header: 58 IPv6 frames on BSD loopback, address family 30 (macOS;
+    `tcpdump -xx` shows 1e00 0000 first); tcpdump's `ip6` takes all 58 (`-w` then counted),
+    the numpy path's none."""
+    path = CORPORA / "zeek/http__connect-with-header.pcap"
+    if not path.exists():
+        pytest.skip("corpus file zeek/http__connect-with-header.pcap not present")
+    accepted = _core.decode_file(str(path), "ip6")["packets"]["accepted"]
+    assert (len(accepted), int(accepted.sum())) == (58, 58)
+    assert not _numpy_accepted(path, "ip6").any()
 
 
 def test_the_filters_select_what_tcpdump_counts() -> None:

@@ -1,14 +1,19 @@
-//! BPF `--filter` as tcpdump applies it: libpcap's own compiler (`pcap_compile` on a dead
-//! capture of the packet's link type) and its own filter machine (`pcap_offline_filter`), one
-//! program per link type, so a pcapng file whose interfaces differ is filtered packet by packet
-//! as each interface's link type says.
+//! BPF `--filter` as tcpdump applies it: libpcap's own compiler (`pcap_compile`) and its own
+//! filter machine (`pcap_offline_filter`), one program per link type, so a pcapng file whose
+//! interfaces differ is filtered packet by packet as each interface's link type says.
 //!
-//! libpcap is called directly rather than through the `pcap` crate: that crate's
-//! `BpfProgram::filter` hands libpcap the captured length as the packet's length on the wire,
-//! so `len`, `greater` and `less` could never judge a packet cut by the snapshot length as
-//! tcpdump does (here `Filter::accepts` takes the length on the wire, once the records carry
-//! it), and its dead capture fixes the snapshot length and a netmask unlike tcpdump's. The six
-//! calls below are all this module needs of libpcap; every unsafe block says why it is sound.
+//! The compiler is given what tcpdump's is: a handle on a savefile (a pcap file header of the
+//! capture's byte order and the packet's link type, read by libpcap from memory), not a dead
+//! capture. libpcap compiles otherwise for a live or dead handle: `ip6` on BSD loopback then
+//! tests Linux's AF_INET6 only, where for a file it tests the BSDs' three values, and the
+//! address family of a file written on a host of the other byte order is swapped.
+//!
+//! libpcap is called directly rather than through the `pcap` crate: that crate compiles only
+//! on live or dead handles, and its `BpfProgram::filter` hands libpcap the captured length as
+//! the packet's length on the wire, so `len`, `greater` and `less` could never judge a packet
+//! cut by the snapshot length as tcpdump does (here `Filter::accepts` takes the length on the
+//! wire, once the records carry it). The calls below are all this module needs of libpcap and
+//! the C library; every unsafe block says why it is sound.
 
 use std::collections::HashMap;
 use std::ffi::{CStr, CString, c_char, c_int, c_long, c_uint, c_void};
@@ -17,17 +22,29 @@ use std::ptr;
 use crate::capture::Record;
 use crate::columns::Columns;
 
-/// libpcap's largest snapshot length, as the numpy path compiles with (the accepting return
-/// value, never zero, is all it changes).
-const SNAPLEN: c_int = 262_144;
+/// The snapshot length the savefile header states (the accepting return value, never zero,
+/// is all it changes): libpcap's largest, as the numpy path compiles with.
+const SNAPLEN: u32 = 262_144;
 /// tcpdump reading a file compiles with a netmask of 0 (it has no interface to ask): so
 /// `ip broadcast` compiles, matching 0.0.0.0 and 255.255.255.255.
 const NETMASK: u32 = 0;
 /// tcpdump optimizes unless told `-O`.
 const OPTIMIZE: c_int = 1;
-/// A dead capture for a link type that no packet has: used only to check an expression when
-/// a file holds no packet (libpcap's Ethernet, the commonest).
-const DLT_EN10MB: u32 = 1;
+/// The link type an expression is checked for when a file holds no packet (Ethernet, the
+/// commonest).
+const LINKTYPE_ETHERNET: u32 = 1;
+/// pcap's magic numbers (microseconds, nanoseconds, the modified format), as written.
+const PCAP_MAGICS: [u32; 3] = [0xA1B2_C3D4, 0xA1B2_3C4D, 0xA1B2_CD34];
+const PCAPNG_SECTION_MAGIC: u32 = 0x0A0D_0D0A;
+const PCAPNG_BYTE_ORDER_MAGIC: u32 = 0x1A2B_3C4D;
+/// libpcap's PCAP_ERRBUF_SIZE.
+const ERRBUF_BYTES: usize = 256;
+
+/// C's `FILE`, only ever handled by pointer.
+#[repr(C)]
+struct CFile {
+    _opaque: [u8; 0],
+}
 
 /// libpcap's `pcap_t`, only ever handled by pointer.
 #[repr(C)]
@@ -57,9 +74,14 @@ struct PacketHeader {
     len: u32,
 }
 
+unsafe extern "C" {
+    fn fmemopen(buffer: *mut c_void, size: usize, mode: *const c_char) -> *mut CFile;
+    fn fclose(file: *mut CFile) -> c_int;
+}
+
 #[link(name = "pcap")]
 unsafe extern "C" {
-    fn pcap_open_dead(linktype: c_int, snaplen: c_int) -> *mut PcapHandle;
+    fn pcap_fopen_offline(file: *mut CFile, errbuf: *mut c_char) -> *mut PcapHandle;
     fn pcap_compile(
         handle: *mut PcapHandle,
         program: *mut RawProgram,
@@ -77,19 +99,67 @@ unsafe extern "C" {
     ) -> c_int;
 }
 
+/// Whether the capture's bytes are big-endian, as its pcap header or first pcapng section
+/// says (anything else reads as little-endian).
+pub fn big_endian_capture(first_bytes: &[u8]) -> bool {
+    let word = |at: usize| -> Option<u32> {
+        Some(u32::from_le_bytes(
+            first_bytes.get(at..at + 4)?.try_into().ok()?,
+        ))
+    };
+    match word(0) {
+        Some(PCAPNG_SECTION_MAGIC) => word(8) == Some(PCAPNG_BYTE_ORDER_MAGIC.swap_bytes()),
+        Some(magic) => PCAP_MAGICS.contains(&magic.swap_bytes()),
+        None => false,
+    }
+}
+
+/// A pcap file header with no packets: what libpcap is handed to compile as for a file.
+fn savefile_header(linktype: u32, big_endian: bool) -> Vec<u8> {
+    let mut header = Vec::with_capacity(24);
+    let mut field = |little_endian: &[u8]| {
+        let start = header.len();
+        header.extend_from_slice(little_endian);
+        if big_endian {
+            header[start..].reverse();
+        }
+    };
+    field(&PCAP_MAGICS[0].to_le_bytes());
+    field(&2u16.to_le_bytes()); // version 2.4
+    field(&4u16.to_le_bytes());
+    field(&0u32.to_le_bytes()); // time zone
+    field(&0u32.to_le_bytes()); // timestamp accuracy
+    field(&SNAPLEN.to_le_bytes());
+    field(&linktype.to_le_bytes());
+    header
+}
+
 /// A filter program compiled by libpcap; freed when dropped.
 struct Program(RawProgram);
 
 impl Program {
-    /// libpcap's compiler on `expression` for `linktype` (a DLT value); its message if it
-    /// refuses the expression.
-    fn compile(expression: &CStr, linktype: u32) -> Result<Program, String> {
-        let linktype =
-            c_int::try_from(linktype).map_err(|_| format!("unknown data link type {linktype}"))?;
-        // SAFETY: pcap_open_dead takes plain integers and returns a handle or null.
-        let handle = unsafe { pcap_open_dead(linktype, SNAPLEN) };
+    /// libpcap's compiler on `expression` as tcpdump runs it on a capture of `linktype` (the
+    /// file's value; libpcap maps it to its own) whose bytes are `big_endian` or not; its
+    /// message if it refuses the expression.
+    fn compile(expression: &CStr, linktype: u32, big_endian: bool) -> Result<Program, String> {
+        let mut header = savefile_header(linktype, big_endian);
+        // SAFETY: `header` outlives the stream, which pcap_close (or fclose) closes below;
+        // the mode is a NUL-terminated string.
+        let file = unsafe { fmemopen(header.as_mut_ptr().cast(), header.len(), c"rb".as_ptr()) };
+        if file.is_null() {
+            return Err("could not hand libpcap the capture's header".into());
+        }
+        let mut errbuf = [0 as c_char; ERRBUF_BYTES];
+        // SAFETY: `file` is an open stream, `errbuf` has libpcap's PCAP_ERRBUF_SIZE; on
+        // success the handle owns the stream.
+        let handle = unsafe { pcap_fopen_offline(file, errbuf.as_mut_ptr()) };
         if handle.is_null() {
-            return Err("libpcap could not make a capture handle to compile on".into());
+            // SAFETY: libpcap failed, so the stream is still ours to close; it wrote a
+            // NUL-terminated message into `errbuf`.
+            unsafe { fclose(file) };
+            return Err(unsafe { CStr::from_ptr(errbuf.as_ptr()) }
+                .to_string_lossy()
+                .into_owned());
         }
         let mut raw = RawProgram {
             bf_len: 0,
@@ -108,8 +178,8 @@ impl Program {
                 .to_string_lossy()
                 .into_owned())
         };
-        // SAFETY: the handle came from pcap_open_dead and is closed once; the program does
-        // not refer to it (pcap_compile allocates its instructions on their own).
+        // SAFETY: the handle came from pcap_fopen_offline and is closed once (its stream with
+        // it); the program does not refer to it (pcap_compile allocates its instructions).
         unsafe { pcap_close(handle) };
         outcome
     }
@@ -144,20 +214,24 @@ impl Drop for Program {
 #[derive(Debug, PartialEq, Eq)]
 pub struct FilterError(pub String);
 
-/// A BPF expression and its programs, one per link type met so far.
+/// A BPF expression and its programs, one per link type met so far, for a capture of one
+/// byte order.
 pub struct Filter {
     expression: CString,
+    big_endian: bool,
     /// None for a link type libpcap cannot filter by this expression (a later pcapng
     /// interface's): its packets are not accepted, as the filter cannot say they match.
     programs: HashMap<u32, Option<Program>>,
 }
 
 impl Filter {
-    pub fn new(expression: &str) -> Result<Filter, FilterError> {
+    /// The filter for a capture whose bytes are `big_endian` or not (`big_endian_capture`).
+    pub fn new(expression: &str, big_endian: bool) -> Result<Filter, FilterError> {
         let expression = CString::new(expression)
             .map_err(|_| FilterError("the expression holds a NUL character".into()))?;
         Ok(Filter {
             expression,
+            big_endian,
             programs: HashMap::new(),
         })
     }
@@ -173,7 +247,7 @@ impl Filter {
     ) -> Result<bool, FilterError> {
         if !self.programs.contains_key(&linktype) {
             let first = self.programs.is_empty();
-            let program = match Program::compile(&self.expression, linktype) {
+            let program = match Program::compile(&self.expression, linktype, self.big_endian) {
                 Ok(program) => Some(program),
                 Err(message) if first => return Err(FilterError(message)),
                 Err(_) => None,
@@ -189,7 +263,8 @@ impl Filter {
     /// Ethernet, so that a malformed one is refused even on a capture without packets.
     pub fn check_unused(&self) -> Result<(), FilterError> {
         if self.programs.is_empty() {
-            Program::compile(&self.expression, DLT_EN10MB).map_err(FilterError)?;
+            Program::compile(&self.expression, LINKTYPE_ETHERNET, self.big_endian)
+                .map_err(FilterError)?;
         }
         Ok(())
     }
@@ -239,7 +314,7 @@ mod tests {
             ("udp", false),
             ("vlan and tcp", false),
         ] {
-            let mut filter = Filter::new(expression).unwrap();
+            let mut filter = Filter::new(expression, false).unwrap();
             assert_eq!(
                 filter.accepts(1, &frame, frame.len() as u32),
                 Ok(expected),
@@ -251,14 +326,14 @@ mod tests {
     #[test]
     fn length_is_the_length_on_the_wire() {
         let frame = syn_frame();
-        let mut filter = Filter::new("greater 1000").unwrap();
+        let mut filter = Filter::new("greater 1000", false).unwrap();
         assert_eq!(filter.accepts(1, &frame, frame.len() as u32), Ok(false));
         assert_eq!(filter.accepts(1, &frame, 1500), Ok(true));
     }
 
     #[test]
     fn a_bad_expression_gives_libpcaps_message() {
-        let mut filter = Filter::new("tcp port banana").unwrap();
+        let mut filter = Filter::new("tcp port banana", false).unwrap();
         let refused = Err(FilterError("unknown port 'banana'".into()));
         assert_eq!(filter.accepts(1, &syn_frame(), 54), refused);
         assert_eq!(filter.check_unused(), refused.map(|_: bool| ()));
@@ -266,15 +341,50 @@ mod tests {
 
     #[test]
     fn a_later_link_type_it_cannot_filter_accepts_nothing() {
-        let mut filter = Filter::new("ether host 00:00:00:00:00:00").unwrap();
+        let mut filter = Filter::new("ether host 00:00:00:00:00:00", false).unwrap();
         assert_eq!(filter.accepts(1, &syn_frame(), 54), Ok(true));
         // Raw IP has no link-layer addresses: libpcap refuses `ether host` for it.
         assert_eq!(filter.accepts(12, &syn_frame()[14..], 40), Ok(false));
     }
 
+    /// A BSD loopback frame: the address family as the capturing host wrote it, then the
+    /// Ethernet frame's IPv4 packet.
+    fn loopback_frame(family: [u8; 4]) -> Vec<u8> {
+        let mut frame = family.to_vec();
+        frame.extend(&syn_frame()[14..]);
+        frame
+    }
+
+    #[test]
+    fn loopback_families_as_libpcap_reads_them_in_a_file() {
+        // macOS's AF_INET6 (30), written little-endian: a file's `ip6` tests the BSDs' three
+        // values (a dead capture's only Linux's 10). Only the family is IPv6 here, so `ip6`
+        // takes the frame and `ip` does not.
+        let darwin_ip6 = loopback_frame([30, 0, 0, 0]);
+        let mut ip6 = Filter::new("ip6", false).unwrap();
+        assert_eq!(ip6.accepts(0, &darwin_ip6, 44), Ok(true));
+        // AF_INET written by a big-endian host is read as such in a big-endian file only.
+        let big_endian_ip = loopback_frame([0, 0, 0, 2]);
+        let mut ip_big = Filter::new("ip", true).unwrap();
+        let mut ip_little = Filter::new("ip", false).unwrap();
+        assert_eq!(ip_big.accepts(0, &big_endian_ip, 44), Ok(true));
+        assert_eq!(ip_little.accepts(0, &big_endian_ip, 44), Ok(false));
+    }
+
+    #[test]
+    fn byte_order_of_pcap_and_pcapng_files() {
+        assert!(!big_endian_capture(&[0xD4, 0xC3, 0xB2, 0xA1]));
+        assert!(big_endian_capture(&[0xA1, 0xB2, 0xC3, 0xD4]));
+        assert!(big_endian_capture(&[0xA1, 0xB2, 0x3C, 0x4D]));
+        let pcapng = |order: [u8; 4]| [[0x0A, 0x0D, 0x0D, 0x0A], [0, 0, 0, 28], order].concat();
+        assert!(!big_endian_capture(&pcapng([0x4D, 0x3C, 0x2B, 0x1A])));
+        assert!(big_endian_capture(&pcapng([0x1A, 0x2B, 0x3C, 0x4D])));
+        assert!(!big_endian_capture(b"\x1f\x8b"));
+    }
+
     #[test]
     fn ip_broadcast_compiles_as_tcpdump_reading_a_file() {
-        let mut filter = Filter::new("ip broadcast").unwrap();
+        let mut filter = Filter::new("ip broadcast", false).unwrap();
         assert_eq!(filter.accepts(1, &syn_frame(), 54), Ok(false));
     }
 }

@@ -48,7 +48,8 @@ fn decode_bytes(file: &[u8], expression: Option<&str>) -> Result<Decoded, Unread
             .map_err(Unreadable::Capture)?;
         return Ok(Decoded { columns, warning });
     };
-    let mut filter = bpf::Filter::new(expression).map_err(Unreadable::Filter)?;
+    let big_endian = bpf::big_endian_capture(file);
+    let mut filter = bpf::Filter::new(expression, big_endian).map_err(Unreadable::Filter)?;
     columns.filtered();
     let mut refused = None;
     let warning = capture::read_records(file, &mut |record| {
