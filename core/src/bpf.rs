@@ -4,16 +4,16 @@
 //!
 //! The compiler is given what tcpdump's is: a handle on a savefile (a pcap file header of the
 //! capture's byte order and the packet's link type, read by libpcap from memory), not a dead
-//! capture. libpcap compiles otherwise for a live or dead handle: `ip6` on BSD loopback then
-//! tests Linux's AF_INET6 only, where for a file it tests the BSDs' three values, and the
-//! address family of a file written on a host of the other byte order is swapped.
+//! capture, for which libpcap compiles otherwise: on BSD loopback `ip6` then tests Linux's
+//! AF_INET6 (10) only, not the BSDs' 24, 28 and 30, and the address family is never swapped
+//! as it is for a file written on a host of the other byte order.
 //!
-//! libpcap is called directly rather than through the `pcap` crate: that crate compiles only
-//! on live or dead handles, and its `BpfProgram::filter` hands libpcap the captured length as
-//! the packet's length on the wire, so `len`, `greater` and `less` could never judge a packet
-//! cut by the snapshot length as tcpdump does (here `Filter::accepts` takes the length on the
-//! wire, once the records carry it). The calls below are all this module needs of libpcap and
-//! the C library; every unsafe block says why it is sound.
+//! libpcap is called directly rather than through the `pcap` crate: that crate's
+//! `BpfProgram::filter` hands libpcap the captured length as the packet's length on the wire,
+//! so `len`, `greater` and `less` could never judge a packet cut by the snapshot length as
+//! tcpdump does (here `Filter::accepts` takes the length on the wire, once the records carry
+//! it), and it opens a savefile handle only on a file or descriptor. The calls below are all
+//! this module needs of libpcap and the C library; every unsafe block says why it is sound.
 
 use std::collections::HashMap;
 use std::ffi::{CStr, CString, c_char, c_int, c_long, c_uint, c_void};
