@@ -54,6 +54,7 @@ pub struct CaptureReader {
     packets: u64,
     warnings: Vec<String>,
     finished: bool,
+    big_endian: bool,
 }
 
 enum Format {
@@ -88,8 +89,10 @@ impl CaptureReader {
                     .to_string(),
             ));
         }
-        let format = if head.starts_with(&PCAPNG_SECTION_HEADER) {
-            Format::PcapNg(PcapNg::default())
+        let (format, big_endian) = if head.starts_with(&PCAPNG_SECTION_HEADER) {
+            // The first section's byte-order magic (a later section may differ).
+            let big_endian = head.get(8..12) == Some(&PCAPNG_BIG_ENDIAN_ORDER[..]);
+            (Format::PcapNg(PcapNg::default()), big_endian)
         } else {
             let magic = head
                 .get(..4)
@@ -98,7 +101,8 @@ impl CaptureReader {
                 Some(m) if PCAP_MAGICS.contains(&m) || PCAP_MAGICS.contains(&m.swap_bytes()) => {
                     let pcap = Pcap::new(head)?;
                     source.consume(PCAP_HEADER_BYTES);
-                    Format::Pcap(pcap)
+                    let big_endian = pcap.big_endian;
+                    (Format::Pcap(pcap), big_endian)
                 }
                 _ => return Err(NotACapture("not a pcap or pcapng capture".into())),
             }
@@ -109,6 +113,7 @@ impl CaptureReader {
             packets: 0,
             warnings: Vec::new(),
             finished: false,
+            big_endian,
         })
     }
 
@@ -152,6 +157,12 @@ impl CaptureReader {
     /// Packets handed on so far.
     pub fn packets(&self) -> u64 {
         self.packets
+    }
+
+    /// Whether the capture is big-endian, as its file header (pcap) or first section header
+    /// (pcapng) says, read after any decompression.
+    pub fn big_endian(&self) -> bool {
+        self.big_endian
     }
 }
 
@@ -562,6 +573,65 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// The byte order a file header states, for a pcap file (either microsecond magic or the
+    /// nanosecond one, written either way round) and a pcapng file's first section.
+    #[test]
+    fn the_byte_order_is_the_file_headers() {
+        let pcap = |magic: u32, big_endian: bool| {
+            let mut header = vec![0u8; PCAP_HEADER_BYTES];
+            let (magic, version, snaplen, linktype) = if big_endian {
+                (
+                    magic.to_be_bytes(),
+                    [0, 2, 0, 4],
+                    65535u32.to_be_bytes(),
+                    1u32.to_be_bytes(),
+                )
+            } else {
+                (
+                    magic.to_le_bytes(),
+                    [2, 0, 4, 0],
+                    65535u32.to_le_bytes(),
+                    1u32.to_le_bytes(),
+                )
+            };
+            header[..4].copy_from_slice(&magic);
+            header[4..8].copy_from_slice(&version);
+            header[16..20].copy_from_slice(&snaplen);
+            header[20..24].copy_from_slice(&linktype);
+            header
+        };
+        let pcapng = |order: [u8; 4]| {
+            let length = 28u32.to_le_bytes();
+            [
+                &PCAPNG_SECTION_HEADER[..],
+                &length,
+                &order,
+                &[1, 0, 0, 0],
+                &[0xFF; 8],
+                &length,
+            ]
+            .concat()
+        };
+        let cases = [
+            (pcap(PCAP_MAGICS[0], false), false),
+            (pcap(PCAP_MAGICS[0], true), true),
+            (pcap(PCAP_MAGICS[1], true), true),
+            (pcapng([0x4D, 0x3C, 0x2B, 0x1A]), false),
+            (pcapng(PCAPNG_BIG_ENDIAN_ORDER), true),
+        ];
+        let path = std::env::temp_dir().join(format!(
+            "nagledetect-core-order-{}.pcap",
+            std::process::id()
+        ));
+        for (bytes, big_endian) in cases {
+            std::fs::write(&path, &bytes).expect("a temporary file");
+            let reader = CaptureReader::open(path.to_str().expect("a UTF-8 path"))
+                .expect("a capture header");
+            assert_eq!(reader.big_endian(), big_endian, "{bytes:02x?}");
+        }
+        std::fs::remove_file(&path).expect("the temporary file removed");
     }
 
     /// seed003-nagle.pcap cut inside its last record: the records before it, one warning.

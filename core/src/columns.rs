@@ -40,6 +40,8 @@ pub struct Columns {
     sack_row: Vec<i64>,
     sack_left_raw: Vec<u32>,
     sack_right_raw: Vec<u32>,
+    /// Whether the BPF filter accepts each packet; None without a filter.
+    accepted: Option<Vec<bool>>,
 }
 
 const ADDRESS_WORD_NAMES: [&str; 8] = [
@@ -73,6 +75,25 @@ impl Columns {
         };
         self.skip.push(skip);
         self.push_tcp(&packet, skip == crate::skips::KEPT, row);
+    }
+
+    /// A packet with the filter's verdict on it: decoded whatever the verdict, as connection
+    /// ids are Wireshark's tcp.stream of the unfiltered file.
+    pub fn push_judged(&mut self, record: &Record<'_>, accepted: bool) {
+        self.accepted.get_or_insert_with(Vec::new).push(accepted);
+        self.push(record);
+    }
+
+    /// Marks the columns as filtered, so that they have an `accepted` column even when empty.
+    pub fn filtered(&mut self) {
+        self.accepted.get_or_insert_with(Vec::new);
+    }
+
+    /// How many packets the filter does not accept (0 without a filter).
+    pub fn excluded_by_filter(&self) -> usize {
+        self.accepted
+            .as_ref()
+            .map_or(0, |accepted| accepted.iter().filter(|a| !**a).count())
     }
 
     fn push_tcp(&mut self, packet: &TcpPacket, kept: bool, row: usize) {
@@ -158,6 +179,9 @@ impl Columns {
             "opt_sack_block_count",
             self.opt_sack_block_count.into_pyarray(py),
         )?;
+        if let Some(accepted) = self.accepted {
+            packets.set_item("accepted", accepted.into_pyarray(py))?;
+        }
         let sack_blocks = PyDict::new(py);
         sack_blocks.set_item("row", self.sack_row.into_pyarray(py))?;
         sack_blocks.set_item("left_raw", self.sack_left_raw.into_pyarray(py))?;

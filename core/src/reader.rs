@@ -1,5 +1,6 @@
-//! The Python face of the streaming reader: `Reader(path, batch_packets)` hands a capture's
-//! decoded packets a batch at a time, so that memory follows the batch, never the file;
+//! The Python face of the streaming reader: `Reader(path, batch_packets, bpf_filter)` hands a
+//! capture's decoded packets a batch at a time, so that memory follows the batch, never the
+//! file, each packet judged by the BPF filter (kept across batches) if one is given;
 //! `decode_file` is the whole capture as one batch.
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -9,9 +10,10 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
-use crate::CaptureError;
+use crate::bpf::{self, FilterError};
 use crate::capture::{CaptureReader, NotACapture};
 use crate::columns::Columns;
+use crate::{CaptureError, FilterError as PyFilterError};
 
 const DEFAULT_BATCH_PACKETS: usize = 1 << 16;
 
@@ -21,69 +23,138 @@ fn internal_error(path: &str) -> PyErr {
     ))
 }
 
-/// Open the capture at `path`, its file header read; a file that is not a capture raises
-/// `CaptureError` naming it.
-pub fn open(py: Python<'_>, path: &str) -> PyResult<CaptureReader> {
+/// A capture being read, and the filter its packets are judged by if one was given.
+pub struct Stream {
+    capture: CaptureReader,
+    filter: Option<bpf::Filter>,
+}
+
+impl Stream {
+    /// Why the read ended early (complete once it has ended).
+    pub fn warnings(&self) -> &[String] {
+        self.capture.warnings()
+    }
+}
+
+/// The filter's refusal as the numpy path words it: "invalid filter 'EXPRESSION': " and
+/// libpcap's message (the expression quoted as Python's repr quotes it).
+fn filter_error(py: Python<'_>, expression: &str, FilterError(message): FilterError) -> PyErr {
+    match pyo3::types::PyString::new(py, expression).repr() {
+        Ok(quoted) => PyFilterError::new_err(format!("invalid filter {quoted}: {message}")),
+        Err(error) => error,
+    }
+}
+
+/// Open the capture at `path`, its file header read, with the filter `bpf_filter` for its
+/// byte order; a file that is not a capture raises `CaptureError` naming it.
+pub fn open(py: Python<'_>, path: &str, bpf_filter: Option<&str>) -> PyResult<Stream> {
     // A panic is a bug in the core; it becomes one exception naming the file, never an abort.
-    match py.detach(|| catch_unwind(|| CaptureReader::open(path))) {
-        Ok(Ok(reader)) => Ok(reader),
-        Ok(Err(NotACapture(why))) => Err(CaptureError::new_err(format!("{path}: {why}"))),
+    let capture = match py.detach(|| catch_unwind(|| CaptureReader::open(path))) {
+        Ok(Ok(reader)) => reader,
+        Ok(Err(NotACapture(why))) => return Err(CaptureError::new_err(format!("{path}: {why}"))),
+        Err(_) => return Err(internal_error(path)),
+    };
+    let filter = bpf_filter
+        .map(|expression| {
+            bpf::Filter::new(expression, capture.big_endian())
+                .map_err(|error| filter_error(py, expression, error))
+        })
+        .transpose()?;
+    Ok(Stream { capture, filter })
+}
+
+/// The next (at most) `limit` packets decoded and judged by the filter, with the Python lock
+/// let go. A filter libpcap does not compile for the capture's link type raises `FilterError`
+/// (`bpf_filter` is its expression, for the message).
+pub fn next_columns(
+    py: Python<'_>,
+    path: &str,
+    bpf_filter: Option<&str>,
+    stream: &mut Stream,
+    limit: usize,
+) -> PyResult<Columns> {
+    let outcome = py.detach(|| catch_unwind(AssertUnwindSafe(|| read_columns(stream, limit))));
+    match outcome {
+        Ok(Ok(columns)) => Ok(columns),
+        Ok(Err(error)) => Err(filter_error(py, bpf_filter.unwrap_or_default(), error)),
         Err(_) => Err(internal_error(path)),
     }
 }
 
-/// The next (at most) `limit` packets decoded, with the Python lock let go.
-pub fn next_columns(
-    py: Python<'_>,
-    path: &str,
-    reader: &mut CaptureReader,
-    limit: usize,
-) -> PyResult<Columns> {
-    py.detach(|| {
-        catch_unwind(AssertUnwindSafe(|| {
-            let mut columns = Columns::after(reader.packets());
-            reader.read(limit, &mut |record| columns.push(&record));
-            columns
-        }))
-    })
-    .map_err(|_| internal_error(path))
+fn read_columns(stream: &mut Stream, limit: usize) -> Result<Columns, FilterError> {
+    let mut columns = Columns::after(stream.capture.packets());
+    let Some(filter) = stream.filter.as_mut() else {
+        stream
+            .capture
+            .read(limit, &mut |record| columns.push(&record));
+        return Ok(columns);
+    };
+    columns.filtered();
+    let mut refused = None;
+    let given = stream.capture.read(limit, &mut |record| {
+        if refused.is_none() {
+            bpf::judge(filter, &record, &mut columns).unwrap_or_else(|e| refused = Some(e));
+        }
+    });
+    if let Some(error) = refused {
+        return Err(error);
+    }
+    if given < limit {
+        // The capture has ended: one without packets still has its expression checked.
+        filter.check_unused()?;
+    }
+    Ok(columns)
 }
 
-/// A dict of a batch's `packets` and `sack_blocks` (as `decode_file` gives them).
+/// A dict of a batch's `packets`, `sack_blocks` and `excluded_by_filter` (as `decode_file`
+/// gives them).
 pub fn batch_dict(py: Python<'_>, columns: Columns) -> PyResult<Bound<'_, PyDict>> {
     let batch = PyDict::new(py);
+    batch.set_item("excluded_by_filter", columns.excluded_by_filter())?;
     let (packets, sack_blocks) = columns.into_python(py)?;
     batch.set_item("packets", packets)?;
     batch.set_item("sack_blocks", sack_blocks)?;
     Ok(batch)
 }
 
-/// A capture read a batch at a time: iterating gives dicts of `packets` and `sack_blocks`
-/// as `decode_file` does (frames count from the capture's start; a SACK block's `row` is its
-/// packet's row in the batch), of at most `batch_packets` packets each; `warnings` says why
-/// the read ended early, complete once the iteration has ended. A file that is not a capture
-/// raises `CaptureError` here.
+/// A capture read a batch at a time: iterating gives dicts of `packets`, `sack_blocks` and
+/// `excluded_by_filter` as `decode_file` does (frames count from the capture's start; a SACK
+/// block's `row` is its packet's row in the batch), of at most `batch_packets` packets each;
+/// `warnings` says why the read ended early, complete once the iteration has ended. With
+/// `bpf_filter`, one filter judges every packet (its programs kept across batches), each
+/// batch's `packets` has `accepted`, and each batch's `excluded_by_filter` counts that batch's
+/// packets the filter does not accept (their sum over the batches is `decode_file`'s). A file
+/// that is not a capture raises `CaptureError` here; a filter libpcap does not compile for the
+/// capture's link type raises `FilterError` from the first batch (or, for a capture without
+/// packets, when the iteration would end).
 #[pyclass(module = "nagledetect._core")]
 pub struct Reader {
     path: String,
     batch_packets: usize,
-    /// None once read to its end (its buffer let go) or after an internal error.
-    capture: Mutex<Option<CaptureReader>>,
+    bpf_filter: Option<String>,
+    /// None once read to its end (its buffer let go) or after an error.
+    stream: Mutex<Option<Stream>>,
     warnings: Vec<String>,
 }
 
 #[pymethods]
 impl Reader {
     #[new]
-    #[pyo3(signature = (path, batch_packets = DEFAULT_BATCH_PACKETS))]
-    fn new(py: Python<'_>, path: &str, batch_packets: usize) -> PyResult<Reader> {
+    #[pyo3(signature = (path, batch_packets = DEFAULT_BATCH_PACKETS, bpf_filter = None))]
+    fn new(
+        py: Python<'_>,
+        path: &str,
+        batch_packets: usize,
+        bpf_filter: Option<&str>,
+    ) -> PyResult<Reader> {
         if batch_packets == 0 {
             return Err(PyValueError::new_err("batch_packets must be at least 1"));
         }
         Ok(Reader {
             path: path.to_string(),
             batch_packets,
-            capture: Mutex::new(Some(open(py, path)?)),
+            bpf_filter: bpf_filter.map(str::to_string),
+            stream: Mutex::new(Some(open(py, path, bpf_filter)?)),
             warnings: Vec::new(),
         })
     }
@@ -94,13 +165,14 @@ impl Reader {
 
     fn __next__<'py>(&mut self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyDict>>> {
         let slot = self
-            .capture
+            .stream
             .get_mut()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
-        let Some(capture) = slot.as_mut() else {
+        let Some(stream) = slot.as_mut() else {
             return Ok(None);
         };
-        let columns = match next_columns(py, &self.path, capture, self.batch_packets) {
+        let filter = self.bpf_filter.as_deref();
+        let columns = match next_columns(py, &self.path, filter, stream, self.batch_packets) {
             Ok(columns) => columns,
             Err(error) => {
                 *slot = None;
@@ -108,7 +180,7 @@ impl Reader {
             }
         };
         if columns.is_empty() {
-            self.warnings = capture.warnings().to_vec();
+            self.warnings = stream.warnings().to_vec();
             *slot = None;
             return Ok(None);
         }
