@@ -46,19 +46,21 @@ def interface(linktype: int, name: str = "", nanoseconds: bool = False, order: s
 
 
 def packet(data: bytes, time_units: int, interface_id: int = 0, comment: str = "",
-           order: str = "<") -> bytes:
+           order: str = "<", wire_bytes: int | None = None) -> bytes:
     options = [(OPTION_COMMENT, comment.encode())] if comment else []
     header = struct.pack(order + "IIIII", interface_id, time_units >> 32,
-                         time_units & 0xFFFFFFFF, len(data), len(data))
+                         time_units & 0xFFFFFFFF, len(data), wire_bytes or len(data))
     return block(EPB, header + _pad(data) + _options(options, order), order)
 
 
-def simple_packet(data: bytes, order: str = "<") -> bytes:
-    return block(SPB, struct.pack(order + "I", len(data)) + _pad(data), order)
+def simple_packet(data: bytes, order: str = "<", wire_bytes: int | None = None) -> bytes:
+    """A simple packet block: it states only the length on the wire (`wire_bytes`, default
+    the data's); readers keep the interface's snapshot length of it."""
+    return block(SPB, struct.pack(order + "I", wire_bytes or len(data)) + _pad(data), order)
 
 
 def obsolete_packet(data: bytes, time_units: int, interface_id: int = 0,
-                    order: str = "<") -> bytes:
+                    order: str = "<", wire_bytes: int | None = None) -> bytes:
     header = struct.pack(order + "HHIIII", interface_id, 0, time_units >> 32,
-                         time_units & 0xFFFFFFFF, len(data), len(data))
+                         time_units & 0xFFFFFFFF, len(data), wire_bytes or len(data))
     return block(OPB, header + _pad(data), order)

@@ -245,8 +245,6 @@ def test_ip_broadcast_as_tcpdump_reading_a_file(relative: str, tmp_path: Path) -
     assert kept == _raw_packets(out)
 
 
-@pytest.mark.xfail(strict=True, reason="the core's records do not carry the length on the wire "
-                   "yet (capture.rs): bpf.rs is handed the captured length in its place")
 def test_length_predicates_judge_the_length_on_the_wire(tmp_path: Path) -> None:
     """classic-stream was captured with a snapshot length of 128: tcpdump's `greater 200`
     takes the 23 packets longer than that on the wire (`tcpdump -nr F 'greater 200' | wc -l`),

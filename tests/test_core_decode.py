@@ -511,3 +511,40 @@ def test_random_bytes_after_a_capture_magic_never_crash_the_core(tmp_path: Path,
     path = tmp_path / "random"
     path.write_bytes(header + body)
     _decoded_or_refused(path)
+
+
+def _write_snapped_packet_blocks(path: Path) -> None:
+    """A pcapng file, cut to a snapshot length of 60 bytes, of real frames longer than that in
+    each packet block that states a length on the wire: enhanced, obsolete and simple (whose
+    captured length is the interface's snapshot length of it), big-endian then little."""
+    frames = [data for _, data in _real_frames(12) if len(data) > 60][:4]
+    body = section(">") + interface(LINKTYPE_ETHERNET, order=">", snaplen=60)
+    body += packet(frames[0][:60], 1, order=">", wire_bytes=len(frames[0]))
+    body += obsolete_packet(frames[1][:60], 2, order=">", wire_bytes=len(frames[1]))
+    body += simple_packet(frames[2][:60], order=">", wire_bytes=len(frames[2]))
+    body += section() + interface(LINKTYPE_ETHERNET, snaplen=60)
+    body += simple_packet(frames[3][:60], wire_bytes=len(frames[3]))
+    path.write_bytes(body)
+
+
+@pytest.mark.parametrize("name, snapped", [("classic-stream.pcap", True),
+                                           ("merged-interfaces.pcapng", False),
+                                           ("seed003-nagle.pcap", False),
+                                           ("snapped-blocks.pcapng", True)])
+def test_wire_bytes_is_tsharks_frame_length(tmp_path: Path, name: str, snapped: bool) -> None:
+    """`wire_bytes` is each record's length on the wire, tshark's frame.len, and
+    `captured_bytes` its frame.cap_len. classic-stream was captured with a snapshot length of
+    128 (frame 8: 166 bytes on the wire, 128 kept, `tshark -r F -c 8`); the hand-built file
+    has every pcapng block that states the length (frames cut to 60 bytes)."""
+    path = SAMPLE_TRACES / name
+    if name == "snapped-blocks.pcapng":
+        path = tmp_path / name
+        _write_snapped_packet_blocks(path)
+    tshark = require_tool("tshark")
+    fields = subprocess.run([tshark, "-r", str(path), "-T", "fields", "-e", "frame.len",
+                             "-e", "frame.cap_len"], capture_output=True, text=True,
+                            check=True).stdout.split()
+    packets = _core.decode_file(str(path))["packets"]
+    assert packets["wire_bytes"].tolist() == [int(length) for length in fields[0::2]]
+    assert packets["captured_bytes"].tolist() == [int(length) for length in fields[1::2]]
+    assert bool((packets["wire_bytes"] > packets["captured_bytes"]).any()) == snapped

@@ -11,8 +11,8 @@
 //! libpcap is called directly rather than through the `pcap` crate: that crate's
 //! `BpfProgram::filter` hands libpcap the captured length as the packet's length on the wire,
 //! so `len`, `greater` and `less` could never judge a packet cut by the snapshot length as
-//! tcpdump does (here `Filter::accepts` takes the length on the wire, once the records carry
-//! it), and it opens a savefile handle only on a file or descriptor. The calls below are all
+//! tcpdump does (here `Filter::accepts` takes the record's length on the wire), and it opens
+//! a savefile handle only on a file or descriptor. The calls below are all
 //! this module needs of libpcap and the C library; every unsafe block says why it is sound.
 
 use std::collections::HashMap;
@@ -267,10 +267,7 @@ pub fn judge(
     record: &Record<'_>,
     columns: &mut Columns,
 ) -> Result<(), FilterError> {
-    // The records hold no length on the wire yet: the captured length stands for it (as in
-    // the numpy path, whose pcapy-ng filter does the same).
-    let wire_bytes = u32::try_from(record.data.len()).unwrap_or(u32::MAX);
-    let accepted = filter.accepts(record.linktype, record.data, wire_bytes)?;
+    let accepted = filter.accepts(record.linktype, record.data, record.wire_bytes)?;
     columns.push_judged(record, accepted);
     Ok(())
 }

@@ -22,6 +22,9 @@ pub struct Record<'a> {
     pub time_us: i64,
     pub linktype: u32,
     pub data: &'a [u8],
+    /// The packet's length on the wire as the record states it (pcap's orig_len, pcapng's
+    /// original packet length), which libpcap's filter judges `len` by.
+    pub wire_bytes: u32,
 }
 
 const PCAPNG_SECTION_HEADER: [u8; 4] = [0x0A, 0x0D, 0x0D, 0x0A];
@@ -244,6 +247,7 @@ impl Pcap {
                     time_us,
                     linktype: self.linktype,
                     data: &record.data[..kept],
+                    wire_bytes: record.origlen,
                 });
                 Step::Read {
                     bytes: rest.len() - after.len(),
@@ -397,7 +401,14 @@ impl PcapNg {
             Err(_) => return stop(format!("damaged block at byte {position}")),
         };
         let bytes = rest.len() - after.len();
-        let Some((interface, ticks, caplen, data)) = self.packet(block) else {
+        let Some(PacketBlock {
+            interface,
+            ticks,
+            caplen,
+            wire_bytes,
+            data,
+        }) = self.packet(block)
+        else {
             return Step::Read {
                 bytes,
                 packet: false,
@@ -417,6 +428,7 @@ impl PcapNg {
             time_us: ticks.map_or(0, |t| described.time_us(t)),
             linktype: described.linktype,
             data,
+            wire_bytes,
         });
         Step::Read {
             bytes,
@@ -440,9 +452,9 @@ impl PcapNg {
         })
     }
 
-    /// A packet block's interface, timestamp ticks, captured length and data (None for a
-    /// block of another kind, whose content, an interface's, is taken in here).
-    fn packet<'a>(&mut self, block: Block<'a>) -> Option<(u32, Option<u64>, u32, &'a [u8])> {
+    /// A packet block's packet (None for a block of another kind, whose content, an
+    /// interface's, is taken in here).
+    fn packet<'a>(&mut self, block: Block<'a>) -> Option<PacketBlock<'a>> {
         match block {
             Block::InterfaceDescription(described) => {
                 self.interfaces.push(Interface {
@@ -458,16 +470,26 @@ impl PcapNg {
                 });
                 None
             }
-            Block::EnhancedPacket(p) => {
-                Some((p.if_id, ticks(p.ts_high, p.ts_low), p.caplen, p.data))
-            }
+            Block::EnhancedPacket(p) => Some(PacketBlock {
+                interface: p.if_id,
+                ticks: ticks(p.ts_high, p.ts_low),
+                caplen: p.caplen,
+                wire_bytes: p.origlen,
+                data: p.data,
+            }),
             Block::SimplePacket(p) => {
                 let snaplen = self.interfaces.first().map_or(0, |i| i.snaplen);
                 let caplen = match snaplen {
                     0 => p.origlen,
                     s => p.origlen.min(s),
                 };
-                Some((0, None, caplen, p.data))
+                Some(PacketBlock {
+                    interface: 0,
+                    ticks: None,
+                    caplen,
+                    wire_bytes: p.origlen,
+                    data: p.data,
+                })
             }
             // pcap-parser keeps an unknown block's type as read little-endian.
             Block::Unknown(u) if native(u.block_type, self.big_endian) == OBSOLETE_PACKET_BLOCK => {
@@ -476,6 +498,15 @@ impl PcapNg {
             _ => None,
         }
     }
+}
+
+/// What a packet block holds of its packet.
+struct PacketBlock<'a> {
+    interface: u32,
+    ticks: Option<u64>,
+    caplen: u32,
+    wire_bytes: u32,
+    data: &'a [u8],
 }
 
 fn native(little_endian_value: u32, big_endian: bool) -> u32 {
@@ -492,7 +523,7 @@ fn ticks(high: u32, low: u32) -> Option<u64> {
 
 /// An obsolete packet block (type 2, pcapng's first drafts): interface, drops, timestamp,
 /// captured and original lengths, then the packet.
-fn obsolete_packet(body: &[u8], big_endian: bool) -> Option<(u32, Option<u64>, u32, &[u8])> {
+fn obsolete_packet(body: &[u8], big_endian: bool) -> Option<PacketBlock<'_>> {
     let word = |at: usize| -> Option<u32> {
         let bytes = body.get(at..at + 4)?.try_into().ok()?;
         Some(if big_endian {
@@ -507,12 +538,13 @@ fn obsolete_packet(body: &[u8], big_endian: bool) -> Option<(u32, Option<u64>, u
     } else {
         first & 0xFFFF
     };
-    Some((
+    Some(PacketBlock {
         interface,
-        ticks(word(4)?, word(8)?),
-        word(12)?,
-        body.get(20..)?,
-    ))
+        ticks: ticks(word(4)?, word(8)?),
+        caplen: word(12)?,
+        wire_bytes: word(16)?,
+        data: body.get(20..)?,
+    })
 }
 
 #[cfg(test)]

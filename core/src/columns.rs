@@ -19,6 +19,8 @@ pub struct Columns {
     linktype: Vec<u32>,
     skip: Vec<i64>,
     captured_bytes: Vec<u32>,
+    /// The length on the wire each record states (pcap orig_len, pcapng original length).
+    wire_bytes: Vec<u32>,
     ip_version: Vec<u8>,
     address_words: [Vec<u32>; 8],
     src_port: Vec<u16>,
@@ -69,6 +71,7 @@ impl Columns {
         self.time_us.push(record.time_us);
         self.linktype.push(record.linktype);
         self.captured_bytes.push(record.data.len() as u32);
+        self.wire_bytes.push(record.wire_bytes);
         let (skip, packet) = match decode::decode(record.linktype, record.data) {
             Ok(packet) => (crate::skips::KEPT, packet),
             Err(code) => (code, TcpPacket::default()),
@@ -144,6 +147,7 @@ impl Columns {
         packets.set_item("linktype", self.linktype.into_pyarray(py))?;
         packets.set_item("skip", self.skip.into_pyarray(py))?;
         packets.set_item("captured_bytes", self.captured_bytes.into_pyarray(py))?;
+        packets.set_item("wire_bytes", self.wire_bytes.into_pyarray(py))?;
         packets.set_item("ip_version", self.ip_version.into_pyarray(py))?;
         for (name, column) in ADDRESS_WORD_NAMES.iter().zip(self.address_words) {
             packets.set_item(name, column.into_pyarray(py))?;
