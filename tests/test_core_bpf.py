@@ -22,9 +22,10 @@ import pytest
 from nagledetect.errors import InputError
 from nagledetect.read import skips
 from nagledetect.read.capture import decoded_batches
+from nagledetect.read.decode import LINKTYPE_ETHERNET
 from nagledetect.read.libpcap import CaptureReader
 from tests.conftest import CORPORA, SAMPLE_TRACES, require_tool
-from tests.pcapng_builder import interface, packet, section
+from tests.pcapng_builder import interface, obsolete_packet, packet, section, simple_packet
 
 _core = pytest.importorskip("nagledetect._core")
 
@@ -252,6 +253,27 @@ def test_length_predicates_judge_the_length_on_the_wire(tmp_path: Path) -> None:
     path = SAMPLE_TRACES / "classic-stream.pcap"
     accepted = _core.decode_file(str(path), "greater 200")["packets"]["accepted"]
     assert int(accepted.sum()) == 23
+
+
+def test_each_pcapng_packet_block_gives_the_filter_its_length_on_the_wire(tmp_path: Path) -> None:
+    """The first real frames of seed003 longer than 60 bytes (frames 1, 2 and 5: 86, 110 and
+    74 bytes on the wire in `tshark -r F -T fields -e frame.len`), cut to a snapshot
+    length of 60, in an enhanced, an obsolete and a simple packet block of a big-endian
+    section: `greater 80` takes the first two, as tcpdump does on the same file."""
+    frames = [frame for frame in _raw_packets(SAMPLE_TRACES / "seed003-nagle.pcap")
+              if len(frame) > 60][:3]
+    assert [len(frame) for frame in frames] == [86, 110, 74]
+    body = section(">") + interface(LINKTYPE_ETHERNET, order=">", snaplen=60)
+    body += packet(frames[0][:60], 1, order=">", wire_bytes=len(frames[0]))
+    body += obsolete_packet(frames[1][:60], 2, order=">", wire_bytes=len(frames[1]))
+    body += simple_packet(frames[2][:60], order=">", wire_bytes=len(frames[2]))
+    path = tmp_path / "snapped.pcapng"
+    path.write_bytes(body)
+    accepted = _core.decode_file(str(path), "greater 80")["packets"]["accepted"]
+    assert accepted.tolist() == [True, True, False]
+    done = _tcpdump(path, "greater 80", tmp_path / "out.pcap")
+    assert done.returncode == 0, done.stderr
+    assert len(_raw_packets(tmp_path / "out.pcap")) == 2
 
 
 def _accepted_in_batches(path: Path, expression: str, batch_packets: int) -> tuple[np.ndarray, int]:
