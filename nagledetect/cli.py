@@ -49,7 +49,7 @@ from nagledetect.report.ci import github_annotations, junit_xml, summary_lines
 from nagledetect.report.document import SCHEMA, build_document, write_json
 from nagledetect.report.html import render_html
 from nagledetect.report.tables import write_tables
-from nagledetect.report.text import render_text
+from nagledetect.report.text import LANGUAGES, render_text
 from nagledetect.stored import SpillFile
 
 JOBS_OPTION = click.option("-j", "--jobs", type=click.IntRange(1),
@@ -175,6 +175,11 @@ def _child_processes() -> list[int]:
 @click.option("-v", "--verbose", is_flag=True,
               help="List every finding, stall event, host and connection (by default the top 20 "
                    "findings with 3 events each, 20 hosts and 50 connections).")
+@click.option("--fixes", "all_fixes", is_flag=True,
+              help="Show every fix with its code in all languages (by default each finding "
+                   "names one fix and the side that must change).")
+@click.option("--lang", "language", type=click.Choice(LANGUAGES, case_sensitive=False),
+              help="Show every fix with its code in this language only.")
 @click.option("--tables", "tables_dir", type=click.Path(file_okay=False, path_type=Path),
               help="Also write packets, connections, messages and findings tables into this folder.")
 @click.option("--tables-format", type=click.Choice(["csv", "parquet"]), default="csv",
@@ -186,10 +191,11 @@ def _child_processes() -> list[int]:
 @DASK_OPTION
 @FILES_FROM_OPTION
 def analyze(captures: tuple[str, ...], bpf_filter: str | None, output_format: str,
-            verbose: bool, tables_dir: Path | None, tables_format: str,
-            html_path: Path | None, jobs: int | None, parts_memory: int,
+            verbose: bool, all_fixes: bool, language: str | None, tables_dir: Path | None,
+            tables_format: str, html_path: Path | None, jobs: int | None, parts_memory: int,
             dask_address: str | None, files_from: TextIO | None) -> None:
-    """Analyse pcap/pcapng CAPTURES and print the diagnosis.
+    """Analyse pcap/pcapng CAPTURES and print the diagnosis ('-': a capture on standard
+    input, as for tcpdump -r -).
 
     A folder stands for every capture under it; captures compressed with gzip, bzip2 or xz
     are read as they are. Frame numbers are 1-based positions in the file, as Wireshark shows
@@ -200,6 +206,8 @@ def analyze(captures: tuple[str, ...], bpf_filter: str | None, output_format: st
     \b
     Examples:
       nagledetect analyze sample_traces/seed003-nagle.pcap
+      nagledetect analyze --lang python sample_traces/seed003-nagle.pcap
+      tcpdump -i eth0 -s 128 -w - 'tcp port 8080' | nagledetect -
       nagledetect analyze --format json capture.pcapng > result.json
       nagledetect analyze -j 8 --html archive.html /srv/captures/
       find /srv/captures -mtime -1 -print0 | nagledetect analyze --files-from -
@@ -216,8 +224,15 @@ def analyze(captures: tuple[str, ...], bpf_filter: str | None, output_format: st
         _write_document(document, jobs)
     else:
         colour = sys.stdout.isatty() and "NO_COLOR" not in os.environ
-        click.echo(render_text(document, verbose=verbose, colour=colour), nl=False, color=colour)
+        languages = LANGUAGES if all_fixes else _chosen_language(language)
+        click.echo(render_text(document, verbose=verbose, colour=colour, languages=languages),
+                   nl=False, color=colour)
     run.exit_if_failed()
+
+
+def _chosen_language(language: str | None) -> tuple[str, ...]:
+    """The language as HOW TO FIX spells it (click matched it case-insensitively), or none."""
+    return tuple(name for name in LANGUAGES if language and name.lower() == language.lower())
 
 
 def _write_document(document: dict, jobs: int | None) -> None:

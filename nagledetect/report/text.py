@@ -50,7 +50,8 @@ SKIP_REASONS_SHOWN = 10
 NOT_ANALYSED_SHOWN = 20
 WHERE_ALL_ARE = "--verbose lists them all; --format json has every one"
 """What every capped list says of the rows it left out."""
-DEFAULT_LANGUAGES = ("C", "Python", "Go", "Java", "Node.js", ".NET", "Rust")
+LANGUAGES = ("C", "Python", "Go", "Java", "Node.js", ".NET", "Rust")
+"""The languages HOW TO FIX gives each fix's code in (`--fixes`: all; `--lang`: one)."""
 CONNECTION_COLUMNS = (
     ("id", ">4"), ("client", "<24"), ("server", "<24"), ("pkts c>s", ">8"), ("pkts s>c", ">8"),
     ("bytes c>s", ">10"), ("bytes s>c", ">10"), ("MSS", ">6"), ("vantage", "<8"),
@@ -288,7 +289,7 @@ def _finding_lines(rank: int, finding: dict[str, Any], document: dict[str, Any],
         lines.append(f"     Fix ({who} must change): {advice['title']} [{key}]{saving}.")
     others = ", ".join(finding["advice"][1:])
     if others:
-        lines.append(f"     Other fixes: {others} (see HOW TO FIX).")
+        lines.append(f"     Other fixes: {others} (--fixes shows each with its code).")
     lines += [f"     Warning: {warning}" for warning in finding.get("details", {}).get("warnings", [])]
     return lines
 
@@ -310,15 +311,17 @@ def in_capture(document: dict[str, Any], entry: dict[str, Any]) -> str:
     return f" in {captures[entry['capture']]['path']}" if len(captures) > 1 else ""
 
 
-def _how_to_fix(document: dict[str, Any], style: _Style) -> list[str]:
-    if not document["advice"]:
+def _how_to_fix(document: dict[str, Any], style: _Style, languages: Sequence[str]) -> list[str]:
+    """Every fix the findings name, with its code in `languages` (none: not shown at all; the
+    findings already name their fix and the side that must change)."""
+    if not document["advice"] or not languages:
         return []
     lines = [style.heading("HOW TO FIX")]
     for key, advice in document["advice"].items():
         lines.append(f"  [{key}] {advice['title']} ({advice['side']} side)")
         lines.append(f"    {advice['why']}")
         lines.append(f"    Trade-offs: {advice['tradeoffs']}")
-        lines += [f"    {language:8} {advice['calls'][language]}" for language in DEFAULT_LANGUAGES
+        lines += [f"    {language:8} {advice['calls'][language]}" for language in languages
                   if language in advice["calls"]]
     return lines + [""]
 
@@ -335,8 +338,10 @@ def _hosts(document: dict[str, Any], style: _Style, verbose: bool) -> list[str]:
               f"{_ms(h['delack_spread_ms'], 2):>10} {h['delack_samples']:>8}  {h['stack_family']}"
               for h in hosts]
     lines += hosts_left_out + [""]
-    lines.append(style.heading("PHASE LOCKING (delayed ACKs on a global clock tick)"))
     locked = [h for h in tested if h["phase_lock"].get("locked")]
+    if not locked and not verbose:
+        return lines
+    lines.append(style.heading("PHASE LOCKING (delayed ACKs on a global clock tick)"))
     tested.sort(key=lambda h: (not h["phase_lock"].get("locked"), h["phase_lock"]["p_value"]))
     shown, tested_left_out = _capped(tested, HOSTS_SHOWN, verbose, "tested hosts")
     for host in shown:
@@ -367,8 +372,10 @@ def _sampled_and_tested(hosts: Iterable[dict[str, Any]]
     return sampled, tested
 
 
-def _parity(document: dict[str, Any], style: _Style) -> list[str]:
+def _parity(document: dict[str, Any], style: _Style, verbose: bool) -> list[str]:
     rows = document.get("segment_parity", [])
+    if not rows and not verbose:
+        return []
     lines = [style.heading("SEGMENT PARITY (messages of 2+ segments: odd/even count, last segment)")]
     if not rows:
         return lines + ["  no multi-segment messages", ""]
@@ -426,9 +433,18 @@ def _connections(document: dict[str, Any], stalls: StallTotals, style: _Style,
         cells = _connection_row(connection, stalls)
         lines.append(" ".join(f"{cell:{spec}}" for cell, (_, spec) in zip(cells, CONNECTION_COLUMNS)))
     lines += left_out
-    lines.append(style.quiet("  MSS~ estimated (no handshake); client? guessed by the port rule; "
-                             "RTT sides: tap to client / tap to server."))
+    lines.append(style.quiet(f"  {_legend(shown)}."))
     return lines + [""]
+
+
+def _legend(shown: list[dict[str, Any]]) -> str:
+    """What the marks of the rows shown mean, only those some row carries."""
+    notes = []
+    if any(connection["mss_source"] == "estimated" for connection in shown):
+        notes.append("MSS~ estimated (no handshake)")
+    if any(connection["client_guessed"] for connection in shown):
+        notes.append("client? guessed by the port rule")
+    return "; ".join([*notes, "RTT sides: tap to client / tap to server"])
 
 
 def _not_analysed(document: dict[str, Any], style: _Style, verbose: bool) -> list[str]:
@@ -516,8 +532,29 @@ def _capture_accounting(captures: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
-def render_text(document: dict[str, Any], verbose: bool = False, colour: bool = False) -> str:
-    """The whole text report for a document built by `build_document`."""
+def _closing_line(document: dict[str, Any], found: Diagnosis, languages: Sequence[str]) -> str:
+    """One line to end on: the stalls and the first fix to make, and where more is."""
+    stalls = sum(finding["count"] for finding in found.stalls)
+    lost_s = sum(finding["time_lost_s"] for finding in found.stalls)
+    captures = len(document["captures"])
+    where = f"{plural(captures, 'capture')}, {plural(len(document['connections']), 'connection')}"
+    if not stalls:
+        verdict = f"In short: no Nagle-family stall in {where}"
+    else:
+        verdict = (f"In short: {plural(stalls, 'Nagle-family stall')}, "
+                   f"{duration_text(lost_s)} lost in {where}")
+        first = found.stalls[0]["advice"][:1]
+        if first:
+            advice = document["advice"][first[0]]
+            verdict += f"; fix first: {advice['title']} ({advice['side']} side)"
+    more = [] if languages else ["--fixes or --lang LANG for the code"]
+    return f"{verdict}. {'; '.join([*more, '--verbose for every event'])}."
+
+
+def render_text(document: dict[str, Any], verbose: bool = False, colour: bool = False,
+                languages: Sequence[str] = ()) -> str:
+    """The whole text report for a document built by `build_document`; `languages`: those
+    HOW TO FIX gives the fixes' code in (none: no HOW TO FIX section)."""
     style = _Style(colour)
     found = diagnosis(document["findings"], None if verbose else FINDINGS_SHOWN)
     lines = [style.heading(document["headline"]["text"]), ""]
@@ -529,10 +566,11 @@ def render_text(document: dict[str, Any], verbose: bool = False, colour: bool = 
         lines += _findings_left_out_line(found.left_out)
         lines += [""] if found.left_out else []
         lines += _folded_lines(document, found, verbose, style)
-    lines += _how_to_fix(document, style)
+    lines += _how_to_fix(document, style, languages)
     lines += _hosts(document, style, verbose)
-    lines += _parity(document, style)
+    lines += _parity(document, style, verbose)
     lines += _connections(document, stalls_by_connection(found.stalls), style, verbose)
     lines += _not_analysed(document, style, verbose)
     lines += _accounting(document, style, verbose)
+    lines += ["", style.heading(_closing_line(document, found, languages))]
     return "\n".join(lines) + "\n"
