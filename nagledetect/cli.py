@@ -44,7 +44,13 @@ from nagledetect.lab.cli import lab
 from nagledetect.memory import ordinary_pages_for_arrays
 from nagledetect.parts import PARTS_MEMORY_BYTES
 from nagledetect.progress import ProgressLine
-from nagledetect.read.inputs import CaptureList, NotAnalysed, capture_list, listed_names
+from nagledetect.read.inputs import (
+    STDIN_NAME,
+    CaptureList,
+    NotAnalysed,
+    capture_list,
+    listed_names,
+)
 from nagledetect.report.ci import github_annotations, junit_xml, summary_lines
 from nagledetect.report.document import SCHEMA, build_document, write_json
 from nagledetect.report.html import render_html
@@ -249,12 +255,32 @@ def _write_document(document: dict, jobs: int | None) -> None:
 
 
 def _capture_list(captures: tuple[str, ...], files_from: TextIO | None) -> CaptureList:
-    """The captures of the command line and of `--files-from`, folders expanded."""
-    names = [*captures, *(listed_names(files_from) if files_from else [])]
-    if not names:
+    """The captures of the command line (`-`: the one on standard input) and of
+    `--files-from`, folders expanded."""
+    if not captures and not files_from:
         raise click.UsageError("name a capture or a folder of captures, or give --files-from "
                                "FILE")
-    return capture_list(names)
+    if STDIN_NAME in captures and files_from is not None and _reads_stdin(files_from):
+        raise click.UsageError("'-' and '--files-from -' both read standard input; name one")
+    try:
+        found = capture_list(captures, sys.stdin.buffer)
+    except InputError as error:
+        _fail(str(error))
+    except OSError as error:
+        _fail(f"{STDIN_NAME}: cannot copy standard input to {USER_TEMPORARY_ROOT} "
+              f"({error.strerror}); set TMPDIR to a folder with room for the capture")
+    if files_from:
+        listed = capture_list(listed_names(files_from))
+        found.paths += listed.paths
+        found.left_out += listed.left_out
+    return found
+
+
+def _reads_stdin(stream: TextIO) -> bool:
+    try:
+        return stream.fileno() == sys.stdin.fileno()
+    except (OSError, ValueError):
+        return False
 
 
 @dataclass
@@ -297,10 +323,20 @@ def _analyze_all(captures: CaptureList, bpf_filter: str | None, jobs: int | None
         else:
             results = _analyze_in_processes(paths, bpf_filter, wanted, workers)
     except InputError as error:
-        _fail(str(error))
+        _fail(captures.shown_text(str(error)))
     except OSError as error:
-        _fail(str(_os_error(_first_and_others(paths), error)))
-    return _run_of(paths, results, captures.left_out)
+        _fail(captures.shown_text(str(_os_error(_first_and_others(paths), error))))
+    return _run_of([captures.shown_name(path) for path in paths],
+                   [_shown_as(result, captures) for result in results], captures.left_out)
+
+
+def _shown_as(result: Analysis | InputError, captures: CaptureList) -> Analysis | InputError:
+    """A result as the reports name its capture (standard input's copy as `-`)."""
+    if isinstance(result, InputError):
+        return InputError(captures.shown_text(str(result)))
+    shown = captures.shown_name(result.capture.path)
+    result.capture.path = result.capture.accounting.path = shown
+    return result
 
 
 def _analyze_lone(path: str, bpf_filter: str | None, wanted: Wanted, workers: int,

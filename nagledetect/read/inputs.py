@@ -11,11 +11,14 @@ says why it cannot be read.
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from operator import attrgetter
-from typing import TextIO
+from typing import BinaryIO, TextIO
 
+from nagledetect.errors import InputError
 from nagledetect.read.compressed import OPENERS, UNREAD_COMPRESSION, held_start
 from nagledetect.read.libpcap import PCAPNG_MAGIC
 
@@ -26,6 +29,11 @@ CAPTURE_MAGICS = (
 )
 """The first four bytes of a pcap file (microsecond or nanosecond, either byte order) and of a
 pcapng file."""
+
+
+STDIN_NAME = "-"
+"""The capture name that stands for standard input, as for `tcpdump -r -`."""
+STDIN_COPY_CHUNK_BYTES = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -46,14 +54,46 @@ class CaptureList:
 
     paths: list[str] = field(default_factory=list)
     left_out: list[NotAnalysed] = field(default_factory=list)
+    stdin_copy: str | None = None
+    """The file standard input was copied to, when a capture was named `-`; reports name it
+    `-`."""
+
+    def shown_name(self, path: str) -> str:
+        """The name a report gives the capture read from `path`."""
+        return STDIN_NAME if path == self.stdin_copy else path
+
+    def shown_text(self, text: str) -> str:
+        """A message about the captures as a user reads it: the copy of standard input
+        named `-`."""
+        return text.replace(self.stdin_copy, STDIN_NAME) if self.stdin_copy else text
 
 
-def capture_list(names: Iterable[str]) -> CaptureList:
+def stdin_capture(stream: BinaryIO) -> str:
+    """Copy a capture on standard input to a file in the run's temporary folder, and return
+    its path: a capture is read more than once (its size steers the split into parts, each
+    part's worker opens it), which a pipe cannot be. The copy takes the capture's size on
+    disk (a compressed one's, until it is read as any compressed file is)."""
+    if stream.isatty():
+        raise InputError(f"{STDIN_NAME}: standard input is a terminal; pipe a capture into it "
+                         "(tcpdump -w - ... | nagledetect -)")
+    with tempfile.NamedTemporaryFile(prefix="stdin-", suffix=".pcap", delete=False) as copy:
+        shutil.copyfileobj(stream, copy, STDIN_COPY_CHUNK_BYTES)
+    return copy.name
+
+
+def capture_list(names: Iterable[str], stdin: BinaryIO | None = None) -> CaptureList:
     """Each name as it is, or, for a folder, the captures under it in name order (subfolders
-    too; a folder reached twice through links is listed once)."""
+    too; a folder reached twice through links is listed once); `-` is the capture on `stdin`
+    (None: `-` is a file of that name), which can be read once."""
     found = CaptureList()
     for name in names:
-        if os.path.isdir(name):
+        if name == STDIN_NAME and stdin is not None:
+            if found.stdin_copy is not None:
+                raise InputError(f"{STDIN_NAME}: standard input named twice; it holds one "
+                                 "capture")
+            found.stdin_copy = stdin_capture(stdin)
+            found.paths.append(found.stdin_copy)
+        elif os.path.isdir(name):
             _add_folder(name, found)
         else:
             found.paths.append(name)
