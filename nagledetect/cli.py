@@ -179,7 +179,7 @@ def _child_processes() -> list[int]:
 @click.option("--format", "output_format", type=click.Choice(["text", "json"]), default="text",
               show_default=True, help="Report format on stdout.")
 @click.option("-v", "--verbose", is_flag=True,
-              help="List every finding, stall event, host and connection (by default the top 20 "
+              help="List every finding, stall event, host and connection (by default the top 10 "
                    "findings with 3 events each, 20 hosts and 50 connections).")
 @click.option("--fixes", "all_fixes", is_flag=True,
               help="Show every fix with its code in all languages (by default each finding "

@@ -42,7 +42,8 @@ KIND_TITLES = {
 }
 EVIDENCE_SHOWN = 3
 PARITY_ROWS_SHOWN = 20
-FINDINGS_SHOWN = 20
+FINDINGS_SHOWN = 10
+"""Findings listed one by one unless --verbose: with their evidence and fix, a screen or two."""
 HOSTS_SHOWN = 20
 CONNECTIONS_SHOWN = 50
 CAPTURES_SHOWN = 20
@@ -373,9 +374,13 @@ def _sampled_and_tested(hosts: Iterable[dict[str, Any]]
 
 
 def _parity(document: dict[str, Any], style: _Style, verbose: bool) -> list[str]:
+    """The segment-parity rows; unless `verbose`, only those with stalls (a row none of whose
+    messages stalled says nothing about Nagle), and nothing when there are none."""
     rows = document.get("segment_parity", [])
-    if not rows and not verbose:
-        return []
+    if not verbose:
+        rows = [row for row in rows if row["stalled"] > 0]
+        if not rows:
+            return []
     lines = [style.heading("SEGMENT PARITY (messages of 2+ segments: odd/even count, last segment)")]
     if not rows:
         return lines + ["  no multi-segment messages", ""]
