@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -253,3 +255,66 @@ def test_memory_sizes_read_as_sort_and_docker_write_them() -> None:
         4096, 800 << 20, 3 << 29, 4 << 30, 2048]
     assert PARTS_MEMORY_BYTES == 768 << 20
     assert "(default 768M)" in " ".join(run("analyze", "--help").stdout.split())
+
+
+def _piped(capture: Path | None, *args: str, data: bytes | None = None
+           ) -> subprocess.CompletedProcess:
+    """The command with a capture file (or `data`) on its standard input, as a pipe from
+    another process would give it."""
+    command = [sys.executable, "-m", "nagledetect", *args]
+    if capture is None:
+        return subprocess.run(command, input=data, capture_output=True, timeout=120)
+    with capture.open("rb") as stdin:
+        return subprocess.run(command, stdin=stdin, capture_output=True, timeout=120)
+
+
+def _document_of(capture: Path, *command: str) -> dict:
+    result = _piped(capture, *command)
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+@pytest.mark.parametrize("name", ["seed003-nagle.pcap", "merged-interfaces.pcapng"])
+def test_a_capture_on_standard_input_gives_the_files_document(name: str) -> None:
+    """`-` reads the capture from standard input, as `tcpdump -r -` does: the same document,
+    frame numbers and all, but for the path."""
+    capture = SAMPLE_TRACES / name
+    from_file = json.loads(run("analyze", "--format", "json", str(capture)).stdout)
+    for command in (("analyze", "--format", "json", "-"), ("-", "--format", "json")):
+        from_stdin = _document_of(capture, *command)
+        assert [entry["path"] for entry in from_stdin["captures"]] == ["-"]
+        from_stdin["captures"][0]["path"] = str(capture)
+        assert from_stdin == from_file
+
+
+def test_a_compressed_capture_on_standard_input(tmp_path) -> None:
+    capture = SAMPLE_TRACES / "seed003-nagle.pcap"
+    packed = tmp_path / "seed003.pcap.gz"
+    packed.write_bytes(gzip.compress(capture.read_bytes()))
+    from_file = json.loads(run("analyze", "--format", "json", str(capture)).stdout)
+    from_stdin = _document_of(packed, "--format", "json", "-")
+    from_stdin["captures"][0]["path"] = str(capture)
+    assert from_stdin == from_file
+
+
+def test_standard_input_in_the_text_answer_and_beside_a_file() -> None:
+    """Named with a file, `-` is one capture of the run, named `-` in the report."""
+    capture = SAMPLE_TRACES / "seed003-nagle.pcap"
+    result = _piped(capture, "-", str(SAMPLE_TRACES / "seed003-nodelay.pcap"))
+    assert result.returncode == 0, result.stderr
+    text = result.stdout.decode()
+    assert "on connection 0 in -:" in text
+    assert "  - (Ethernet, link type 1): 246 packets read" in text
+
+
+@pytest.mark.parametrize(("data", "args", "fragment"), [
+    (b"", ("-",), "-: empty file"),
+    (b"hello, not a capture\n" * 10, ("analyze", "-"), "-: not a pcap or pcapng capture"),
+    ((SAMPLE_TRACES / "seed003-nagle.pcap").read_bytes(), ("-", "-"), "standard input named twice"),
+])
+def test_bad_standard_input_is_one_line(data: bytes, args: tuple[str, ...], fragment: str) -> None:
+    result = _piped(None, *args, data=data)
+    assert result.returncode == 2
+    assert result.stdout == b""
+    lines = result.stderr.decode().strip().splitlines()
+    assert len(lines) == 1 and fragment in lines[0], result.stderr

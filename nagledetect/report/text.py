@@ -537,7 +537,8 @@ def _capture_accounting(captures: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
-def _closing_line(document: dict[str, Any], found: Diagnosis, languages: Sequence[str]) -> str:
+def _closing_line(document: dict[str, Any], found: Diagnosis, languages: Sequence[str],
+                  verbose: bool) -> str:
     """One line to end on: the stalls and the first fix to make, and where more is."""
     stalls = sum(finding["count"] for finding in found.stalls)
     lost_s = sum(finding["time_lost_s"] for finding in found.stalls)
@@ -552,8 +553,9 @@ def _closing_line(document: dict[str, Any], found: Diagnosis, languages: Sequenc
         if first:
             advice = document["advice"][first[0]]
             verdict += f"; fix first: {advice['title']} ({advice['side']} side)"
-    more = [] if languages else ["--fixes or --lang LANG for the code"]
-    return f"{verdict}. {'; '.join([*more, '--verbose for every event'])}."
+    more = ([] if languages else ["--fixes or --lang LANG for the code"]) + (
+        [] if verbose else ["--verbose for every event"])
+    return f"{verdict}." + (f" {'; '.join(more)}." if more else "")
 
 
 def render_text(document: dict[str, Any], verbose: bool = False, colour: bool = False,
@@ -577,5 +579,5 @@ def render_text(document: dict[str, Any], verbose: bool = False, colour: bool = 
     lines += _connections(document, stalls_by_connection(found.stalls), style, verbose)
     lines += _not_analysed(document, style, verbose)
     lines += _accounting(document, style, verbose)
-    lines += ["", style.heading(_closing_line(document, found, languages))]
+    lines += ["", style.heading(_closing_line(document, found, languages, verbose))]
     return "\n".join(lines) + "\n"
