@@ -96,3 +96,15 @@ def test_verbose_lists_every_event_and_the_empty_sections() -> None:
     assert "... and 36 more" not in result.stdout
     assert "PHASE LOCKING" in result.stdout and "SEGMENT PARITY" in result.stdout
     assert "--verbose for every event" not in result.stdout
+
+
+def test_the_closing_line_without_a_stall_names_the_costliest_other_cause() -> None:
+    """trap-bulk.pcap: a 2 MB upload answered by one byte (its manifest expects no stall);
+    cause-zero-window-stuck.pcap: a receiver that never reads (tshark
+    `tcp.analysis.zero_window`: frames 12, 16, 25, ... until the RST at 8.1 s)."""
+    bulk = run(str(SAMPLE_TRACES / "trap-bulk.pcap")).stdout.splitlines()[-1]
+    assert bulk == ("In short: no Nagle-family stall in 1 capture, 1 connection. --verbose for "
+                    "every event.")
+    stuck = run(str(SAMPLE_TRACES / "cause-zero-window-stuck.pcap")).stdout.splitlines()[-1]
+    assert stuck.startswith("In short: no Nagle-family stall in 1 capture, 1 connection; the "
+                            "most time lost: Zero window (not Nagle), ")

@@ -539,23 +539,40 @@ def _capture_accounting(captures: list[dict[str, Any]]) -> list[str]:
 
 def _closing_line(document: dict[str, Any], found: Diagnosis, languages: Sequence[str],
                   verbose: bool) -> str:
-    """One line to end on: the stalls and the first fix to make, and where more is."""
+    """One line to end on: the stalls and the first fix to make (else the cause that cost the
+    most), and where more is."""
     stalls = sum(finding["count"] for finding in found.stalls)
     lost_s = sum(finding["time_lost_s"] for finding in found.stalls)
-    captures = len(document["captures"])
-    where = f"{plural(captures, 'capture')}, {plural(len(document['connections']), 'connection')}"
-    if not stalls:
-        verdict = f"In short: no Nagle-family stall in {where}"
-    else:
+    where = (f"{plural(len(document['captures']), 'capture')}, "
+             f"{plural(len(document['connections']), 'connection')}")
+    if stalls:
         verdict = (f"In short: {plural(stalls, 'Nagle-family stall')}, "
-                   f"{duration_text(lost_s)} lost in {where}")
-        first = found.stalls[0]["advice"][:1]
-        if first:
-            advice = document["advice"][first[0]]
-            verdict += f"; fix first: {advice['title']} ({advice['side']} side)"
-    more = ([] if languages else ["--fixes or --lang LANG for the code"]) + (
+                   f"{duration_text(lost_s)} lost in {where}{_first_fix(document, found)}")
+    else:
+        verdict = f"In short: no Nagle-family stall in {where}{_costliest(found)}"
+    has_code = any(advice["calls"] for advice in document["advice"].values())
+    more = ([] if languages or not has_code else ["--fixes or --lang LANG for the code"]) + (
         [] if verbose else ["--verbose for every event"])
     return f"{verdict}." + (f" {'; '.join(more)}." if more else "")
+
+
+def _first_fix(document: dict[str, Any], found: Diagnosis) -> str:
+    first = found.stalls[0]["advice"][:1]
+    if not first:
+        return ""
+    advice = document["advice"][first[0]]
+    return f"; fix first: {advice['title']} ({advice['side']} side)"
+
+
+def _costliest(found: Diagnosis) -> str:
+    """The listed finding of another cause that lost the most time, if any lost time."""
+    costs = [finding for _, finding in found.shown
+             if finding["time_lost_s"] > 0 and finding["kind"] in kinds.OTHER_GAP_CAUSES]
+    if not costs:
+        return ""
+    worst = max(costs, key=lambda finding: finding["time_lost_s"])
+    return (f"; the most time lost: {KIND_TITLES.get(worst['kind'], worst['kind'])}, "
+            f"{duration_text(worst['time_lost_s'])} on connection {worst['connection']}")
 
 
 def render_text(document: dict[str, Any], verbose: bool = False, colour: bool = False,
