@@ -318,3 +318,11 @@ def test_bad_standard_input_is_one_line(data: bytes, args: tuple[str, ...], frag
     assert result.stdout == b""
     lines = result.stderr.decode().strip().splitlines()
     assert len(lines) == 1 and fragment in lines[0], result.stderr
+
+
+def test_standard_input_cannot_be_both_a_capture_and_the_list_of_files() -> None:
+    result = _piped(None, "analyze", "--files-from", "-", "-",
+                    data=str(SAMPLE_TRACES / "seed003-nagle.pcap").encode())
+    assert result.returncode == 2
+    assert b"'-' and '--files-from -' both read standard input" in result.stderr
+    assert b"Traceback" not in result.stderr
