@@ -250,9 +250,7 @@ fn ipv4(data: &[u8], start: usize, link_end: i64) -> Result<Network, i64> {
     let header = data
         .get(start..start + 20)
         .ok_or(skips::TRUNCATED_IP_HEADER)?;
-    let word = |at: usize| {
-        u32::from_be_bytes([header[at], header[at + 1], header[at + 2], header[at + 3]])
-    };
+    let word = |at: usize| be_word(header, at);
     let header_bytes = usize::from(header[0] & 0x0F) * 4;
     if header[0] >> 4 != 4 || header_bytes < 20 {
         return Err(skips::BAD_IP_HEADER);
@@ -286,9 +284,7 @@ fn ipv6(data: &[u8], start: usize, link_end: i64) -> Result<Network, i64> {
     let header = data
         .get(start..start + 40)
         .ok_or(skips::TRUNCATED_IP_HEADER)?;
-    let word = |at: usize| {
-        u32::from_be_bytes([header[at], header[at + 1], header[at + 2], header[at + 3]])
-    };
+    let word = |at: usize| be_word(header, at);
     let stated = i64::from(u16::from_be_bytes([header[4], header[5]]));
     let mut next_header = header[6];
     let jumbo = stated == 0 && next_header == 0;
@@ -346,9 +342,7 @@ fn tcp(data: &[u8], network: &Network) -> Result<TcpPacket, i64> {
         .get(start..start.saturating_add(20))
         .ok_or(skips::TRUNCATED_TCP_HEADER)?;
     let half = |at: usize| u16::from_be_bytes([header[at], header[at + 1]]);
-    let word = |at: usize| {
-        u32::from_be_bytes([header[at], header[at + 1], header[at + 2], header[at + 3]])
-    };
+    let word = |at: usize| be_word(header, at);
     let header_bytes = usize::from(header[12] >> 4) * 4;
     let payload_bytes = network.payload_bytes - header_bytes as i64;
     if header_bytes < 20 || payload_bytes < 0 {
@@ -395,9 +389,7 @@ pub fn tcp_options(options: &[u8]) -> TcpOptions {
 }
 
 fn record_option(found: &mut TcpOptions, kind: u8, option: &[u8]) {
-    let word = |at: usize| {
-        u32::from_be_bytes([option[at], option[at + 1], option[at + 2], option[at + 3]])
-    };
+    let word = |at: usize| be_word(option, at);
     match (kind, option.len()) {
         (OPTION_MSS, 4) => found.mss = u16::from_be_bytes([option[2], option[3]]),
         (OPTION_WINDOW_SCALE, 3) => found.window_scale = Some(option[2]),
@@ -414,6 +406,11 @@ fn record_option(found: &mut TcpOptions, kind: u8, option: &[u8]) {
         }
         _ => {}
     }
+}
+
+/// The big-endian 32-bit word at `at` of a header already checked to hold it.
+fn be_word(bytes: &[u8], at: usize) -> u32 {
+    u32::from_be_bytes([bytes[at], bytes[at + 1], bytes[at + 2], bytes[at + 3]])
 }
 
 #[cfg(test)]

@@ -229,6 +229,8 @@ class _SliceGaps:
         self.opener = np.where(latest >= self.low, latest, -1)
         """Each row's span: the latest timeline row at or before it here, -1: the carried one."""
         self.local, self.local_connection = _local_numbers(connection, self.starts)
+        self.edges = rows["rel_ack"] + rows["window_bytes"].astype(np.int64)
+        """Each row's window edge (its ACK plus its window): how far its peer may send."""
 
     def run(self) -> None:
         events = np.flatnonzero(self.is_event)
@@ -308,7 +310,7 @@ class _SliceGaps:
         before_end = np.where(carried, opener["end"][connection], rows["end"][at])[gap]
         peer_edge_at_start = np.where(
             carried, opener["peer_edge"][connection],
-            self._peer_latest_before(at, self._edges(), self.carried._latest_edge))[gap]
+            self._peer_latest_before(at, self.edges, self.carried._latest_edge))[gap]
         events, previous, connection = events[gap], previous[gap], connection[gap]
         span = np.where(previous >= 0, previous, self.count + self.local[events])
         peer_key = span * 2 + (1 - rows["direction"][events])
@@ -331,9 +333,6 @@ class _SliceGaps:
                 events, rows["window_bytes"], self.carried._latest_window),
             "before_end": before_end, "peer_edge_at_start": peer_edge_at_start})
 
-    def _edges(self) -> np.ndarray:
-        """Each row's window edge (its ACK plus its window): how far its peer may send."""
-        return self.rows["rel_ack"] + self.rows["window_bytes"].astype(np.int64)
 
     def _peer_latest_before(self, at: np.ndarray, values: np.ndarray, carried: np.ndarray
                             ) -> np.ndarray:
@@ -389,14 +388,14 @@ class _SliceGaps:
         for name in ("frame", "time_us", "direction", "kind", "end"):
             carried._opener[name][connection[opened]] = rows[name][at]
         carried._opener["peer_edge"][connection[opened]] = self._peer_latest_before(
-            at, self._edges(), carried._latest_edge)
+            at, self.edges, carried._latest_edge)
         carried._opener["has"][connection[opened]] = True
         group = rows["connection"] * 2 + rows["direction"]
         last = np.full(2 * len(carried._opener["has"]), -1, dtype=np.int64)
         np.maximum.at(last, group, np.arange(self.count))
         seen = np.flatnonzero(last >= 0)
         carried._latest_window[seen] = rows["window_bytes"][last[seen]]
-        carried._latest_edge[seen] = self._edges()[last[seen]]
+        carried._latest_edge[seen] = self.edges[last[seen]]
 
 
 def _local_numbers(connection: np.ndarray, starts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
