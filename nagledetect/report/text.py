@@ -283,8 +283,11 @@ def _finding_lines(rank: int, finding: dict[str, Any], document: dict[str, Any],
     for key in finding["advice"][:1]:
         advice = document["advice"][key]
         who = {"sender": f"the sender {finding['sender']}",
-               "receiver": f"the receiver {finding['receiver']}"}.get(
-            advice["side"], "the application protocol")
+               "receiver": f"the receiver {finding['receiver']}",
+               "network": "the network path"}.get(advice["side"], "the application protocol")
+        if advice["side"] == "network":  # nobody's socket call fixes a path: say where to look
+            lines.append(f"     Where to look ({who}): {advice['title']} [{key}].")
+            continue
         saving = (f"; would save up to {duration_text(finding['time_lost_s'])} here"
                   if finding["time_lost_s"] > 0 else "")
         lines.append(f"     Fix ({who} must change): {advice['title']} [{key}]{saving}.")
