@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from nagledetect.flows.build import build_flows
+from nagledetect.flows.compiled import compiled_flows
 from nagledetect.flows.streams import accepted_with_streams
 from nagledetect.read.capture import (
     Accounting,
@@ -20,6 +21,7 @@ from nagledetect.read.capture import (
     decoded_batches,
     expected_tcp_packets,
 )
+from nagledetect.read.compressed import capture_bytes
 from nagledetect.sent_tables import TableRows, sent_fields
 
 
@@ -41,7 +43,22 @@ class Capture:
 
 def load_capture(path: str, bpf_filter: str | None = None,
                  progress: ProgressCallback | None = None) -> Capture:
-    """Read `path` (pcap or pcapng), decode its TCP packets and rebuild its connections.
+    """Read `path` (pcap or pcapng, compressed or not), decode its TCP packets and rebuild its
+    connections, in one pass of the compiled core (`flows.compiled`).
+
+    `progress(packets_read, bytes_read)` is called once the capture has been read.
+    """
+    flows, accounting = compiled_flows(path, bpf_filter)
+    if progress:
+        progress(accounting.packets_read, capture_bytes(path))
+    return Capture(path, flows.packets, flows.connections, flows.sack_blocks, accounting)
+
+
+def load_capture_numpy(path: str, bpf_filter: str | None = None,
+                       progress: ProgressCallback | None = None) -> Capture:
+    """`load_capture` by the numpy readers and `build_flows`, a batch at a time: what the
+    parts of a large capture are still analysed by, and what the compiled core is proven
+    against (tests/test_core_flows.py).
 
     `progress(packets_read, bytes_read)` is called after every batch of packets.
     """

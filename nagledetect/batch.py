@@ -1,11 +1,11 @@
 """Small captures analysed together: one connection level for many, cut back per capture.
 
 Why: a small capture costs about 6 ms of fixed work (some 200 numpy and pandas calls) whatever
-its size, so an archive of thousands spends most of its time there; decoded in one pass (each
-run of captures of one link type: `decoded_together`) and analysed as one set of connections,
-the captures share it. Each capture's result equals a run over it alone:
-  - its endpoint pairs are kept apart by its number in the pair key (`EndpointPairs`), so no
-    connection spans two captures;
+its size, so an archive of thousands spends most of its time there; read by the compiled core
+one by one and analysed as one set of connections (`flows.compiled.joined_flows`), the
+captures share it. Each capture's result equals a run over it alone:
+  - its connections are its own (the core rebuilds each capture's alone), so no connection
+    spans two captures;
   - its frames are offset while analysed (frames must be unique: findings and segments are
     matched by frame) and given back;
   - its connections are numbered by first packet, as alone, in one range of the batch's ids
@@ -34,8 +34,8 @@ from nagledetect.detectors.delack_timer import host_fingerprints
 from nagledetect.detectors.model import Finding, StallEvents
 from nagledetect.errors import InputError
 from nagledetect.events.messages import no_messages
-from nagledetect.flows.build import build_flows
-from nagledetect.flows.streams import accepted_with_streams
+from nagledetect.flows.build import FlowTables
+from nagledetect.flows.compiled import compiled_flows, joined_flows
 from nagledetect.part_tables import TablesInMemory
 from nagledetect.pipeline import (
     Analysis,
@@ -47,7 +47,7 @@ from nagledetect.pipeline import (
     shared_empty_tables,
     without_tcp,
 )
-from nagledetect.read.capture import Accounting, RawCapture, decoded_together, read_raw
+from nagledetect.read.capture import Accounting
 from nagledetect.sent_tables import Rows, TableRows, rows_frame
 from nagledetect.stored import without_samples
 
@@ -79,45 +79,27 @@ def analyze_together(paths: list[str], bpf_filter: str | None = None,
     given."""
     wanted = wanted or Wanted()
     results: dict[int, Analysis | InputError] = {}
-    raw: dict[int, list[RawCapture]] = {}
+    read: dict[int, _Read] = {}
+    tables: list[tuple[FlowTables, int]] = []
+    frames_before = 0
     for index, path in enumerate(paths):
         try:
-            raw[index] = read_raw(path, bpf_filter)
+            flows, accounting = compiled_flows(path, bpf_filter)
         except InputError as error:
             results[index] = error
-    accountings = {index: pieces[0].accounting for index, pieces in raw.items()}
-    offsets = dict(zip(raw, np.cumsum([0, *(a.packets_read for a in accountings.values())])
-                       .tolist()))
-    batches = [batch for run in _same_link_type(raw)
-               if (batch := decoded_together([piece for _, piece in run],
-                                             [index for index, _ in run],
-                                             [offsets[index] for index, _ in run])) is not None]
-    read = {index: _Read(paths[index], accounting, offsets[index])
-            for index, accounting in accountings.items() if accounting.tcp_packets}
-    results.update((index, without_tcp(paths[index], accounting, wanted.charts))
-                   for index, accounting in accountings.items() if index not in read)
-    del raw
+            continue
+        if not accounting.tcp_packets:
+            results[index] = without_tcp(path, accounting, wanted.charts)
+            continue
+        read[index] = _Read(path, accounting, frames_before)
+        tables.append((flows, frames_before))
+        frames_before += accounting.packets_read
     if read:
-        flows = build_flows(accepted_with_streams(batches))
-        del batches
-        level = connection_level(flows, fingerprint=False,
+        level = connection_level(joined_flows(tables), fingerprint=False,
                                  keep_packets=wanted.charts or wanted.tables)
+        del tables
         results.update(zip(read, _per_capture(level, list(read.values()), wanted)))
     return [results[index] for index in range(len(paths))]
-
-
-def _same_link_type(raw: dict[int, list[RawCapture]]) -> list[list[tuple[int, RawCapture]]]:
-    """The captures' pieces (in order, each with its capture's position) in runs of
-    consecutive ones of one link type, each decoded in one pass (the runs keep the batch in
-    frame order)."""
-    runs: list[list[tuple[int, RawCapture]]] = []
-    for index, pieces in raw.items():
-        for piece in pieces:
-            if runs and runs[-1][-1][1].linktype == piece.linktype:
-                runs[-1].append((index, piece))
-            else:
-                runs.append([(index, piece)])
-    return runs
 
 
 def _per_capture(level: ConnectionLevel, captures: list[_Read], wanted: Wanted

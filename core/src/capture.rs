@@ -107,7 +107,13 @@ impl CaptureReader {
                     let big_endian = pcap.big_endian;
                     (Format::Pcap(pcap), big_endian)
                 }
-                _ => return Err(NotACapture("not a pcap or pcapng capture".into())),
+                _ => {
+                    let how = source
+                        .compression()
+                        .map(|name| format!(" (once decompressed from {name})"))
+                        .unwrap_or_default();
+                    return Err(NotACapture(format!("not a pcap or pcapng capture{how}")));
+                }
             }
         };
         Ok(CaptureReader {

@@ -1,10 +1,12 @@
 //! nagledetect's compiled core: reads a capture and decodes its packets into the columns the
 //! numpy decoder (`nagledetect.read.decode`) produces, one row per packet in file order.
 
+mod analysis;
 mod bpf;
 mod capture;
 mod columns;
 mod decode;
+mod flows;
 mod reader;
 mod skips;
 mod source;
@@ -57,6 +59,7 @@ fn decode_file<'py>(
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(decode_file, m)?)?;
+    m.add_function(wrap_pyfunction!(analysis::flow_tables, m)?)?;
     m.add_class::<reader::Reader>()?;
     m.add("CaptureError", m.py().get_type::<CaptureError>())?;
     m.add("FilterError", m.py().get_type::<FilterError>())?;

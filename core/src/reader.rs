@@ -11,13 +11,13 @@ use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
 use crate::bpf::{self, FilterError};
-use crate::capture::{CaptureReader, NotACapture};
+use crate::capture::{CaptureReader, NotACapture, Record};
 use crate::columns::Columns;
 use crate::{CaptureError, FilterError as PyFilterError};
 
 const DEFAULT_BATCH_PACKETS: usize = 1 << 16;
 
-fn internal_error(path: &str) -> PyErr {
+pub(crate) fn internal_error(path: &str) -> PyErr {
     CaptureError::new_err(format!(
         "{path}: internal error in the compiled core; please report this"
     ))
@@ -38,7 +38,11 @@ impl Stream {
 
 /// The filter's refusal as the numpy path words it: "invalid filter 'EXPRESSION': " and
 /// libpcap's message (the expression quoted as Python's repr quotes it).
-fn filter_error(py: Python<'_>, expression: &str, FilterError(message): FilterError) -> PyErr {
+pub(crate) fn filter_error(
+    py: Python<'_>,
+    expression: &str,
+    FilterError(message): FilterError,
+) -> PyErr {
     match pyo3::types::PyString::new(py, expression).repr() {
         Ok(quoted) => PyFilterError::new_err(format!("invalid filter {quoted}: {message}")),
         Err(error) => error,
@@ -191,5 +195,42 @@ impl Reader {
     #[getter]
     fn warnings(&self) -> Vec<String> {
         self.warnings.clone()
+    }
+}
+
+impl Stream {
+    /// Hand every record to `sink` in file order with the filter's verdict on it (true without
+    /// a filter); a filter libpcap does not compile for the capture's link type ends the read
+    /// with its error.
+    pub fn judge_all(
+        &mut self,
+        sink: &mut dyn FnMut(&Record<'_>, bool),
+    ) -> Result<(), FilterError> {
+        let mut refused = None;
+        let filter = &mut self.filter;
+        self.capture.read(usize::MAX, &mut |record| {
+            if refused.is_some() {
+                return;
+            }
+            let accepted = match filter.as_mut() {
+                None => true,
+                Some(filter) => {
+                    match filter.accepts(record.linktype, record.data, record.wire_bytes) {
+                        Ok(accepted) => accepted,
+                        Err(error) => {
+                            refused = Some(error);
+                            return;
+                        }
+                    }
+                }
+            };
+            sink(&record, accepted);
+        });
+        if let Some(error) = refused {
+            return Err(error);
+        }
+        self.filter
+            .as_ref()
+            .map_or(Ok(()), bpf::Filter::check_unused)
     }
 }

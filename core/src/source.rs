@@ -87,6 +87,11 @@ impl Source {
         &self.buffer[self.start..self.end]
     }
 
+    /// The compression the file was read through, if any ("gzip", "bzip2", "xz").
+    pub fn compression(&self) -> Option<&'static str> {
+        self.compression
+    }
+
     /// Whether everything there is has been read (`available()` is then all that is left).
     pub fn ended(&self) -> bool {
         self.ended

@@ -1,0 +1,124 @@
+//! Connections rebuilt in one pass over the decoded packets in file order, with state per
+//! connection: which conversation each packet belongs to (Wireshark's `tcp.stream`, counted
+//! over every TCP packet, also those a filter leaves out), its direction, its sequence and
+//! ACK numbers relative to the ISNs, its role, and the connection table. The rules are those
+//! of `nagledetect/flows/` (`connections.py`, `roles.py`, `handshake.py`, `vantage.py`); the
+//! tables equal `build_flows`'s (tests/test_core_flows.py).
+
+pub mod ack_lag;
+pub mod connection;
+pub mod side;
+pub mod tables;
+
+use std::collections::HashMap;
+
+use crate::decode::TcpPacket;
+use connection::Connection;
+use tables::PacketRows;
+
+pub const FLAG_FIN: u16 = 0x01;
+pub const FLAG_SYN: u16 = 0x02;
+pub const FLAG_RST: u16 = 0x04;
+pub const FLAG_ACK: u16 = 0x10;
+/// A SYN with a new ISN after this long a silence starts a new conversation on its 4-tuple.
+const PORT_REUSE_SILENCE_US: i64 = 300 * 1_000_000;
+
+/// An endpoint: its address as four words (IPv4 mapped as ::ffff:a.b.c.d) and its port.
+pub type Endpoint = ([u32; 4], u16);
+
+/// A 4-tuple's state across its lifetimes (`connections.new_lifetimes`).
+struct Pair {
+    stream: u32,
+    /// The ISN of its latest SYN (without ACK).
+    syn_seq: Option<u32>,
+    /// A FIN or RST since its latest SYN (or since its first packet, without one).
+    closed: bool,
+    last_us: i64,
+}
+
+/// A packet as the tracker takes it.
+pub struct Packet<'a> {
+    pub frame: u32,
+    pub time_us: i64,
+    pub captured_bytes: u32,
+    pub tcp: &'a TcpPacket,
+    /// Whether the filter (if any) accepts it: only accepted packets are analysed, but every
+    /// TCP packet counts for the conversation numbers.
+    pub accepted: bool,
+}
+
+#[derive(Default)]
+pub struct FlowTracker {
+    pairs: HashMap<[Endpoint; 2], Pair>,
+    streams: u32,
+    connection_of_stream: HashMap<u32, u32>,
+    connections: Vec<Connection>,
+    packets: PacketRows,
+}
+
+impl FlowTracker {
+    pub fn take(&mut self, packet: &Packet<'_>) {
+        let tcp = packet.tcp;
+        let src = (tcp.src, tcp.src_port);
+        let dst = (tcp.dst, tcp.dst_port);
+        let (endpoints, sender) = if src <= dst {
+            ([src, dst], 0)
+        } else {
+            ([dst, src], 1)
+        };
+        let stream = self.stream_of(endpoints, tcp, packet.time_us);
+        if !packet.accepted {
+            return;
+        }
+        let next = self.connections.len() as u32;
+        let connection = *self.connection_of_stream.entry(stream).or_insert(next);
+        if connection == next {
+            self.connections
+                .push(Connection::new(stream, endpoints, packet.frame, sender));
+        }
+        let numbered =
+            self.connections[connection as usize].take(packet.frame, packet.time_us, tcp, sender);
+        self.packets.push(packet, connection, sender, &numbered);
+    }
+
+    /// The conversation number of a packet of the 4-tuple `endpoints`: a SYN with a new ISN
+    /// after a FIN or RST since the 4-tuple's previous SYN, or after a long silence, starts a
+    /// new one; conversations are numbered in order of their first packet.
+    fn stream_of(&mut self, endpoints: [Endpoint; 2], tcp: &TcpPacket, time_us: i64) -> u32 {
+        let syn_only = tcp.flags & (FLAG_SYN | FLAG_ACK) == FLAG_SYN;
+        let closing = tcp.flags & (FLAG_FIN | FLAG_RST) != 0;
+        let Some(pair) = self.pairs.get_mut(&endpoints) else {
+            let stream = self.streams;
+            self.streams += 1;
+            self.pairs.insert(
+                endpoints,
+                Pair {
+                    stream,
+                    syn_seq: syn_only.then_some(tcp.seq),
+                    closed: !syn_only && closing,
+                    last_us: time_us,
+                },
+            );
+            return stream;
+        };
+        if syn_only {
+            let new_isn = pair.syn_seq != Some(tcp.seq);
+            let silence = time_us - pair.last_us > PORT_REUSE_SILENCE_US;
+            if new_isn && (pair.closed || silence) {
+                pair.stream = self.streams;
+                self.streams += 1;
+            }
+            pair.syn_seq = Some(tcp.seq);
+            pair.closed = false;
+        } else if closing {
+            pair.closed = true;
+        }
+        pair.last_us = time_us;
+        pair.stream
+    }
+
+    /// The packet and connection tables.
+    pub fn finish(self) -> tables::FlowTables {
+        tables::FlowTables::new(self.packets, &self.connections)
+    }
+}

@@ -1,0 +1,402 @@
+//! The packet and connection tables of `build_flows`, made at the end of the pass (the
+//! direction, the bases the numbers count from and the MSS are known only then), and handed
+//! to Python as numpy arrays of the same dtypes.
+
+use numpy::IntoPyArray;
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+
+use crate::flows::connection::{Connection, Row};
+use crate::flows::side::Numbered;
+use crate::flows::{FLAG_SYN, Packet};
+
+/// `rel_ack` of a packet without the ACK flag (numpy's int64 minimum, as `sequence.NO_ACK`).
+const NO_ACK: i64 = i64::MIN;
+/// The largest window scale shift RFC 7323 allows; a larger one is taken as this.
+const MAX_WINDOW_SCALE: i8 = 14;
+
+/// The analysed packets, in file order, as the pass leaves them.
+#[derive(Default)]
+pub struct PacketRows {
+    frame: Vec<u32>,
+    time_us: Vec<i64>,
+    connection: Vec<i32>,
+    sender: Vec<u8>,
+    flags: Vec<u16>,
+    payload_bytes: Vec<u32>,
+    seq_u: Vec<i64>,
+    ack_u: Vec<i64>,
+    seq_raw: Vec<u32>,
+    ack_raw: Vec<u32>,
+    window_raw: Vec<u16>,
+    role: Vec<u8>,
+    opt_has_timestamp: Vec<bool>,
+    opt_timestamp_value: Vec<u32>,
+    opt_timestamp_echo: Vec<u32>,
+    opt_sack_block_count: Vec<u8>,
+    captured_bytes: Vec<u32>,
+    payload_from_capture: Vec<bool>,
+    sack_frame: Vec<u32>,
+    sack_left_raw: Vec<u32>,
+    sack_right_raw: Vec<u32>,
+}
+
+impl PacketRows {
+    pub fn push(
+        &mut self,
+        packet: &Packet<'_>,
+        connection: u32,
+        sender: usize,
+        numbered: &Numbered,
+    ) {
+        let tcp = packet.tcp;
+        self.frame.push(packet.frame);
+        self.time_us.push(packet.time_us);
+        self.connection.push(connection as i32);
+        self.sender.push(sender as u8);
+        self.flags.push(tcp.flags);
+        self.payload_bytes.push(tcp.payload_bytes);
+        self.seq_u.push(numbered.seq_u);
+        self.ack_u.push(numbered.ack_u.unwrap_or(NO_ACK));
+        self.seq_raw.push(tcp.seq);
+        self.ack_raw.push(tcp.ack);
+        self.window_raw.push(tcp.window);
+        self.role.push(numbered.role);
+        let options = &tcp.options;
+        self.opt_has_timestamp.push(options.timestamp.is_some());
+        let (value, echo) = options.timestamp.unwrap_or((0, 0));
+        self.opt_timestamp_value.push(value);
+        self.opt_timestamp_echo.push(echo);
+        self.opt_sack_block_count.push(options.sack_block_count);
+        self.captured_bytes.push(packet.captured_bytes);
+        self.payload_from_capture.push(tcp.payload_from_capture);
+        for (left, right) in &options.sack_blocks[..usize::from(options.sack_block_count)] {
+            self.sack_frame.push(packet.frame);
+            self.sack_left_raw.push(*left);
+            self.sack_right_raw.push(*right);
+        }
+    }
+}
+
+/// The per-connection values the packet columns are finished with.
+struct Finishing {
+    client: u8,
+    offsets: [(i64, i64); 2],
+    /// Window scale shift by direction (0 where scaling was not agreed).
+    shift: [u32; 2],
+    effective_mss: i64,
+    single_frame_bytes: i64,
+}
+
+pub struct FlowTables {
+    packets: PacketRows,
+    direction: Vec<u8>,
+    window_bytes: Vec<i64>,
+    wire_segments: Vec<u32>,
+    super_segment: Vec<bool>,
+    connections: ConnectionColumns,
+}
+
+impl FlowTables {
+    pub fn new(mut packets: PacketRows, connections: &[Connection]) -> FlowTables {
+        let rows: Vec<(Row, u8)> = connections
+            .iter()
+            .map(|connection| {
+                let ip_version = ip_version(&connection.endpoints[0].0);
+                (connection.row(ip_version), ip_version)
+            })
+            .collect();
+        let finishing: Vec<Finishing> = connections
+            .iter()
+            .zip(&rows)
+            .map(|(connection, (row, _))| finishing(connection, row))
+            .collect();
+        let count = packets.frame.len();
+        let mut tables = FlowTables {
+            direction: Vec::with_capacity(count),
+            window_bytes: Vec::with_capacity(count),
+            wire_segments: Vec::with_capacity(count),
+            super_segment: Vec::with_capacity(count),
+            connections: ConnectionColumns::of(connections, &rows),
+            packets: PacketRows::default(),
+        };
+        for index in 0..count {
+            let at = &finishing[packets.connection[index] as usize];
+            tables.finish_packet(&mut packets, index, at);
+        }
+        tables.packets = packets;
+        tables
+    }
+
+    fn finish_packet(&mut self, packets: &mut PacketRows, index: usize, at: &Finishing) {
+        let sender = usize::from(packets.sender[index]);
+        let direction = u8::from(packets.sender[index] != at.client);
+        self.direction.push(direction);
+        let (seq_offset, ack_offset) = at.offsets[sender];
+        packets.seq_u[index] += seq_offset;
+        if packets.ack_u[index] != NO_ACK {
+            packets.ack_u[index] += ack_offset;
+        }
+        let shift = if packets.flags[index] & FLAG_SYN != 0 {
+            0
+        } else {
+            at.shift[usize::from(direction)]
+        };
+        self.window_bytes
+            .push(i64::from(packets.window_raw[index]) << shift);
+        let payload = i64::from(packets.payload_bytes[index]);
+        let unknown = at.effective_mss <= 0;
+        let mss = at.effective_mss.max(1);
+        let super_segment = payload > at.single_frame_bytes;
+        let wire = if super_segment {
+            if unknown {
+                1
+            } else {
+                (payload + mss - 1) / mss
+            }
+        } else {
+            i64::from(payload > 0 || unknown)
+        };
+        self.super_segment.push(super_segment);
+        self.wire_segments.push(wire as u32);
+    }
+
+    /// The tables as dicts of numpy arrays: `packets` (the columns of `build.PACKET_COLUMNS`,
+    /// `role` as codes), `sack_blocks` and `connections` (the numbers of the connection table;
+    /// the endpoints as `client_words` and `server_words`, four columns each, and ports).
+    pub fn into_python(self, py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
+        let p = self.packets;
+        let packets = PyDict::new(py);
+        packets.set_item("frame", p.frame.into_pyarray(py))?;
+        packets.set_item("time_us", p.time_us.into_pyarray(py))?;
+        packets.set_item("connection", p.connection.into_pyarray(py))?;
+        packets.set_item("direction", self.direction.into_pyarray(py))?;
+        packets.set_item("flags", p.flags.into_pyarray(py))?;
+        packets.set_item("payload_bytes", p.payload_bytes.into_pyarray(py))?;
+        packets.set_item("rel_seq", p.seq_u.into_pyarray(py))?;
+        packets.set_item("rel_ack", p.ack_u.into_pyarray(py))?;
+        packets.set_item("seq_raw", p.seq_raw.into_pyarray(py))?;
+        packets.set_item("ack_raw", p.ack_raw.into_pyarray(py))?;
+        packets.set_item("window_raw", p.window_raw.into_pyarray(py))?;
+        packets.set_item("window_bytes", self.window_bytes.into_pyarray(py))?;
+        packets.set_item("role", p.role.into_pyarray(py))?;
+        packets.set_item("wire_segments", self.wire_segments.into_pyarray(py))?;
+        packets.set_item("super_segment", self.super_segment.into_pyarray(py))?;
+        packets.set_item("opt_has_timestamp", p.opt_has_timestamp.into_pyarray(py))?;
+        packets.set_item(
+            "opt_timestamp_value",
+            p.opt_timestamp_value.into_pyarray(py),
+        )?;
+        packets.set_item("opt_timestamp_echo", p.opt_timestamp_echo.into_pyarray(py))?;
+        packets.set_item(
+            "opt_sack_block_count",
+            p.opt_sack_block_count.into_pyarray(py),
+        )?;
+        packets.set_item("captured_bytes", p.captured_bytes.into_pyarray(py))?;
+        packets.set_item(
+            "payload_from_capture",
+            p.payload_from_capture.into_pyarray(py),
+        )?;
+        let sack_blocks = PyDict::new(py);
+        sack_blocks.set_item("frame", p.sack_frame.into_pyarray(py))?;
+        sack_blocks.set_item("left_raw", p.sack_left_raw.into_pyarray(py))?;
+        sack_blocks.set_item("right_raw", p.sack_right_raw.into_pyarray(py))?;
+        let tables = PyDict::new(py);
+        tables.set_item("packets", packets)?;
+        tables.set_item("sack_blocks", sack_blocks)?;
+        tables.set_item("connections", self.connections.into_python(py)?)?;
+        Ok(tables)
+    }
+}
+
+fn finishing(connection: &Connection, row: &Row) -> Finishing {
+    let scale = |shift: i8| {
+        if row.window_scaling {
+            shift.clamp(0, MAX_WINDOW_SCALE) as u32
+        } else {
+            0
+        }
+    };
+    Finishing {
+        client: row.client as u8,
+        offsets: connection.offsets(),
+        shift: [scale(row.syn.window_scale), scale(row.syn_ack.window_scale)],
+        effective_mss: row.effective_mss,
+        single_frame_bytes: row.effective_mss.max(1).max(row.frame_payload_limit_bytes),
+    }
+}
+
+/// IPv4 where the address words are IPv4-mapped, else IPv6.
+fn ip_version(words: &[u32; 4]) -> u8 {
+    if words[..3] == [0, 0, 0xFFFF] { 4 } else { 6 }
+}
+
+/// The connection table's numbers, a column each.
+#[derive(Default)]
+struct ConnectionColumns {
+    stream: Vec<i64>,
+    first_frame: Vec<i64>,
+    client_words: [Vec<u32>; 4],
+    server_words: [Vec<u32>; 4],
+    client_port: Vec<i64>,
+    server_port: Vec<i64>,
+    ip_version: Vec<i64>,
+    start_us: Vec<i64>,
+    end_us: Vec<i64>,
+    packets: [Vec<i64>; 2],
+    payload_bytes: [Vec<i64>; 2],
+    client_guessed: Vec<bool>,
+    frame: [Vec<u32>; 2],
+    mss: [Vec<i64>; 2],
+    window_scale: [Vec<i8>; 2],
+    sack_permitted: [Vec<bool>; 2],
+    timestamps_each: [Vec<bool>; 2],
+    handshake: Vec<bool>,
+    timestamps: Vec<bool>,
+    window_scaling: Vec<bool>,
+    mss_estimated: Vec<bool>,
+    effective_mss: Vec<i64>,
+    frame_payload_limit_bytes: Vec<i64>,
+    rtt_client_side_us: Vec<i64>,
+    rtt_server_side_us: Vec<i64>,
+    rtt_from_handshake: Vec<bool>,
+    vantage: Vec<&'static str>,
+}
+
+impl ConnectionColumns {
+    fn of(connections: &[Connection], rows: &[(Row, u8)]) -> ConnectionColumns {
+        let mut columns = ConnectionColumns::default();
+        for (connection, (row, ip_version)) in connections.iter().zip(rows) {
+            columns.push(connection, row, *ip_version);
+        }
+        columns
+    }
+
+    fn push(&mut self, connection: &Connection, row: &Row, ip_version: u8) {
+        let client = row.client;
+        let server = 1 - client;
+        self.stream.push(i64::from(connection.stream));
+        self.first_frame.push(i64::from(connection.first_frame));
+        for (index, words) in [client, server].into_iter().enumerate() {
+            let (address, port) = connection.endpoints[words];
+            let columns = if index == 0 {
+                &mut self.client_words
+            } else {
+                &mut self.server_words
+            };
+            for (column, word) in columns.iter_mut().zip(address) {
+                column.push(word);
+            }
+            let ports = if index == 0 {
+                &mut self.client_port
+            } else {
+                &mut self.server_port
+            };
+            ports.push(i64::from(port));
+        }
+        self.ip_version.push(i64::from(ip_version));
+        let sides = [&connection.sides[client], &connection.sides[server]];
+        self.start_us.push(
+            sides
+                .iter()
+                .filter_map(|s| s.first_us)
+                .min()
+                .unwrap_or(i64::MAX),
+        );
+        self.end_us.push(
+            sides
+                .iter()
+                .filter(|s| s.packets > 0)
+                .map(|s| s.last_us)
+                .max()
+                .unwrap_or(i64::MIN),
+        );
+        for (direction, side) in sides.iter().enumerate() {
+            self.packets[direction].push(side.packets);
+            self.payload_bytes[direction].push(side.payload_bytes);
+        }
+        self.client_guessed.push(row.client_guessed);
+        for (index, options) in [row.syn, row.syn_ack].iter().enumerate() {
+            self.frame[index].push(options.frame);
+            self.mss[index].push(options.mss);
+            self.window_scale[index].push(options.window_scale);
+            self.sack_permitted[index].push(options.sack_permitted);
+            self.timestamps_each[index].push(options.timestamps);
+        }
+        self.handshake.push(row.handshake);
+        self.timestamps.push(row.timestamps);
+        self.window_scaling.push(row.window_scaling);
+        self.mss_estimated.push(row.mss_estimated);
+        self.effective_mss.push(row.effective_mss);
+        self.frame_payload_limit_bytes
+            .push(row.frame_payload_limit_bytes);
+        self.rtt_client_side_us
+            .push(row.rtt_client_side_us.unwrap_or(-1));
+        self.rtt_server_side_us
+            .push(row.rtt_server_side_us.unwrap_or(-1));
+        self.rtt_from_handshake.push(row.rtt_from_handshake);
+        self.vantage.push(row.vantage);
+    }
+
+    fn into_python(self, py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
+        let table = PyDict::new(py);
+        table.set_item("stream", self.stream.into_pyarray(py))?;
+        table.set_item("first_frame", self.first_frame.into_pyarray(py))?;
+        for (side, words) in [("client", self.client_words), ("server", self.server_words)] {
+            for (index, column) in words.into_iter().enumerate() {
+                table.set_item(format!("{side}_word_{index}"), column.into_pyarray(py))?;
+            }
+        }
+        table.set_item("client_port", self.client_port.into_pyarray(py))?;
+        table.set_item("server_port", self.server_port.into_pyarray(py))?;
+        table.set_item("ip_version", self.ip_version.into_pyarray(py))?;
+        table.set_item("start_us", self.start_us.into_pyarray(py))?;
+        table.set_item("end_us", self.end_us.into_pyarray(py))?;
+        let [to_server, to_client] = self.packets;
+        table.set_item("packets_client_to_server", to_server.into_pyarray(py))?;
+        table.set_item("packets_server_to_client", to_client.into_pyarray(py))?;
+        let [to_server, to_client] = self.payload_bytes;
+        table.set_item("bytes_client_to_server", to_server.into_pyarray(py))?;
+        table.set_item("bytes_server_to_client", to_client.into_pyarray(py))?;
+        table.set_item("client_guessed", self.client_guessed.into_pyarray(py))?;
+        let [syn_frame, syn_ack_frame] = self.frame;
+        table.set_item("syn_frame", syn_frame.into_pyarray(py))?;
+        table.set_item("syn_ack_frame", syn_ack_frame.into_pyarray(py))?;
+        let sides = ["client", "server"];
+        for (side, column) in sides.iter().zip(self.mss) {
+            table.set_item(format!("mss_{side}"), column.into_pyarray(py))?;
+        }
+        for (side, column) in sides.iter().zip(self.window_scale) {
+            table.set_item(format!("window_scale_{side}"), column.into_pyarray(py))?;
+        }
+        for (side, column) in sides.iter().zip(self.sack_permitted) {
+            table.set_item(format!("sack_permitted_{side}"), column.into_pyarray(py))?;
+        }
+        for (side, column) in sides.iter().zip(self.timestamps_each) {
+            table.set_item(format!("timestamps_{side}"), column.into_pyarray(py))?;
+        }
+        table.set_item("handshake", self.handshake.into_pyarray(py))?;
+        table.set_item("timestamps", self.timestamps.into_pyarray(py))?;
+        table.set_item("window_scaling", self.window_scaling.into_pyarray(py))?;
+        table.set_item("mss_estimated", self.mss_estimated.into_pyarray(py))?;
+        table.set_item("effective_mss", self.effective_mss.into_pyarray(py))?;
+        table.set_item(
+            "frame_payload_limit_bytes",
+            self.frame_payload_limit_bytes.into_pyarray(py),
+        )?;
+        table.set_item(
+            "rtt_client_side_us",
+            self.rtt_client_side_us.into_pyarray(py),
+        )?;
+        table.set_item(
+            "rtt_server_side_us",
+            self.rtt_server_side_us.into_pyarray(py),
+        )?;
+        table.set_item(
+            "rtt_from_handshake",
+            self.rtt_from_handshake.into_pyarray(py),
+        )?;
+        table.set_item("vantage", self.vantage)?;
+        Ok(table)
+    }
+}

@@ -1,0 +1,130 @@
+"""The flow tables made by the compiled core in one pass over the file (`_core.flow_tables`),
+framed as `build_flows` frames them: the same columns, dtypes and values, so everything above
+the flows reads them unchanged. The core reads, filters, decodes and numbers; this module only
+names the skips, formats the addresses and builds the frames (a row per connection)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from nagledetect import _core
+from nagledetect.errors import InputError
+from nagledetect.flows.build import PACKET_COLUMNS, FlowTables, connection_endpoints
+from nagledetect.flows.roles import ROLES
+from nagledetect.read import skips
+from nagledetect.read.capture import Accounting
+from nagledetect.read.libpcap import CaptureReader
+
+HANDSHAKE_COLUMNS = (
+    "syn_frame", "syn_ack_frame", "mss_client", "window_scale_client", "sack_permitted_client",
+    "timestamps_client", "mss_server", "window_scale_server", "sack_permitted_server",
+    "timestamps_server", "handshake", "timestamps", "window_scaling", "mss_estimated",
+    "effective_mss", "frame_payload_limit_bytes")
+"""The connection table's handshake columns, in `handshake.handshake_columns` order."""
+TOTAL_COLUMNS = ("packets_client_to_server", "bytes_client_to_server",
+                 "packets_server_to_client", "bytes_server_to_client")
+
+
+def compiled_flows(path: str, bpf_filter: str | None = None) -> tuple[FlowTables, Accounting]:
+    """Read `path` with the compiled core and return its flow tables and accounting; a file
+    that is not a capture, or a filter that does not compile, raises `InputError`."""
+    try:
+        made = _core.flow_tables(path, bpf_filter)
+    except (_core.CaptureError, _core.FilterError) as error:
+        raise InputError(str(error)) from None
+    accounting = Accounting(path=path, linktype=_linktype(path, made["linktype"]),
+                            packets_read=made["packets_read"],
+                            warnings=list(made["warnings"]))
+    for code, count in made["skipped"].items():
+        accounting.add_skipped({skips.reason_text(code): count})
+    accounting.tcp_packets = accounting.packets_read - sum(made["skipped"].values())
+    packets = made["packets"]
+    if not len(packets["frame"]):
+        return _empty_tables(), accounting
+    frame = pd.DataFrame({name: packets[name] for name in PACKET_COLUMNS}, copy=False)
+    frame["role"] = pd.Categorical.from_codes(frame["role"], categories=ROLES)
+    connections = _connection_table(made["connections"], filtered=bpf_filter is not None)
+    return FlowTables(frame, connections, pd.DataFrame(made["sack_blocks"])), accounting
+
+
+def joined_flows(captures: list[tuple[FlowTables, int]]) -> FlowTables:
+    """The flow tables of several captures as one (`batch`): each capture's tables with its
+    frames offset by the number given with it (0 in a handshake frame column stays 0: no such
+    packet) and its connections numbered on from the captures' before it, as one pass over
+    the captures one after another numbers them (a capture's `stream` ids stay its own)."""
+    packets, connections, sack_blocks = [], [], []
+    connections_before = 0
+    for flows, frame_offset in captures:
+        shifted = flows.packets.assign(
+            frame=flows.packets["frame"] + np.uint32(frame_offset),
+            connection=flows.packets["connection"] + np.int32(connections_before))
+        packets.append(shifted)
+        table = flows.connections.assign(first_frame=flows.connections["first_frame"] + frame_offset)
+        for name in ("syn_frame", "syn_ack_frame"):
+            frames = table[name].to_numpy()
+            table[name] = np.where(frames > 0, frames + np.uint32(frame_offset), frames)
+        connections.append(table)
+        sack_blocks.append(flows.sack_blocks.assign(
+            frame=flows.sack_blocks["frame"] + np.uint32(frame_offset)))
+        connections_before += len(table)
+    joined = pd.concat(connections, ignore_index=True)
+    joined["id"] = np.arange(len(joined))
+    return FlowTables(pd.concat(packets, ignore_index=True), joined,
+                      pd.concat(sack_blocks, ignore_index=True))
+
+
+def _linktype(path: str, first_packets: int | None) -> int:
+    """The capture's link type: its first packet's, or for a capture without packets its
+    header's, as libpcap reads it."""
+    if first_packets is not None:
+        return first_packets
+    try:
+        return CaptureReader(path).linktype
+    except InputError:
+        return 0
+
+
+def _connection_table(columns: dict[str, np.ndarray], filtered: bool) -> pd.DataFrame:
+    """The connection table in `build.connection_table`'s column order."""
+    count = len(columns["first_frame"])
+    words = np.stack([columns[f"{side}_word_{index}"] for side in ("client", "server")
+                      for index in range(4)]
+                     + [columns["client_port"], columns["server_port"]], axis=1)
+    pairs = np.concatenate((words[:, 0:4], words[:, 8:9], words[:, 4:8], words[:, 9:10]),
+                           axis=1).astype(np.uint32)
+    table = {"id": np.arange(count),
+             **connection_endpoints(pairs, np.ones(count, dtype=bool), columns["first_frame"])}
+    if filtered:
+        table["stream"] = columns["stream"]
+    table["start_us"] = columns["start_us"]
+    table["end_us"] = columns["end_us"]
+    table["duration_s"] = (table["end_us"] - table["start_us"]) / 1e6
+    table.update((name, columns[name]) for name in TOTAL_COLUMNS)
+    table["client_guessed"] = columns["client_guessed"]
+    table.update((name, columns[name]) for name in HANDSHAKE_COLUMNS)
+    table.update(_round_trips(columns))
+    return pd.DataFrame(table)
+
+
+def _round_trips(columns: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The vantage columns (`vantage.vantage_table`) from the core's round trips in µs."""
+    client_side = columns["rtt_client_side_us"]
+    server_side = columns["rtt_server_side_us"]
+    known = (client_side >= 0) & (server_side >= 0)
+    total = np.where(known, client_side + server_side, -1)
+    return {
+        "rtt_client_side_ms": np.where(client_side >= 0, client_side / 1000, np.nan),
+        "rtt_server_side_ms": np.where(server_side >= 0, server_side / 1000, np.nan),
+        "rtt_ms": np.where(known, total / 1000, np.nan),
+        "rtt_source": np.where(columns["rtt_from_handshake"], "handshake",
+                               np.where(known, "ack-lag", "none")),
+        "vantage": np.array(columns["vantage"], dtype=object),
+    }
+
+
+def _empty_tables() -> FlowTables:
+    packets = pd.DataFrame({name: np.zeros(0, dtype=np.int64) for name in PACKET_COLUMNS})
+    return FlowTables(packets, pd.DataFrame({"id": np.zeros(0, dtype=np.int64)}),
+                      pd.DataFrame({name: np.zeros(0, dtype=np.uint32)
+                                    for name in ("frame", "left_raw", "right_raw")}))
