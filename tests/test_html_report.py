@@ -33,7 +33,7 @@ def test_report_is_self_contained_and_escapes_capture_paths(tmp_path) -> None:
     assert "&lt;img src=x onerror=alert(1)&gt;" in text
     assert "<script src" not in text and "<link" not in text  # plotly.js is inline; the
     # browser test below checks that no request leaves the file
-    assert text.count("Plotly.newPlot") >= 4
+    assert text.count("<script type='application/json' class='chart'") >= 4
 
 
 @pytest.mark.skipif(not CHROMIUM, reason="Debian's chromium is not installed")
