@@ -169,7 +169,9 @@ def _times(finding: dict[str, Any]) -> str:
     """The median delayed-ACK hold and the sender's reaction, where the detector measured them."""
     details = finding.get("details", {})
     parts = []
-    if details.get("median_ack_delay_ms") is not None:
+    # A hold of one round trip waits for an ordinary ACK: there is no receiver's hold to show.
+    if (details.get("median_ack_delay_ms") is not None
+            and finding["kind"] != kinds.NAGLE_RTT_HOLD):
         parts.append(f"the receiver held its ACK <b>{details['median_ack_delay_ms']:.1f} ms"
                      "</b> (median)")
     if details.get("median_reaction_ms") is not None:
@@ -195,8 +197,7 @@ def _evidence(finding: dict[str, Any]) -> str:
             lines.append(f"frame {event['last_data_frame']} last data &rarr; frame "
                          f"{event['released_frame']} next data: gap {stall}")
             continue
-        hold = (f" (+{event['ack_delay_ms']:.1f} ms hold)"
-                if event.get("ack_delay_ms") is not None else "")
+        hold = _ack_note(finding["kind"], event)
         reaction = (f" (+{_reaction(event['reaction_ms'])})"
                     if event.get("reaction_ms") is not None else "")
         lines.append(f"frame {event['last_data_frame']} last data &rarr; frame "
@@ -206,6 +207,18 @@ def _evidence(finding: dict[str, Any]) -> str:
     tail = f"<li>&hellip; and {more} more (all in the JSON output)</li>" if more > 0 else ""
     listed = "".join(f"<li>{line}</li>" for line in lines)
     return f"<p><b>Evidence:</b></p><ul class='evidence'>{listed}{tail}</ul>"
+
+
+def _ack_note(kind: str, event: dict[str, Any]) -> str:
+    """The delayed ACK's hold; for a hold of one round trip, the ordinary ACK's gap after the
+    last data."""
+    if kind == kinds.NAGLE_RTT_HOLD:
+        if event.get("reaction_ms") is None:
+            return ""
+        return f" (+{event['stall_s'] * 1000 - event['reaction_ms']:.1f} ms, not delayed)"
+    if event.get("ack_delay_ms") is None:
+        return ""
+    return f" (+{event['ack_delay_ms']:.1f} ms hold)"
 
 
 def _fixes(finding: dict[str, Any], document: dict[str, Any]) -> str:

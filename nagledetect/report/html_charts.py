@@ -31,6 +31,7 @@ from nagledetect.chart_data import (
 )
 from nagledetect.detectors.model import HostProfile
 from nagledetect.report.document import connection_position
+from nagledetect.report.headline import plural
 from nagledetect.report.text import in_capture
 from nagledetect.stored import take
 
@@ -129,15 +130,17 @@ def _time_sequence(document: dict[str, Any], capture: int, sequence: TimeSequenc
             text=[f"frame {frame}" for frame in data.frame.tolist()]))
         if acks.total:
             figure.add_trace(go.Scatter(
-                x=acks.time_s, y=acks.value, mode="lines", line={"shape": "hv", "width": 1.5,
-                                                                 "color": ACK_GREEN},
+                x=acks.time_s, y=acks.value, mode="lines",
+                line={"shape": "hv", "width": 1.5, "color": ACK_GREEN if direction == 0
+                      else "#ff7f0e", "dash": "solid" if direction == 0 else "dash"},
                 name=f"ACKed of {names[direction]}", opacity=0.7))
     _stall_bands(figure, sequence, max(top, 1), notes, shown)
     figure.update_xaxes(title="seconds since the connection's first packet")
     figure.update_yaxes(title="relative sequence number (end of segment)", rangemode="tozero")
     lost_ms = sequence.stall_lost_s * 1000
     return _chart(figure, f"Connection {shown}{in_capture(document, {'capture': capture})}: "
-                          f"{sequence.released.total} Nagle stalls, {lost_ms:,.0f} ms lost "
+                          f"{plural(sequence.released.total, 'Nagle stall')}, "
+                          f"{lost_ms:,.0f} ms lost "
                           "(red bands: data held until a delayed ACK)")
 
 
