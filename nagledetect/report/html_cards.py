@@ -89,11 +89,16 @@ def time_by_cause(document: dict[str, Any]) -> str:
         for name, seconds, colour in totals if seconds > 0)
     legend = "".join(
         f"<span class='key'><i style='background:{colour}'></i>{_e(name)} "
-        f"<b>{_e(duration_text(seconds))}</b> ({100 * seconds / whole:.0f}%)</span>"
+        f"<b>{_e(duration_text(seconds))}</b> ({_percent(seconds / whole)})</span>"
         for name, seconds, colour in totals if seconds > 0)
     return ("<h2>Time by cause</h2><div class='causes'>" + segments + "</div>"
             f"<p class='legend'>{legend}</p><p class='note'>Summed over every connection's "
             "findings; idle time is time nobody waited for, not time lost.</p>")
+
+
+def _percent(fraction: float) -> str:
+    """A share, to a tenth of a per cent below 10 % (a cause of 0.2 % is not "0 %")."""
+    return f"{100 * fraction:.1f}%" if fraction < 0.1 else f"{100 * fraction:.0f}%"
 
 
 def language_picker() -> str:

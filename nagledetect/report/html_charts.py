@@ -8,6 +8,7 @@ trace back. A chart with nothing to draw is not drawn: the page says why instead
 
 from __future__ import annotations
 
+import html
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -32,7 +33,6 @@ from nagledetect.chart_data import (
 from nagledetect.detectors.model import HostProfile
 from nagledetect.report.document import connection_position
 from nagledetect.report.headline import plural
-from nagledetect.report.text import in_capture
 from nagledetect.stored import take
 
 CHART_TEMPLATE = "plotly_white"
@@ -78,10 +78,19 @@ def _white_charts() -> Iterator[None]:
         pio.templates.default = default
 
 
+def _where(document: dict[str, Any], capture: int) -> str:
+    """The capture a chart is of, on a line of its own under the title (a path is long), where
+    the run has several; escaped, as plotly reads a title's tags."""
+    captures = document["captures"]
+    if len(captures) == 1:
+        return ""
+    return f"<br><sup>in {html.escape(captures[capture]['path'])}</sup>"
+
+
 def _chart(figure: go.Figure, title: str, height_px: int = CHART_HEIGHT_PX) -> Chart:
     """Legend under the plot, so the plot keeps the page's width and no label is cut off."""
     figure.update_layout(title={"text": title, "x": 0.01}, height=height_px,
-                         margin={"l": 70, "r": 30, "t": 60, "b": 60},
+                         margin={"l": 70, "r": 30, "t": 75, "b": 60},
                          legend={"orientation": "h", "yanchor": "top", "y": -0.18, "x": 0})
     return Chart(title, figure)
 
@@ -138,10 +147,10 @@ def _time_sequence(document: dict[str, Any], capture: int, sequence: TimeSequenc
     figure.update_xaxes(title="seconds since the connection's first packet")
     figure.update_yaxes(title="relative sequence number (end of segment)", rangemode="tozero")
     lost_ms = sequence.stall_lost_s * 1000
-    return _chart(figure, f"Connection {shown}{in_capture(document, {'capture': capture})}: "
+    return _chart(figure, f"Connection {shown}: "
                           f"{plural(sequence.released.total, 'Nagle stall')}, "
                           f"{lost_ms:,.0f} ms lost "
-                          "(red bands: data held until a delayed ACK)")
+                          f"(red bands: data held until a delayed ACK){_where(document, capture)}")
 
 
 def _stall_bands(figure: go.Figure, sequence: TimeSequence, top: int, notes: list[str],
@@ -271,9 +280,8 @@ def _ack_delays(document: dict[str, Any], analyses: list[Analysis], found: Chart
                              else "top right")
         figure.update_xaxes(title="delay of the ACK of a lone segment (ms)", range=[0, top_ms])
         figure.update_yaxes(title="ACKs")
-        where = in_capture(document, {"capture": capture})
-        found.charts.append(_chart(figure, f"ACK delays of {host.address}{where}: "
-                                           f"{host.stack_family}"))
+        found.charts.append(_chart(figure, f"ACK delays of {host.address}: "
+                                           f"{host.stack_family}{_where(document, capture)}"))
 
 
 def _phase_plots(document: dict[str, Any], analyses: list[Analysis], found: ChartSet) -> None:
@@ -290,10 +298,9 @@ def _phase_plots(document: dict[str, Any], analyses: list[Analysis], found: Char
         counts, edges = np.histogram(degrees, bins=36, range=(0, 360))
         figure = go.Figure(go.Barpolar(r=counts, theta=(edges[:-1] + 5), width=10,
                                        name="delayed ACKs", marker_color=STALL_RED))
-        where = in_capture(document, {"capture": capture})
-        found.charts.append(_chart(figure, f"LOCKED: delayed ACKs of {host.address}{where} on a "
+        found.charts.append(_chart(figure, f"LOCKED: delayed ACKs of {host.address} on a "
                                            f"{lock['period_ms']:.0f} ms clock tick "
-                                           f"(p={lock['p_value']:.2g})"))
+                                           f"(p={lock['p_value']:.2g}){_where(document, capture)}"))
 
 
 def _packet_sizes(analyses: list[Analysis], found: ChartSet) -> None:
