@@ -26,6 +26,8 @@ WORST_CONNECTIONS = 3
 """Connections whose time-sequence graph is drawn: those that lost the most time to stalls."""
 MAX_HOST_CHARTS = 6
 """Hosts whose ACK delays (and phase, when tested) are drawn: those with the most samples."""
+CLIENT_TO_SERVER = 0
+"""A message's direction from the connection's client."""
 BINS_PER_DECADE = 100
 LOG_EDGES_MS = 10.0 ** (np.arange(-3 * BINS_PER_DECADE, 7 * BINS_PER_DECADE + 1)
                         / BINS_PER_DECADE)
@@ -155,20 +157,22 @@ class TimeSequence:
 
 @dataclass(eq=False)
 class HostCharts:
-    """The busiest hosts' profiles with their samples, and how many hosts there were to pick
-    from."""
+    """The busiest hosts' profiles with their samples (for the phase plot, those whose delayed
+    ACKs are locked to a clock tick: a plot of an unlocked host invites a wrong reading), and
+    how many hosts there were to pick from."""
 
     delays: list[HostProfile] = field(default_factory=list)
     phase: list[HostProfile] = field(default_factory=list)
     hosts_with_delays: int = 0
     hosts_with_phase_tests: int = 0
+    hosts_locked: int = 0
 
 
 @dataclass(eq=False)
 class ChartData:
     """Everything the HTML charts of one capture draw."""
 
-    response_ms: LogHistogram = field(default_factory=LogHistogram)
+    exchange_ms: LogHistogram = field(default_factory=LogHistogram)
     stall_ms: LogHistogram = field(default_factory=LogHistogram)
     payload_bytes: SizeCounts = field(default_factory=SizeCounts)
     worst: list[TimeSequence] = field(default_factory=list)
@@ -177,7 +181,7 @@ class ChartData:
     def add_counts(self, other: ChartData) -> None:
         """Another part's counts added to these. Its worst connections are the caller's to
         weigh (`worst_first`): only the caller knows which part each came from."""
-        self.response_ms += other.response_ms
+        self.exchange_ms += other.exchange_ms
         self.stall_ms += other.stall_ms
         self.payload_bytes += other.payload_bytes
 
@@ -189,9 +193,10 @@ def worst_first(sequences: list[TimeSequence]) -> list[TimeSequence]:
     return ordered[:WORST_CONNECTIONS]
 
 
-def response_gaps_ms(messages: pd.DataFrame) -> np.ndarray:
-    """From the end of each message to the start of the answer: the next message of the same
-    connection, sent the other way."""
+def exchange_times_ms(messages: pd.DataFrame) -> np.ndarray:
+    """Each exchange's time, from the first byte of a client's message to the last byte of the
+    server's answer (the next message of the same connection, sent the other way): what the
+    client waited, a Nagle hold in the request or the answer included."""
     if messages.empty:
         return np.zeros(0)
     order = key_order(messages["connection"].to_numpy(), messages["first_frame"].to_numpy())
@@ -201,9 +206,10 @@ def response_gaps_ms(messages: pd.DataFrame) -> np.ndarray:
         return values if order is None else values[order]
 
     connection, direction = column("connection"), column("direction")
-    answer = (connection[1:] == connection[:-1]) & (direction[1:] != direction[:-1])
-    gap_us = column("start_us")[1:] - column("end_us")[:-1]
-    return gap_us[answer] / 1000
+    answered = ((connection[1:] == connection[:-1]) & (direction[:-1] == CLIENT_TO_SERVER)
+                & (direction[1:] != CLIENT_TO_SERVER))
+    exchange_us = column("end_us")[1:] - column("start_us")[:-1]
+    return exchange_us[answered] / 1000
 
 
 def connection_charts(packets: pd.DataFrame, connections: pd.DataFrame,
@@ -212,7 +218,7 @@ def connection_charts(packets: pd.DataFrame, connections: pd.DataFrame,
     stalls = [finding for finding in findings if finding.kind == nagle_stall.KIND]
     stall_s = np.concatenate([np.zeros(0)] + [finding.events.stall_s for finding in stalls])
     payload = packets["payload_bytes"].to_numpy() if len(packets) else np.zeros(0, np.int64)
-    return ChartData(LogHistogram.of(response_gaps_ms(message_table)),
+    return ChartData(LogHistogram.of(exchange_times_ms(message_table)),
                      LogHistogram.of(1000 * stall_s), SizeCounts.of(payload[payload > 0]),
                      _worst_connections(packets, connections, stalls))
 
@@ -348,7 +354,7 @@ class ChartsBySlice:
 
     def charts(self, message_table: pd.DataFrame) -> ChartData:
         stall_s = np.concatenate([np.zeros(0)] + [f.events.stall_s for f in self._stalls])
-        return ChartData(LogHistogram.of(response_gaps_ms(message_table)),
+        return ChartData(LogHistogram.of(exchange_times_ms(message_table)),
                          LogHistogram.of(1000 * stall_s), SizeCounts.total_of(self._payloads),
                          [self._time_sequence(*worst) for worst in self._worst])
 
@@ -386,16 +392,17 @@ def busiest_hosts(hosts: Mapping[str, HostProfile],
                   with_samples: Callable[[list[HostProfile]], list[HostProfile]] = list
                   ) -> HostCharts:
     """The MAX_HOST_CHARTS hosts with the most delayed-ACK samples, and as many of those whose
-    phase was tested; ties in address order. `with_samples` fills in the per-sample arrays of
+    phase is locked; ties in address order. `with_samples` fills in the per-sample arrays of
     the chosen profiles where the profiles were stored without them."""
     profiles = sorted(hosts.values(), key=lambda h: (-h.delack_samples, h.address))
     delays = [h for h in profiles if h.delack_samples > 0]
-    phase = [h for h in profiles if h.phase_lock]
+    tested = [h for h in profiles if h.phase_lock]
+    phase = [h for h in tested if h.phase_lock["locked"]]
     chosen = with_samples(_unique(delays[:MAX_HOST_CHARTS] + phase[:MAX_HOST_CHARTS]))
     by_address = {h.address: _in_value_order(h) for h in chosen}
     return HostCharts([by_address[h.address] for h in delays[:MAX_HOST_CHARTS]],
                       [by_address[h.address] for h in phase[:MAX_HOST_CHARTS]],
-                      len(delays), len(phase))
+                      len(delays), len(tested), len(phase))
 
 
 def _in_value_order(profile: HostProfile) -> HostProfile:

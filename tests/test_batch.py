@@ -102,7 +102,7 @@ def test_a_filter_applies_to_each_capture_of_a_batch() -> None:
 
 def _drawn(charts) -> bytes:
     """What the HTML report draws, pickled field by field (`ChartData` has no equality)."""
-    return pickle.dumps((vars(charts.response_ms), vars(charts.stall_ms),
+    return pickle.dumps((vars(charts.exchange_ms), vars(charts.stall_ms),
                          vars(charts.payload_bytes), charts.worst, vars(charts.hosts)))
 
 

@@ -160,7 +160,7 @@ def test_parts_read_as_slices_give_the_whole_document(name: str, monkeypatch) ->
 
 
 def _assert_same_charts(found: ChartData, expected: ChartData) -> None:
-    for name in ("response_ms", "stall_ms", "payload_bytes"):
+    for name in ("exchange_ms", "stall_ms", "payload_bytes"):
         assert getattr(found, name) == getattr(expected, name), name
     assert [sequence.connection for sequence in found.worst] == [
         sequence.connection for sequence in expected.worst]

@@ -26,6 +26,7 @@ from nagledetect.detectors.model import Finding, HostValues, StallEvents
 from nagledetect.events.endpoints import endpoint
 from nagledetect.read.decode import LINKTYPE_NAMES
 from nagledetect.read.inputs import NotAnalysed
+from nagledetect.report.display_filter import display_filter
 from nagledetect.report.evidence_text import EVENTS_CLOSE, evidence_texts
 from nagledetect.report.headline import LARGEST_DELAYS_SHOWN, headline_entry, plural
 from nagledetect.report.turns import write_in_turns
@@ -518,6 +519,7 @@ def _finding_entry(finding: Finding, capture_index: int, connection: int) -> dic
         "share": round(finding.share, 6),
         "confidence": {"level": finding.confidence, "reasons": finding.confidence_reasons},
         "summary": finding.summary,
+        "display_filter": display_filter(connection, finding.events),
         "events": finding.events,
         "advice": finding.advice,
         "details": finding.details,

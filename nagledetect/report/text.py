@@ -22,7 +22,7 @@ from nagledetect.report.document import (
     kinds_and_times,
     nagle_family,
 )
-from nagledetect.report.headline import duration_text, is_upper_bound, plural
+from nagledetect.report.headline import duration_text, frames_of, is_upper_bound, plural
 from nagledetect.stored import take
 
 KIND_TITLES = {
@@ -41,6 +41,8 @@ KIND_TITLES = {
     kinds.STOP_AND_WAIT: "Stop-and-wait exchanges",
 }
 EVIDENCE_SHOWN = 3
+FILTER_SHOWN_CHARS = 100
+"""A display filter longer than this is shown as the span of its frames."""
 PARITY_ROWS_SHOWN = 20
 FINDINGS_SHOWN = 10
 """Findings listed one by one unless --verbose: with their evidence and fix, a screen or two."""
@@ -280,6 +282,7 @@ def _finding_lines(rank: int, finding: dict[str, Any], document: dict[str, Any],
     if finding["confidence"]["reasons"]:
         lines.append(f"     Why we think so: {'; '.join(finding['confidence']['reasons'])}.")
     lines += _evidence(finding, verbose)
+    lines.append(_display_filter_line(finding))
     for key in finding["advice"][:1]:
         advice = document["advice"][key]
         who = {"sender": f"the sender {finding['sender']}",
@@ -296,6 +299,17 @@ def _finding_lines(rank: int, finding: dict[str, Any], document: dict[str, Any],
         lines.append(f"     Other fixes: {others} (--fixes shows each with its code).")
     lines += [f"     Warning: {warning}" for warning in finding.get("details", {}).get("warnings", [])]
     return lines
+
+
+def _display_filter_line(finding: dict[str, Any]) -> str:
+    """The finding's Wireshark filter; one too long for a line as the span of its frames (the
+    document and the HTML report carry the exact one)."""
+    shown = finding["display_filter"]
+    frames = frames_of(finding)
+    if len(shown) <= FILTER_SHOWN_CHARS or frames is None:
+        return f"     Wireshark: {shown}"
+    return (f"     Wireshark: tcp.stream eq {finding['connection']} && frame.number in "
+            f"{{{frames[0]}..{frames[1]}}} (the span; --format json lists the exact frames)")
 
 
 def _cost(finding: dict[str, Any]) -> str:
