@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import struct
 import subprocess
 import sys
@@ -17,6 +18,9 @@ from pathlib import Path
 
 import pytest
 
+from nagledetect.analysis import analyze_capture
+from nagledetect.report.annotate import FrameComments, connection_frames, write_annotated
+from nagledetect.report.document import build_document
 from tests import pcapng_builder as ng
 from tests.conftest import SAMPLE_TRACES, corpus_file, require_tool
 
@@ -289,6 +293,24 @@ def test_only_the_connections_with_findings(relative, tmp_path) -> None:
 def _frames_named(text: str) -> list[str]:
     words = text.replace(";", " ").replace(":", " ").split()
     return [words[index + 1] for index, word in enumerate(words[:-1]) if word == "frame"]
+
+
+@pytest.mark.parametrize("only_findings", [False, True])
+def test_a_capture_in_parts_is_annotated_as_whole(only_findings, tmp_path) -> None:
+    """The Kerberos capture analysed in 8 parts (its packet table then read part by part from
+    disk) gives the same annotated file, byte for byte, as analysed whole."""
+    capture = str(corpus_file("zeek/krb__kerberos_tso.pcapng"))
+    written = []
+    for part_bytes in (None, os.path.getsize(capture) // 8 + 1):
+        analysis = (analyze_capture(capture, keep_tables=True) if part_bytes is None
+                    else analyze_capture(capture, keep_tables=True, part_bytes=part_bytes))
+        assert (analysis.part_tables is None) == (part_bytes is None)
+        comments = FrameComments(build_document([analysis])["findings"])
+        kept = connection_frames(analysis, comments.connections) if only_findings else None
+        out = tmp_path / f"{part_bytes}.pcapng"
+        write_annotated(capture, out, comments, kept)
+        written.append(out.read_bytes())
+    assert written[0] == written[1]
 
 
 def test_report_writes_the_same_annotation(tmp_path) -> None:

@@ -31,6 +31,7 @@ import numpy as np
 from nagledetect import __version__
 from nagledetect.analysis import Analysis
 from nagledetect.detectors import kinds
+from nagledetect.detectors.model import StallEvents
 from nagledetect.errors import InputError
 from nagledetect.read.compressed import DecompressedCopy, file_compression
 from nagledetect.read.pcapng import (
@@ -116,31 +117,26 @@ class FrameComments:
         self._findings: list[_FindingEvidence] = []
         self.connections: set[int] = set()
         """Every connection with a finding (with evidence or not), as the document shows it."""
-        frames: list[np.ndarray] = []
-        owners: list[np.ndarray] = []
-        events: list[np.ndarray] = []
-        roles: list[np.ndarray] = []
-        for finding in findings:
-            self.connections.add(finding["connection"])
-            rows = finding["events"]
-            if not len(rows):
-                continue
-            owner = len(self._findings)
-            self._findings.append(_FindingEvidence(finding["kind"], finding["connection"], rows))
-            for role, role_frames in _role_frames(rows):
-                picked = np.flatnonzero(role_frames > 0)
-                frames.append(role_frames[picked])
-                owners.append(np.full(len(picked), owner, dtype=np.int64))
-                events.append(picked)
-                roles.append(np.full(len(picked), role, dtype=np.int8))
-        self._frame, self._owner, self._event, self._role = (
-            np.concatenate(columns) if columns else np.zeros(0, dtype=np.int64)
-            for columns in (frames, owners, events, roles))
-        order = np.lexsort((self._role, self._event, self._owner, self._frame))
-        self._frame, self._owner, self._event, self._role = (
-            self._frame[order], self._owner[order], self._event[order], self._role[order])
+        pieces = [piece for finding in findings for piece in self._evidence_of(finding)]
+        columns = ([np.concatenate(column) for column in zip(*pieces)] if pieces
+                   else [np.zeros(0, dtype=np.int64)] * 4)
+        order = np.lexsort(columns[::-1])
+        self._frame, self._owner, self._event, self._role = (column[order] for column in columns)
         self.frames = np.unique(self._frame)
         """Every evidence frame, ascending."""
+
+    def _evidence_of(self, finding: dict[str, Any]) -> Iterator[tuple[np.ndarray, ...]]:
+        """The finding's evidence as columns, a role at a time: frame, finding, stall, role."""
+        self.connections.add(finding["connection"])
+        rows = finding["events"]
+        if not len(rows):
+            return
+        owner = len(self._findings)
+        self._findings.append(_FindingEvidence(finding["kind"], finding["connection"], rows))
+        for role, role_frames in _role_frames(rows):
+            stalls = np.flatnonzero(role_frames > 0)
+            yield (role_frames[stalls], np.full(len(stalls), owner, dtype=np.int64), stalls,
+                   np.full(len(stalls), role, dtype=np.int64))
 
     def __len__(self) -> int:
         """How many comments there are, over all frames."""
@@ -163,7 +159,7 @@ class FrameComments:
 def _role_frames(rows: Sequence[dict[str, Any]]) -> Iterator[tuple[int, np.ndarray]]:
     """Each role's frame in every stall of a finding (0 where a stall has no frame in that
     role): a gap's wait ended by the next data itself has two roles, a stall's three."""
-    if hasattr(rows, "last_data_frame"):
+    if isinstance(rows, StallEvents):
         last, ack, released = (np.asarray(column, dtype=np.int64) for column in (
             rows.last_data_frame, rows.ack_frame, rows.released_frame))
     else:
@@ -330,8 +326,11 @@ def write_annotated(capture: str, out_path: Path, comments: FrameComments,
 
 
 def _say_missing(output: _Output, comments: FrameComments) -> None:
-    """Warnings for evidence frames that got no comment: past the end of what was read, or in
-    blocks that hold none."""
+    """Warnings for what is missing: every frame (only the connections with findings kept, and
+    none has one), or an evidence frame's comment (past the end of what was read, or in a
+    block that holds none)."""
+    if output.frames_read and not output.done.frames:
+        output.done.warnings.append("no connection has a finding: it holds no frame")
     beyond = int(np.count_nonzero(comments.frames > output.frames_read))
     if beyond:
         output.done.warnings.append(f"{beyond} evidence frames lie past the last frame read; "
@@ -367,7 +366,6 @@ def _copy_pcapng(view: memoryview, output: _Output) -> None:
     size = len(view)
     position = copied_from = 0
     order = OUTPUT_BYTE_ORDER
-    frame = 0
 
     def flush(upto: int) -> None:
         output.stream.write(view[copied_from:upto])
@@ -384,28 +382,41 @@ def _copy_pcapng(view: memoryview, output: _Output) -> None:
             output.done.warnings.append(f"damaged or cut block at byte {position}: the capture "
                                         "was written up to it")
             break
-        block = view[position:position + length]
-        replaced: bytes | None = None
-        if block_type == SECTION_HEADER:
-            replaced = _unlimited_section(block, order)
-        elif block_type in (ENHANCED_PACKET, OBSOLETE_PACKET, SIMPLE_PACKET):
-            frame += 1
-            if not output.keeps(frame):
-                replaced = b""
-            elif comments := output.comments_of(frame):
-                if block_type == SIMPLE_PACKET:
-                    output.uncommented.append(frame)
-                else:
-                    replaced = _commented_packet_block(block, comments, order)
-            if replaced != b"":
-                output.done.frames += 1
+        replaced = _replacement(view[position:position + length], block_type, order, output)
         if replaced is not None:
             flush(position)
             output.stream.write(replaced)
             copied_from = position + length
         position += length
+    else:
+        if position < size:
+            output.done.warnings.append(f"the {size - position} bytes after the last whole "
+                                        "block were left out")
     flush(position)
-    output.frames_read = frame
+
+
+def _replacement(block: memoryview, block_type: int, order: str, output: _Output
+                 ) -> bytes | None:
+    """What a block is written as: None for the block as it lies, empty for a packet not kept,
+    or the block rebuilt (a packet block with its comments, a section header that no longer
+    states a length it would get wrong). Packet blocks are counted as frames, as Wireshark
+    numbers them."""
+    if block_type == SECTION_HEADER:
+        return _unlimited_section(block, order)
+    if block_type not in (ENHANCED_PACKET, OBSOLETE_PACKET, SIMPLE_PACKET):
+        return None
+    output.frames_read += 1
+    frame = output.frames_read
+    if not output.keeps(frame):
+        return b""
+    output.done.frames += 1
+    comments = output.comments_of(frame)
+    if not comments:
+        return None
+    if block_type == SIMPLE_PACKET:
+        output.uncommented.append(frame)
+        return None
+    return _commented_packet_block(block, comments, order)
 
 
 def _unlimited_section(block: memoryview, order: str) -> bytes | None:
