@@ -73,8 +73,9 @@ CAPTURES_ARGUMENT = click.argument("captures", nargs=-1, type=click.Path())
 ANNOTATE_OPTION = click.option(
     "--annotate", "annotate_path", type=click.Path(path_type=Path), metavar="OUT.pcapng",
     help="Also write the capture as pcapng with a packet comment on every evidence frame, one "
-         "per finding and role (e.g. 'nagle-delack-stall 3/39 on connection 0: held segment, "
-         "released by the delayed ACK in frame 41 (+41.0 ms hold) ...'): in Wireshark or "
+         "per finding and role (e.g. 'nagle-delack-stall 1/39 on connection 0: held segment, "
+         "released 22 us after the delayed ACK in frame 41 (+41.0 ms hold); ...'): in "
+         "Wireshark or "
          "tshark, frame.comment contains \"nagle\" finds them. Frames, timestamps, link types "
          "and interfaces are kept as they are: frame N is the capture's frame N. One capture "
          "only.")
@@ -460,6 +461,8 @@ def _check_annotate(path: Path | None, only_findings: bool, found: CaptureList) 
               "annotate them one at a time")
     if path.is_dir():
         _fail(f"{path}: is a folder; --annotate needs a file name (OUT.pcapng)")
+    if found.paths and path.exists() and os.path.samefile(path, found.paths[0]):
+        _fail(f"{path}: is the capture itself; --annotate writes a new file")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as error:

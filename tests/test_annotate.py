@@ -337,6 +337,11 @@ def test_an_output_that_cannot_be_written(tmp_path) -> None:
                                         str(SEED003)), "cannot write the annotated capture")
     _assert_one_line_error(_nagledetect("analyze", "--annotate", str(tmp_path), str(SEED003)),
                            "is a folder")
+    own = tmp_path / "own.pcap"
+    own.write_bytes(SEED003.read_bytes())
+    _assert_one_line_error(_nagledetect("analyze", "--annotate", str(own), str(own)),
+                           "is the capture itself")
+    assert own.read_bytes() == SEED003.read_bytes()
 
 
 def test_several_captures_are_a_usage_error(tmp_path) -> None:

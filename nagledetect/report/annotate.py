@@ -77,6 +77,11 @@ PCAP_FCS_WORDS_SHIFT = 28
 """A pcap header's link type field: the link type in its low 16 bits, and, when bit 26 is set,
 the frame check sequence's length in 16-bit words in its top 4 bits."""
 OUTPUT_BYTE_ORDER = "<"
+ENHANCED_PACKET_HEAD = struct.Struct(OUTPUT_BYTE_ORDER + "7I")
+"""An enhanced packet block's type, length, interface, timestamp (high, low word), captured
+and wire lengths."""
+BLOCK_TAIL = struct.Struct(OUTPUT_BYTE_ORDER + "I")
+OPTIONS_END = struct.pack(OUTPUT_BYTE_ORDER + "HH", OPTION_END, 0)
 WRITE_BUFFER_BYTES = 1 << 20
 NAGLE_HOLDS = (kinds.NAGLE_DELACK_STALL, kinds.STREAM_COALESCING)
 """Kinds whose evidence is a segment held until a delayed ACK released it."""
@@ -457,16 +462,28 @@ def _copy_pcap(view: memoryview, output: _Output) -> None:
         position = data_at + captured
         if not output.keeps(frame):
             continue
-        ticks = seconds * ticks_per_s + fraction
-        comments = output.comments_of(frame)
-        options = (_comment_options(comments, OUTPUT_BYTE_ORDER)
-                   + struct.pack(OUTPUT_BYTE_ORDER + "HH", OPTION_END, 0) if comments else b"")
-        body = (struct.pack(OUTPUT_BYTE_ORDER + "IIIII", 0, ticks >> 32, ticks & 0xFFFFFFFF,
-                            captured, wire)
-                + _padded(view[data_at:position]) + options)
-        output.stream.write(_block(ENHANCED_PACKET, body, OUTPUT_BYTE_ORDER))
+        _write_enhanced_packet(output, seconds * ticks_per_s + fraction, wire,
+                               view[data_at:position], output.comments_of(frame))
         output.done.frames += 1
+    else:
+        if position < size:
+            output.done.warnings.append(f"the record header after frame {frame} is cut "
+                                        "short: the capture was written up to it")
     output.frames_read = frame
+
+
+def _write_enhanced_packet(output: _Output, ticks: int, wire_bytes: int, data: memoryview,
+                           comments: list[str]) -> None:
+    """An enhanced packet block of interface 0, written in pieces (no copy of the packet)."""
+    options = (_comment_options(comments, OUTPUT_BYTE_ORDER) + OPTIONS_END if comments
+               else b"")
+    padding = -len(data) % 4
+    length = ENHANCED_PACKET_HEAD.size + len(data) + padding + len(options) + 4
+    write = output.stream.write
+    write(ENHANCED_PACKET_HEAD.pack(ENHANCED_PACKET, length, 0, ticks >> 32, ticks & 0xFFFFFFFF,
+                                    len(data), wire_bytes))
+    write(data)
+    write(b"\0" * padding + options + BLOCK_TAIL.pack(length))
 
 
 def _pcap_section(snaplen: int, linktype_field: int, resolution: int) -> bytes:
@@ -478,7 +495,7 @@ def _pcap_section(snaplen: int, linktype_field: int, resolution: int) -> bytes:
     section = _block(SECTION_HEADER, struct.pack(order + "IHHq", 0x1A2B3C4D, 1, 0,
                                                  UNLIMITED_SECTION)
                      + _option(OPTION_USER_APPLICATION, application, order)
-                     + struct.pack(order + "HH", OPTION_END, 0), order)
+                     + OPTIONS_END, order)
     options = b""
     if resolution != 6:
         options += _option(OPTION_TIME_RESOLUTION, bytes([resolution]), order)
@@ -486,7 +503,7 @@ def _pcap_section(snaplen: int, linktype_field: int, resolution: int) -> bytes:
         fcs_bytes = (linktype_field >> PCAP_FCS_WORDS_SHIFT) * 2
         options += _option(OPTION_FCS_LENGTH, bytes([fcs_bytes]), order)
     if options:
-        options += struct.pack(order + "HH", OPTION_END, 0)
+        options += OPTIONS_END
     interface = _block(INTERFACE_DESCRIPTION,
                        struct.pack(order + "HHI", linktype_field & PCAP_LINKTYPE_MASK, 0, snaplen)
                        + options, order)
