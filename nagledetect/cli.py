@@ -51,6 +51,7 @@ from nagledetect.read.inputs import (
     capture_list,
     listed_names,
 )
+from nagledetect.report.annotate import FrameComments, connection_frames, write_annotated
 from nagledetect.report.ci import github_annotations, junit_xml, summary_lines
 from nagledetect.report.document import SCHEMA, build_document, write_json
 from nagledetect.report.html import render_html
@@ -69,6 +70,20 @@ FILES_FROM_OPTION = click.option(
                          "as find -print0 writes them ('-': standard input): for archives too "
                          "large to name on the command line.")
 CAPTURES_ARGUMENT = click.argument("captures", nargs=-1, type=click.Path())
+ANNOTATE_OPTION = click.option(
+    "--annotate", "annotate_path", type=click.Path(path_type=Path), metavar="OUT.pcapng",
+    help="Also write the capture as pcapng with a packet comment on every evidence frame, one "
+         "per finding and role (e.g. 'nagle-delack-stall 1/39 on connection 0: held segment, "
+         "released 22 us after the delayed ACK in frame 41 (+41.0 ms hold); ...'): in "
+         "Wireshark or "
+         "tshark, frame.comment contains \"nagle\" finds them. Frames, timestamps, link types "
+         "and interfaces are kept as they are: frame N is the capture's frame N. One capture "
+         "only.")
+ANNOTATE_ONLY_FINDINGS_OPTION = click.option(
+    "--annotate-only-findings", is_flag=True,
+    help="With --annotate: write only the packets of connections that have findings; frames "
+         "are then numbered anew, and the comments still cite the capture's own frame "
+         "numbers (as the report does).")
 BYTE_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 
 
@@ -192,13 +207,16 @@ def _child_processes() -> list[int]:
               show_default=True, help="Format of --tables (parquet needs pyarrow).")
 @click.option("--html", "html_path", type=click.Path(dir_okay=False, path_type=Path),
               help="Also write the self-contained HTML report to this file.")
+@ANNOTATE_OPTION
+@ANNOTATE_ONLY_FINDINGS_OPTION
 @JOBS_OPTION
 @MEMORY_OPTION
 @DASK_OPTION
 @FILES_FROM_OPTION
 def analyze(captures: tuple[str, ...], bpf_filter: str | None, output_format: str,
             verbose: bool, all_fixes: bool, language: str | None, tables_dir: Path | None,
-            tables_format: str, html_path: Path | None, jobs: int | None, parts_memory: int,
+            tables_format: str, html_path: Path | None, annotate_path: Path | None,
+            annotate_only_findings: bool, jobs: int | None, parts_memory: int,
             dask_address: str | None, files_from: TextIO | None) -> None:
     """Analyse pcap/pcapng CAPTURES and print the diagnosis ('-': a capture on standard
     input, as for tcpdump -r -).
@@ -217,11 +235,17 @@ def analyze(captures: tuple[str, ...], bpf_filter: str | None, output_format: st
       nagledetect analyze --format json capture.pcapng > result.json
       nagledetect analyze -j 8 --html archive.html /srv/captures/
       find /srv/captures -mtime -1 -print0 | nagledetect analyze --files-from -
+      nagledetect analyze --annotate evidence.pcapng capture.pcap.gz
     """
-    run = _analyze_all(_capture_list(captures, files_from), bpf_filter, jobs, dask_address,
-                       Wanted(tables=bool(tables_dir), charts=bool(html_path)),
+    found = _capture_list(captures, files_from)
+    _check_annotate(annotate_path, annotate_only_findings, found)
+    run = _analyze_all(found, bpf_filter, jobs, dask_address,
+                       Wanted(tables=bool(tables_dir) or annotate_only_findings,
+                              charts=bool(html_path)),
                        parts_memory=parts_memory)
     document = build_document(run.analyses, run.not_analysed)
+    if annotate_path:
+        _write_annotated(document, run, found, annotate_path, annotate_only_findings)
     if tables_dir:
         _write_tables(run.analyses, tables_dir, tables_format)
     if html_path:
@@ -392,13 +416,15 @@ def _say_left_out(skipped: list[NotAnalysed]) -> None:
 @click.option("-o", "--output", "html_path", type=click.Path(dir_okay=False, path_type=Path),
               default=Path("nagledetect-report.html"), show_default=True, help="The HTML file.")
 @click.option("--filter", "bpf_filter", metavar="EXPR", help="BPF expression, as in tcpdump.")
+@ANNOTATE_OPTION
+@ANNOTATE_ONLY_FINDINGS_OPTION
 @JOBS_OPTION
 @MEMORY_OPTION
 @DASK_OPTION
 @FILES_FROM_OPTION
 def report(captures: tuple[str, ...], html_path: Path, bpf_filter: str | None,
-           jobs: int | None, parts_memory: int, dask_address: str | None,
-           files_from: TextIO | None) -> None:
+           annotate_path: Path | None, annotate_only_findings: bool, jobs: int | None,
+           parts_memory: int, dask_address: str | None, files_from: TextIO | None) -> None:
     """Write a self-contained HTML report (works offline) for ops teams.
 
     A folder stands for every capture under it.
@@ -407,11 +433,60 @@ def report(captures: tuple[str, ...], html_path: Path, bpf_filter: str | None,
     Examples:
       nagledetect report capture.pcap -o report.html
       nagledetect report traces/ -o nagle.html
+      nagledetect report capture.pcapng -o report.html --annotate evidence.pcapng
     """
-    run = _analyze_all(_capture_list(captures, files_from), bpf_filter, jobs, dask_address,
-                       Wanted(charts=True), parts_memory=parts_memory)
-    _write_html(build_document(run.analyses, run.not_analysed), run.analyses, html_path)
+    found = _capture_list(captures, files_from)
+    _check_annotate(annotate_path, annotate_only_findings, found)
+    run = _analyze_all(found, bpf_filter, jobs, dask_address,
+                       Wanted(tables=annotate_only_findings, charts=True),
+                       parts_memory=parts_memory)
+    document = build_document(run.analyses, run.not_analysed)
+    if annotate_path:
+        _write_annotated(document, run, found, annotate_path, annotate_only_findings)
+    _write_html(document, run.analyses, html_path)
     run.exit_if_failed()
+
+
+def _check_annotate(path: Path | None, only_findings: bool, found: CaptureList) -> None:
+    """Before any analysis: --annotate names a file that can be written, for one capture (a
+    file of several captures would number their frames anew, and the comments' frame numbers
+    would no longer be Wireshark's)."""
+    if path is None:
+        if only_findings:
+            _fail("--annotate-only-findings needs --annotate OUT.pcapng")
+        return
+    if len(found.paths) > 1:
+        _fail(f"--annotate writes one capture's frames, and {len(found.paths)} captures were "
+              f"named ({_first_and_others([found.shown_name(p) for p in found.paths])}); "
+              "annotate them one at a time")
+    if path.is_dir():
+        _fail(f"{path}: is a folder; --annotate needs a file name (OUT.pcapng)")
+    if found.paths and path.exists() and os.path.samefile(path, found.paths[0]):
+        _fail(f"{path}: is the capture itself; --annotate writes a new file")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        _fail(f"{path}: cannot write the annotated capture here ({error.strerror})")
+    if not os.access(path.parent, os.W_OK):
+        _fail(f"{path}: cannot write the annotated capture here (permission denied)")
+
+
+def _write_annotated(document: dict, run: _Run, found: CaptureList, path: Path,
+                     only_findings: bool) -> None:
+    """The capture with its evidence commented (`annotate`), said on stderr."""
+    comments = FrameComments(document["findings"])
+    kept = (connection_frames(run.analyses[0], comments.connections) if only_findings
+            else None)
+    try:
+        written = write_annotated(found.paths[0], path, comments, kept)
+    except InputError as error:
+        _fail(found.shown_text(str(error)))
+    except OSError as error:
+        _fail(f"{path}: cannot write the annotated capture ({error.strerror})")
+    for warning in written.warnings:
+        click.echo(f"nagledetect: warning: {path}: {warning}", err=True)
+    click.echo(f"nagledetect: wrote {path} ({written.frames} frames, {written.comments} "
+               f"comments on {written.commented_frames} evidence frames)", err=True)
 
 
 def _write_html(document: dict, analyses: list[Analysis], path: Path) -> None:
