@@ -77,7 +77,7 @@ def test_no_recipe_installs_from_a_package_index_that_does_not_have_it() -> None
     for path in USER_DOCS:
         for block in _code_blocks(path.read_text()):
             for line in block:
-                assert not re.search(r"pip install\s+nagledetect\b", line), (path.name, line)
+                assert not re.search(r"pip install\s+['\"]?nagledetect\b", line), (path.name, line)
 
 
 def test_internals_live_in_the_design_notes_not_the_readme() -> None:
