@@ -9,6 +9,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+# The documents the advice cites, by title and author (docs/user-guide.md, "Sources").
+CHESHIRE = ('Stuart Cheshire, "TCP Performance problems caused by interaction between Nagle\'s '
+            'Algorithm and Delayed ACK"')
+MINSHALL_ET_AL = ('Minshall, Saito, Mogul and Verghese, "Application performance pitfalls and '
+                  'TCP\'s Nagle algorithm"')
+SUN_SMALL_PACKETS = 'Sun\'s Solaris study "Small Packet TCP Traffic Performance"'
+
 
 @dataclass(frozen=True)
 class Advice:
@@ -81,7 +88,8 @@ ADVICE: dict[str, Advice] = {advice.key: advice for advice in (
         why="The stall ends when the receiver's delayed-ACK timer fires; acknowledging at once "
             "releases the held segment one round trip later.",
         tradeoffs="More pure ACKs on the network; Linux clears TCP_QUICKACK by itself, so set it "
-                  "after every read. Prefer fixing the sender (seed 002).",
+                  "after every read. Prefer fixing the sender, as "
+                  f"{SUN_SMALL_PACKETS} advises.",
         calls={
             "C": "setsockopt(fd, IPPROTO_TCP, TCP_QUICKACK, &one, sizeof one); /* after each recv */",
             "Python": "sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_QUICKACK, 1)  # after each recv",
@@ -98,7 +106,7 @@ ADVICE: dict[str, Advice] = {advice.key: advice for advice in (
         title="Double-buffer: send request n+1 before waiting for the answer to request n",
         why="With something always in the pipe behind the segment being waited for, no lone "
             "segment waits for a delayed ACK, and losses are repaired by fast retransmit "
-            "(seed 001).",
+            f"({CHESHIRE}).",
         tradeoffs="The protocol must allow two outstanding messages; almost all of the gain "
                   "comes from the second buffer.",
         calls={
@@ -115,7 +123,7 @@ ADVICE: dict[str, Advice] = {advice.key: advice for advice in (
         title="Resize fixed-size messages to a whole number of full segments, or an odd count",
         why="A receiver that ACKs every second segment leaves the last of an odd run of full "
             "segments unacknowledged; a partial tail behind it waits for the delayed ACK "
-            "(seed 001: 100,000 bytes stall, 99,912 do not).",
+            f"({CHESHIRE}: 100,000-byte blocks stall, 99,912-byte ones do not).",
         tradeoffs="Depends on the MSS of the path (1448 with timestamps, 1460 without); fragile.",
         calls={lang: "size the message as in this finding's segment arithmetic" for lang in
                ("C", "Python", "Go", "Java", "Node.js", ".NET", "Rust")}),
@@ -123,7 +131,8 @@ ADVICE: dict[str, Advice] = {advice.key: advice for advice in (
         key="buffer-writes", side="sender",
         title="Buffer small writes into whole messages (a buffered writer)",
         why="Each write with Nagle off becomes a packet: a message sent as many small writes "
-            "becomes a flood of tinygrams (seed 000: 147,339 packets instead of 9,600).",
+            f"becomes a flood of tinygrams ({MINSHALL_ET_AL}: an NNTP server sent 147,339 "
+            "packets instead of 9,600).",
         tradeoffs="Remember to flush at message boundaries.",
         calls={
             "C": "setvbuf(stream, NULL, _IOFBF, 65536); /* or assemble in a buffer, one send */",
@@ -138,8 +147,10 @@ ADVICE: dict[str, Advice] = {advice.key: advice for advice in (
         key="nodelay-stream", side="sender",
         title="For a one-way stream of small messages, disable Nagle in the sender",
         why="Under Nagle and delayed ACK the stream goes out as one small packet, then one large "
-            "accumulated packet per ACK cycle, which caps the message rate (seed 002).",
-        tradeoffs="More packets; prefer this over disabling delayed ACK in the receiver (seed 002).",
+            "accumulated packet per ACK cycle, which caps the message rate "
+            f"({SUN_SMALL_PACKETS}).",
+        tradeoffs="More packets; prefer this over disabling delayed ACK in the receiver, as "
+                  f"{SUN_SMALL_PACKETS} advises.",
         calls=NODELAY_CALLS),
 )}
 

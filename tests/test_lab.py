@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import struct
 import subprocess
@@ -15,15 +16,61 @@ import pytest
 from nagledetect.lab.delay_line import Rules, parse_tcp
 from nagledetect.lab.netns import CLIENT_V4 as CLIENT
 from nagledetect.lab.netns import SERVER_V4 as SERVER
-from nagledetect.lab.runner import build_manifest, peer_spec, run_scenario, shortened
+from nagledetect.lab.runner import _holder, build_manifest, peer_spec, run_scenario, shortened
 from nagledetect.lab.scenarios import LINE_BYTES, SCENARIOS, article_sizes
 from tests.conftest import SAMPLE_TRACES, require_tool
 
+SEED_NUMBER = re.compile(r"\bseeds?\s+\d", re.IGNORECASE)
+"""The project's internal names for its source documents, which user-facing text must not use
+(scenario names such as `seed003-nagle` are file names and may stay)."""
 
-def test_every_scenario_has_a_seed_and_flows() -> None:
+
+def test_every_scenario_says_what_it_shows_and_cites_documents_by_title() -> None:
     assert len(SCENARIOS) >= 12
     for scenario in SCENARIOS.values():
-        assert scenario.flows and scenario.seed and scenario.description
+        assert scenario.flows and scenario.shows and scenario.description
+        for text in (scenario.shows, scenario.description, scenario.expectation, scenario.source):
+            assert not SEED_NUMBER.search(text), (scenario.name, text)
+        if scenario.source:
+            assert '"' in scenario.source, scenario.source  # a title, quoted
+
+
+def test_the_declared_holder_is_the_side_that_writes_its_message_in_pieces() -> None:
+    """Nagle can hold only a sender's later small segment: the declared holder is the side
+    whose message the flows write in several pieces (or, for one write each way, the larger);
+    the header-then-body server of the field report holds, the 15-write client does."""
+    assert SCENARIOS["seed004-header-body"].holder == "server"
+    assert SCENARIOS["seed003-nagle"].holder == "client"
+    for scenario in SCENARIOS.values():
+        if scenario.holder is not None:
+            assert {_holder(flow) for flow in scenario.flows} == {scenario.holder}, scenario.name
+
+
+def test_a_variant_goes_to_the_side_that_holds_unless_a_side_is_named() -> None:
+    header_body = SCENARIOS["seed004-header-body"]
+    nodelay = header_body.with_option("nodelay")
+    assert nodelay.variant == ("nodelay", "server")
+    assert all(flow.server_options == ("nodelay",) and not flow.client_options
+               for flow in nodelay.flows)
+    # TCP_QUICKACK acts on the side whose delayed ACK releases the hold: the holder's peer.
+    assert header_body.with_option("quickack").variant == ("quickack", "client")
+    assert SCENARIOS["seed003-nagle"].with_option("cork").variant == ("cork", "client")
+    assert SCENARIOS["seed003-nagle"].with_option("quickack").variant == ("quickack", "server")
+    named = header_body.with_option("nodelay", "client")
+    assert named.variant == ("nodelay", "client") and named.name.endswith("+client-nodelay")
+
+
+def test_lab_list_labels_scenarios_by_what_they_show() -> None:
+    result = subprocess.run(["python3", "-m", "nagledetect", "lab", "list"], capture_output=True,
+                            text=True, check=True)
+    lines = result.stdout.splitlines()
+    assert len(lines) == len(SCENARIOS)
+    header_body = next(line for line in lines if line.startswith("seed004-header-body "))
+    assert "header then body: the body held" in header_body and "server holds" in header_body
+    for command in (["lab", "list"], ["lab", "--help"], ["lab", "run", "--help"]):
+        text = subprocess.run(["python3", "-m", "nagledetect", *command], capture_output=True,
+                              text=True, check=True).stdout
+        assert not SEED_NUMBER.search(text), (command, SEED_NUMBER.search(text))
 
 
 def test_line_by_line_articles_split_into_72_byte_writes() -> None:
@@ -41,6 +88,7 @@ def test_article_sizes_are_reproducible_and_bounded() -> None:
 
 
 def test_variant_adds_the_option_to_every_flow() -> None:
+    """`mixed` has holders on both sides, so it declares none and a variant goes to the client."""
     variant = SCENARIOS["mixed"].with_option("cork")
     assert all("cork" in flow.client_options for flow in variant.flows)
 
@@ -55,7 +103,11 @@ def test_manifest_counts_stalls_beyond_think_time_and_pacing(tmp_path) -> None:
     manifest = build_manifest(scenario, tmp_path / "x.pcap", results)
     expected = manifest["connections"][0]["expected"]
     assert expected["nagle_stalls"] == 1  # only the 82 ms exchange exceeds 40 ms + 20 ms
+    assert expected["stall_ms_total"] == pytest.approx(42.0)  # 82 ms less the 40 ms think time
+    assert manifest["summary"]["stall_ms_total"] == pytest.approx(42.0)
     assert manifest["schema"] == "nagledetect-lab/1"
+    assert "variant" not in manifest
+    assert "variant" in build_manifest(scenario.with_option("nodelay"), tmp_path / "v.pcap", results)
 
 
 def test_peer_spec_has_one_pause_list_per_connection() -> None:
@@ -84,6 +136,57 @@ def test_short_real_run_shows_40_ms_stalls_with_nagle_and_none_with_nodelay(tmp_
     assert (tmp_path / "nagle.pcap").stat().st_size > 0
     listing = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
     assert "ndlab-" not in listing  # torn down
+
+
+def _header_to_body_gaps_ms(capture: Path) -> list[float]:
+    """Per exchange, how long after the server's 6-byte header its 276-byte body left
+    (tshark's frame times, an independent reader)."""
+    rows = _tshark_rows(capture, "tcp.srcport == 9000 && tcp.len > 0", "frame.time_relative",
+                        "tcp.len")
+    gaps, header_s = [], None
+    for time_s, length in rows:
+        if length == "6":
+            header_s = float(time_s)
+        elif length == "276" and header_s is not None:
+            gaps.append((float(time_s) - header_s) * 1000)
+    return gaps
+
+
+@pytest.mark.skipif(not _lab_available(), reason="needs root, tcpdump, ethtool and network namespaces")
+def test_header_body_variant_sets_nodelay_on_the_server_and_the_body_leaves_at_once(tmp_path) -> None:
+    """The field report's case: the server holds its body behind its header. The variant's
+    TCP_NODELAY goes on the server by default; in the capture the body then follows the header
+    within a millisecond, where without it the body waits about 40 ms for the client's ACK."""
+    result = subprocess.run(["python3", "-m", "nagledetect", "lab", "run", "seed004-header-body",
+                             "-o", str(tmp_path), "--exchanges", "6", "--variant", "nodelay"],
+                            capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert "TCP_NODELAY on the server (the side that holds): 5 stalls" in result.stdout
+    assert result.stdout.rstrip().endswith("-> 0 stalls, 0 s")
+    variant = json.loads((tmp_path / "seed004-header-body+server-nodelay.json").read_text())
+    assert variant["variant"] == {"option": "TCP_NODELAY", "side": "server"}
+    assert variant["connections"][0]["server_options"] == ["TCP_NODELAY"]
+    held = _header_to_body_gaps_ms(tmp_path / "seed004-header-body.pcap")
+    sent = _header_to_body_gaps_ms(tmp_path / "seed004-header-body+server-nodelay.pcap")
+    assert len(held) == len(sent) == 6
+    assert all(30 < gap_ms < 100 for gap_ms in held[1:])  # the first: quick-ACK mode
+    assert all(gap_ms < 1 for gap_ms in sent)
+
+
+@pytest.mark.skipif(not _lab_available(), reason="needs root, tcpdump, ethtool and network namespaces")
+def test_a_variant_on_the_side_that_does_not_hold_saves_nothing(tmp_path) -> None:
+    """TCP_NODELAY on the client of the header-then-body exchange: the client sends its
+    request in one write, so there is nothing for it to stop holding; the server still holds."""
+    result = subprocess.run(["python3", "-m", "nagledetect", "lab", "run", "seed004-header-body",
+                             "-o", str(tmp_path), "--exchanges", "6", "--variant", "nodelay",
+                             "--side", "client"], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    line = result.stdout.splitlines()[-1]
+    assert line.startswith("TCP_NODELAY on the client (not the side that holds: that is the "
+                           "server): 5 stalls")
+    assert "-> 5 stalls" in line
+    gaps_ms = _header_to_body_gaps_ms(tmp_path / "seed004-header-body+client-nodelay.pcap")
+    assert all(30 < gap_ms < 100 for gap_ms in gaps_ms[1:])
 
 
 def test_lab_refuses_without_root_in_one_line() -> None:
@@ -126,7 +229,10 @@ def test_readme_table_is_rebuilt_from_the_manifests(tmp_path) -> None:
         (tmp_path / manifest.name).write_text(manifest.read_text())
     write_readme(tmp_path)
     table = (tmp_path / "README.md").read_text()
-    assert "| `seed003-nagle.pcap` | 003 | client |" in table
+    assert ("| `seed003-nagle.pcap` | many small writes held: ~40 ms stalls | client | client |"
+            in table)
+    assert '"TCP_NODELAY and Small Buffer Writes"' in table
+    assert not SEED_NUMBER.search(table)
     assert "39 of 40 exchanges stalled" in table  # the manifest's client-measured count
     assert "trap-rpc" not in table
 

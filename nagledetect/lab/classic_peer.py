@@ -1,4 +1,5 @@
-"""A user-space TCP server (scapy) that behaves as the seeds' classic stacks, which Linux is not.
+"""A user-space TCP server (scapy) that behaves as the classic stacks of the source documents,
+which Linux is not.
 
     python -m nagledetect.lab.classic_peer SPEC.json INTERFACE HOLDS.json
 
@@ -6,9 +7,11 @@ It writes every Nagle hold it made as a sender (when, how long, how many bytes) 
 the stack's own ground truth for the sample traces it serves.
 
 As a receiver it ACKs every second full-size segment at once and otherwise only on a global
-200 ms clock tick shared by all its connections (BSD's delayed ACK, seed 000 section 9), unless
+200 ms clock tick shared by all its connections (BSD's delayed ACK: Minshall, Saito, Mogul and
+Verghese, "Application performance pitfalls and TCP's Nagle algorithm", section 9), unless
 an answer carries the ACK first. As a sender it applies classic Nagle: a segment smaller than
-the MSS leaves only when nothing is unacknowledged (seed 001). It runs in the server namespace,
+the MSS leaves only when nothing is unacknowledged (Cheshire's "TCP Performance problems caused
+by interaction between Nagle's Algorithm and Delayed ACK"). It runs in the server namespace,
 where the kernel's own RSTs for its ports are dropped, and speaks IPv4 with timestamps, so the
 effective MSS is 1448.
 

@@ -132,9 +132,9 @@ def run_in_lab(scenario: Scenario, pcap: Path) -> tuple[list[dict[str, Any]], li
     """Run the scenario's traffic while capturing it; returns what the client measured, the
     holds the classic peer made as a sender (none for Linux's own server) and the frames the
     delay line dropped or held back."""
-    if scenario.delay_line and scenario.side == "middle":
+    if scenario.delay_line and scenario.capture_side == "middle":
         raise LabError("a capture in the middle and the delay line cannot be combined")
-    with lab_network(scenario.mtu, scenario.offload, scenario.side == "middle",
+    with lab_network(scenario.mtu, scenario.offload, scenario.capture_side == "middle",
                      scenario.delay_line) as lab, tempfile.TemporaryDirectory() as folder:
         spec_path = Path(folder) / "spec.json"
         result_path = Path(folder) / "result.json"
@@ -159,7 +159,7 @@ def _run_traffic(lab: Lab, scenario: Scenario, spec_path: Path, result_path: Pat
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as server:
         try:
             _wait_for_line(server, "stdout", "ready")
-            with _start_capture(lab, scenario.side, pcap) as capture:
+            with _start_capture(lab, scenario.capture_side, pcap) as capture:
                 try:
                     _run_client(lab, spec_path, result_path)
                 finally:
@@ -235,11 +235,13 @@ def _connection_truth(result: dict[str, Any], flow: Flow, holds: list[dict[str, 
     slow = [e for e in exchanges if not flow.one_way and "latency_s" in e
             and e["latency_s"] - _explained_s(flow, e, rtt_s) >= STALL_EXCESS_S]
     stalled = slow if scenario.stall_kind else []
+    stall_ms = [(e["latency_s"] - _explained_s(flow, e, rtt_s)) * 1000 for e in stalled]
     stall_rule = (f"latency - (think time + the client's waits + one round trip) >= "
                   f"{STALL_EXCESS_S * 1000:.0f} ms")
     if flow.stack != "linux" and _holder(flow) == "server":
         stalled = [h for h in holds if h["client"] == result["client"]
                    and h["released_s"] - h["held_s"] >= STALL_EXCESS_S]
+        stall_ms = [(h["released_s"] - h["held_s"]) * 1000 for h in stalled]
         stall_rule = (f"the classic peer's own log of Nagle holds of {STALL_EXCESS_S * 1000:.0f} ms "
                       "or more (transfer time by a user-space sender hides them in latency)")
     latencies = [e["latency_s"] for e in exchanges if not flow.one_way and "latency_s" in e]
@@ -260,6 +262,7 @@ def _connection_truth(result: dict[str, Any], flow: Flow, holds: list[dict[str, 
             "clean": not stalled,
             "median_latency_ms": round(statistics.median(latencies) * 1000, 3) if latencies else None,
             "excess_ms_total": round(sum(excess_ms), 3),
+            "stall_ms_total": round(sum(stall_ms), 3),
             "excess_ms_median_of_stalls": (round(statistics.median(
                 (e["latency_s"] - _explained_s(flow, e, rtt_s)) * 1000 for e in stalled), 3)
                 if stalled and flow.stack == "linux" else None),
@@ -275,18 +278,24 @@ def build_manifest(scenario: Scenario, pcap: Path, results: list[dict[str, Any]]
     connections = sorted((_connection_truth(r, flows[r["flow"]], holds or [], scenario)
                           for r in results), key=lambda c: c["client"])
     stalls = sum(c["expected"]["nagle_stalls"] for c in connections)
+    stall_ms = sum(c["expected"]["stall_ms_total"] for c in connections)
     manifest = {
         "schema": MANIFEST_SCHEMA,
-        "scenario": scenario.name, "seed": scenario.seed, "description": scenario.description,
-        "expectation": scenario.expectation,
-        "capture": {"file": pcap.name, "side": scenario.side, "interface": "veth",
+        "scenario": scenario.name, "shows": scenario.shows, "source": scenario.source,
+        "description": scenario.description, "expectation": scenario.expectation,
+        "holder": scenario.holder,
+        "capture": {"file": pcap.name, "side": scenario.capture_side, "interface": "veth",
                     "snaplen": SNAPLEN, "mtu": scenario.mtu, "offload": scenario.offload},
         "hosts": {"client": {"ipv4": CLIENT_V4, "ipv6": CLIENT_V6},
                   "server": {"ipv4": SERVER_V4, "ipv6": SERVER_V6}},
         "connections": connections,
         "summary": {"connections": len(connections), "nagle_stalls": stalls,
+                    "stall_ms_total": round(stall_ms, 3),
                     "exchanges": sum(len(c["exchanges"]) for c in connections)},
     }
+    if scenario.variant is not None:
+        option, side = scenario.variant
+        manifest["variant"] = {"option": f"TCP_{option.upper()}", "side": side}
     if scenario.delay_line:
         manifest["path"] = {"rtt_ms": scenario.rtt_ms, "one_way_delay_ms": scenario.rtt_ms / 2,
                             "delay_line": "nagledetect.lab.delay_line",

@@ -27,16 +27,17 @@ a `NAME.json` manifest with the ground truth the application measured: every exc
 and latency, the writes on each side, the socket options (schema in `docs/lab.md`).
 
 What Linux really does, recorded as it happened: Minshall's Nagle sends the small tail of one
-large write at once, so the seed 001 blocks do not stall on Linux; a Linux receiver of a one-way
-stream ACKs at once, so seed 002's coalescing appears only against the classic receiver
-(`classic-stream.pcap`); the first exchange of a connection never stalls (quick-ACK mode).
+large write at once, so Cheshire's 100,000-byte blocks do not stall on Linux; a Linux receiver
+of a one-way stream ACKs at once, so the coalescing of Sun's "Small Packet TCP Traffic
+Performance" appears only against the classic receiver (`classic-stream.pcap`); the first
+exchange of a connection never stalls (quick-ACK mode).
 
 Regenerate them all (root needed, a few minutes):
 
     sudo nagledetect lab regenerate sample_traces
 
-| capture | seed | side | scenario | what happened (application-measured) |
-|---|---|---|---|---|
+| capture | what it shows | holds | captured at | scenario | what happened (application-measured) |
+|---|---|---|---|---|---|
 """
 README_TAIL = """
 `merged-interfaces.pcapng` is not recorded by the lab: it is `seed003-nagle.pcap` (Ethernet,
@@ -100,6 +101,18 @@ def write_readme(directory: Path) -> None:
         manifest_path = directory / f"{name}.json"
         if manifest_path.exists():
             manifest = json.loads(manifest_path.read_text())
-            rows.append(f"| `{name}.pcap` | {scenario.seed} | {scenario.side} | "
-                        f"{scenario.description} | {_happened(manifest)} |")
-    (directory / "README.md").write_text(README_HEAD + "\n".join(rows) + "\n" + README_TAIL)
+            rows.append(f"| `{name}.pcap` | {scenario.shows} | {scenario.holder or '-'} | "
+                        f"{scenario.capture_side} | {scenario.description} | "
+                        f"{_happened(manifest)} |")
+    (directory / "README.md").write_text(README_HEAD + "\n".join(rows) + "\n" + _sources()
+                                         + README_TAIL)
+
+
+def _sources() -> str:
+    """Which document each family of captures reproduces, by title and author."""
+    families: dict[str, list[str]] = {}
+    for name, scenario in SCENARIOS.items():
+        if scenario.source:
+            families.setdefault(scenario.source, []).append(f"`{name}`")
+    lines = [f"- {', '.join(names)}: {source}" for source, names in families.items()]
+    return "\nThe cases they reproduce:\n\n" + "\n".join(lines) + "\n"

@@ -5,6 +5,9 @@ port. Per exchange the client makes `client_writes_bytes` writes (paced `pacing_
 server reads the request whole, thinks `think_time_s`, and answers with `server_writes_bytes`;
 the client pauses `pause_s` (or a random pause from `pause_range_s`) before the next exchange.
 `one_way` flows never answer; `keepalive_only` flows carry no data at all.
+
+Each scenario says what it shows, which side's data Nagle holds in it (`holder`: the side a
+sender-side fix such as TCP_NODELAY must change), and the document whose case it reproduces.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from __future__ import annotations
 import random
 from dataclasses import asdict, dataclass, field, replace
 
+from nagledetect.advice import CHESHIRE, MINSHALL_ET_AL, SUN_SMALL_PACKETS
 from nagledetect.detectors.kinds import (
     HANDSHAKE_RETRY,
     LOSS_RECOVERY,
@@ -24,7 +28,13 @@ from nagledetect.detectors.kinds import (
 )
 
 OPTIONS = ("nodelay", "cork", "quickack")
+SIDES = ("client", "server")
+RECEIVER_OPTIONS = ("quickack",)
+"""Options that act on the side whose delayed ACK releases a hold, not on the side that holds."""
 LINE_BYTES = 72
+LINUX_NODELAY_DOC = 'the Linux documentation "TCP_NODELAY and Small Buffer Writes"'
+FIELD_REPORT = ('a field report, "TCP delayed ACK combined with Nagle algorithm can badly impact '
+                'communication performance" (Murat; a Windows client, a UNIX server)')
 
 
 @dataclass(frozen=True)
@@ -67,10 +77,15 @@ class Flow:
 @dataclass(frozen=True)
 class Scenario:
     name: str
-    seed: str
+    shows: str
     description: str
     flows: tuple[Flow, ...]
-    side: str = "client"
+    holder: str | None = None
+    """The side whose data Nagle holds (or would hold without the scenario's own options);
+    None where no single side does."""
+    source: str = ""
+    """The document whose case the scenario reproduces, by title and author ("" for the lab's own)."""
+    capture_side: str = "client"
     offload: bool = False
     mtu: int = 1500
     ipv6: bool = False
@@ -89,15 +104,32 @@ class Scenario:
         """Whether frames cross the user-space delay line (a round trip, or frames to act on)."""
         return bool(self.rtt_ms or self.delay_rules)
 
-    def with_option(self, option: str, who: str = "client") -> Scenario:
-        """The same scenario with a socket option added on one side of every flow."""
+    variant: tuple[str, str] | None = None
+    """(option, side) when this run is a variant of a scenario: the option added on that side."""
+
+    def variant_side(self, option: str) -> str:
+        """The side an option must change to act on this scenario's holds: the holder for a
+        sender's option, its peer for an option of the receiver (quick ACKs)."""
+        holder = self.holder or "client"
+        if option in RECEIVER_OPTIONS:
+            return peer_of(holder)
+        return holder
+
+    def with_option(self, option: str, who: str | None = None) -> Scenario:
+        """The same scenario with a socket option added on one side of every flow (by default
+        the side it must change to act on the holds)."""
+        who = who or self.variant_side(option)
         flows = tuple(replace(flow, **{f"{who}_options": tuple(sorted({*getattr(flow, f"{who}_options"),
                                                                         option}))})
                       for flow in self.flows)
-        return replace(self, name=f"{self.name}+{who}-{option}", flows=flows)
+        return replace(self, name=f"{self.name}+{who}-{option}", flows=flows, variant=(option, who))
 
     def as_dict(self) -> dict:
         return asdict(self)
+
+
+def peer_of(side: str) -> str:
+    return "server" if side == "client" else "client"
 
 
 def article_sizes(count: int, seed: int = 2000) -> tuple[int, ...]:
@@ -118,113 +150,144 @@ REMOTE_RTT_MS = 80.0
 RTT_HOLD_RTT_MS = 60.0
 TIMESTAMPED_MSS_BYTES = 1448
 SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
-    Scenario("seed003-nagle", "003", "15 two-byte writes then a read; Nagle on (Linux default)",
+    Scenario("seed003-nagle", "many small writes held: ~40 ms stalls",
+             "15 two-byte writes then a read; Nagle on (Linux default)",
              (Flow("tiny-writes", 40, SEED003_REQUEST, (2,)),),
              expectation="about 40 ms per exchange: the first write leaves, the other 14 wait for "
-                         "the server's delayed ACK"),
-    Scenario("seed003-nodelay", "003", "15 two-byte writes then a read with TCP_NODELAY",
+                         "the server's delayed ACK",
+             holder="client", source=LINUX_NODELAY_DOC),
+    Scenario("seed003-nodelay", "the TCP_NODELAY fix: no stall, tinygrams",
+             "15 two-byte writes then a read with TCP_NODELAY",
              (Flow("tiny-writes", 40, SEED003_REQUEST, (2,), client_options=("nodelay",)),),
-             expectation="no stall, but 15 packets per request (tinygram flood)"),
-    Scenario("seed003-cork", "003", "15 two-byte writes then a read, corked (TCP_CORK)",
+             expectation="no stall, but 15 packets per request (tinygram flood)",
+             holder="client", source=LINUX_NODELAY_DOC),
+    Scenario("seed003-cork", "the TCP_CORK fix: no stall",
+             "15 two-byte writes then a read, corked (TCP_CORK)",
              (Flow("tiny-writes", 40, SEED003_REQUEST, (2,), client_options=("cork",)),),
-             expectation="no stall, one packet per request"),
-    Scenario("seed004-header-body", "004",
+             expectation="no stall, one packet per request",
+             holder="client", source=LINUX_NODELAY_DOC),
+    Scenario("seed004-header-body", "header then body: the body held",
              "the server answers with a 6-byte header write then a 276-byte body write; "
              "captured at the client",
              (Flow("header-body", 40, (40,), (6, 276)),),
-             expectation="about 40 ms per exchange: the body waits for the client's delayed ACK"),
-    Scenario("seed004-header-body-server", "004",
+             expectation="about 40 ms per exchange: the body waits for the client's delayed ACK",
+             holder="server", source=FIELD_REPORT),
+    Scenario("seed004-header-body-server", "header then body, seen at the server",
              "the same header-then-body exchange over IPv6, captured at the server",
-             (Flow("header-body", 40, (40,), (6, 276)),), side="server", ipv6=True,
-             expectation="about 40 ms per exchange, seen from the holding side"),
-    Scenario("seed004-header-body-middle", "004",
+             (Flow("header-body", 40, (40,), (6, 276)),), capture_side="server", ipv6=True,
+             expectation="about 40 ms per exchange, seen from the holding side",
+             holder="server", source=FIELD_REPORT),
+    Scenario("seed004-header-body-middle", "header then body, seen mid-path",
              "the same header-then-body exchange captured in the middle, on a bridge between "
              "client and server",
-             (Flow("header-body", 40, (40,), (6, 276)),), side="middle",
-             expectation="about 40 ms per exchange, seen between the two hosts"),
-    Scenario("seed001-blocks-100000", "001",
+             (Flow("header-body", 40, (40,), (6, 276)),), capture_side="middle",
+             expectation="about 40 ms per exchange, seen between the two hosts",
+             holder="server", source=FIELD_REPORT),
+    Scenario("seed001-blocks-100000", "Linux's Nagle sends a large write's tail",
              "100,000-byte blocks, each answered by a 1-byte application ACK; offload off",
              (Flow("blocks", 30, (100_000,), (1,)),),
-             expectation="Linux (Minshall's Nagle) sends the 88-byte tail at once: little or no stall"),
-    Scenario("seed001-blocks-100000-offload", "001",
+             expectation="Linux (Minshall's Nagle) sends the 88-byte tail at once: little or no stall",
+             holder="client", source=CHESHIRE),
+    Scenario("seed001-blocks-100000-offload", "the same with segmentation offload",
              "100,000-byte blocks, each answered by a 1-byte application ACK; offload on",
              (Flow("blocks", 30, (100_000,), (1,)),), offload=True,
-             expectation="Minshall's Nagle sends the tail at once; super-segments at the sender"),
-    Scenario("seed001-blocks-99912", "001",
+             expectation="Minshall's Nagle sends the tail at once; super-segments at the sender",
+             holder="client", source=CHESHIRE),
+    Scenario("seed001-blocks-99912", "whole segments: no tail to hold",
              "99,912-byte blocks (69 x 1448), each answered by a 1-byte ACK; offload off",
              (Flow("blocks", 30, (99_912,), (1,)),),
-             expectation="no stall"),
-    Scenario("seed001-blocks-99912-offload", "001",
+             expectation="no stall",
+             holder="client", source=CHESHIRE),
+    Scenario("seed001-blocks-99912-offload", "whole segments, with offload",
              "99,912-byte blocks (69 x 1448), each answered by a 1-byte ACK; offload on",
              (Flow("blocks", 30, (99_912,), (1,)),), offload=True,
-             expectation="no stall; super-segments larger than the MSS at the sender"),
-    Scenario("seed002-stream", "002", "a one-way stream of 100-byte writes every 3 ms",
+             expectation="no stall; super-segments larger than the MSS at the sender",
+             holder="client", source=CHESHIRE),
+    Scenario("seed002-stream", "a small-write stream to Linux",
+             "a one-way stream of 100-byte writes every 3 ms",
              (Flow("stream", 400, (100,), (), pause_s=0.003, one_way=True),),
-             expectation="one small packet, then one accumulated packet per delayed-ACK cycle"),
-    Scenario("seed000-nntp-lines", "000",
+             expectation="one small packet, then one accumulated packet per delayed-ACK cycle",
+             holder="client", source=SUN_SMALL_PACKETS),
+    Scenario("seed000-nntp-lines", "a server writing line by line",
              "NNTP-like article requests; the server writes each article line by line (Nagle on)",
              (Flow("nntp", 40, (14,), response_sizes_bytes=article_sizes(40),
                    response_line_by_line=True),),
-             expectation="stalls on articles whose last lines wait for the delayed ACK"),
-    Scenario("seed000-nntp-lines-nodelay", "000",
+             expectation="stalls on articles whose last lines wait for the delayed ACK",
+             holder="server", source=MINSHALL_ET_AL),
+    Scenario("seed000-nntp-lines-nodelay", "line by line with TCP_NODELAY: flood",
              "NNTP-like articles written line by line with TCP_NODELAY on the server",
              (Flow("nntp", 40, (14,), response_sizes_bytes=article_sizes(40),
                    response_line_by_line=True, server_options=("nodelay",)),),
-             expectation="no stall, but one packet per line (tinygram flood)"),
-    Scenario("seed000-nntp-whole", "000", "NNTP-like articles written whole (fully buffered)",
+             expectation="no stall, but one packet per line (tinygram flood)",
+             holder="server", source=MINSHALL_ET_AL),
+    Scenario("seed000-nntp-whole", "a fully buffered server: no stall",
+             "NNTP-like articles written whole (fully buffered)",
              (Flow("nntp", 40, (14,), response_sizes_bytes=article_sizes(40)),),
-             expectation="no stall, full-size segments"),
-    Scenario("classic-phase-lock", "000",
+             expectation="no stall, full-size segments",
+             holder="server", source=MINSHALL_ET_AL),
+    Scenario("classic-phase-lock", "phase locking to a 200 ms ACK tick",
              "four connections to a BSD-like receiver (scapy) whose delayed ACKs fire on a global "
              "200 ms tick; 2-byte then 28-byte writes, random pauses between exchanges",
              (Flow("tick", 20, (2, 28), (2,), pause_range_s=(0.0, 0.3), connections=4,
                    stack="scapy-classic"),),
-             expectation="stalls released on the 200 ms tick, one phase for all connections"),
-    Scenario("classic-2n-blocks-100000", "001",
+             expectation="stalls released on the 200 ms tick, one phase for all connections",
+             holder="client", source=MINSHALL_ET_AL),
+    Scenario("classic-2n-blocks-100000", "classic Nagle: a 2N-segment tail held",
              "a classic-Nagle sender (scapy) answers each 1-byte request with a 100,000-byte "
              "block: 69 x 1448 + 88",
              (Flow("block-100000", 20, (1,), (100_000,), stack="scapy-classic"),),
-             expectation="the 88-byte tail waits for Linux's delayed ACK of the 69th segment"),
-    Scenario("classic-2n-blocks-99912", "001",
+             expectation="the 88-byte tail waits for Linux's delayed ACK of the 69th segment",
+             holder="server", source=CHESHIRE),
+    Scenario("classic-2n-blocks-99912", "classic Nagle: whole segments, no stall",
              "the same classic-Nagle sender with 99,912-byte blocks: exactly 69 x 1448",
              (Flow("block-99912", 20, (1,), (99_912,), stack="scapy-classic"),),
-             expectation="no tail, no stall"),
-    Scenario("classic-stream", "002",
+             expectation="no tail, no stall",
+             holder="server", source=CHESHIRE),
+    Scenario("classic-stream", "stream coalescing, one-way",
              "a one-way stream of 100-byte writes every 30 ms to a receiver that defers ACKs to a "
              "200 ms tick (scapy)",
              (Flow("stream", 150, (100,), (), pause_s=0.03, one_way=True, stack="scapy-classic"),),
-             expectation="one small packet, then one accumulated packet per ACK cycle"),
-    Scenario("classic-stream-answered", "002",
+             expectation="one small packet, then one accumulated packet per ACK cycle",
+             holder="client", source=SUN_SMALL_PACKETS),
+    Scenario("classic-stream-answered", "stream coalescing, answered at its end",
              "the classic stream as one message of 150 100-byte writes every 30 ms, answered by "
              "one byte at its end",
              (Flow("stream", 1, (100,) * 150, (1,), pacing_s=0.03, stack="scapy-classic"),),
-             expectation="coalescing as in classic-stream; the one byte back keeps it one-way"),
-    Scenario("trap-think-40ms", "trap", "one-write request, the server thinks 40 ms, one-write answer",
+             expectation="coalescing as in classic-stream; the one byte back keeps it one-way",
+             holder="client", source=SUN_SMALL_PACKETS),
+    Scenario("trap-think-40ms", "40 ms think time, not Nagle",
+             "one-write request, the server thinks 40 ms, one-write answer",
              (Flow("think", 30, (30,), (30,), think_time_s=0.04),),
              expectation="40 ms per exchange that is think time, not Nagle"),
-    Scenario("trap-think-200ms", "trap", "one-write request, the server thinks 200 ms",
+    Scenario("trap-think-200ms", "200 ms think time, not Nagle",
+             "one-write request, the server thinks 200 ms",
              (Flow("think", 15, (30,), (30,), think_time_s=0.2),),
              expectation="200 ms per exchange that is think time, not Nagle"),
-    Scenario("trap-paced-writes", "trap", "three 2-byte writes paced 45 ms apart, then a read",
+    Scenario("trap-paced-writes", "paced writes, not Nagle",
+             "three 2-byte writes paced 45 ms apart, then a read",
              (Flow("paced", 15, (2, 2, 2), (2,), pacing_s=0.045),),
-             expectation="90 ms per exchange of pacing, not Nagle"),
-    Scenario("trap-paced-nodelay", "trap",
+             expectation="90 ms per exchange of pacing, not Nagle",
+             holder="client"),
+    Scenario("trap-paced-nodelay", "paced writes with TCP_NODELAY: no flood",
              "15 two-byte writes paced 5 ms apart with TCP_NODELAY, then a read",
              (Flow("paced-nodelay", 20, (2,) * 15, (2,), pacing_s=0.005,
                    client_options=("nodelay",)),),
              expectation="70 ms per exchange of pacing; each write leaves alone, as it was made: "
-                         "no burst to buffer, no tinygram flood"),
-    Scenario("trap-bulk", "trap", "a 2 MB bulk upload answered by one byte",
+                         "no burst to buffer, no tinygram flood",
+             holder="client"),
+    Scenario("trap-bulk", "a bulk upload: no stall", "a 2 MB bulk upload answered by one byte",
              (Flow("bulk", 3, (2_000_000,), (1,)),),
-             expectation="no stall"),
-    Scenario("trap-rpc", "trap", "a well-buffered RPC: one write each way",
+             expectation="no stall",
+             holder="client"),
+    Scenario("trap-rpc", "a well-buffered RPC: no stall", "a well-buffered RPC: one write each way",
              (Flow("rpc", 40, (200,), (1000,)),),
              expectation="no stall"),
-    Scenario("trap-keepalive", "trap", "an idle connection with 1-second keep-alives",
+    Scenario("trap-keepalive", "keep-alives only: no stall",
+             "an idle connection with 1-second keep-alives",
              (Flow("keepalive", 0, keepalive_only=True),),
              expectation="keep-alives only, no stall"),
-    Scenario("remote-header-body", "004",
-             "the seed 004 header-then-body exchange over an 80 ms round trip (delay line), "
+    Scenario("remote-header-body", "header then body over an 80 ms path",
+             "the field report's header-then-body exchange over an 80 ms round trip (delay line), "
              "captured at the client: the server's holds seen one round trip away",
              (Flow("header-body", 30, (40,), (6, 276)),), rtt_ms=REMOTE_RTT_MS,
              expectation="about 200 ms per exchange, 120 of them lost: the body waits for the "
@@ -238,8 +301,9 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
                  finding(NAGLE_RTT_HOLD, (0, 1), (75, 90),
                          "the first exchange: the client is in quick-ACK mode, so the body waits "
                          "one round trip for its ordinary ACK", holder="server")],
-                 "absent": []}),
-    Scenario("paced-40ms", "trap",
+                 "absent": []},
+             holder="server", source=FIELD_REPORT),
+    Scenario("paced-40ms", "a hold the trace cannot tell from pacing",
              "two 2-byte writes 38-45 ms apart (random), then a read; Nagle on",
              (Flow("paced", 30, (2, 2), (2,), pacing_range_s=(0.038, 0.045)),),
              expectation="the second write comes about when the server's delayed ACK fires: "
@@ -251,8 +315,9 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
                          "low confidence and its time an upper bound ('up to'); the real cost "
                          "is each exchange's latency minus the client's waits (manifest)",
                          confidence="low")],
-                 "absent": []}),
-    Scenario("paced-40ms-nodelay", "trap",
+                 "absent": []},
+             holder="client"),
+    Scenario("paced-40ms-nodelay", "the same pacing with TCP_NODELAY",
              "two 2-byte writes 38-45 ms apart (random), then a read; TCP_NODELAY",
              (Flow("paced", 30, (2, 2), (2,), pacing_range_s=(0.038, 0.045),
                    client_options=("nodelay",)),),
@@ -261,8 +326,9 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
                  finding(NAGLE_DELACK_STALL, (0, 30), (0, 45),
                          "TCP_NODELAY: nothing was held; a stall found here can only be low "
                          "confidence with its time an upper bound", confidence="low")],
-                 "absent": []}),
-    Scenario("rtt-hold", "001",
+                 "absent": []},
+             holder="client"),
+    Scenario("rtt-hold", "a one-round-trip hold on a long path",
              f"a {TIMESTAMPED_MSS_BYTES + 100}-byte write (one MSS and 100 bytes) then a 50-byte "
              "write, over a 60 ms round trip (delay line); captured at the client",
              (Flow("rtt-hold", 20, (TIMESTAMPED_MSS_BYTES + 100, 50), (2,)),),
@@ -275,8 +341,9 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
                          "every exchange: the 50-byte tail leaves right after the ordinary ACK "
                          "of the request's first two segments, one round trip after them",
                          holder="client")],
-                 "absent": [NAGLE_DELACK_STALL]}),
-    Scenario("cause-rto", "cause",
+                 "absent": [NAGLE_DELACK_STALL]},
+             holder="client", source=CHESHIRE),
+    Scenario("cause-rto", "loss: a retransmission timeout",
              "request/response over a 20 ms round trip; the delay line drops the third request "
              "and its next two transmissions: a retransmission timeout with backoff",
              (Flow("rpc", 6, (100,), (100,), pause_s=0.1),), rtt_ms=20.0,
@@ -290,7 +357,7 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
                          "backed-off RTO about 500 ms after that (path.acted lists the three "
                          "drops)", subkind="rto")],
                  "absent": list(NAGLE_FAMILY)}),
-    Scenario("cause-spurious", "cause",
+    Scenario("cause-spurious", "spurious retransmissions",
              "requests the server answers after 600 ms, over a 20 ms round trip; the delay line "
              "drops the ACK of one request (port 9000) and holds back another's for 500 ms "
              "(port 9001): retransmissions of data that had arrived",
@@ -312,7 +379,7 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
                          "spurious retransmissions fall inside these gaps and do not explain "
                          "them")],
                  "absent": list(NAGLE_FAMILY)}),
-    Scenario("cause-zero-window-reopens", "cause",
+    Scenario("cause-zero-window-reopens", "a zero window that reopens",
              "64 KB one way to a receiver with a 4 KB receive buffer that reads nothing for "
              "1.5 s, then everything",
              (Flow("stops-reading", 1, (65536,), (), one_way=True, server_rcvbuf_bytes=4096,
@@ -324,7 +391,7 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
                          "at backoff (about 0.2, 0.4, 0.9 s), until the reader starts 1.5 s "
                          "after the connection; then it reopens and the rest flows")],
                  "absent": list(NAGLE_FAMILY)}),
-    Scenario("cause-zero-window-stuck", "cause",
+    Scenario("cause-zero-window-stuck", "a zero window that never reopens",
              "64 KB one way to a receiver with a 4 KB receive buffer that never reads; the "
              "sender waits 8 s for it to finish, then aborts (RST)",
              (Flow("never-reads", 1, (65536,), (), one_way=True, server_rcvbuf_bytes=4096,
@@ -336,7 +403,7 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
                          "probes at backoff (about 0.2, 0.4, 0.9, 1.7, 3.5 s apart), each "
                          "answered by a zero window, until the sender's RST")],
                  "absent": list(NAGLE_FAMILY)}),
-    Scenario("cause-window-limited", "cause",
+    Scenario("cause-window-limited", "a slow reader's window",
              "32 KB one way to a receiver with a 4 KB receive buffer that reads 512 bytes every "
              "20 ms",
              (Flow("slow-reader", 1, (32768,), (), one_way=True, server_rcvbuf_bytes=4096,
@@ -352,7 +419,7 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
                          "the short zero windows between the reader's reads, each ended by a "
                          "window update (or a probe's answer)")],
                  "absent": list(NAGLE_FAMILY)}),
-    Scenario("cause-small-window", "cause",
+    Scenario("cause-small-window", "a window below one MSS",
              "16 KB one way to a receiver whose receive buffer is the smallest the kernel "
              "allows (SO_RCVBUF 1) and that reads 200 bytes every 20 ms",
              (Flow("tiny-buffer", 1, (16384,), (), one_way=True, server_rcvbuf_bytes=1,
@@ -366,7 +433,7 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
                          "sends again; nearly the whole transfer (about 1.7 s)",
                          subkind="below-mss", total_ms=[1400, 1900])],
                  "absent": list(NAGLE_FAMILY)}),
-    Scenario("cause-syn-unanswered", "cause",
+    Scenario("cause-syn-unanswered", "unanswered SYNs",
              "two connections to a port whose SYNs the server's firewall drops (nftables), the "
              "client giving up after 8 s; beside them, an answered request/response connection",
              (Flow("unanswered", 0, connections=2, unanswered=True, client_give_up_s=8.0),
@@ -383,7 +450,8 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
                          "has both directions, so no warning may say the other direction is "
                          "missing")],
                  "absent": list(NAGLE_FAMILY)}),
-    Scenario("mixed", "mixed", "concurrent connections of several kinds in one capture",
+    Scenario("mixed", "several kinds in one capture",
+             "concurrent connections of several kinds in one capture",
              (Flow("tiny-writes", 30, SEED003_REQUEST, (2,), connections=2),
               Flow("tiny-writes-nodelay", 30, SEED003_REQUEST, (2,), client_options=("nodelay",)),
               Flow("think", 20, (30,), (30,), think_time_s=0.04),
