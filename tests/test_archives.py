@@ -82,9 +82,10 @@ def test_a_folder_is_its_captures_in_name_order_and_lists_what_it_left_out(archi
         {"path": str(archive / "old" / "older.pcap.zst"),
          "reason": "compressed with zstd: decompress it to analyse it (nagledetect reads gzip, "
                    "bzip2 and xz)", "error": False}]
-    assert by_folder.stderr.count("\n") == 2
+    # One line: the compiled core reads the merged sample's mixed interfaces natively, with
+    # nothing to warn of.
+    assert by_folder.stderr.count("\n") == 1
     assert "left out 3 files of the folders named" in by_folder.stderr
-    assert "nagledetect's own pcapng reader" in by_folder.stderr
 
 
 def test_the_text_and_html_reports_list_the_files_left_out(archive, tmp_path) -> None:
@@ -130,8 +131,7 @@ def test_an_unreadable_capture_among_others_is_named_and_the_others_reported(
     without = nagledetect("analyze", "--format", "json", "-j", jobs, *good)
     assert with_bad.returncode == 2
     error_lines = [line for line in with_bad.stderr.splitlines() if "error" in line]
-    assert error_lines == [f"nagledetect: error: {broken}: truncated dump file; tried to read "
-                           "24 file header bytes, only got 6"]
+    assert error_lines == [f"nagledetect: error: {broken}: truncated pcap file header"]
     document = json.loads(with_bad.stdout)
     assert document["not_analysed"] == [{"path": str(broken), "reason": error_lines[0].split(
         f"{broken}: ", 1)[1], "error": True}]

@@ -75,7 +75,7 @@ def test_html_report_on_dask_is_the_local_one(tmp_path) -> None:
             assert result.returncode == 0, result.stderr
             pages[where] = re.sub(r"[0-9a-f]{8}(-[0-9a-f]{4}){3}-[0-9a-f]{12}", "ID",
                                   out.read_text())
-    assert "Time-sequence graph" in pages["local"]
+    assert "Time by cause" in pages["local"] and "class='chart'" in pages["local"]
     assert pages["dask"] == pages["local"]
 
 

@@ -129,7 +129,7 @@ def test_holds_that_may_be_paced_writes_count_as_an_upper_bound(tmp_path) -> Non
         "paced write) on 1 connection direction (1 capture, 1 connection).")
     assert text.startswith(document["headline"]["text"] + "\n")
     assert " 1. Nagle / delayed-ACK stall (write-write-read) on connection 0: up to 933.3 ms lost" in text
-    assert "&mdash; up to 0.933 s lost, confidence low" in page
+    assert "on connection 0: up to 933.3 ms lost (58% of the connection), confidence low" in page
 
 
 def test_a_hold_of_one_round_trip_is_counted_with_the_nagle_family() -> None:

@@ -75,5 +75,5 @@ def test_the_html_report_names_each_finding_s_capture(tmp_path) -> None:
     subprocess.run([sys.executable, "-m", "nagledetect", "report", "-j", "1", FIRST, SECOND,
                     "-o", str(page)], capture_output=True, text=True, check=True)
     html = page.read_text()
-    assert f"on connection 0 in {FIRST} &mdash;" in html
-    assert f"on connection 0 in {SECOND} &mdash;" in html
+    assert f"</b> on connection 0 in {FIRST}: " in html
+    assert f"</b> on connection 0 in {SECOND}: " in html
