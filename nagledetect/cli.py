@@ -14,8 +14,10 @@ import pickle
 import re
 import shutil
 import signal
+import socket
 import sys
 import tempfile
+import urllib.parse
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, BrokenExecutor, Future, ProcessPoolExecutor, wait
 from dataclasses import dataclass
@@ -503,6 +505,23 @@ def _write_html(document: dict, analyses: list[Analysis], path: Path) -> None:
     click.echo(f"nagledetect: wrote {path}", err=True)
 
 
+def _refuse_a_closed_port(address: str) -> None:
+    """Fail at once where nothing listens at a tcp:// scheduler address: Dask's client would
+    retry for DASK_CONNECT_TIMEOUT_S before it said so."""
+    parsed = urllib.parse.urlsplit(address)
+    if parsed.scheme != "tcp" or not parsed.hostname:
+        return
+    try:
+        port = parsed.port
+        with socket.create_connection((parsed.hostname, port or 8786), timeout=5):
+            pass
+    except ValueError:
+        _fail(f"cannot reach the Dask scheduler at {address}: not a valid port")
+    except OSError as error:
+        _fail(f"cannot reach the Dask scheduler at {address}: "
+              f"{error.strerror or error.__class__.__name__}")
+
+
 def _analyze_on_dask(captures: list[str], bpf_filter: str | None, address: str,
                      wanted: Wanted) -> list[Analysis | InputError]:
     """Send the files to an existing Dask cluster, a group of captures a task
@@ -512,7 +531,9 @@ def _analyze_on_dask(captures: list[str], bpf_filter: str | None, address: str,
     try:
         from distributed import Client, KilledWorker, as_completed
     except ImportError:
-        _fail("--dask needs the distributed package: pip install 'nagledetect[dask]'")
+        _fail("--dask needs the distributed package: pip install distributed (or, from a "
+              "checkout, pip install -e '.[dask]')")
+    _refuse_a_closed_port(address)
     try:
         with Client(address, timeout=DASK_CONNECT_TIMEOUT_S) as client:
             groups = capture_groups(captures, max(1, sum(client.nthreads().values())))
