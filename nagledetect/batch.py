@@ -2,7 +2,7 @@
 
 Why: a small capture costs about 6 ms of fixed work (some 200 numpy and pandas calls) whatever
 its size, so an archive of thousands spends most of its time there; read by the compiled core
-one by one and analysed as one set of connections (`flows.compiled.joined_flows`), the
+one after another in one pass and analysed as one set of connections, the
 captures share it. Each capture's result equals a run over it alone:
   - its connections are its own (the core rebuilds each capture's alone), so no connection
     spans two captures;
@@ -34,8 +34,7 @@ from nagledetect.detectors.delack_timer import host_fingerprints
 from nagledetect.detectors.model import Finding, StallEvents
 from nagledetect.errors import InputError
 from nagledetect.events.messages import no_messages
-from nagledetect.flows.build import FlowTables
-from nagledetect.flows.compiled import compiled_flows, joined_flows
+from nagledetect.flows.compiled import compiled_flows_together
 from nagledetect.part_tables import TablesInMemory
 from nagledetect.pipeline import (
     Analysis,
@@ -79,25 +78,19 @@ def analyze_together(paths: list[str], bpf_filter: str | None = None,
     given."""
     wanted = wanted or Wanted()
     results: dict[int, Analysis | InputError] = {}
+    flows, reads = compiled_flows_together(paths, bpf_filter)
     read: dict[int, _Read] = {}
-    tables: list[tuple[FlowTables, int]] = []
-    frames_before = 0
-    for index, path in enumerate(paths):
-        try:
-            flows, accounting = compiled_flows(path, bpf_filter)
-        except InputError as error:
-            results[index] = error
-            continue
-        if not accounting.tcp_packets:
-            results[index] = without_tcp(path, accounting, wanted.charts)
-            continue
-        read[index] = _Read(path, accounting, frames_before)
-        tables.append((flows, frames_before))
-        frames_before += accounting.packets_read
+    for index, (path, result) in enumerate(zip(paths, reads)):
+        if isinstance(result, InputError):
+            results[index] = result
+        elif not result.accounting.tcp_packets:
+            results[index] = without_tcp(path, result.accounting, wanted.charts)
+        else:
+            read[index] = _Read(path, result.accounting, result.frame_offset)
     if read:
-        level = connection_level(joined_flows(tables), fingerprint=False,
+        level = connection_level(flows, fingerprint=False,
                                  keep_packets=wanted.charts or wanted.tables)
-        del tables
+        del flows
         results.update(zip(read, _per_capture(level, list(read.values()), wanted)))
     return [results[index] for index in range(len(paths))]
 

@@ -1,6 +1,7 @@
-//! The Python face of the one-pass analysis: `flow_tables(path, bpf_filter)` reads a capture,
-//! decodes each packet and rebuilds its connections (`flows`) as it goes, and returns the
-//! tables `build_flows` makes with the accounting of every packet read.
+//! The Python face of the one-pass analysis: `flow_tables(paths, bpf_filter)` reads captures
+//! one after another, decodes each packet and rebuilds its connections (`flows`) as it goes,
+//! and returns the tables `build_flows` makes of them, as one set (frames offset capture by
+//! capture, connections numbered on), with the accounting of every packet read.
 
 use std::collections::BTreeMap;
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -17,26 +18,29 @@ use crate::skips;
 /// Skip code of a TCP packet the filter does not accept (`nagledetect.read.skips`).
 const EXCLUDED_BY_FILTER: i64 = 9;
 
-/// What one pass gives: the flow tables and the accounting.
-struct Pass {
-    tables: crate::flows::tables::FlowTables,
+/// What one capture's pass counted.
+#[derive(Default)]
+struct Counts {
     packets_read: u64,
     skipped: BTreeMap<i64, u64>,
     linktype: Option<u32>,
 }
 
-fn one_pass(stream: &mut reader::Stream) -> Result<Pass, FilterError> {
-    let mut tracker = FlowTracker::default();
-    let mut skipped = BTreeMap::new();
-    let mut packets_read = 0u64;
-    let mut linktype = None;
+/// Read one capture to its end (or to the damage that ends it) into `tracker`, its frames
+/// numbered on from `frame_offset`.
+fn one_pass(
+    stream: &mut reader::Stream,
+    tracker: &mut FlowTracker,
+    frame_offset: u64,
+) -> Result<Counts, FilterError> {
+    let mut counts = Counts::default();
     stream.judge_all(&mut |record, accepted| {
-        packets_read += 1;
-        linktype.get_or_insert(record.linktype);
+        counts.packets_read += 1;
+        counts.linktype.get_or_insert(record.linktype);
         let code = match decode::decode(record.linktype, record.data) {
             Ok(tcp) => {
                 tracker.take(&Packet {
-                    frame: packets_read as u32,
+                    frame: (frame_offset + counts.packets_read) as u32,
                     time_us: record.time_us,
                     captured_bytes: record.data.len() as u32,
                     tcp: &tcp,
@@ -48,32 +52,32 @@ fn one_pass(stream: &mut reader::Stream) -> Result<Pass, FilterError> {
         };
         let code = if accepted { code } else { EXCLUDED_BY_FILTER };
         if code != skips::KEPT {
-            *skipped.entry(code).or_insert(0) += 1;
+            *counts.skipped.entry(code).or_insert(0) += 1;
         }
     })?;
-    Ok(Pass {
-        tables: tracker.finish(),
-        packets_read,
-        skipped,
-        linktype,
-    })
+    Ok(counts)
 }
 
-/// Read the capture at `path` once, with the BPF filter `bpf_filter` if one is given, and
-/// return a dict: `packets`, `sack_blocks` and `connections` (see `FlowTables::into_python`),
-/// `packets_read`, `skipped` (skip code -> packets), `linktype` (the first packet's, None
-/// without packets) and `warnings` (why the read ended early). Errors as `decode_file`'s.
-#[pyfunction]
-#[pyo3(signature = (path, bpf_filter=None))]
-pub fn flow_tables<'py>(
+/// One capture read into `tracker`: its accounting as a dict (`packets_read`, `skipped`:
+/// skip code -> packets, `linktype`: the first packet's or None, `warnings`, `frame_offset`)
+/// or the error that stopped it (`CaptureError` or `FilterError`, as `decode_file` raises
+/// them), with the packets read before an error left out of the tables.
+fn read_capture<'py>(
     py: Python<'py>,
     path: &str,
     bpf_filter: Option<&str>,
-) -> PyResult<Bound<'py, PyDict>> {
+    tracker: &mut FlowTracker,
+    frame_offset: u64,
+) -> PyResult<(Bound<'py, PyDict>, u64)> {
     let mut stream = reader::open(py, path, bpf_filter)?;
-    let outcome = py.detach(|| catch_unwind(AssertUnwindSafe(|| one_pass(&mut stream))));
-    let pass = match outcome {
-        Ok(Ok(pass)) => pass,
+    tracker.next_capture();
+    let outcome = py.detach(|| {
+        catch_unwind(AssertUnwindSafe(|| {
+            one_pass(&mut stream, tracker, frame_offset)
+        }))
+    });
+    let counts = match outcome {
+        Ok(Ok(counts)) => counts,
         Ok(Err(error)) => {
             return Err(reader::filter_error(
                 py,
@@ -83,10 +87,45 @@ pub fn flow_tables<'py>(
         }
         Err(_) => return Err(reader::internal_error(path)),
     };
-    let result = pass.tables.into_python(py)?;
-    result.set_item("packets_read", pass.packets_read)?;
-    result.set_item("skipped", pass.skipped)?;
-    result.set_item("linktype", pass.linktype)?;
-    result.set_item("warnings", stream.warnings().to_vec())?;
+    let capture = PyDict::new(py);
+    capture.set_item("packets_read", counts.packets_read)?;
+    capture.set_item("skipped", counts.skipped)?;
+    capture.set_item("linktype", counts.linktype)?;
+    capture.set_item("warnings", stream.warnings().to_vec())?;
+    capture.set_item("frame_offset", frame_offset)?;
+    Ok((capture, counts.packets_read))
+}
+
+/// Read the captures at `paths` one after another, each with the BPF filter `bpf_filter` if
+/// one is given, and return a dict: `packets`, `sack_blocks` and `connections` of all of
+/// them (see `FlowTables::into_python`; frames offset by each capture's `frame_offset`,
+/// connections numbered on from the captures' before, `stream` ids each capture's own), and
+/// `captures`: per path, its accounting (see `read_capture`) or the exception that stopped
+/// its read (a capture whose read fails adds nothing to the tables).
+#[pyfunction]
+#[pyo3(signature = (paths, bpf_filter=None))]
+pub fn flow_tables<'py>(
+    py: Python<'py>,
+    paths: Vec<String>,
+    bpf_filter: Option<&str>,
+) -> PyResult<Bound<'py, PyDict>> {
+    let mut tracker = FlowTracker::default();
+    let mut captures = Vec::with_capacity(paths.len());
+    let mut frame_offset = 0u64;
+    for path in &paths {
+        let mark = tracker.mark();
+        match read_capture(py, path, bpf_filter, &mut tracker, frame_offset) {
+            Ok((capture, packets_read)) => {
+                frame_offset += packets_read;
+                captures.push(capture.into_any());
+            }
+            Err(error) => {
+                tracker.truncate(mark);
+                captures.push(error.into_value(py).into_bound(py).into_any());
+            }
+        }
+    }
+    let result = tracker.finish().into_python(py)?;
+    result.set_item("captures", captures)?;
     Ok(result)
 }

@@ -5,6 +5,8 @@ names the skips, formats the addresses and builds the frames (a row per connecti
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import pandas as pd
 
@@ -29,49 +31,49 @@ TOTAL_COLUMNS = ("packets_client_to_server", "bytes_client_to_server",
 def compiled_flows(path: str, bpf_filter: str | None = None) -> tuple[FlowTables, Accounting]:
     """Read `path` with the compiled core and return its flow tables and accounting; a file
     that is not a capture, or a filter that does not compile, raises `InputError`."""
-    try:
-        made = _core.flow_tables(path, bpf_filter)
-    except (_core.CaptureError, _core.FilterError) as error:
-        raise InputError(str(error)) from None
-    accounting = Accounting(path=path, linktype=_linktype(path, made["linktype"]),
-                            packets_read=made["packets_read"],
-                            warnings=list(made["warnings"]))
-    for code, count in made["skipped"].items():
-        accounting.add_skipped({skips.reason_text(code): count})
-    accounting.tcp_packets = accounting.packets_read - sum(made["skipped"].values())
+    flows, (read,) = compiled_flows_together([path], bpf_filter)
+    if isinstance(read, InputError):
+        raise read
+    return flows, read.accounting
+
+
+@dataclass(frozen=True)
+class CaptureRead:
+    """One capture of a run read together: its accounting, and the offset of its frames in
+    the joined tables (its frame N is frame `frame_offset` + N there)."""
+
+    accounting: Accounting
+    frame_offset: int
+
+
+def compiled_flows_together(paths: list[str], bpf_filter: str | None = None
+                            ) -> tuple[FlowTables, list[CaptureRead | InputError]]:
+    """Read the captures at `paths` one after another with the compiled core: the flow tables
+    of all of them as one (each capture's connections numbered on from the captures' before
+    it, as a pass over them one after another numbers them; its `stream` ids its own), and
+    per path how it was read, or the error that stopped it (it then adds nothing)."""
+    made = _core.flow_tables(paths, bpf_filter)
+    reads = [_capture_read(path, read) for path, read in zip(paths, made["captures"])]
     packets = made["packets"]
     if not len(packets["frame"]):
-        return _empty_tables(), accounting
+        return _empty_tables(), reads
     frame = pd.DataFrame({name: packets[name] for name in PACKET_COLUMNS}, copy=False)
     frame["role"] = pd.Categorical.from_codes(frame["role"], categories=ROLES)
     connections = _connection_table(made["connections"], filtered=bpf_filter is not None)
-    return FlowTables(frame, connections, pd.DataFrame(made["sack_blocks"])), accounting
+    return FlowTables(frame, connections, pd.DataFrame(made["sack_blocks"])), reads
 
 
-def joined_flows(captures: list[tuple[FlowTables, int]]) -> FlowTables:
-    """The flow tables of several captures as one (`batch`): each capture's tables with its
-    frames offset by the number given with it (0 in a handshake frame column stays 0: no such
-    packet) and its connections numbered on from the captures' before it, as one pass over
-    the captures one after another numbers them (a capture's `stream` ids stay its own)."""
-    packets, connections, sack_blocks = [], [], []
-    connections_before = 0
-    for flows, frame_offset in captures:
-        shifted = flows.packets.assign(
-            frame=flows.packets["frame"] + np.uint32(frame_offset),
-            connection=flows.packets["connection"] + np.int32(connections_before))
-        packets.append(shifted)
-        table = flows.connections.assign(first_frame=flows.connections["first_frame"] + frame_offset)
-        for name in ("syn_frame", "syn_ack_frame"):
-            frames = table[name].to_numpy()
-            table[name] = np.where(frames > 0, frames + np.uint32(frame_offset), frames)
-        connections.append(table)
-        sack_blocks.append(flows.sack_blocks.assign(
-            frame=flows.sack_blocks["frame"] + np.uint32(frame_offset)))
-        connections_before += len(table)
-    joined = pd.concat(connections, ignore_index=True)
-    joined["id"] = np.arange(len(joined))
-    return FlowTables(pd.concat(packets, ignore_index=True), joined,
-                      pd.concat(sack_blocks, ignore_index=True))
+def _capture_read(path: str, read: dict | Exception) -> CaptureRead | InputError:
+    if isinstance(read, (_core.CaptureError, _core.FilterError)):
+        return InputError(str(read))
+    if isinstance(read, Exception):
+        raise read
+    accounting = Accounting(path=path, linktype=_linktype(path, read["linktype"]),
+                            packets_read=read["packets_read"], warnings=list(read["warnings"]))
+    for code, count in read["skipped"].items():
+        accounting.add_skipped({skips.reason_text(code): count})
+    accounting.tcp_packets = accounting.packets_read - sum(read["skipped"].values())
+    return CaptureRead(accounting, read["frame_offset"])
 
 
 def _linktype(path: str, first_packets: int | None) -> int:

@@ -47,6 +47,13 @@ pub struct Packet<'a> {
     pub accepted: bool,
 }
 
+/// The size of the tables at a point of the pass.
+#[derive(Clone, Copy)]
+pub struct Mark {
+    packets: usize,
+    connections: usize,
+}
+
 #[derive(Default)]
 pub struct FlowTracker {
     pairs: HashMap<[Endpoint; 2], Pair>,
@@ -115,6 +122,29 @@ impl FlowTracker {
         }
         pair.last_us = time_us;
         pair.stream
+    }
+
+    /// Start on the next capture of a run read together: its conversations and connections
+    /// are its own (numbered from 0, and on from the earlier captures' respectively).
+    pub fn next_capture(&mut self) {
+        self.pairs.clear();
+        self.streams = 0;
+        self.connection_of_stream.clear();
+    }
+
+    /// Where the tables stand, to go back to if a capture's read fails (`truncate`).
+    pub fn mark(&self) -> Mark {
+        Mark {
+            packets: self.packets.len(),
+            connections: self.connections.len(),
+        }
+    }
+
+    /// Drop what was taken since `mark`: a capture whose read failed adds nothing.
+    pub fn truncate(&mut self, mark: Mark) {
+        self.packets.truncate(mark.packets);
+        self.connections.truncate(mark.connections);
+        self.next_capture();
     }
 
     /// The packet and connection tables.

@@ -42,6 +42,46 @@ pub struct PacketRows {
 }
 
 impl PacketRows {
+    pub fn len(&self) -> usize {
+        self.frame.len()
+    }
+
+    /// Keep the first `rows` packets (and their SACK blocks).
+    pub fn truncate(&mut self, rows: usize) {
+        let Some(&first_dropped) = self.frame.get(rows) else {
+            return;
+        };
+        macro_rules! cut {
+            ($($column:ident),*) => { $(self.$column.truncate(rows);)* };
+        }
+        cut!(
+            frame,
+            time_us,
+            connection,
+            sender,
+            flags,
+            payload_bytes,
+            seq_u,
+            ack_u,
+            seq_raw,
+            ack_raw,
+            window_raw,
+            role,
+            opt_has_timestamp,
+            opt_timestamp_value,
+            opt_timestamp_echo,
+            opt_sack_block_count,
+            captured_bytes,
+            payload_from_capture
+        );
+        let blocks = self
+            .sack_frame
+            .partition_point(|frame| *frame < first_dropped);
+        self.sack_frame.truncate(blocks);
+        self.sack_left_raw.truncate(blocks);
+        self.sack_right_raw.truncate(blocks);
+    }
+
     pub fn push(
         &mut self,
         packet: &Packet<'_>,
