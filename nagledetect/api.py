@@ -10,6 +10,7 @@ from __future__ import annotations
 from contextlib import closing
 from dataclasses import dataclass
 
+import numpy as np
 import pandas as pd
 
 from nagledetect.flows.build import build_flows
@@ -36,6 +37,9 @@ class Capture:
     was analysed with others in another process."""
     sack_blocks: pd.DataFrame
     accounting: Accounting
+    segment_context: dict[str, np.ndarray] | None = None
+    """The data segments in context, where the compiled core found them as it read (see
+    `FlowTables.segment_context`)."""
 
     def __reduce__(self) -> tuple:
         return Capture, sent_fields(self)
@@ -51,7 +55,8 @@ def load_capture(path: str, bpf_filter: str | None = None,
     flows, accounting = compiled_flows(path, bpf_filter)
     if progress:
         progress(accounting.packets_read, capture_bytes(path))
-    return Capture(path, flows.packets, flows.connections, flows.sack_blocks, accounting)
+    return Capture(path, flows.packets, flows.connections, flows.sack_blocks, accounting,
+                   flows.segment_context)
 
 
 def load_capture_numpy(path: str, bpf_filter: str | None = None,

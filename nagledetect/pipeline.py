@@ -29,6 +29,7 @@ from nagledetect.detectors.model import (
     Finding,
     HostProfile,
 )
+from nagledetect.events.compiled import compiled_segments
 from nagledetect.events.messages import messages, number_messages
 from nagledetect.events.segments import SEGMENT_PACKET_COLUMNS, data_segments
 from nagledetect.flows.build import FlowTables, build_flows
@@ -108,13 +109,15 @@ def connection_level(flows: FlowTables, fingerprint: bool = True,
     those the detectors read once the segments are made (48), and once the detectors are done,
     only the segment columns the samples read."""
     packets, connections, sack_blocks = flows.packets, flows.connections, flows.sack_blocks
+    segment_context = flows.segment_context
     del flows
     if packets.empty:
         return ConnectionLevel(packets, connections, pd.DataFrame(), pd.DataFrame(), no_samples(),
                                [], pd.DataFrame(), {})
     if not keep_packets:
         packets = packets[list(dict.fromkeys((*SEGMENT_PACKET_COLUMNS, *DETECTOR_PACKET_COLUMNS)))]
-    segments = data_segments(packets, connections)
+    segments = (data_segments(packets, connections) if segment_context is None
+                else compiled_segments(segment_context, packets, connections))
     detector_packets = packets[list(DETECTOR_PACKET_COLUMNS)]
     if not keep_packets:
         packets = detector_packets
@@ -161,7 +164,8 @@ def phase_lock_findings(hosts: Mapping[str, HostProfile], samples: pd.DataFrame,
 def run_detectors(capture: Capture, charts: bool = True) -> Analysis:
     """Run every detector over one capture held whole in memory; with `charts`, also gather
     what the HTML report draws."""
-    level = connection_level(FlowTables(capture.packets, capture.connections, capture.sack_blocks))
+    level = connection_level(FlowTables(capture.packets, capture.connections, capture.sack_blocks,
+                                        capture.segment_context))
     hosts, phase_findings = host_level(level)
     chart_data = None
     if charts:

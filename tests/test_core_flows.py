@@ -1,6 +1,7 @@
 """The compiled core's one-pass flow tables equal `build_flows`'s (the numpy path, the reference
 it was proven against) on real captures: every packet's connection, direction, relative
-numbers, role, scaled window and wire segments, every connection's row, every SACK block.
+numbers, role, scaled window and wire segments, every connection's row, every SACK block; and
+its data segments in context equal `data_segments`'s.
 
 Differences that are not errors, each checked by hand:
   - the SACK table comes in frame order from the core (the numpy decoder gives it option slot
@@ -19,6 +20,8 @@ import pandas as pd
 import pytest
 
 from nagledetect.api import Capture, load_capture_numpy
+from nagledetect.events.compiled import compiled_segments
+from nagledetect.events.segments import data_segments
 from nagledetect.flows.build import FlowTables
 from nagledetect.flows.compiled import compiled_flows
 from nagledetect.read.capture import Accounting
@@ -53,6 +56,10 @@ def _assert_same(reference: Capture, flows: FlowTables, accounting: Accounting) 
     _same_frame(reference.connections, flows.connections, "connections")
     _same_frame(_in_frame_order(reference.sack_blocks), _in_frame_order(flows.sack_blocks),
                 "sack_blocks")
+    if not reference.packets.empty:
+        _same_frame(data_segments(reference.packets, reference.connections),
+                    compiled_segments(flows.segment_context, flows.packets, flows.connections),
+                    "segments")
     expected = reference.accounting
     assert (accounting.packets_read, accounting.tcp_packets, accounting.skipped,
             accounting.linktype) == (expected.packets_read, expected.tcp_packets,

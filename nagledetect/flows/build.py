@@ -54,6 +54,10 @@ class FlowTables:
     packets: pd.DataFrame
     connections: pd.DataFrame
     sack_blocks: pd.DataFrame
+    segment_context: dict[str, np.ndarray] | None = None
+    """Where the compiled core found the data segments in context as it read: its rows
+    (`events.compiled.compiled_segments` frames them); None where the segments are still to be
+    made from the packets (`events.segments.data_segments`)."""
 
 
 def _collect(batches: Iterable[DecodedColumns], expected_packets: int

@@ -60,7 +60,8 @@ def compiled_flows_together(paths: list[str], bpf_filter: str | None = None
     frame = pd.DataFrame({name: packets[name] for name in PACKET_COLUMNS}, copy=False)
     frame["role"] = pd.Categorical.from_codes(frame["role"], categories=ROLES)
     connections = _connection_table(made["connections"], filtered=bpf_filter is not None)
-    return FlowTables(frame, connections, pd.DataFrame(made["sack_blocks"])), reads
+    return FlowTables(frame, connections, pd.DataFrame(made["sack_blocks"]),
+                      made["segments"]), reads
 
 
 def _capture_read(path: str, read: dict | Exception) -> CaptureRead | InputError:

@@ -7,6 +7,7 @@ use std::collections::HashMap;
 
 use crate::decode::TcpPacket;
 use crate::flows::ack_lag::{AcksSent, DataLags};
+use crate::flows::context::DirectionContext;
 use crate::flows::side::{Numbered, Segment, Side};
 use crate::flows::{Endpoint, FLAG_ACK, FLAG_FIN, FLAG_RST, FLAG_SYN};
 
@@ -113,6 +114,8 @@ pub struct Connection {
     pub sides: [Side; 2],
     acks: [AcksSent; 2],
     lags: [DataLags; 2],
+    /// By sending endpoint: the context of its data segments (`context`).
+    pub context: [DirectionContext; 2],
 }
 
 /// What the tables read of a finished connection.
@@ -152,6 +155,7 @@ impl Connection {
             sides: [Side::default(), Side::default()],
             acks: [AcksSent::default(), AcksSent::default()],
             lags: [DataLags::default(), DataLags::default()],
+            context: [DirectionContext::default(), DirectionContext::default()],
         }
     }
 

@@ -7,6 +7,7 @@
 
 pub mod ack_lag;
 pub mod connection;
+pub mod context;
 pub mod side;
 pub mod tables;
 
@@ -14,6 +15,7 @@ use std::collections::HashMap;
 
 use crate::decode::TcpPacket;
 use connection::Connection;
+use context::{ContextPacket, SegmentRows};
 use tables::PacketRows;
 
 pub const FLAG_FIN: u16 = 0x01;
@@ -52,6 +54,7 @@ pub struct Packet<'a> {
 pub struct Mark {
     packets: usize,
     connections: usize,
+    segments: usize,
 }
 
 #[derive(Default)]
@@ -61,6 +64,7 @@ pub struct FlowTracker {
     connection_of_stream: HashMap<u32, u32>,
     connections: Vec<Connection>,
     packets: PacketRows,
+    segments: SegmentRows,
 }
 
 impl FlowTracker {
@@ -83,8 +87,16 @@ impl FlowTracker {
             self.connections
                 .push(Connection::new(stream, endpoints, packet.frame, sender));
         }
-        let numbered =
-            self.connections[connection as usize].take(packet.frame, packet.time_us, tcp, sender);
+        let state = &mut self.connections[connection as usize];
+        let numbered = state.take(packet.frame, packet.time_us, tcp, sender);
+        let context = ContextPacket {
+            row: self.packets.len(),
+            sender,
+            role: numbered.role,
+            payload_bytes: tcp.payload_bytes,
+            seq_u: numbered.seq_u,
+        };
+        context::take(&mut state.context, &context, &mut self.segments);
         self.packets.push(packet, connection, sender, &numbered);
     }
 
@@ -137,6 +149,7 @@ impl FlowTracker {
         Mark {
             packets: self.packets.len(),
             connections: self.connections.len(),
+            segments: self.segments.len(),
         }
     }
 
@@ -144,11 +157,12 @@ impl FlowTracker {
     pub fn truncate(&mut self, mark: Mark) {
         self.packets.truncate(mark.packets);
         self.connections.truncate(mark.connections);
+        self.segments.truncate(mark.segments);
         self.next_capture();
     }
 
     /// The packet and connection tables.
     pub fn finish(self) -> tables::FlowTables {
-        tables::FlowTables::new(self.packets, &self.connections)
+        tables::FlowTables::new(self.packets, self.segments, &self.connections)
     }
 }

@@ -1,0 +1,141 @@
+//! Data segments in their context, found as the packets come (the rules of
+//! `nagledetect/events/segments.py`): for each new-data segment, the previous new-data segment
+//! of its direction, the peer's latest packet before it and next packet after it, its own
+//! direction's next data packet, the highest sequence end sent before it, and what came between
+//! it and the previous one (the peer's data packets, its own retransmissions). Context packets
+//! are named by their row in the packet table; a segment waits for the packets after it only
+//! until they come.
+
+use crate::flows::side::{ROLE_DATA, ROLE_OUT_OF_ORDER, ROLE_RETRANSMISSION};
+
+/// No such packet (or no value), as the numpy path marks it.
+pub const NONE: i64 = -1;
+
+/// One direction's running context.
+#[derive(Default)]
+pub struct DirectionContext {
+    latest_row: Option<usize>,
+    last_new_data_row: Option<usize>,
+    /// The highest sequence end (payload only) sent so far, counted from the side's first.
+    max_end_u: Option<i64>,
+    data_packets: i64,
+    retransmissions: i64,
+    /// The peer's data packets and this side's retransmissions when the last new-data segment
+    /// was sent.
+    peer_data_at_last_new_data: i64,
+    retransmissions_at_last_new_data: i64,
+    /// Segments (by index) waiting for the peer's next packet, and the one waiting for this
+    /// side's next data packet.
+    awaiting_peer: Vec<usize>,
+    awaiting_own_data: Option<usize>,
+}
+
+/// A packet as the context reads it.
+pub struct ContextPacket {
+    pub row: usize,
+    pub sender: usize,
+    pub role: u8,
+    pub payload_bytes: u32,
+    pub seq_u: i64,
+}
+
+/// The segments found so far, a column each (rows are packet rows, NONE where none).
+#[derive(Default)]
+pub struct SegmentRows {
+    pub row: Vec<i64>,
+    pub sender: Vec<u8>,
+    pub previous_data: Vec<i64>,
+    pub peer_latest: Vec<i64>,
+    pub peer_next: Vec<i64>,
+    pub own_next_data: Vec<i64>,
+    /// The highest end sent before, counted from the side's first packet (None: nothing
+    /// sent before).
+    pub sent_max_u: Vec<Option<i64>>,
+    pub peer_data_between: Vec<i64>,
+    pub own_retransmissions_between: Vec<i64>,
+}
+
+impl SegmentRows {
+    pub fn len(&self) -> usize {
+        self.row.len()
+    }
+
+    /// Keep the first `count` segments.
+    pub fn truncate(&mut self, count: usize) {
+        self.row.truncate(count);
+        self.sender.truncate(count);
+        self.previous_data.truncate(count);
+        self.peer_latest.truncate(count);
+        self.peer_next.truncate(count);
+        self.own_next_data.truncate(count);
+        self.sent_max_u.truncate(count);
+        self.peer_data_between.truncate(count);
+        self.own_retransmissions_between.truncate(count);
+    }
+}
+
+fn as_row(row: Option<usize>) -> i64 {
+    row.map_or(NONE, |row| row as i64)
+}
+
+/// Take one packet of a connection whose two directions' context is `sides` (by sender).
+pub fn take(sides: &mut [DirectionContext; 2], packet: &ContextPacket, segments: &mut SegmentRows) {
+    let own = packet.sender;
+    let peer = 1 - own;
+    for waiting in sides[peer].awaiting_peer.drain(..) {
+        segments.peer_next[waiting] = packet.row as i64;
+    }
+    let carries_data = packet.payload_bytes > 0;
+    if carries_data && let Some(waiting) = sides[own].awaiting_own_data.take() {
+        segments.own_next_data[waiting] = packet.row as i64;
+    }
+    if packet.role == ROLE_DATA && carries_data {
+        new_data_segment(sides, packet, segments);
+    }
+    let side = &mut sides[own];
+    if carries_data {
+        side.data_packets += 1;
+    }
+    if packet.role == ROLE_RETRANSMISSION || packet.role == ROLE_OUT_OF_ORDER {
+        side.retransmissions += 1;
+    }
+    let end_u = packet.seq_u + i64::from(packet.payload_bytes);
+    side.max_end_u = Some(side.max_end_u.map_or(end_u, |max_end| max_end.max(end_u)));
+    side.latest_row = Some(packet.row);
+}
+
+fn new_data_segment(
+    sides: &mut [DirectionContext; 2],
+    packet: &ContextPacket,
+    segments: &mut SegmentRows,
+) {
+    let own = packet.sender;
+    let peer_data_packets = sides[1 - own].data_packets;
+    let peer_latest = sides[1 - own].latest_row;
+    let side = &mut sides[own];
+    let previous = side.last_new_data_row;
+    let (peer_data_between, own_retransmissions_between) = match previous {
+        Some(_) => (
+            peer_data_packets - side.peer_data_at_last_new_data,
+            side.retransmissions - side.retransmissions_at_last_new_data,
+        ),
+        None => (peer_data_packets, 0),
+    };
+    let index = segments.len();
+    segments.row.push(packet.row as i64);
+    segments.sender.push(own as u8);
+    segments.previous_data.push(as_row(previous));
+    segments.peer_latest.push(as_row(peer_latest));
+    segments.peer_next.push(NONE);
+    segments.own_next_data.push(NONE);
+    segments.sent_max_u.push(side.max_end_u);
+    segments.peer_data_between.push(peer_data_between);
+    segments
+        .own_retransmissions_between
+        .push(own_retransmissions_between);
+    side.awaiting_peer.push(index);
+    side.awaiting_own_data = Some(index);
+    side.last_new_data_row = Some(packet.row);
+    side.peer_data_at_last_new_data = peer_data_packets;
+    side.retransmissions_at_last_new_data = side.retransmissions;
+}
