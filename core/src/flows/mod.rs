@@ -11,8 +11,6 @@ pub mod context;
 pub mod side;
 pub mod tables;
 
-use std::collections::HashMap;
-
 use crate::decode::TcpPacket;
 use connection::Connection;
 use context::{ContextPacket, SegmentRows};
@@ -31,6 +29,8 @@ pub type Endpoint = ([u32; 4], u16);
 /// A 4-tuple's state across its lifetimes (`connections.new_lifetimes`).
 struct Pair {
     stream: u32,
+    /// The connection its current conversation is, once a packet of it was accepted.
+    connection: Option<u32>,
     /// The ISN of its latest SYN (without ACK).
     syn_seq: Option<u32>,
     /// A FIN or RST since its latest SYN (or since its first packet, without one).
@@ -59,9 +59,10 @@ pub struct Mark {
 
 #[derive(Default)]
 pub struct FlowTracker {
-    pairs: HashMap<[Endpoint; 2], Pair>,
+    /// Keyed with foldhash, seeded per process: fast, and a capture crafted to collide keys
+    /// cannot know the seed.
+    pairs: foldhash::HashMap<[Endpoint; 2], Pair>,
     streams: u32,
-    connection_of_stream: HashMap<u32, u32>,
     connections: Vec<Connection>,
     packets: PacketRows,
     segments: SegmentRows,
@@ -77,63 +78,33 @@ impl FlowTracker {
         } else {
             ([dst, src], 1)
         };
-        let stream = self.stream_of(endpoints, tcp, packet.time_us);
+        let FlowTracker {
+            pairs,
+            streams,
+            connections,
+            packets,
+            segments,
+        } = self;
+        let pair = lifetime_of(pairs, streams, endpoints, tcp, packet.time_us);
         if !packet.accepted {
             return;
         }
-        let next = self.connections.len() as u32;
-        let connection = *self.connection_of_stream.entry(stream).or_insert(next);
-        if connection == next {
-            self.connections
-                .push(Connection::new(stream, endpoints, packet.frame, sender));
-        }
-        let state = &mut self.connections[connection as usize];
+        let stream = pair.stream;
+        let connection = *pair.connection.get_or_insert_with(|| {
+            connections.push(Connection::new(stream, endpoints, packet.frame, sender));
+            (connections.len() - 1) as u32
+        });
+        let state = &mut connections[connection as usize];
         let numbered = state.take(packet.frame, packet.time_us, tcp, sender);
         let context = ContextPacket {
-            row: self.packets.len(),
+            row: packets.len(),
             sender,
             role: numbered.role,
             payload_bytes: tcp.payload_bytes,
             seq_u: numbered.seq_u,
         };
-        context::take(&mut state.context, &context, &mut self.segments);
-        self.packets.push(packet, connection, sender, &numbered);
-    }
-
-    /// The conversation number of a packet of the 4-tuple `endpoints`: a SYN with a new ISN
-    /// after a FIN or RST since the 4-tuple's previous SYN, or after a long silence, starts a
-    /// new one; conversations are numbered in order of their first packet.
-    fn stream_of(&mut self, endpoints: [Endpoint; 2], tcp: &TcpPacket, time_us: i64) -> u32 {
-        let syn_only = tcp.flags & (FLAG_SYN | FLAG_ACK) == FLAG_SYN;
-        let closing = tcp.flags & (FLAG_FIN | FLAG_RST) != 0;
-        let Some(pair) = self.pairs.get_mut(&endpoints) else {
-            let stream = self.streams;
-            self.streams += 1;
-            self.pairs.insert(
-                endpoints,
-                Pair {
-                    stream,
-                    syn_seq: syn_only.then_some(tcp.seq),
-                    closed: !syn_only && closing,
-                    last_us: time_us,
-                },
-            );
-            return stream;
-        };
-        if syn_only {
-            let new_isn = pair.syn_seq != Some(tcp.seq);
-            let silence = time_us - pair.last_us > PORT_REUSE_SILENCE_US;
-            if new_isn && (pair.closed || silence) {
-                pair.stream = self.streams;
-                self.streams += 1;
-            }
-            pair.syn_seq = Some(tcp.seq);
-            pair.closed = false;
-        } else if closing {
-            pair.closed = true;
-        }
-        pair.last_us = time_us;
-        pair.stream
+        context::take(&mut state.context, &context, segments);
+        packets.push(packet, connection, sender, &numbered);
     }
 
     /// Start on the next capture of a run read together: its conversations and connections
@@ -141,7 +112,6 @@ impl FlowTracker {
     pub fn next_capture(&mut self) {
         self.pairs.clear();
         self.streams = 0;
-        self.connection_of_stream.clear();
     }
 
     /// Where the tables stand, to go back to if a capture's read fails (`truncate`).
@@ -165,4 +135,49 @@ impl FlowTracker {
     pub fn finish(self) -> tables::FlowTables {
         tables::FlowTables::new(self.packets, self.segments, &self.connections)
     }
+}
+
+/// The state of the 4-tuple `endpoints` with the packet `tcp` taken: its conversation number
+/// (`stream`) is its current one, or a new one where this packet starts one (a SYN with a new
+/// ISN after a FIN or RST since the 4-tuple's previous SYN, or after a long silence);
+/// conversations are numbered in order of their first packet.
+fn lifetime_of<'a>(
+    pairs: &'a mut foldhash::HashMap<[Endpoint; 2], Pair>,
+    streams: &mut u32,
+    endpoints: [Endpoint; 2],
+    tcp: &TcpPacket,
+    time_us: i64,
+) -> &'a mut Pair {
+    let syn_only = tcp.flags & (FLAG_SYN | FLAG_ACK) == FLAG_SYN;
+    let closing = tcp.flags & (FLAG_FIN | FLAG_RST) != 0;
+    let mut first = false;
+    let pair = pairs.entry(endpoints).or_insert_with(|| {
+        first = true;
+        *streams += 1;
+        Pair {
+            stream: *streams - 1,
+            connection: None,
+            syn_seq: syn_only.then_some(tcp.seq),
+            closed: !syn_only && closing,
+            last_us: time_us,
+        }
+    });
+    if first {
+        return pair;
+    }
+    if syn_only {
+        let new_isn = pair.syn_seq != Some(tcp.seq);
+        let silence = time_us - pair.last_us > PORT_REUSE_SILENCE_US;
+        if new_isn && (pair.closed || silence) {
+            pair.stream = *streams;
+            pair.connection = None;
+            *streams += 1;
+        }
+        pair.syn_seq = Some(tcp.seq);
+        pair.closed = false;
+    } else if closing {
+        pair.closed = true;
+    }
+    pair.last_us = time_us;
+    pair
 }
