@@ -11,6 +11,7 @@ use pyo3::types::PyDict;
 
 use crate::bpf::FilterError;
 use crate::decode;
+use crate::events::Events;
 use crate::flows::{FlowTracker, Packet};
 use crate::reader;
 use crate::skips;
@@ -28,9 +29,16 @@ struct Counts {
 
 /// Read one capture to its end (or to the damage that ends it) into `tracker`, its frames
 /// numbered on from `frame_offset`.
+/// The two stages a packet goes through in the pass: its connection, then the events.
+#[derive(Default)]
+struct Stages {
+    flows: FlowTracker,
+    events: Events,
+}
+
 fn one_pass(
     stream: &mut reader::Stream,
-    tracker: &mut FlowTracker,
+    stages: &mut Stages,
     frame_offset: u64,
 ) -> Result<Counts, FilterError> {
     let mut counts = Counts::default();
@@ -39,13 +47,16 @@ fn one_pass(
         counts.linktype.get_or_insert(record.linktype);
         let code = match decode::decode(record.linktype, record.data) {
             Ok(tcp) => {
-                tracker.take(&Packet {
+                let packet = Packet {
                     frame: (frame_offset + counts.packets_read) as u32,
                     time_us: record.time_us,
                     captured_bytes: record.data.len() as u32,
                     tcp: &tcp,
                     accepted,
-                });
+                };
+                if let Some(taken) = stages.flows.take(&packet) {
+                    stages.events.take(&taken);
+                }
                 skips::KEPT
             }
             Err(code) => code,
@@ -66,14 +77,14 @@ fn read_capture<'py>(
     py: Python<'py>,
     path: &str,
     bpf_filter: Option<&str>,
-    tracker: &mut FlowTracker,
+    stages: &mut Stages,
     frame_offset: u64,
 ) -> PyResult<(Bound<'py, PyDict>, u64)> {
     let mut stream = reader::open(py, path, bpf_filter)?;
-    tracker.next_capture();
+    stages.flows.next_capture();
     let outcome = py.detach(|| {
         catch_unwind(AssertUnwindSafe(|| {
-            one_pass(&mut stream, tracker, frame_offset)
+            one_pass(&mut stream, stages, frame_offset)
         }))
     });
     let counts = match outcome {
@@ -109,23 +120,27 @@ pub fn flow_tables<'py>(
     paths: Vec<String>,
     bpf_filter: Option<&str>,
 ) -> PyResult<Bound<'py, PyDict>> {
-    let mut tracker = FlowTracker::default();
+    let mut stages = Stages::default();
     let mut captures = Vec::with_capacity(paths.len());
     let mut frame_offset = 0u64;
     for path in &paths {
-        let mark = tracker.mark();
-        match read_capture(py, path, bpf_filter, &mut tracker, frame_offset) {
+        let marks = (stages.flows.mark(), stages.events.mark());
+        match read_capture(py, path, bpf_filter, &mut stages, frame_offset) {
             Ok((capture, packets_read)) => {
                 frame_offset += packets_read;
                 captures.push(capture.into_any());
             }
             Err(error) => {
-                tracker.truncate(mark);
+                stages.flows.truncate(marks.0);
+                stages.events.truncate(marks.1);
                 captures.push(error.into_value(py).into_bound(py).into_any());
             }
         }
     }
-    let result = tracker.finish().into_python(py)?;
+    let flows = stages.flows.finish();
+    let segments = stages.events.into_python(py, &flows)?;
+    let result = flows.into_python(py)?;
+    result.set_item("segments", segments)?;
     result.set_item("captures", captures)?;
     Ok(result)
 }

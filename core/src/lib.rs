@@ -6,6 +6,7 @@ mod bpf;
 mod capture;
 mod columns;
 mod decode;
+mod events;
 mod flows;
 mod reader;
 mod skips;

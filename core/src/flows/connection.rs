@@ -7,7 +7,6 @@ use std::collections::HashMap;
 
 use crate::decode::TcpPacket;
 use crate::flows::ack_lag::{AcksSent, DataLags};
-use crate::flows::context::DirectionContext;
 use crate::flows::side::{Numbered, Segment, Side};
 use crate::flows::{Endpoint, FLAG_ACK, FLAG_FIN, FLAG_RST, FLAG_SYN};
 
@@ -114,8 +113,6 @@ pub struct Connection {
     pub sides: [Side; 2],
     acks: [AcksSent; 2],
     lags: [DataLags; 2],
-    /// By sending endpoint: the context of its data segments (`context`).
-    pub context: [DirectionContext; 2],
 }
 
 /// What the tables read of a finished connection.
@@ -155,7 +152,6 @@ impl Connection {
             sides: [Side::default(), Side::default()],
             acks: [AcksSent::default(), AcksSent::default()],
             lags: [DataLags::default(), DataLags::default()],
-            context: [DirectionContext::default(), DirectionContext::default()],
         }
     }
 

@@ -7,13 +7,11 @@
 
 pub mod ack_lag;
 pub mod connection;
-pub mod context;
 pub mod side;
 pub mod tables;
 
 use crate::decode::TcpPacket;
 use connection::Connection;
-use context::{ContextPacket, SegmentRows};
 use tables::PacketRows;
 
 pub const FLAG_FIN: u16 = 0x01;
@@ -53,8 +51,7 @@ pub struct Packet<'a> {
 #[derive(Clone, Copy)]
 pub struct Mark {
     packets: usize,
-    connections: usize,
-    segments: usize,
+    pub connections: usize,
 }
 
 #[derive(Default)]
@@ -65,11 +62,24 @@ pub struct FlowTracker {
     streams: u32,
     connections: Vec<Connection>,
     packets: PacketRows,
-    segments: SegmentRows,
+}
+
+/// A packet taken into its connection: where it went and what the events read of it.
+pub struct Taken {
+    pub connection: u32,
+    pub sender: usize,
+    /// Its row in the packet table.
+    pub row: usize,
+    pub role: u8,
+    pub payload_bytes: u32,
+    /// Its sequence number counted from its side's first packet.
+    pub seq_u: i64,
 }
 
 impl FlowTracker {
-    pub fn take(&mut self, packet: &Packet<'_>) {
+    /// Take `packet`: None where the filter does not accept it (it only counts for the
+    /// conversation numbers).
+    pub fn take(&mut self, packet: &Packet<'_>) -> Option<Taken> {
         let tcp = packet.tcp;
         let src = (tcp.src, tcp.src_port);
         let dst = (tcp.dst, tcp.dst_port);
@@ -83,28 +93,28 @@ impl FlowTracker {
             streams,
             connections,
             packets,
-            segments,
         } = self;
         let pair = lifetime_of(pairs, streams, endpoints, tcp, packet.time_us);
         if !packet.accepted {
-            return;
+            return None;
         }
         let stream = pair.stream;
         let connection = *pair.connection.get_or_insert_with(|| {
             connections.push(Connection::new(stream, endpoints, packet.frame, sender));
             (connections.len() - 1) as u32
         });
-        let state = &mut connections[connection as usize];
-        let numbered = state.take(packet.frame, packet.time_us, tcp, sender);
-        let context = ContextPacket {
-            row: packets.len(),
+        let numbered =
+            connections[connection as usize].take(packet.frame, packet.time_us, tcp, sender);
+        let taken = Taken {
+            connection,
             sender,
+            row: packets.len(),
             role: numbered.role,
             payload_bytes: tcp.payload_bytes,
             seq_u: numbered.seq_u,
         };
-        context::take(&mut state.context, &context, segments);
         packets.push(packet, connection, sender, &numbered);
+        Some(taken)
     }
 
     /// Start on the next capture of a run read together: its conversations and connections
@@ -119,7 +129,6 @@ impl FlowTracker {
         Mark {
             packets: self.packets.len(),
             connections: self.connections.len(),
-            segments: self.segments.len(),
         }
     }
 
@@ -127,13 +136,12 @@ impl FlowTracker {
     pub fn truncate(&mut self, mark: Mark) {
         self.packets.truncate(mark.packets);
         self.connections.truncate(mark.connections);
-        self.segments.truncate(mark.segments);
         self.next_capture();
     }
 
     /// The packet and connection tables.
     pub fn finish(self) -> tables::FlowTables {
-        tables::FlowTables::new(self.packets, self.segments, &self.connections)
+        tables::FlowTables::new(self.packets, &self.connections)
     }
 }
 

@@ -7,7 +7,6 @@ use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
 use crate::flows::connection::{Connection, Row};
-use crate::flows::context::{NONE, SegmentRows};
 use crate::flows::side::Numbered;
 use crate::flows::{FLAG_SYN, Packet};
 
@@ -131,9 +130,8 @@ struct Finishing {
 
 pub struct FlowTables {
     packets: PacketRows,
-    segments: SegmentRows,
-    /// Each segment's highest sequence end sent before it, counted from the ISN (NONE: none).
-    sent_max_before: Vec<i64>,
+    /// By connection, what its packets are finished with.
+    finishing: Vec<Finishing>,
     direction: Vec<u8>,
     window_bytes: Vec<i64>,
     wire_segments: Vec<u32>,
@@ -142,11 +140,7 @@ pub struct FlowTables {
 }
 
 impl FlowTables {
-    pub fn new(
-        mut packets: PacketRows,
-        segments: SegmentRows,
-        connections: &[Connection],
-    ) -> FlowTables {
+    pub fn new(mut packets: PacketRows, connections: &[Connection]) -> FlowTables {
         let rows: Vec<(Row, u8)> = connections
             .iter()
             .map(|connection| {
@@ -167,14 +161,14 @@ impl FlowTables {
             super_segment: Vec::with_capacity(count),
             connections: ConnectionColumns::of(connections, &rows),
             packets: PacketRows::default(),
-            sent_max_before: sent_max_before(&segments, &packets, &finishing),
-            segments,
+            finishing: Vec::new(),
         };
         for index in 0..count {
             let at = &finishing[packets.connection[index] as usize];
             tables.finish_packet(&mut packets, index, at);
         }
         tables.packets = packets;
+        tables.finishing = finishing;
         tables
     }
 
@@ -209,6 +203,12 @@ impl FlowTables {
         };
         self.super_segment.push(super_segment);
         self.wire_segments.push(wire as u32);
+    }
+
+    /// What to add to a `seq_u` value of endpoint `sender` of `connection` to count it from
+    /// the ISN.
+    pub fn seq_offset(&self, connection: u32, sender: usize) -> i64 {
+        self.finishing[connection as usize].offsets[sender].0
     }
 
     /// The tables as dicts of numpy arrays: `packets` (the columns of `build.PACKET_COLUMNS`,
@@ -251,46 +251,12 @@ impl FlowTables {
         sack_blocks.set_item("frame", p.sack_frame.into_pyarray(py))?;
         sack_blocks.set_item("left_raw", p.sack_left_raw.into_pyarray(py))?;
         sack_blocks.set_item("right_raw", p.sack_right_raw.into_pyarray(py))?;
-        let s = self.segments;
-        let segments = PyDict::new(py);
-        segments.set_item("row", s.row.into_pyarray(py))?;
-        segments.set_item("previous_data", s.previous_data.into_pyarray(py))?;
-        segments.set_item("peer_latest", s.peer_latest.into_pyarray(py))?;
-        segments.set_item("peer_next", s.peer_next.into_pyarray(py))?;
-        segments.set_item("own_next_data", s.own_next_data.into_pyarray(py))?;
-        segments.set_item("sent_max_before", self.sent_max_before.into_pyarray(py))?;
-        segments.set_item("peer_data_between", s.peer_data_between.into_pyarray(py))?;
-        segments.set_item(
-            "own_retransmissions_between",
-            s.own_retransmissions_between.into_pyarray(py),
-        )?;
         let tables = PyDict::new(py);
-        tables.set_item("segments", segments)?;
         tables.set_item("packets", packets)?;
         tables.set_item("sack_blocks", sack_blocks)?;
         tables.set_item("connections", self.connections.into_python(py)?)?;
         Ok(tables)
     }
-}
-
-/// Each segment's highest end sent before it, counted from its side's ISN, and never below
-/// NONE (as the numpy running maximum, which other rows enter as NONE).
-fn sent_max_before(
-    segments: &SegmentRows,
-    packets: &PacketRows,
-    finishing: &[Finishing],
-) -> Vec<i64> {
-    segments
-        .row
-        .iter()
-        .zip(&segments.sent_max_u)
-        .map(|(row, sent)| {
-            let row = *row as usize;
-            let at = &finishing[packets.connection[row] as usize];
-            let offset = at.offsets[usize::from(packets.sender[row])].0;
-            sent.map_or(NONE, |end| (end + offset).max(NONE))
-        })
-        .collect()
 }
 
 fn finishing(connection: &Connection, row: &Row) -> Finishing {

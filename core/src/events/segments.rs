@@ -6,6 +6,7 @@
 //! are named by their row in the packet table; a segment waits for the packets after it only
 //! until they come.
 
+use crate::flows::Taken;
 use crate::flows::side::{ROLE_DATA, ROLE_OUT_OF_ORDER, ROLE_RETRANSMISSION};
 
 /// No such packet (or no value), as the numpy path marks it.
@@ -30,19 +31,11 @@ pub struct DirectionContext {
     awaiting_own_data: Option<usize>,
 }
 
-/// A packet as the context reads it.
-pub struct ContextPacket {
-    pub row: usize,
-    pub sender: usize,
-    pub role: u8,
-    pub payload_bytes: u32,
-    pub seq_u: i64,
-}
-
 /// The segments found so far, a column each (rows are packet rows, NONE where none).
 #[derive(Default)]
 pub struct SegmentRows {
     pub row: Vec<i64>,
+    pub connection: Vec<u32>,
     pub sender: Vec<u8>,
     pub previous_data: Vec<i64>,
     pub peer_latest: Vec<i64>,
@@ -63,6 +56,7 @@ impl SegmentRows {
     /// Keep the first `count` segments.
     pub fn truncate(&mut self, count: usize) {
         self.row.truncate(count);
+        self.connection.truncate(count);
         self.sender.truncate(count);
         self.previous_data.truncate(count);
         self.peer_latest.truncate(count);
@@ -79,7 +73,7 @@ fn as_row(row: Option<usize>) -> i64 {
 }
 
 /// Take one packet of a connection whose two directions' context is `sides` (by sender).
-pub fn take(sides: &mut [DirectionContext; 2], packet: &ContextPacket, segments: &mut SegmentRows) {
+pub fn take(sides: &mut [DirectionContext; 2], packet: &Taken, segments: &mut SegmentRows) {
     let own = packet.sender;
     let peer = 1 - own;
     for waiting in sides[peer].awaiting_peer.drain(..) {
@@ -104,11 +98,7 @@ pub fn take(sides: &mut [DirectionContext; 2], packet: &ContextPacket, segments:
     side.latest_row = Some(packet.row);
 }
 
-fn new_data_segment(
-    sides: &mut [DirectionContext; 2],
-    packet: &ContextPacket,
-    segments: &mut SegmentRows,
-) {
+fn new_data_segment(sides: &mut [DirectionContext; 2], packet: &Taken, segments: &mut SegmentRows) {
     let own = packet.sender;
     let peer_data_packets = sides[1 - own].data_packets;
     let peer_latest = sides[1 - own].latest_row;
@@ -123,6 +113,7 @@ fn new_data_segment(
     };
     let index = segments.len();
     segments.row.push(packet.row as i64);
+    segments.connection.push(packet.connection);
     segments.sender.push(own as u8);
     segments.previous_data.push(as_row(previous));
     segments.peer_latest.push(as_row(peer_latest));

@@ -1,0 +1,85 @@
+//! Events found as the packets come, from each packet as its connection took it
+//! (`flows::Taken`): for now the data segments in context (`segments`), the event table the
+//! Nagle rules read. State is kept per connection direction.
+
+pub mod segments;
+
+use numpy::IntoPyArray;
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+
+use crate::flows::Taken;
+use crate::flows::tables::FlowTables;
+use segments::{DirectionContext, NONE, SegmentRows};
+
+#[derive(Default)]
+pub struct Events {
+    /// By connection, its two directions' context (by sending endpoint).
+    directions: Vec<[DirectionContext; 2]>,
+    segments: SegmentRows,
+}
+
+/// The size of the event tables at a point of the pass.
+#[derive(Clone, Copy)]
+pub struct Mark {
+    segments: usize,
+    connections: usize,
+}
+
+impl Events {
+    pub fn take(&mut self, packet: &Taken) {
+        let connection = packet.connection as usize;
+        if connection == self.directions.len() {
+            self.directions.push(Default::default());
+        }
+        segments::take(&mut self.directions[connection], packet, &mut self.segments);
+    }
+
+    pub fn mark(&self) -> Mark {
+        Mark {
+            segments: self.segments.len(),
+            connections: self.directions.len(),
+        }
+    }
+
+    /// Drop what was found since `mark` (a capture whose read failed adds nothing).
+    pub fn truncate(&mut self, mark: Mark) {
+        self.segments.truncate(mark.segments);
+        self.directions.truncate(mark.connections);
+    }
+
+    /// The segments as a dict of numpy arrays: `row` (the segment's packet row),
+    /// `previous_data`, `peer_latest`, `peer_next`, `own_next_data` (packet rows, NONE: none),
+    /// `sent_max_before` (counted from the ISN, NONE: nothing sent before), and the counts
+    /// `peer_data_between` and `own_retransmissions_between`. `flows` counts the sequence
+    /// numbers from the ISNs.
+    pub fn into_python<'py>(
+        self,
+        py: Python<'py>,
+        flows: &FlowTables,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let s = self.segments;
+        let sent_max_before: Vec<i64> = s
+            .sent_max_u
+            .iter()
+            .zip(s.connection.iter().zip(&s.sender))
+            .map(|(sent, (connection, sender))| {
+                let offset = flows.seq_offset(*connection, usize::from(*sender));
+                sent.map_or(NONE, |end| (end + offset).max(NONE))
+            })
+            .collect();
+        let segments = PyDict::new(py);
+        segments.set_item("row", s.row.into_pyarray(py))?;
+        segments.set_item("previous_data", s.previous_data.into_pyarray(py))?;
+        segments.set_item("peer_latest", s.peer_latest.into_pyarray(py))?;
+        segments.set_item("peer_next", s.peer_next.into_pyarray(py))?;
+        segments.set_item("own_next_data", s.own_next_data.into_pyarray(py))?;
+        segments.set_item("sent_max_before", sent_max_before.into_pyarray(py))?;
+        segments.set_item("peer_data_between", s.peer_data_between.into_pyarray(py))?;
+        segments.set_item(
+            "own_retransmissions_between",
+            s.own_retransmissions_between.into_pyarray(py),
+        )?;
+        Ok(segments)
+    }
+}
