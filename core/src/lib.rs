@@ -1,5 +1,7 @@
-//! nagledetect's compiled core: reads a capture and decodes its packets into the columns the
-//! numpy decoder (`nagledetect.read.decode`) produces, one row per packet in file order.
+//! nagledetect's compiled core, in the pipeline's order: reading captures (`source`,
+//! `capture`, `bpf`, `decode`, `reader`: the decoded columns of `decode_file` and `Reader`),
+//! then one pass that rebuilds connections (`flows`) and finds events (`events`) as packets
+//! come (`analysis`: `flow_tables`).
 
 mod analysis;
 mod bpf;
