@@ -40,6 +40,8 @@ class Capture:
     segment_context: dict[str, np.ndarray] | None = None
     """The data segments in context, where the compiled core found them as it read (see
     `FlowTables.segment_context`)."""
+    gap_rows: dict[str, np.ndarray] | None = None
+    """The timeline's gaps, where the compiled core found them as it read."""
 
     def __reduce__(self) -> tuple:
         return Capture, sent_fields(self)
@@ -56,7 +58,7 @@ def load_capture(path: str, bpf_filter: str | None = None,
     if progress:
         progress(accounting.packets_read, capture_bytes(path))
     return Capture(path, flows.packets, flows.connections, flows.sack_blocks, accounting,
-                   flows.segment_context)
+                   flows.segment_context, flows.gap_rows)
 
 
 def load_capture_numpy(path: str, bpf_filter: str | None = None,

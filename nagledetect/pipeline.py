@@ -29,6 +29,7 @@ from nagledetect.detectors.model import (
     Finding,
     HostProfile,
 )
+from nagledetect.detectors.other_stalls import GAP_ROWS
 from nagledetect.events.compiled import compiled_segments
 from nagledetect.events.messages import messages, number_messages
 from nagledetect.events.segments import SEGMENT_PACKET_COLUMNS, data_segments
@@ -109,7 +110,7 @@ def connection_level(flows: FlowTables, fingerprint: bool = True,
     those the detectors read once the segments are made (48), and once the detectors are done,
     only the segment columns the samples read."""
     packets, connections, sack_blocks = flows.packets, flows.connections, flows.sack_blocks
-    segment_context = flows.segment_context
+    segment_context, gap_rows = flows.segment_context, flows.gap_rows
     del flows
     if packets.empty:
         return ConnectionLevel(packets, connections, pd.DataFrame(), pd.DataFrame(), no_samples(),
@@ -126,6 +127,7 @@ def connection_level(flows: FlowTables, fingerprint: bool = True,
     samples = delack_samples(segments, connections) if fingerprint else None
     hosts = {} if samples is None else host_fingerprints(samples)
     columns = DetectorInput(detector_packets, connections, segments, message_table, hosts,
+                            made={} if gap_rows is None else {GAP_ROWS: gap_rows},
                             sack_blocks=sack_blocks)
     for detector in CONNECTION_DETECTORS:
         columns.earlier_findings.extend(detector.detect(columns))
@@ -165,7 +167,7 @@ def run_detectors(capture: Capture, charts: bool = True) -> Analysis:
     """Run every detector over one capture held whole in memory; with `charts`, also gather
     what the HTML report draws."""
     level = connection_level(FlowTables(capture.packets, capture.connections, capture.sack_blocks,
-                                        capture.segment_context))
+                                        capture.segment_context, capture.gap_rows))
     hosts, phase_findings = host_level(level)
     chart_data = None
     if charts:

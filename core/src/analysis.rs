@@ -138,9 +138,10 @@ pub fn flow_tables<'py>(
         }
     }
     let flows = stages.flows.finish();
-    let segments = stages.events.into_python(py, &flows)?;
+    let (segments, gaps) = stages.events.into_python(py, &flows)?;
     let result = flows.into_python(py)?;
     result.set_item("segments", segments)?;
+    result.set_item("gaps", gaps)?;
     result.set_item("captures", captures)?;
     Ok(result)
 }

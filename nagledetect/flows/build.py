@@ -58,6 +58,9 @@ class FlowTables:
     """Where the compiled core found the data segments in context as it read: its rows
     (`events.compiled.compiled_segments` frames them); None where the segments are still to be
     made from the packets (`events.segments.data_segments`)."""
+    gap_rows: dict[str, np.ndarray] | None = None
+    """Where the compiled core found the timeline's gaps as it read: `GapsBySlice.gaps`'s
+    columns; None where they are still to be made from the packets."""
 
 
 def _collect(batches: Iterable[DecodedColumns], expected_packets: int

@@ -61,7 +61,7 @@ def compiled_flows_together(paths: list[str], bpf_filter: str | None = None
     frame["role"] = pd.Categorical.from_codes(frame["role"], categories=ROLES)
     connections = _connection_table(made["connections"], filtered=bpf_filter is not None)
     return FlowTables(frame, connections, pd.DataFrame(made["sack_blocks"]),
-                      made["segments"]), reads
+                      made["segments"], made["gaps"]), reads
 
 
 def _capture_read(path: str, read: dict | Exception) -> CaptureRead | InputError:

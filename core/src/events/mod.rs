@@ -1,7 +1,9 @@
 //! Events found as the packets come, from each packet as its connection took it
-//! (`flows::Taken`): for now the data segments in context (`segments`), the event table the
-//! Nagle rules read. State is kept per connection direction.
+//! (`flows::Taken`): the data segments in context (`segments`), the event table the Nagle
+//! rules read, and the gaps of each connection's timeline (`gaps`), which the other causes'
+//! rules read. State is kept per connection.
 
+pub mod gaps;
 pub mod segments;
 
 use numpy::IntoPyArray;
@@ -10,6 +12,7 @@ use pyo3::types::PyDict;
 
 use crate::flows::Taken;
 use crate::flows::tables::FlowTables;
+use gaps::{ConnectionGaps, GapRows};
 use segments::{DirectionContext, NONE, SegmentRows};
 
 #[derive(Default)]
@@ -17,12 +20,16 @@ pub struct Events {
     /// By connection, its two directions' context (by sending endpoint).
     directions: Vec<[DirectionContext; 2]>,
     segments: SegmentRows,
+    /// By connection, its timeline.
+    timelines: Vec<ConnectionGaps>,
+    gaps: GapRows,
 }
 
 /// The size of the event tables at a point of the pass.
 #[derive(Clone, Copy)]
 pub struct Mark {
     segments: usize,
+    gaps: usize,
     connections: usize,
 }
 
@@ -31,13 +38,16 @@ impl Events {
         let connection = packet.connection as usize;
         if connection == self.directions.len() {
             self.directions.push(Default::default());
+            self.timelines.push(ConnectionGaps::default());
         }
         segments::take(&mut self.directions[connection], packet, &mut self.segments);
+        self.timelines[connection].take(packet, &mut self.gaps);
     }
 
     pub fn mark(&self) -> Mark {
         Mark {
             segments: self.segments.len(),
+            gaps: self.gaps.len(),
             connections: self.directions.len(),
         }
     }
@@ -46,6 +56,8 @@ impl Events {
     pub fn truncate(&mut self, mark: Mark) {
         self.segments.truncate(mark.segments);
         self.directions.truncate(mark.connections);
+        self.gaps.truncate(mark.gaps);
+        self.timelines.truncate(mark.connections);
     }
 
     /// The segments as a dict of numpy arrays: `row` (the segment's packet row),
@@ -54,10 +66,14 @@ impl Events {
     /// `peer_data_between` and `own_retransmissions_between`. `flows` counts the sequence
     /// numbers from the ISNs.
     pub fn into_python<'py>(
-        self,
+        mut self,
         py: Python<'py>,
         flows: &FlowTables,
-    ) -> PyResult<Bound<'py, PyDict>> {
+    ) -> PyResult<(Bound<'py, PyDict>, Bound<'py, PyDict>)> {
+        for timeline in &self.timelines {
+            timeline.finish(&mut self.gaps, flows);
+        }
+        let gaps = self.gaps.into_python(py, flows)?;
         let s = self.segments;
         let sent_max_before: Vec<i64> = s
             .sent_max_u
@@ -80,6 +96,6 @@ impl Events {
             "own_retransmissions_between",
             s.own_retransmissions_between.into_pyarray(py),
         )?;
-        Ok(segments)
+        Ok((segments, gaps))
     }
 }

@@ -21,6 +21,10 @@ const MIN_JUMBO_FRAMES: u32 = 2;
 const NEAR_SIDE_SHARE: f64 = 1.0 / 3.0;
 /// A tap-side round trip no longer than this may be the far host's reaction alone.
 const DISTINCT_ROUND_TRIP_US: i64 = 500;
+/// `rel_ack` of a packet without the ACK flag (numpy's int64 minimum, as `sequence.NO_ACK`).
+pub const NO_ACK: i64 = i64::MIN;
+/// The largest window scale shift RFC 7323 allows; a larger one is taken as this.
+pub const MAX_WINDOW_SCALE: i8 = 14;
 
 /// The options of a connection's first SYN or SYN/ACK.
 #[derive(Clone, Copy, Default)]
@@ -315,6 +319,34 @@ impl Connection {
         } else {
             "middle"
         };
+    }
+
+    /// The packet's sequence and ACK numbers counted from the ISNs as far as they are known
+    /// now (`NO_ACK` without the ACK flag), and its window in bytes: scaled by its sender's
+    /// shift where both sides of the handshake offered scaling, as the tables finish them.
+    pub fn counted(&self, sender: usize, numbered: &Numbered, tcp: &TcpPacket) -> (i64, i64, i64) {
+        let side = &self.sides[sender];
+        let seq = numbered.seq_u + side.seq_offset();
+        let peer_base = self.sides[1 - sender].base_raw();
+        let ack = numbered
+            .ack_u
+            .map_or(NO_ACK, |ack_u| ack_u + side.ack_offset(peer_base));
+        let scaling = match (self.syn, self.syn_ack) {
+            (Some(syn), Some(syn_ack)) => syn.window_scale >= 0 && syn_ack.window_scale >= 0,
+            _ => false,
+        };
+        let offered = if self.syn_sender == Some(sender) {
+            self.syn
+        } else {
+            self.syn_ack
+        };
+        let shift = match offered {
+            Some(options) if scaling && tcp.flags & FLAG_SYN == 0 => {
+                options.window_scale.clamp(0, MAX_WINDOW_SCALE) as u32
+            }
+            _ => 0,
+        };
+        (seq, ack, i64::from(tcp.window) << shift)
     }
 
     /// What to add to each endpoint's `seq_u` and `ack_u` values to count them from the ISNs.

@@ -74,6 +74,17 @@ pub struct Taken {
     pub payload_bytes: u32,
     /// Its sequence number counted from its side's first packet.
     pub seq_u: i64,
+    pub frame: u32,
+    pub time_us: i64,
+    pub flags: u16,
+    /// Its sequence and ACK numbers counted from the ISNs as far as they are known when it
+    /// comes (the ACK `NO_ACK` without the ACK flag), and its window in bytes.
+    pub seq: i64,
+    pub ack: i64,
+    pub ack_raw: u32,
+    pub window_bytes: i64,
+    /// The left edge of its first SACK block, if it has one.
+    pub first_sack_left_raw: Option<u32>,
 }
 
 impl FlowTracker {
@@ -103,8 +114,10 @@ impl FlowTracker {
             connections.push(Connection::new(stream, endpoints, packet.frame, sender));
             (connections.len() - 1) as u32
         });
-        let numbered =
-            connections[connection as usize].take(packet.frame, packet.time_us, tcp, sender);
+        let state = &mut connections[connection as usize];
+        let numbered = state.take(packet.frame, packet.time_us, tcp, sender);
+        let (seq, ack, window_bytes) = state.counted(sender, &numbered, tcp);
+        let options = &tcp.options;
         let taken = Taken {
             connection,
             sender,
@@ -112,6 +125,14 @@ impl FlowTracker {
             role: numbered.role,
             payload_bytes: tcp.payload_bytes,
             seq_u: numbered.seq_u,
+            frame: packet.frame,
+            time_us: packet.time_us,
+            flags: tcp.flags,
+            seq,
+            ack,
+            ack_raw: tcp.ack,
+            window_bytes,
+            first_sack_left_raw: (options.sack_block_count > 0).then(|| options.sack_blocks[0].0),
         };
         packets.push(packet, connection, sender, &numbered);
         Some(taken)

@@ -11,15 +11,15 @@ use crate::flows::{FLAG_ACK, FLAG_FIN, FLAG_RST, FLAG_SYN};
 
 pub const ROLE_DATA: u8 = 0;
 pub const ROLE_PURE_ACK: u8 = 1;
-const ROLE_WINDOW_UPDATE: u8 = 2;
-const ROLE_DUP_ACK: u8 = 3;
+pub const ROLE_WINDOW_UPDATE: u8 = 2;
+pub const ROLE_DUP_ACK: u8 = 3;
 pub const ROLE_RETRANSMISSION: u8 = 4;
 pub const ROLE_OUT_OF_ORDER: u8 = 5;
-const ROLE_KEEPALIVE: u8 = 6;
-const ROLE_ZERO_WINDOW_PROBE: u8 = 7;
-const ROLE_SYN: u8 = 8;
-const ROLE_FIN: u8 = 9;
-const ROLE_RST: u8 = 10;
+pub const ROLE_KEEPALIVE: u8 = 6;
+pub const ROLE_ZERO_WINDOW_PROBE: u8 = 7;
+pub const ROLE_SYN: u8 = 8;
+pub const ROLE_FIN: u8 = 9;
+pub const ROLE_RST: u8 = 10;
 /// Old data this soon after the segment that last advanced the stream, not ending where the
 /// stream had got to, fills a hole: out of order, not sent again (as Wireshark's 3 ms).
 const OUT_OF_ORDER_WINDOW_US: i64 = 3_000;

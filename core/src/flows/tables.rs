@@ -6,14 +6,9 @@ use numpy::IntoPyArray;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
-use crate::flows::connection::{Connection, Row};
+use crate::flows::connection::{Connection, MAX_WINDOW_SCALE, NO_ACK, Row};
 use crate::flows::side::Numbered;
 use crate::flows::{FLAG_SYN, Packet};
-
-/// `rel_ack` of a packet without the ACK flag (numpy's int64 minimum, as `sequence.NO_ACK`).
-const NO_ACK: i64 = i64::MIN;
-/// The largest window scale shift RFC 7323 allows; a larger one is taken as this.
-const MAX_WINDOW_SCALE: i8 = 14;
 
 /// The analysed packets, in file order, as the pass leaves them.
 #[derive(Default)]
@@ -203,6 +198,33 @@ impl FlowTables {
         };
         self.super_segment.push(super_segment);
         self.wire_segments.push(wire as u32);
+    }
+
+    /// The finished packet table's values at `row`: frame, sequence and ACK numbers counted
+    /// from the ISNs (`NO_ACK` without the ACK flag), payload, window in bytes.
+    pub fn frame(&self, row: usize) -> u32 {
+        self.packets.frame[row]
+    }
+
+    pub fn seq(&self, row: usize) -> i64 {
+        self.packets.seq_u[row]
+    }
+
+    pub fn ack(&self, row: usize) -> i64 {
+        self.packets.ack_u[row]
+    }
+
+    pub fn payload_bytes(&self, row: usize) -> i64 {
+        i64::from(self.packets.payload_bytes[row])
+    }
+
+    pub fn window_bytes(&self, row: usize) -> i64 {
+        self.window_bytes[row]
+    }
+
+    /// Which endpoint of `connection` is its client (0: the low one).
+    pub fn client(&self, connection: u32) -> u8 {
+        self.finishing[connection as usize].client
     }
 
     /// What to add to a `seq_u` value of endpoint `sender` of `connection` to count it from
