@@ -219,3 +219,69 @@ def test_randomly_corrupted_copies_never_end_in_a_traceback(tmp_path: Path) -> N
             _core.decode_file(str(path))
         except _core.CaptureError as error:
             assert "\n" not in str(error) and "please report this" not in str(error)
+
+
+def _rewritten_with_version(data: bytes, minor: int, wire_first: list[bool]) -> bytes:
+    """A little-endian pcap's records under file version 2.`minor`, each record's two length
+    fields in the order `wire_first` says (cycled): length on the wire first, as libpcap
+    before 0.4 wrote them, or captured length first. Every packet is cut to 60 bytes, so the
+    two lengths differ."""
+    header = bytearray(data[:PCAP_HEADER_BYTES])
+    struct.pack_into("<H", header, 6, minor)
+    records = []
+    for number, position in enumerate(_records(data, "<")):
+        seconds, fraction, caplen, wire_bytes = struct.unpack_from("<IIII", data, position)
+        kept = min(caplen, 60)
+        lengths = ((wire_bytes, kept) if wire_first[number % len(wire_first)]
+                   else (kept, wire_bytes))
+        start = position + RECORD_HEADER_BYTES
+        records.append(struct.pack("<IIII", seconds, fraction, *lengths) + data[start:start + kept])
+    return bytes(header) + b"".join(records)
+
+
+@pytest.mark.parametrize("minor, wire_first", [(2, [True]), (3, [True, False]), (4, [False])])
+def test_old_pcap_versions_are_read_as_libpcap_reads_them(tmp_path: Path, minor: int,
+                                                          wire_first: list[bool]) -> None:
+    """Files of version 2.0-2.2 state each record's length on the wire first, 2.3 files
+    either way (the captured length is the smaller), 2.4 files the captured length first:
+    the core reads the same packets as tcpdump (all 14 of http__get.pcap, cut to 60 bytes, as
+    written here), with their lengths on the wire."""
+    original = corpus_file("zeek/http__get.pcap").read_bytes()
+    path = tmp_path / f"version-2.{minor}.pcap"
+    path.write_bytes(_rewritten_with_version(original, minor, wire_first))
+    written = tmp_path / "tcpdump.pcap"
+    subprocess.run([require_tool("tcpdump"), "-r", str(path), "-w", str(written)],
+                   capture_output=True, check=True)
+    by_tcpdump = written.read_bytes()
+    expected = [by_tcpdump[p + RECORD_HEADER_BYTES:p + RECORD_HEADER_BYTES
+                           + struct.unpack_from("<I", by_tcpdump, p + 8)[0]]
+                for p in _records(by_tcpdump, "<")]
+    assert len(expected) == 14 and all(len(packet) == 60 for packet in expected)
+    decoded = _core.decode_file(str(path))
+    assert decoded["warnings"] == []
+    assert len(decoded["packets"]["frame"]) == len(expected)
+    wire_bytes = [struct.unpack_from("<I", by_tcpdump, p + 12)[0]
+                  for p in _records(by_tcpdump, "<")]
+    assert decoded["packets"]["captured_bytes"].tolist() == [len(p) for p in expected]
+    assert decoded["packets"]["wire_bytes"].tolist() == wire_bytes
+    assert decoded["packets"]["seq_raw"].tolist() == [
+        struct.unpack_from(">I", packet, 38)[0] for packet in expected]  # Ethernet + IPv4
+
+
+@pytest.mark.parametrize("major, minor", [(2, 5), (3, 4), (1, 0)])
+def test_a_pcap_version_libpcap_refuses_is_refused_by_both_paths(tmp_path: Path, major: int,
+                                                                 minor: int) -> None:
+    """A damaged file version: tcpdump stops at once; so do both paths, in libpcap's words."""
+    damaged = bytearray(corpus_file("zeek/http__get.pcap").read_bytes())
+    struct.pack_into("<HH", damaged, 4, major, minor)
+    path = tmp_path / "damaged-version.pcap"
+    path.write_bytes(damaged)
+    tcpdump = subprocess.run([require_tool("tcpdump"), "-r", str(path), "-w", "/dev/null"],
+                             capture_output=True, text=True)
+    words = ("archaic pcap savefile format" if major < 2
+             else f"unsupported pcap savefile version {major}.{minor}")
+    assert tcpdump.returncode == 1 and words in tcpdump.stderr
+    run, _ = _analysed([path])
+    assert run.returncode == 2 and run.stderr.strip().endswith(words)
+    with pytest.raises(_core.CaptureError, match=words):
+        _core.decode_file(str(path))

@@ -171,6 +171,16 @@ impl CaptureReader {
 
 type PcapParser = fn(&[u8]) -> nom::IResult<&[u8], LegacyPcapBlock<'_>, PcapError<&[u8]>>;
 
+/// Whether a pcap file's records state their captured length first (as today's do), or their
+/// length on the wire first (libpcap before 0.4, in files of versions 2.0 to 2.2, and in some of
+/// 2.3, where libpcap takes the smaller for the captured length).
+#[derive(Clone, Copy, PartialEq)]
+enum Lengths {
+    CapturedFirst,
+    WireFirst,
+    SmallerCaptured,
+}
+
 /// A classic pcap file's header, as its records are read by.
 struct Pcap {
     linktype: u32,
@@ -178,6 +188,7 @@ struct Pcap {
     snaplen: u32,
     big_endian: bool,
     record_bytes: usize,
+    lengths: Lengths,
     parse: PcapParser,
 }
 
@@ -186,6 +197,11 @@ impl Pcap {
         let (_, header) = parse_pcap_header(head)
             .map_err(|_| NotACapture("truncated pcap file header".into()))?;
         let modified = header.is_modified_format();
+        let lengths = match record_lengths(header.version_major, header.version_minor)? {
+            // Written by a patched libpcap of version 2.4 only: its records are read as stated.
+            _ if modified => Lengths::CapturedFirst,
+            lengths => lengths,
+        };
         Ok(Pcap {
             linktype: libpcap_linktype(header.network.0 as u32 & LINKTYPE_BITS),
             nanoseconds: header.is_nanosecond_precision(),
@@ -196,12 +212,15 @@ impl Pcap {
             },
             big_endian: header.is_bigendian(),
             record_bytes: if modified { 24 } else { 16 },
-            parse: if modified {
-                parse_pcap_frame_modified
-            } else if header.is_bigendian() {
-                parse_pcap_frame_be
-            } else {
-                parse_pcap_frame
+            lengths,
+            parse: match (modified, lengths, header.is_bigendian()) {
+                (true, _, _) => parse_pcap_frame_modified,
+                (false, Lengths::CapturedFirst, false) => parse_pcap_frame,
+                (false, Lengths::CapturedFirst, true) => parse_pcap_frame_be,
+                (false, Lengths::WireFirst, false) => |i| parse_wire_first(i, false, false),
+                (false, Lengths::WireFirst, true) => |i| parse_wire_first(i, true, false),
+                (false, Lengths::SmallerCaptured, false) => |i| parse_wire_first(i, false, true),
+                (false, Lengths::SmallerCaptured, true) => |i| parse_wire_first(i, true, true),
             },
         })
     }
@@ -220,7 +239,7 @@ impl Pcap {
                 Step::NeedMore
             };
         }
-        if let Some(stated) = stated_caplen(rest, self.big_endian)
+        if let Some(stated) = stated_caplen(rest, self.big_endian, self.lengths)
             && stated > MAX_SNAPLEN
         {
             return Step::End(Some(format!(
@@ -283,14 +302,84 @@ fn libpcap_linktype(linktype: u32) -> u32 {
     }
 }
 
-/// The captured length a pcap record header states, if the header is whole.
-fn stated_caplen(rest: &[u8], big_endian: bool) -> Option<u32> {
-    let bytes: [u8; 4] = rest.get(8..12)?.try_into().ok()?;
+/// How the records of a pcap file of this version state their lengths; libpcap reads versions
+/// 2.0 to 2.4 and DG/UX tcpdump's 543.0, and refuses the others (a damaged file header), in its
+/// words.
+fn record_lengths(major: u16, minor: u16) -> Result<Lengths, NotACapture> {
+    match (major, minor) {
+        (0..2, _) => Err(NotACapture("archaic pcap savefile format".into())),
+        (2, 0..3) | (543, 0) => Ok(Lengths::WireFirst),
+        (2, 3) => Ok(Lengths::SmallerCaptured),
+        (2, 4) => Ok(Lengths::CapturedFirst),
+        _ => Err(NotACapture(format!(
+            "unsupported pcap savefile version {major}.{minor}"
+        ))),
+    }
+}
+
+/// The two length fields of the record header at the start of `rest` (captured, then on the
+/// wire, as today's files state them), if the header is whole.
+fn stated_lengths(rest: &[u8], big_endian: bool) -> Option<(u32, u32)> {
+    Some((word(rest, 8, big_endian)?, word(rest, 12, big_endian)?))
+}
+
+/// The 32-bit word at `at` of `bytes`, if they hold it.
+fn word(bytes: &[u8], at: usize, big_endian: bool) -> Option<u32> {
+    let bytes: [u8; 4] = bytes.get(at..at.checked_add(4)?)?.try_into().ok()?;
     Some(if big_endian {
         u32::from_be_bytes(bytes)
     } else {
         u32::from_le_bytes(bytes)
     })
+}
+
+/// The captured length a pcap record header states, as libpcap reads it, if the header is whole.
+fn stated_caplen(rest: &[u8], big_endian: bool, lengths: Lengths) -> Option<u32> {
+    let (first, second) = stated_lengths(rest, big_endian)?;
+    Some(match lengths {
+        Lengths::CapturedFirst => first,
+        Lengths::WireFirst => second,
+        Lengths::SmallerCaptured => first.min(second),
+    })
+}
+
+/// A record of a file whose records state their length on the wire first (`smaller`: or
+/// either first, the captured length being the smaller).
+fn parse_wire_first(
+    rest: &[u8],
+    big_endian: bool,
+    smaller: bool,
+) -> nom::IResult<&[u8], LegacyPcapBlock<'_>, PcapError<&[u8]>> {
+    const HEADER: usize = 16;
+    let lengths = if smaller {
+        Lengths::SmallerCaptured
+    } else {
+        Lengths::WireFirst
+    };
+    let (Some((first, second)), Some(caplen), Some(ts_sec), Some(ts_usec)) = (
+        stated_lengths(rest, big_endian),
+        stated_caplen(rest, big_endian, lengths),
+        word(rest, 0, big_endian),
+        word(rest, 4, big_endian),
+    ) else {
+        return Err(nom::Err::Incomplete(nom::Needed::new(
+            HEADER.saturating_sub(rest.len()),
+        )));
+    };
+    let end = HEADER + caplen as usize;
+    let Some(data) = rest.get(HEADER..end) else {
+        return Err(nom::Err::Incomplete(nom::Needed::new(end - rest.len())));
+    };
+    Ok((
+        &rest[end..],
+        LegacyPcapBlock {
+            ts_sec,
+            ts_usec,
+            caplen,
+            origlen: if caplen == first { second } else { first },
+            data,
+        },
+    ))
 }
 
 /// A pcapng interface: its link type and clock.
