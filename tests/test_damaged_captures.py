@@ -285,3 +285,39 @@ def test_a_pcap_version_libpcap_refuses_is_refused_by_both_paths(tmp_path: Path,
     assert run.returncode == 2 and run.stderr.strip().endswith(words)
     with pytest.raises(_core.CaptureError, match=words):
         _core.decode_file(str(path))
+
+
+def _first_blocks_damaged(data: bytes, how: str) -> bytes:
+    """A pcapng file damaged before its first interface description (its second block)."""
+    damaged = bytearray(data)
+    section_bytes = struct.unpack_from("<I", data, 4)[0]
+    if how == "section version 1.1":
+        struct.pack_into("<HH", damaged, 12, 1, 1)
+    elif how == "section length under 12":
+        struct.pack_into("<I", damaged, 4, 8)
+    elif how == "a packet block first":
+        first_packet = _packet_blocks(data)[0]
+        packet_bytes = struct.unpack_from("<I", data, first_packet + 4)[0]
+        damaged = (damaged[:section_bytes] + damaged[first_packet:first_packet + packet_bytes]
+                   + damaged[section_bytes:])
+    else:
+        damaged = damaged[:section_bytes]
+    return bytes(damaged)
+
+
+@pytest.mark.parametrize("how", ["section version 1.1", "section length under 12",
+                                 "a packet block first", "no interface at all"])
+def test_a_pcapng_file_damaged_before_its_first_interface_is_refused(tmp_path: Path,
+                                                                     how: str) -> None:
+    """libpcap opens a pcapng file once it has read its first interface description: tcpdump
+    refuses these at once, and so do both paths, with one line."""
+    path = tmp_path / "damaged-start.pcapng"
+    path.write_bytes(_first_blocks_damaged(corpus_file(PCAPNG_SOURCE).read_bytes(), how))
+    tcpdump = subprocess.run([require_tool("tcpdump"), "-r", str(path), "-w", "/dev/null"],
+                             capture_output=True, text=True)
+    assert tcpdump.returncode == 1 and "reading from file" not in tcpdump.stderr
+    run, _ = _analysed([path])
+    assert run.returncode == 2 and len(run.stderr.splitlines()) == 1
+    with pytest.raises(_core.CaptureError) as refusal:
+        _core.decode_file(str(path))
+    assert str(refusal.value).startswith(f"{path}: ") and "\n" not in str(refusal.value)

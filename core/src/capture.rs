@@ -71,7 +71,7 @@ enum Step {
     Read { bytes: usize, packet: bool },
     /// The next record continues past the bytes buffered.
     NeedMore,
-    /// The read ends, with the warning that ended it early, if any.
+    /// The read ends, with why it ended early (a damaged or cut record), if it did.
     End(Option<String>),
 }
 
@@ -110,14 +110,45 @@ impl CaptureReader {
                 _ => return Err(NotACapture("not a pcap or pcapng capture".into())),
             }
         };
-        Ok(CaptureReader {
+        let mut reader = CaptureReader {
             source,
             format,
             packets: 0,
             warnings: Vec::new(),
             finished: false,
             big_endian,
-        })
+        };
+        reader.read_to_first_interface()?;
+        Ok(reader)
+    }
+
+    /// libpcap opens a pcapng file once it has read its first interface description, and
+    /// refuses one whose blocks before it are damaged, hold a packet, or end the file: read
+    /// to there now (no packet comes before it), so that such a file is refused alike.
+    fn read_to_first_interface(&mut self) -> Result<(), NotACapture> {
+        let CaptureReader { source, format, .. } = self;
+        let Format::PcapNg(pcapng) = format else {
+            return Ok(());
+        };
+        while pcapng.interfaces.is_empty() {
+            let (at_end, position) = (source.ended(), source.position());
+            match pcapng.step(source.available(), at_end, position, &mut |_| {}) {
+                Step::Read { bytes, .. } => source.consume(bytes),
+                Step::NeedMore => source.refill(),
+                Step::End(why) => {
+                    return Err(NotACapture(
+                        source
+                            .cut_short()
+                            .map(str::to_string)
+                            .or(why)
+                            .unwrap_or_else(|| {
+                                "the capture file has no Interface Description Blocks".into()
+                            }),
+                    ));
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Hand up to `limit` records to `sink`, in file order; returns how many (0: the capture
@@ -129,9 +160,7 @@ impl CaptureReader {
             let rest = self.source.available();
             let step = match &mut self.format {
                 Format::Pcap(pcap) => pcap.step(rest, at_end, self.packets, sink),
-                Format::PcapNg(pcapng) => {
-                    pcapng.step(rest, at_end, self.source.position(), self.packets, sink)
-                }
+                Format::PcapNg(pcapng) => pcapng.step(rest, at_end, self.source.position(), sink),
             };
             match step {
                 Step::Read { bytes, packet } => {
@@ -142,10 +171,15 @@ impl CaptureReader {
                     }
                 }
                 Step::NeedMore => self.source.refill(),
-                Step::End(warning) => {
+                Step::End(why) => {
                     self.finished = true;
                     self.warnings.extend(self.source.warning());
-                    self.warnings.extend(warning);
+                    self.warnings.extend(why.map(|why| {
+                        format!(
+                            "capture cut short ({why}); analysed the {} packets before it",
+                            self.packets
+                        )
+                    }));
                 }
             }
         }
@@ -243,8 +277,8 @@ impl Pcap {
             && stated > MAX_SNAPLEN
         {
             return Step::End(Some(format!(
-                "capture cut short (record {} claims {stated} captured bytes, more than \
-                 libpcap's maximum of {MAX_SNAPLEN}); analysed the {frame} packets before it",
+                "record {} claims {stated} captured bytes, more than libpcap's maximum of \
+                 {MAX_SNAPLEN}",
                 frame + 1
             )));
         }
@@ -281,8 +315,7 @@ impl Pcap {
                     "data"
                 };
                 Step::End(Some(format!(
-                    "capture cut short (the file ends inside record {}'s {cut}); analysed \
-                     the {frame} packets before it",
+                    "the file ends inside record {}'s {cut}",
                     frame + 1
                 )))
             }
@@ -442,14 +475,9 @@ impl PcapNg {
         rest: &[u8],
         at_end: bool,
         position: u64,
-        frame: u64,
         sink: &mut dyn FnMut(Record<'_>),
     ) -> Step {
-        let stop = |why: String| {
-            Step::End(Some(format!(
-                "capture cut short ({why}); analysed the {frame} packets before it"
-            )))
-        };
+        let stop = |why: String| Step::End(Some(why));
         if rest.is_empty() {
             return if at_end {
                 Step::End(None)
@@ -468,6 +496,15 @@ impl PcapNg {
         }
         if section_header {
             match parse_sectionheaderblock(rest) {
+                // libpcap reads versions 1.0 and 1.2 (written by some tools), no other.
+                Ok((_, section))
+                    if section.major_version != 1 || !matches!(section.minor_version, 0 | 2) =>
+                {
+                    return stop(format!(
+                        "unsupported pcapng savefile version {}.{}",
+                        section.major_version, section.minor_version
+                    ));
+                }
                 Ok((_, section)) => {
                     self.big_endian = section.big_endian();
                     self.parse = if self.big_endian {
@@ -723,15 +760,38 @@ mod tests {
             header[20..24].copy_from_slice(&linktype);
             header
         };
-        let pcapng = |order: [u8; 4]| {
-            let length = 28u32.to_le_bytes();
+        // A section header and an interface description (libpcap opens a pcapng file once
+        // it has read its first interface), every field in the section's byte order.
+        let pcapng = |big_endian: bool| {
+            let word = |value: u32| {
+                if big_endian {
+                    value.to_be_bytes()
+                } else {
+                    value.to_le_bytes()
+                }
+            };
+            let version = if big_endian {
+                [0, 1, 0, 0]
+            } else {
+                [1, 0, 0, 0]
+            };
+            let linktype = if big_endian {
+                [0, 1, 0, 0]
+            } else {
+                [1, 0, 0, 0]
+            };
             [
                 &PCAPNG_SECTION_HEADER[..],
-                &length,
-                &order,
-                &[1, 0, 0, 0],
+                &word(28),
+                &word(0x1A2B_3C4D),
+                &version,
                 &[0xFF; 8],
-                &length,
+                &word(28),
+                &word(1),
+                &word(20),
+                &linktype,
+                &word(65535),
+                &word(20),
             ]
             .concat()
         };
@@ -739,8 +799,8 @@ mod tests {
             (pcap(PCAP_MAGICS[0], false), false),
             (pcap(PCAP_MAGICS[0], true), true),
             (pcap(PCAP_MAGICS[1], true), true),
-            (pcapng([0x4D, 0x3C, 0x2B, 0x1A]), false),
-            (pcapng(PCAPNG_BIG_ENDIAN_ORDER), true),
+            (pcapng(false), false),
+            (pcapng(true), true),
         ];
         let path = std::env::temp_dir().join(format!(
             "nagledetect-core-order-{}.pcap",
