@@ -1,5 +1,5 @@
 """Fuzzing both capture readers through Python (hypothesis, derandomized: the same examples on
-every run, about 20 s in all).
+every run, about 25 s in all).
 
 Real captures (microsecond pcap, the same records as a nanosecond and a big-endian pcap,
 pcapng, gzip-compressed pcap and pcapng) and a hand-built pcapng of real frames under every
@@ -279,7 +279,7 @@ def _core_reads(path: Path, bpf_filter: str | None, batch_packets: int) -> None:
     assert in_batches == rows
 
 
-@settings(max_examples=1500, derandomize=True, deadline=None, database=None,
+@settings(max_examples=4000, derandomize=True, deadline=None, database=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(mutation=_mutation, bpf_filter=st.sampled_from(FILTERS), batch_packets=st.integers(1, 9))
 def test_mutated_captures_never_panic_the_core(tmp_path: Path, mutation: tuple,
@@ -289,7 +289,7 @@ def test_mutated_captures_never_panic_the_core(tmp_path: Path, mutation: tuple,
         _core_reads(path, bpf_filter, batch_packets)
 
 
-@settings(max_examples=400, derandomize=True, deadline=None, database=None,
+@settings(max_examples=1200, derandomize=True, deadline=None, database=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(mutation=_mutation, bpf_filter=st.sampled_from(FILTERS))
 def test_mutated_captures_raise_only_input_errors_on_the_numpy_path(
@@ -307,7 +307,7 @@ def test_mutated_captures_raise_only_input_errors_on_the_numpy_path(
         assert any(capture.accounting.cut_short in w for w in capture.accounting.warnings)
 
 
-@settings(max_examples=300, derandomize=True, deadline=None, database=None,
+@settings(max_examples=800, derandomize=True, deadline=None, database=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(head=st.sampled_from([SOURCES["pcap"][:PCAP_HEADER_BYTES],
                              SOURCES["pcap-big-endian-ns"][:PCAP_HEADER_BYTES],
