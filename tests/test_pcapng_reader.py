@@ -123,9 +123,10 @@ def test_libpcap_is_quoted_only_when_the_file_mixes_nothing_it_refuses(tmp_path)
     reader = CaptureReader(str(path))
     assert sum(len(batch) for batch in reader.batches()) == 2
     libpcap_words = "a packet arrived on interface 2, but there's no Interface Description Block"
-    assert reader.read_here is not None  # libpcap's words past these vary with its version
-    assert reader.read_here.startswith(f"libpcap stopped reading this file ({libpcap_words}")
-    assert reader.read_here.endswith("); nagledetect's own pcapng reader read it from frame 1 on")
+    # nagledetect's own reader stops there too, so the damage is all there is to say
+    assert reader.read_here is None
+    assert reader.truncation is not None  # libpcap's words past these vary with its version
+    assert reader.truncation.startswith(libpcap_words)
 
 
 def test_big_endian_sections_binary_clocks_and_every_packet_block(tmp_path) -> None:

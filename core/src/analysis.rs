@@ -70,7 +70,8 @@ fn one_pass(
 }
 
 /// One capture read into `tracker`: its accounting as a dict (`packets_read`, `skipped`:
-/// skip code -> packets, `linktype`: the first packet's or None, `warnings`, `frame_offset`)
+/// skip code -> packets, `linktype`: the first packet's or None, `warnings`, `cut_short`: why
+/// the read ended before the file's end or None, `frame_offset`)
 /// or the error that stopped it (`CaptureError` or `FilterError`, as `decode_file` raises
 /// them), with the packets read before an error left out of the tables.
 fn read_capture<'py>(
@@ -103,6 +104,7 @@ fn read_capture<'py>(
     capture.set_item("skipped", counts.skipped)?;
     capture.set_item("linktype", counts.linktype)?;
     capture.set_item("warnings", stream.warnings().to_vec())?;
+    capture.set_item("cut_short", stream.cut_short())?;
     capture.set_item("frame_offset", frame_offset)?;
     Ok((capture, counts.packets_read))
 }

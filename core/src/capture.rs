@@ -58,6 +58,7 @@ pub struct CaptureReader {
     warnings: Vec<String>,
     finished: bool,
     big_endian: bool,
+    cut_short: Option<String>,
 }
 
 enum Format {
@@ -71,7 +72,7 @@ enum Step {
     Read { bytes: usize, packet: bool },
     /// The next record continues past the bytes buffered.
     NeedMore,
-    /// The read ends, with the warning that ended it early, if any.
+    /// The read ends, with why it ended early (a damaged or cut record), if it did.
     End(Option<String>),
 }
 
@@ -116,14 +117,46 @@ impl CaptureReader {
                 }
             }
         };
-        Ok(CaptureReader {
+        let mut reader = CaptureReader {
             source,
             format,
             packets: 0,
             warnings: Vec::new(),
+            cut_short: None,
             finished: false,
             big_endian,
-        })
+        };
+        reader.read_to_first_interface()?;
+        Ok(reader)
+    }
+
+    /// libpcap opens a pcapng file once it has read its first interface description, and
+    /// refuses one whose blocks before it are damaged, hold a packet, or end the file: read
+    /// to there now (no packet comes before it), so that such a file is refused alike.
+    fn read_to_first_interface(&mut self) -> Result<(), NotACapture> {
+        let CaptureReader { source, format, .. } = self;
+        let Format::PcapNg(pcapng) = format else {
+            return Ok(());
+        };
+        while pcapng.interfaces.is_empty() {
+            let (at_end, position) = (source.ended(), source.position());
+            match pcapng.step(source.available(), at_end, position, &mut |_| {}) {
+                Step::Read { bytes, .. } => source.consume(bytes),
+                Step::NeedMore => source.refill(),
+                Step::End(why) => {
+                    return Err(NotACapture(
+                        source
+                            .cut_short()
+                            .map(str::to_string)
+                            .or(why)
+                            .unwrap_or_else(|| {
+                                "the capture file has no Interface Description Blocks".into()
+                            }),
+                    ));
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Hand up to `limit` records to `sink`, in file order; returns how many (0: the capture
@@ -135,9 +168,7 @@ impl CaptureReader {
             let rest = self.source.available();
             let step = match &mut self.format {
                 Format::Pcap(pcap) => pcap.step(rest, at_end, self.packets, sink),
-                Format::PcapNg(pcapng) => {
-                    pcapng.step(rest, at_end, self.source.position(), self.packets, sink)
-                }
+                Format::PcapNg(pcapng) => pcapng.step(rest, at_end, self.source.position(), sink),
             };
             match step {
                 Step::Read { bytes, packet } => {
@@ -148,10 +179,20 @@ impl CaptureReader {
                     }
                 }
                 Step::NeedMore => self.source.refill(),
-                Step::End(warning) => {
+                Step::End(why) => {
                     self.finished = true;
+                    self.cut_short = self
+                        .source
+                        .cut_short()
+                        .map(str::to_string)
+                        .or_else(|| why.clone());
                     self.warnings.extend(self.source.warning());
-                    self.warnings.extend(warning);
+                    self.warnings.extend(why.map(|why| {
+                        format!(
+                            "capture cut short ({why}); analysed the {} packets before it",
+                            self.packets
+                        )
+                    }));
                 }
             }
         }
@@ -161,6 +202,12 @@ impl CaptureReader {
     /// Why the read ended early (complete once `read` has returned 0).
     pub fn warnings(&self) -> &[String] {
         &self.warnings
+    }
+
+    /// Why the read ended before the file's end (the input's own reason first: a compressed
+    /// stream cut or damaged), None where it was read whole.
+    pub fn cut_short(&self) -> Option<&str> {
+        self.cut_short.as_deref()
     }
 
     /// Packets handed on so far.
@@ -177,6 +224,16 @@ impl CaptureReader {
 
 type PcapParser = fn(&[u8]) -> nom::IResult<&[u8], LegacyPcapBlock<'_>, PcapError<&[u8]>>;
 
+/// Whether a pcap file's records state their captured length first (as today's do), or their
+/// length on the wire first (libpcap before 0.4, in files of versions 2.0 to 2.2, and in some of
+/// 2.3, where libpcap takes the smaller for the captured length).
+#[derive(Clone, Copy, PartialEq)]
+enum Lengths {
+    CapturedFirst,
+    WireFirst,
+    SmallerCaptured,
+}
+
 /// A classic pcap file's header, as its records are read by.
 struct Pcap {
     linktype: u32,
@@ -184,6 +241,7 @@ struct Pcap {
     snaplen: u32,
     big_endian: bool,
     record_bytes: usize,
+    lengths: Lengths,
     parse: PcapParser,
 }
 
@@ -192,6 +250,11 @@ impl Pcap {
         let (_, header) = parse_pcap_header(head)
             .map_err(|_| NotACapture("truncated pcap file header".into()))?;
         let modified = header.is_modified_format();
+        let lengths = match record_lengths(header.version_major, header.version_minor)? {
+            // Written by a patched libpcap of version 2.4 only: its records are read as stated.
+            _ if modified => Lengths::CapturedFirst,
+            lengths => lengths,
+        };
         Ok(Pcap {
             linktype: libpcap_linktype(header.network.0 as u32 & LINKTYPE_BITS),
             nanoseconds: header.is_nanosecond_precision(),
@@ -202,12 +265,15 @@ impl Pcap {
             },
             big_endian: header.is_bigendian(),
             record_bytes: if modified { 24 } else { 16 },
-            parse: if modified {
-                parse_pcap_frame_modified
-            } else if header.is_bigendian() {
-                parse_pcap_frame_be
-            } else {
-                parse_pcap_frame
+            lengths,
+            parse: match (modified, lengths, header.is_bigendian()) {
+                (true, _, _) => parse_pcap_frame_modified,
+                (false, Lengths::CapturedFirst, false) => parse_pcap_frame,
+                (false, Lengths::CapturedFirst, true) => parse_pcap_frame_be,
+                (false, Lengths::WireFirst, false) => |i| parse_wire_first(i, false, false),
+                (false, Lengths::WireFirst, true) => |i| parse_wire_first(i, true, false),
+                (false, Lengths::SmallerCaptured, false) => |i| parse_wire_first(i, false, true),
+                (false, Lengths::SmallerCaptured, true) => |i| parse_wire_first(i, true, true),
             },
         })
     }
@@ -226,12 +292,12 @@ impl Pcap {
                 Step::NeedMore
             };
         }
-        if let Some(stated) = stated_caplen(rest, self.big_endian)
+        if let Some(stated) = stated_caplen(rest, self.big_endian, self.lengths)
             && stated > MAX_SNAPLEN
         {
             return Step::End(Some(format!(
-                "capture cut short (record {} claims {stated} captured bytes, more than \
-                 libpcap's maximum of {MAX_SNAPLEN}); analysed the {frame} packets before it",
+                "record {} claims {stated} captured bytes, more than libpcap's maximum of \
+                 {MAX_SNAPLEN}",
                 frame + 1
             )));
         }
@@ -268,8 +334,7 @@ impl Pcap {
                     "data"
                 };
                 Step::End(Some(format!(
-                    "capture cut short (the file ends inside record {}'s {cut}); analysed \
-                     the {frame} packets before it",
+                    "the file ends inside record {}'s {cut}",
                     frame + 1
                 )))
             }
@@ -289,14 +354,84 @@ fn libpcap_linktype(linktype: u32) -> u32 {
     }
 }
 
-/// The captured length a pcap record header states, if the header is whole.
-fn stated_caplen(rest: &[u8], big_endian: bool) -> Option<u32> {
-    let bytes: [u8; 4] = rest.get(8..12)?.try_into().ok()?;
+/// How the records of a pcap file of this version state their lengths; libpcap reads versions
+/// 2.0 to 2.4 and DG/UX tcpdump's 543.0, and refuses the others (a damaged file header), in its
+/// words.
+fn record_lengths(major: u16, minor: u16) -> Result<Lengths, NotACapture> {
+    match (major, minor) {
+        (0..2, _) => Err(NotACapture("archaic pcap savefile format".into())),
+        (2, 0..3) | (543, 0) => Ok(Lengths::WireFirst),
+        (2, 3) => Ok(Lengths::SmallerCaptured),
+        (2, 4) => Ok(Lengths::CapturedFirst),
+        _ => Err(NotACapture(format!(
+            "unsupported pcap savefile version {major}.{minor}"
+        ))),
+    }
+}
+
+/// The two length fields of the record header at the start of `rest` (captured, then on the
+/// wire, as today's files state them), if the header is whole.
+fn stated_lengths(rest: &[u8], big_endian: bool) -> Option<(u32, u32)> {
+    Some((word(rest, 8, big_endian)?, word(rest, 12, big_endian)?))
+}
+
+/// The 32-bit word at `at` of `bytes`, if they hold it.
+fn word(bytes: &[u8], at: usize, big_endian: bool) -> Option<u32> {
+    let bytes: [u8; 4] = bytes.get(at..at.checked_add(4)?)?.try_into().ok()?;
     Some(if big_endian {
         u32::from_be_bytes(bytes)
     } else {
         u32::from_le_bytes(bytes)
     })
+}
+
+/// The captured length a pcap record header states, as libpcap reads it, if the header is whole.
+fn stated_caplen(rest: &[u8], big_endian: bool, lengths: Lengths) -> Option<u32> {
+    let (first, second) = stated_lengths(rest, big_endian)?;
+    Some(match lengths {
+        Lengths::CapturedFirst => first,
+        Lengths::WireFirst => second,
+        Lengths::SmallerCaptured => first.min(second),
+    })
+}
+
+/// A record of a file whose records state their length on the wire first (`smaller`: or
+/// either first, the captured length being the smaller).
+fn parse_wire_first(
+    rest: &[u8],
+    big_endian: bool,
+    smaller: bool,
+) -> nom::IResult<&[u8], LegacyPcapBlock<'_>, PcapError<&[u8]>> {
+    const HEADER: usize = 16;
+    let lengths = if smaller {
+        Lengths::SmallerCaptured
+    } else {
+        Lengths::WireFirst
+    };
+    let (Some((first, second)), Some(caplen), Some(ts_sec), Some(ts_usec)) = (
+        stated_lengths(rest, big_endian),
+        stated_caplen(rest, big_endian, lengths),
+        word(rest, 0, big_endian),
+        word(rest, 4, big_endian),
+    ) else {
+        return Err(nom::Err::Incomplete(nom::Needed::new(
+            HEADER.saturating_sub(rest.len()),
+        )));
+    };
+    let end = HEADER + caplen as usize;
+    let Some(data) = rest.get(HEADER..end) else {
+        return Err(nom::Err::Incomplete(nom::Needed::new(end - rest.len())));
+    };
+    Ok((
+        &rest[end..],
+        LegacyPcapBlock {
+            ts_sec,
+            ts_usec,
+            caplen,
+            origlen: if caplen == first { second } else { first },
+            data,
+        },
+    ))
 }
 
 /// A pcapng interface: its link type and clock.
@@ -359,14 +494,9 @@ impl PcapNg {
         rest: &[u8],
         at_end: bool,
         position: u64,
-        frame: u64,
         sink: &mut dyn FnMut(Record<'_>),
     ) -> Step {
-        let stop = |why: String| {
-            Step::End(Some(format!(
-                "capture cut short ({why}); analysed the {frame} packets before it"
-            )))
-        };
+        let stop = |why: String| Step::End(Some(why));
         if rest.is_empty() {
             return if at_end {
                 Step::End(None)
@@ -385,6 +515,15 @@ impl PcapNg {
         }
         if section_header {
             match parse_sectionheaderblock(rest) {
+                // libpcap reads versions 1.0 and 1.2 (written by some tools), no other.
+                Ok((_, section))
+                    if section.major_version != 1 || !matches!(section.minor_version, 0 | 2) =>
+                {
+                    return stop(format!(
+                        "unsupported pcapng savefile version {}.{}",
+                        section.major_version, section.minor_version
+                    ));
+                }
                 Ok((_, section)) => {
                     self.big_endian = section.big_endian();
                     self.parse = if self.big_endian {
@@ -640,15 +779,38 @@ mod tests {
             header[20..24].copy_from_slice(&linktype);
             header
         };
-        let pcapng = |order: [u8; 4]| {
-            let length = 28u32.to_le_bytes();
+        // A section header and an interface description (libpcap opens a pcapng file once
+        // it has read its first interface), every field in the section's byte order.
+        let pcapng = |big_endian: bool| {
+            let word = |value: u32| {
+                if big_endian {
+                    value.to_be_bytes()
+                } else {
+                    value.to_le_bytes()
+                }
+            };
+            let version = if big_endian {
+                [0, 1, 0, 0]
+            } else {
+                [1, 0, 0, 0]
+            };
+            let linktype = if big_endian {
+                [0, 1, 0, 0]
+            } else {
+                [1, 0, 0, 0]
+            };
             [
                 &PCAPNG_SECTION_HEADER[..],
-                &length,
-                &order,
-                &[1, 0, 0, 0],
+                &word(28),
+                &word(0x1A2B_3C4D),
+                &version,
                 &[0xFF; 8],
-                &length,
+                &word(28),
+                &word(1),
+                &word(20),
+                &linktype,
+                &word(65535),
+                &word(20),
             ]
             .concat()
         };
@@ -656,8 +818,8 @@ mod tests {
             (pcap(PCAP_MAGICS[0], false), false),
             (pcap(PCAP_MAGICS[0], true), true),
             (pcap(PCAP_MAGICS[1], true), true),
-            (pcapng([0x4D, 0x3C, 0x2B, 0x1A]), false),
-            (pcapng(PCAPNG_BIG_ENDIAN_ORDER), true),
+            (pcapng(false), false),
+            (pcapng(true), true),
         ];
         let path = std::env::temp_dir().join(format!(
             "nagledetect-core-order-{}.pcap",

@@ -34,6 +34,11 @@ impl Stream {
     pub fn warnings(&self) -> &[String] {
         self.capture.warnings()
     }
+
+    /// Why the read ended before the file's end, if it did (once it has ended).
+    pub fn cut_short(&self) -> Option<&str> {
+        self.capture.cut_short()
+    }
 }
 
 /// The filter's refusal as the numpy path words it: "invalid filter 'EXPRESSION': " and

@@ -70,7 +70,8 @@ def _capture_read(path: str, read: dict | Exception) -> CaptureRead | InputError
     if isinstance(read, Exception):
         raise read
     accounting = Accounting(path=path, linktype=_linktype(path, read["linktype"]),
-                            packets_read=read["packets_read"], warnings=list(read["warnings"]))
+                            packets_read=read["packets_read"], warnings=list(read["warnings"]),
+                            cut_short=read["cut_short"])
     for code, count in read["skipped"].items():
         accounting.add_skipped({skips.reason_text(code): count})
     accounting.tcp_packets = accounting.packets_read - sum(read["skipped"].values())

@@ -32,6 +32,9 @@ class Accounting:
     tcp_packets: int = 0
     skipped: dict[str, int] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
+    cut_short: str | None = None
+    """Why the read ended before the file's end (a damaged or cut record, a compressed stream
+    cut short), the packets before it analysed; None when the file was read to its end."""
 
     def add_skipped(self, reasons: dict[str, int]) -> None:
         for reason, count in reasons.items():
@@ -100,6 +103,7 @@ def _batches(reader: CaptureReader, accounting: Accounting,
 
 
 def _note_truncation(reader: CaptureReader, accounting: Accounting) -> None:
+    accounting.cut_short = reader.decompression_cut_short or reader.truncation
     if reader.decompression_cut_short:
         accounting.warnings.append(f"compressed capture cut short "
                                    f"({reader.decompression_cut_short}); analysed what it held")

@@ -29,6 +29,7 @@ from nagledetect.read.threads import THREADED_MIN_BYTES, executor
 
 BATCH_PACKETS = 65_536
 FILTER_SNAPLEN = 262_144
+UINT32_MASK = 0xFFFF_FFFF
 PCAPNG_MAGIC = b"\x0a\x0d\x0d\x0a"
 """The first bytes of a pcapng file (its section header block's type, in either byte order)."""
 
@@ -170,20 +171,50 @@ class CaptureReader:
         return _unpack(packet_bytes, packed_meta, frames_read + 1, self.linktype)
 
     def _read_here(self, frames_read: int, refusal: str) -> Iterator[RawBatch]:
-        """The packets after `frames_read`, read without libpcap (see `pcapng`)."""
+        """The packets after `frames_read`, read without libpcap (see `pcapng`). When that
+        reader stops where libpcap did, at a damaged block of a file that mixes nothing
+        libpcap refuses, the damage is all there is to say: in libpcap's words (`truncation`),
+        as for a pcap file."""
         reader = PcapngReader(self.source, self.batch_packets)
-        yield from reader.batches(frames_read)
+        frames_here = frames_read
+        for batch in reader.batches(frames_read):
+            frames_here += len(batch)
+            yield batch
         self.truncation = reader.truncation
-        self.read_here = _read_here_warning(reader.mixture(), frames_read, refusal)
+        mixture = reader.mixture()
+        libpcap_frames = self._frames_before_error(frames_read)
+        if mixture is not None or reader.truncation is None or frames_here > libpcap_frames:
+            self.read_here = _read_here_warning(mixture, libpcap_frames, refusal)
+        else:
+            self.truncation = refusal
 
-    def _salvage_after_error(self, frames_read: int, message: str) -> Iterator[RawBatch]:
-        """A failed batch loses the packets it held: reopen, skip what was read, go one by one."""
-        self.truncation = message
+    def _reopened_after(self, frames_read: int) -> object:
+        """libpcap's reader of the file, reopened, past its first `frames_read` packets."""
         reader = _open(self.path, self.source)
         to_skip = frames_read
         while to_skip:
             _, packed_meta = reader.next_batch(min(to_skip, self.batch_packets))
             to_skip -= len(packed_meta) // 16
+        return reader
+
+    def _frames_before_error(self, frames_read: int) -> int:
+        """How many packets libpcap reads before its error (a failed batch hands none of its
+        packets over, so they are counted again one by one)."""
+        reader = self._reopened_after(frames_read)
+        frames = frames_read
+        while True:
+            try:
+                header, _ = reader.next()
+            except pcapy.PcapError:
+                return frames
+            if header is None:
+                return frames
+            frames += 1
+
+    def _salvage_after_error(self, frames_read: int, message: str) -> Iterator[RawBatch]:
+        """A failed batch loses the packets it held: reopen, skip what was read, go one by one."""
+        self.truncation = message
+        reader = self._reopened_after(frames_read)
         packets: list[bytes] = []
         meta: list[tuple[int, int, int, int]] = []
         offset = 0
@@ -195,7 +226,8 @@ class CaptureReader:
             if header is None:
                 break
             seconds, microseconds = header.getts()
-            meta.append((seconds, microseconds, offset, len(data)))
+            # libpcap's header fields are signed; `next_batch` packs them unsigned, as here.
+            meta.append((seconds & UINT32_MASK, microseconds & UINT32_MASK, offset, len(data)))
             packets.append(data)
             offset += len(data)
         if meta:

@@ -31,6 +31,8 @@ OBSOLETE_PACKET = 2
 SIMPLE_PACKET = 3
 ENHANCED_PACKET = 6
 SMALLEST_BLOCK_BYTES = 12
+LARGEST_BLOCK_BYTES = 16 * 1024 * 1024
+"""libpcap refuses a longer block (a damaged length, for the link types read here)."""
 OPTION_END = 0
 OPTION_TIME_RESOLUTION = 9
 OPTION_TIME_OFFSET = 14
@@ -74,6 +76,8 @@ LAYOUTS = {order: _layouts(order) for order in BYTE_ORDERS.values()}
 PACKET_BLOCKS = frozenset(LAYOUTS["<"])
 BLOCK_HEADS = {order: struct.Struct(order + "II") for order in BYTE_ORDERS.values()}
 """A block's type and total length, in each byte order."""
+BLOCK_TRAILERS = {order: struct.Struct(order + "I") for order in BYTE_ORDERS.values()}
+"""A block's total length repeated at its end, in each byte order."""
 
 
 @dataclass(frozen=True)
@@ -162,11 +166,15 @@ class _Section:
         self.interfaces: list[Interface] = []
 
 
-def _unreadable(length: int, position: int, file_bytes: int) -> str:
-    """Why a block of this length at this position cannot be read."""
-    if length < SMALLEST_BLOCK_BYTES or length % 4:
+def _unreadable(length: int, position: int, file_bytes: int, trailer: int | None) -> str:
+    """Why a block of this length at this position cannot be read, as libpcap judges it: its
+    length too small, not whole words, past the file's end, or not repeated at its end (the
+    block's `trailer`, None when it has none)."""
+    if length < SMALLEST_BLOCK_BYTES or length % 4 or length > LARGEST_BLOCK_BYTES:
         return f"damaged block at byte {position} (length {length})"
-    return f"truncated: the file ends inside the block at byte {position}"
+    if position + length > file_bytes:
+        return f"truncated: the file ends inside the block at byte {position}"
+    return f"damaged block at byte {position} (length {length} at its start, {trailer} at its end)"
 
 
 def _let_go(mapped: mmap.mmap, position: int) -> None:
@@ -221,6 +229,7 @@ class PcapngReader:
         try:
             section: _Section | None = None
             head = BLOCK_HEADS["<"].unpack_from
+            tail = BLOCK_TRAILERS["<"].unpack_from
             pending: list[tuple[int, int]] = []
             frames = position = 0
             while position + SMALLEST_BLOCK_BYTES <= size:
@@ -234,13 +243,17 @@ class PcapngReader:
                     if (section := self._section(view, position)) is None:
                         return
                     head = BLOCK_HEADS[section.byte_order].unpack_from
+                    tail = BLOCK_TRAILERS[section.byte_order].unpack_from
                     self.byte_orders.append(section.byte_order)
                     block_type, length = head(view, position)
                 elif section is None:
                     self.truncation = "not a pcapng file: no section header block first"
                     return
-                if length < SMALLEST_BLOCK_BYTES or length & 3 or position + length > size:
-                    self.truncation = _unreadable(length, position, size)
+                end = position + length
+                trailer = (tail(view, end - 4)[0] if length >= SMALLEST_BLOCK_BYTES and end <= size
+                           else None)
+                if trailer != length or length & 3 or length > LARGEST_BLOCK_BYTES:
+                    self.truncation = _unreadable(length, position, size, trailer)
                     break
                 if block_type in PACKET_BLOCKS:
                     frames += 1

@@ -107,6 +107,7 @@ def _capture_entry(capture: Capture, read: ColumnReader) -> dict[str, Any]:
         "tcp_packets": accounting.tcp_packets,
         "skipped": dict(sorted(accounting.skipped.items(), key=lambda item: -item[1])),
         "balanced": accounting.balanced,
+        "cut_short": accounting.cut_short,
         "warnings": list(accounting.warnings) + _connection_warnings(capture.connections, read),
         "connections": len(capture.connections),
     }
