@@ -15,11 +15,12 @@ from typing import Any
 
 from nagledetect.detectors import kinds
 from nagledetect.report.document import kinds_and_times
-from nagledetect.report.headline import duration_text, is_upper_bound
+from nagledetect.report.headline import duration_text
 from nagledetect.report.text import (
     KIND_TITLES,
     LANGUAGES,
     Diagnosis,
+    cost_text,
     folded_line,
     in_capture,
 )
@@ -142,16 +143,7 @@ def _heading(rank: int, finding: dict[str, Any], document: dict[str, Any]) -> st
     family = " nagle" if kinds.is_nagle_family(finding["kind"]) else ""
     return (f"<div class='head{family}'><b>{rank}. {_e(title)}</b> on connection "
             f"{finding['connection']}{_e(in_capture(document, finding))}: "
-            f"{_e(_cost(finding))}, confidence {_e(finding['confidence']['level'])}</div>")
-
-
-def _cost(finding: dict[str, Any]) -> str:
-    if finding["time_lost_s"] <= 0:
-        return "no extra time counted"
-    word = "idle" if finding["kind"] == kinds.IDLE else "lost"
-    bound = "up to " if is_upper_bound(finding) else ""
-    return (f"{bound}{duration_text(finding['time_lost_s'])} {word} "
-            f"({finding['share'] * 100:.0f}% of the connection)")
+            f"{_e(cost_text(finding))}, confidence {_e(finding['confidence']['level'])}</div>")
 
 
 def _card(rank: int, finding: dict[str, Any], document: dict[str, Any]) -> str:

@@ -274,7 +274,7 @@ def _finding_lines(rank: int, finding: dict[str, Any], document: dict[str, Any],
     title = KIND_TITLES.get(finding["kind"], finding["kind"])
     if finding.get("subkind"):
         title += f" ({finding['subkind']})"
-    cost = _cost(finding)
+    cost = cost_text(finding)
     lines = [style.alert(f"{rank:>2}. {title}") +
              f" on connection {finding['connection']}{in_capture(document, finding)}: {cost}, "
              f"confidence {finding['confidence']['level']}",
@@ -312,7 +312,7 @@ def _display_filter_line(finding: dict[str, Any]) -> str:
             f"{{{frames[0]}..{frames[1]}}} (the span; --format json lists the exact frames)")
 
 
-def _cost(finding: dict[str, Any]) -> str:
+def cost_text(finding: dict[str, Any]) -> str:
     """The time a finding counts: time lost, except idle time, which nobody waited for."""
     if finding["time_lost_s"] <= 0:
         return "no extra time counted"

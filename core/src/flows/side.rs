@@ -136,28 +136,24 @@ impl Side {
     }
 
     fn unwrapped_seq(&mut self, segment: &Segment) -> i64 {
-        if self.first_seq_raw.is_none() {
-            self.first_seq_raw = Some(segment.seq_raw);
-            self.seq_u = 0;
-        } else {
-            self.seq_u += signed_step(segment.seq_raw, self.last_seq_raw);
-        }
-        self.last_seq_raw = segment.seq_raw;
         if segment.has(FLAG_SYN) && self.syn_seq_raw.is_none() {
             self.syn_seq_raw = Some(segment.seq_raw);
         }
-        self.seq_u
+        unwrapped(
+            segment.seq_raw,
+            &mut self.first_seq_raw,
+            &mut self.last_seq_raw,
+            &mut self.seq_u,
+        )
     }
 
     fn unwrapped_ack(&mut self, segment: &Segment) -> i64 {
-        if self.first_ack_raw.is_none() {
-            self.first_ack_raw = Some(segment.ack_raw);
-            self.ack_u = 0;
-        } else {
-            self.ack_u += signed_step(segment.ack_raw, self.last_ack_raw);
-        }
-        self.last_ack_raw = segment.ack_raw;
-        self.ack_u
+        unwrapped(
+            segment.ack_raw,
+            &mut self.first_ack_raw,
+            &mut self.last_ack_raw,
+            &mut self.ack_u,
+        )
     }
 
     fn note_totals(&mut self, segment: &Segment) {
@@ -246,6 +242,19 @@ impl Side {
         }
         role
     }
+}
+
+/// `raw` unwrapped: counted from the first raw value (`first`, set by the first call), a
+/// signed step on from the last (`last`, `value`: the last raw value and its unwrapped one).
+fn unwrapped(raw: u32, first: &mut Option<u32>, last: &mut u32, value: &mut i64) -> i64 {
+    if first.is_none() {
+        *first = Some(raw);
+        *value = 0;
+    } else {
+        *value += signed_step(raw, *last);
+    }
+    *last = raw;
+    *value
 }
 
 /// `later - earlier` of 32-bit sequence values, read as the signed step between them.
