@@ -47,8 +47,8 @@ from nagledetect.read.pcapng import (
     SMALLEST_BLOCK_BYTES,
 )
 from nagledetect.report.document import shown_ids
+from nagledetect.report.evidence_words import ack_note, reaction_text
 from nagledetect.report.headline import duration_text
-from nagledetect.report.text import _ack_note, _reaction, _round_trip_note
 from nagledetect.sent_tables import rows_frame
 
 OPTION_COMMENT = 1
@@ -186,9 +186,9 @@ def _role_words(kind: str, row: dict[str, Any], role: int) -> str:
         return f"last data before a gap of {stall}; the next data in frame {released}"
     if role == Role.GAP_END:
         return f"next data after a gap of {stall} since the last data in frame {last}"
-    note = _round_trip_note(row) if kind == kinds.NAGLE_RTT_HOLD else _ack_note(row)
+    note = ack_note(kind, row)
     ack_name = "delayed ACK" if kind in NAGLE_HOLDS else "ACK"
-    reaction = (f" (+{_reaction(row['reaction_ms'])})" if row.get("reaction_ms") is not None
+    reaction = (f" (+{reaction_text(row['reaction_ms'])})" if row.get("reaction_ms") is not None
                 else "")
     if role == Role.LAST_DATA:
         return (f"last data before the stall; the {ack_name} in frame {ack}{note} released the "
@@ -197,7 +197,7 @@ def _role_words(kind: str, row: dict[str, Any], role: int) -> str:
         return (f"{ack_name}{note} of the data up to frame {last}; it released the next data "
                 f"in frame {released}{reaction}: stall {stall}")
     held = "held segment" if kind in kinds.NAGLE_FAMILY else "next data"
-    when = (f"{_reaction(row['reaction_ms'])} after" if row.get("reaction_ms") is not None
+    when = (f"{reaction_text(row['reaction_ms'])} after" if row.get("reaction_ms") is not None
             else "by")
     return (f"{held}, released {when} the {ack_name} in frame {ack}{note}; stall {stall} since "
             f"the last data in frame {last}")

@@ -15,6 +15,7 @@ from typing import Any
 
 from nagledetect.detectors import kinds
 from nagledetect.report.document import kinds_and_times
+from nagledetect.report.evidence_words import evidence_line, reaction_text
 from nagledetect.report.headline import duration_text
 from nagledetect.report.text import (
     KIND_TITLES,
@@ -172,13 +173,9 @@ def _times(finding: dict[str, Any]) -> str:
         parts.append(f"the receiver held its ACK <b>{details['median_ack_delay_ms']:.1f} ms"
                      "</b> (median)")
     if details.get("median_reaction_ms") is not None:
-        parts.append(f"the held data left <b>{_reaction(details['median_reaction_ms'])}</b> "
+        parts.append(f"the held data left <b>{reaction_text(details['median_reaction_ms'])}</b> "
                      "after the ACK (median)")
     return f"<p class='times'>Hold and reaction: {'; '.join(parts)}.</p>" if parts else ""
-
-
-def _reaction(milliseconds: float) -> str:
-    return f"{milliseconds * 1000:.0f} us" if milliseconds < 1 else f"{milliseconds:.1f} ms"
 
 
 def _evidence(finding: dict[str, Any]) -> str:
@@ -187,35 +184,11 @@ def _evidence(finding: dict[str, Any]) -> str:
     events = finding["events"][:EVIDENCE_SHOWN]
     if not events:
         return ""
-    lines = []
-    for event in events:
-        stall = duration_text(event["stall_s"])
-        if event["delayed_ack_frame"] == event["released_frame"]:
-            lines.append(f"frame {event['last_data_frame']} last data &rarr; frame "
-                         f"{event['released_frame']} next data: gap {stall}")
-            continue
-        hold = _ack_note(finding["kind"], event)
-        reaction = (f" (+{_reaction(event['reaction_ms'])})"
-                    if event.get("reaction_ms") is not None else "")
-        lines.append(f"frame {event['last_data_frame']} last data &rarr; frame "
-                     f"{event['delayed_ack_frame']} ACK{hold} &rarr; frame "
-                     f"{event['released_frame']} released{reaction}: stall {stall}")
+    lines = [evidence_line(finding["kind"], event, "&rarr;") for event in events]
     more = len(finding["events"]) - len(events)
     tail = f"<li>&hellip; and {more} more (all in the JSON output)</li>" if more > 0 else ""
     listed = "".join(f"<li>{line}</li>" for line in lines)
     return f"<p><b>Evidence:</b></p><ul class='evidence'>{listed}{tail}</ul>"
-
-
-def _ack_note(kind: str, event: dict[str, Any]) -> str:
-    """The delayed ACK's hold; for a hold of one round trip, the ordinary ACK's gap after the
-    last data."""
-    if kind == kinds.NAGLE_RTT_HOLD:
-        if event.get("reaction_ms") is None:
-            return ""
-        return f" (+{event['stall_s'] * 1000 - event['reaction_ms']:.1f} ms, not delayed)"
-    if event.get("ack_delay_ms") is None:
-        return ""
-    return f" (+{event['ack_delay_ms']:.1f} ms hold)"
 
 
 def _fixes(finding: dict[str, Any], document: dict[str, Any]) -> str:

@@ -22,6 +22,7 @@ from nagledetect.report.document import (
     kinds_and_times,
     nagle_family,
 )
+from nagledetect.report.evidence_words import evidence_line
 from nagledetect.report.headline import duration_text, frames_of, is_upper_bound, plural
 from nagledetect.stored import take
 
@@ -214,59 +215,13 @@ def _ms(value: float | None, digits: int = 3) -> str:
     return "-" if value is None else f"{value:.{digits}f}"
 
 
-def _reaction(milliseconds: float) -> str:
-    """How soon the held data left after the ACK: microseconds when the sender sits by the tap
-    (tens of them), milliseconds when the tap is a round trip away from it."""
-    return f"{milliseconds * 1000:.0f} us" if milliseconds < 1 else f"{milliseconds:.1f} ms"
-
-
 def _evidence(finding: dict[str, Any], verbose: bool) -> list[str]:
     events = finding["events"] if verbose else finding["events"][:EVIDENCE_SHOWN]
-    lines = []
-    for event in events:
-        if event["delayed_ack_frame"] == event["released_frame"]:
-            lines.append(f"       frame {event['last_data_frame']} last data -> frame "
-                         f"{event['released_frame']} next data: gap {duration_text(event['stall_s'])}")
-            continue
-        ack = (_round_trip_note(event) if finding["kind"] == kinds.NAGLE_RTT_HOLD
-               else _ack_note(event))
-        reaction = (f" (+{_reaction(event['reaction_ms'])})"
-                    if event.get("reaction_ms") is not None else "")
-        lines.append(f"       frame {event['last_data_frame']} last data -> frame "
-                     f"{event['delayed_ack_frame']} ACK{ack} -> frame {event['released_frame']} "
-                     f"released{reaction}: stall {duration_text(event['stall_s'])}")
+    lines = [f"       {evidence_line(finding['kind'], event)}" for event in events]
     hidden = len(finding["events"]) - len(events)
     if hidden > 0:
         lines.append(f"       ... and {hidden} more (--verbose lists every event)")
     return lines
-
-
-ROUND_TRIP_SHOWN_MS = 1.0
-"""The ACK's gap after the last data is shown apart from the receiver's hold once the round
-trip between them is at least this long (a capture taken away from the receiver)."""
-
-
-def _round_trip_note(event: dict[str, Any]) -> str:
-    """An ordinary ACK's gap after the last data (a hold of one round trip): the ACK is not
-    delayed, so there is no hold of the receiver's to show."""
-    if event.get("reaction_ms") is None:
-        return ""
-    return f" (+{event['stall_s'] * 1000 - event['reaction_ms']:.1f} ms, not delayed)"
-
-
-def _ack_note(event: dict[str, Any]) -> str:
-    """The delayed ACK's hold, and, where the capture was taken away from the receiver, its
-    gap after the last data as the frames show it: the hold plus the round trip (the frames'
-    gap, not the hold, is what Wireshark's times give)."""
-    hold_ms = event.get("ack_delay_ms")
-    if hold_ms is None:
-        return ""
-    if event.get("reaction_ms") is not None:
-        gap_ms = round(event["stall_s"] * 1000 - event["reaction_ms"], 1)
-        if gap_ms - round(hold_ms, 1) >= ROUND_TRIP_SHOWN_MS:
-            return (f" (+{gap_ms:.1f} ms: {hold_ms:.1f} ms hold + "
-                    f"{gap_ms - round(hold_ms, 1):.1f} ms round trip)")
-    return f" (+{hold_ms:.1f} ms hold)"
 
 
 def _finding_lines(rank: int, finding: dict[str, Any], document: dict[str, Any], verbose: bool,
