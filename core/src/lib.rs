@@ -7,6 +7,7 @@ mod capture;
 mod columns;
 mod decode;
 mod flows;
+mod live;
 mod reader;
 mod skips;
 mod source;
@@ -61,6 +62,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(decode_file, m)?)?;
     m.add_function(wrap_pyfunction!(analysis::flow_tables, m)?)?;
     m.add_class::<reader::Reader>()?;
+    live::register(m)?;
     m.add("CaptureError", m.py().get_type::<CaptureError>())?;
     m.add("FilterError", m.py().get_type::<FilterError>())?;
     Ok(())
