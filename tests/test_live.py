@@ -1,0 +1,203 @@
+"""`nagledetect live` and `check --live` on a real interface: the lab's veth pair between two
+network namespaces, with a lab scenario's real Linux client and server talking over it.
+
+Root and network namespaces are needed; without them every test here is skipped with the
+reason. The expected stalls come from the scenario's manifest (what the client measured),
+not from the analysis.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from nagledetect.detectors.kinds import NAGLE_DELACK_STALL
+from nagledetect.lab.netns import lab_network
+from nagledetect.lab.runner import (
+    _finish,
+    _run_client,
+    _server_command,
+    _wait_for_line,
+    build_manifest,
+    peer_spec,
+    shortened,
+)
+from nagledetect.lab.scenarios import SCENARIOS, Scenario
+
+PROJECT = Path(__file__).resolve().parent.parent
+EXCHANGES = 8
+CAPTURE_S = "3"
+"""Long enough for the capture to start (Python's imports), the scenario's 8 exchanges of
+about 40 ms each, and the last ACKs."""
+START_TIMEOUT_S = 15.0
+RUN_TIMEOUT_S = 60.0
+
+
+def _lab_available() -> bool:
+    if os.geteuid() != 0 or not shutil.which("tcpdump") or not shutil.which("ethtool"):
+        return False
+    probe = subprocess.run(["ip", "netns", "add", "ndlab-liveprobe"], capture_output=True)
+    subprocess.run(["ip", "netns", "del", "ndlab-liveprobe"], capture_output=True)
+    return probe.returncode == 0
+
+
+needs_lab = pytest.mark.skipif(not _lab_available(),
+                               reason="needs root, tcpdump, ethtool and network namespaces")
+needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="live capture needs root here")
+
+
+def _environment() -> dict[str, str]:
+    """This checkout's nagledetect, whatever is installed."""
+    return {**os.environ, "PYTHONPATH": str(PROJECT)}
+
+
+def _nagledetect(*argv: str) -> list[str]:
+    return [sys.executable, "-m", "nagledetect", *argv]
+
+
+@dataclass
+class LiveRun:
+    returncode: int
+    stdout: str
+    stderr: str
+    manifest: dict
+
+
+@contextmanager
+def _folder() -> Iterator[Path]:
+    with tempfile.TemporaryDirectory() as folder:
+        yield Path(folder)
+
+
+def _live_during(scenario: Scenario, folder: Path, *argv: str) -> LiveRun:
+    """Run `nagledetect ARGV -i <client veth>` in the client's namespace while the scenario's
+    client and server exchange their messages; the capture is started (its file created)
+    before the client's first connection."""
+    written = folder / "live.pcap"
+    spec_path, result_path = folder / "spec.json", folder / "result.json"
+    spec_path.write_text(json.dumps(peer_spec(scenario)))
+    with lab_network(scenario.mtu, scenario.offload) as lab, subprocess.Popen(
+            _server_command(lab, scenario, spec_path, folder / "holds.json"),
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as server:
+        try:
+            _wait_for_line(server, "stdout", "ready")
+            command = lab.command("client", *_nagledetect(*argv, "-i", lab.client_if,
+                                                          "--write", str(written)))
+            with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                  text=True, env=_environment()) as live:
+                _wait_for_file(written, live)
+                _run_client(lab, spec_path, result_path)
+                stdout, stderr = live.communicate(timeout=RUN_TIMEOUT_S)
+        finally:
+            _finish(server)
+    manifest = build_manifest(scenario, written, json.loads(result_path.read_text()))
+    return LiveRun(live.returncode, stdout, stderr, manifest)
+
+
+def _wait_for_file(path: Path, process: subprocess.Popen) -> None:
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while not path.exists():
+        if process.poll() is not None or time.monotonic() > deadline:
+            pytest.fail(f"the live capture did not start: {process.communicate()[1]}")
+        time.sleep(0.05)
+
+
+def _nagle_scenario() -> Scenario:
+    return shortened(SCENARIOS["seed003-nagle"], EXCHANGES)
+
+
+@needs_lab
+def test_live_finds_the_scenarios_stalls_and_reports_as_analyze_does() -> None:
+    with _folder() as folder:
+        run = _live_during(_nagle_scenario(), folder, "live", "--duration", CAPTURE_S,
+                           "--format", "json")
+        assert run.returncode == 0, run.stderr
+        document = json.loads(run.stdout)
+        # The client measured each exchange: all but the first waited for the server's
+        # delayed ACK (the manifest's count, from latencies, not from the packets).
+        expected = run.manifest["summary"]["nagle_stalls"]
+        assert expected == EXCHANGES - 1
+        stalls = [f for f in document["findings"] if f["kind"] == NAGLE_DELACK_STALL]
+        assert [f["count"] for f in stalls] == [expected]
+        assert document["headline"]["nagle_family"]["stalls"] == expected
+        # The report is analyze's on the written file, byte for byte.
+        analyzed = subprocess.run(_nagledetect("analyze", "--format", "json",
+                                               str(folder / "live.pcap")),
+                                  capture_output=True, text=True, env=_environment())
+        assert analyzed.returncode == 0, analyzed.stderr
+        assert json.loads(analyzed.stdout) == document
+        # libpcap's statistics, one line on stderr; the veth dropped nothing.
+        stats = [line for line in run.stderr.splitlines() if line.startswith("nagledetect: live:")]
+        assert len(stats) == 1 and "0 dropped by the kernel" in stats[0], run.stderr
+        captured = int(stats[0].split()[2].replace(",", ""))
+        assert captured == document["captures"][0]["packets"]
+
+
+@needs_lab
+def test_check_live_fails_on_the_stalls_and_passes_with_nodelay() -> None:
+    with _folder() as folder:
+        stalling = _live_during(_nagle_scenario(), folder, "check", "--live",
+                                "--duration", CAPTURE_S)
+    assert stalling.returncode == 1, stalling.stdout + stalling.stderr
+    assert stalling.manifest["summary"]["nagle_stalls"] > 0
+    with _folder() as folder:
+        fixed = _live_during(_nagle_scenario().with_option("nodelay"), folder, "check",
+                             "--live", "--duration", CAPTURE_S)
+    assert fixed.manifest["summary"]["nagle_stalls"] == 0
+    assert fixed.returncode == 0, fixed.stdout + fixed.stderr
+
+
+def _one_error_line(argv: list[str], *, drop_capabilities: bool = False) -> str:
+    command = _nagledetect(*argv)
+    if drop_capabilities:
+        command = ["capsh", "--drop=cap_net_raw,cap_net_admin", "--", "-c",
+                   " ".join(f"'{word}'" for word in command)]
+    result = subprocess.run(command, capture_output=True, text=True, env=_environment(),
+                            stdin=subprocess.DEVNULL, timeout=RUN_TIMEOUT_S)
+    assert result.returncode == 2, result.stderr
+    assert result.stdout == ""
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1, result.stderr
+    return lines[0]
+
+
+@needs_root
+def test_a_missing_interface_is_named_in_one_line() -> None:
+    line = _one_error_line(["live", "-i", "nosuch0", "--duration", "1"])
+    assert line == ("nagledetect: error: no such interface 'nosuch0' (ip link lists the "
+                    "interfaces here)")
+    line = _one_error_line(["check", "--live", "-i", "nosuch0", "--duration", "1"])
+    assert "no such interface 'nosuch0'" in line
+
+
+@needs_root
+def test_a_bad_filter_is_libpcaps_message_in_one_line() -> None:
+    line = _one_error_line(["live", "-i", "lo", "--filter", "tcp port banana",
+                            "--duration", "1"])
+    assert line == "nagledetect: error: invalid filter 'tcp port banana': unknown port 'banana'"
+
+
+@needs_root
+def test_without_the_capabilities_it_says_what_is_needed() -> None:
+    if not shutil.which("capsh"):
+        pytest.skip("capsh not installed")
+    line = _one_error_line(["live", "-i", "lo", "--duration", "1"], drop_capabilities=True)
+    assert "no permission to capture on 'lo'" in line
+    assert "CAP_NET_RAW and CAP_NET_ADMIN" in line and "setcap" in line
+
+
+def test_off_a_terminal_it_needs_a_limit() -> None:
+    line = _one_error_line(["live", "-i", "lo"])
+    assert "needs --duration or --packets" in line
+
