@@ -234,8 +234,8 @@ class LiveView:
     def _header(self, counts: dict[str, int]) -> str:
         elapsed_s = time.monotonic() - self.start_s
         return (f"live on {self.interface}: {elapsed_s:,.0f} s, {counts['packets']:,} packets, "
-                f"{counts['dropped']:,} dropped by the kernel, "
-                f"{counts['interface_dropped']:,} by the interface")
+                f"dropped: {counts['dropped']:,} kernel, {counts['interface_dropped']:,} "
+                "interface")
 
     def _analyse(self) -> float:
         """The lines of what the file so far shows; returns how long its analysis took."""
@@ -277,7 +277,8 @@ def view_lines(analysis: Analysis) -> list[str]:
     connections = len(analysis.capture.connections)
     count = sum(finding.count for finding in stalls)
     lost_s = sum(finding.time_lost_s for finding in stalls)
-    lines = [f"{connections:,} connections; {count:,} Nagle-family stalls, "
+    lines = [f"{connections:,} connection{'' if connections == 1 else 's'}; {count:,} "
+             f"Nagle-family stall{'' if count == 1 else 's'}, "
              f"{lost_s * 1000:,.1f} ms lost{_last_stall_text(stalls)}"]
     worst = sorted(stalls, key=lambda finding: -finding.time_lost_s)[:WORST_CONNECTIONS]
     lines += [f"  {finding.sender} -> {finding.receiver}: {finding.kind}, {finding.count:,} "
@@ -291,7 +292,9 @@ def _last_stall_text(stalls: Sequence) -> str:
                 for row in finding.events.rows[-1:] if "start_s" in row.dtype.names]
     if not starts_s:
         return ""
-    return f"; last at {time.strftime('%H:%M:%S', time.localtime(max(starts_s)))}"
+    last_s = max(starts_s)
+    return (f"; last at {time.strftime('%H:%M:%S', time.localtime(last_s))}"
+            f".{int(last_s % 1 * 1000):03d}")
 
 
 def add_capture_warnings(analysis: Analysis, captured: Captured) -> None:

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 
+from nagledetect.analysis import analyze_capture
 from nagledetect.detectors.kinds import NAGLE_DELACK_STALL
 from nagledetect.lab.netns import lab_network
 from nagledetect.lab.runner import (
@@ -34,6 +35,8 @@ from nagledetect.lab.runner import (
     shortened,
 )
 from nagledetect.lab.scenarios import SCENARIOS, Scenario
+from nagledetect.live import Captured, DropWindow, add_capture_warnings, view_lines
+from tests.conftest import SAMPLE_TRACES
 
 PROJECT = Path(__file__).resolve().parent.parent
 EXCHANGES = 8
@@ -201,3 +204,42 @@ def test_off_a_terminal_it_needs_a_limit() -> None:
     line = _one_error_line(["live", "-i", "lo"])
     assert "needs --duration or --packets" in line
 
+
+
+def test_the_view_names_the_stalls_their_time_and_the_worst_connection() -> None:
+    analysis = analyze_capture(str(SAMPLE_TRACES / "seed003-nagle.pcap"), charts=False)
+    manifest = json.loads((SAMPLE_TRACES / "seed003-nagle.json").read_text())
+    truth = manifest["connections"][0]
+    lines = view_lines(analysis)
+    # 39 stalls: the manifest's count from the client's latencies. The last stall starts at
+    # frame 238, the last of the held writes: tshark -Y frame.number==238 gives its time
+    # 1795370346.693946 (frames 239 and 240 are the delayed ACK and the release).
+    last_s = 1795370346.693946
+    last_text = f"{time.strftime('%H:%M:%S', time.localtime(last_s))}.693"
+    assert lines[0].startswith(f"1 connection; {manifest['summary']['nagle_stalls']} "
+                               "Nagle-family stalls, ")
+    assert lines[0].endswith(f"; last at {last_text}")
+    assert lines[1].startswith(f"  {truth['client']} -> {truth['server']}: "
+                               f"{NAGLE_DELACK_STALL}, 39 stalls, ")
+    assert len(lines) == 2
+
+
+def test_drops_are_said_in_the_accounting_and_on_the_findings_they_touch() -> None:
+    """libpcap's drop counters cannot be made to grow on demand: the counts and the window in
+    which they grew are given here, on the real analysis of seed003-nagle."""
+    analysis = analyze_capture(str(SAMPLE_TRACES / "seed003-nagle.pcap"), charts=False)
+    # The connection runs from its SYN (frame 5) to the last frame (246): tshark gives
+    # 1795370344.707649 and 1795370346.736009; a window inside that touches it, one a minute
+    # later does not.
+    counts = {"packets": 246, "bytes": 0, "received": 251, "dropped": 5, "interface_dropped": 0}
+    late = Captured("x.pcap", "veth0", counts, [DropWindow(1795370400.0, 1795370401.0, 5)])
+    add_capture_warnings(analysis, late)
+    assert analysis.capture.accounting.warnings == [
+        "5 packets dropped by the kernel during the capture"]
+    assert all("dropped packets" not in " ".join(f.details.get("warnings", []))
+               for f in analysis.findings)
+    during = Captured("x.pcap", "veth0", counts, [DropWindow(1795370345.0, 1795370345.2, 5)])
+    add_capture_warnings(analysis, during)
+    stall = next(f for f in analysis.findings if f.kind == NAGLE_DELACK_STALL)
+    assert any("dropped packets while this connection was open" in warning
+               for warning in stall.details["warnings"])
