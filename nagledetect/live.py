@@ -244,6 +244,9 @@ class LiveView:
             analysis = analyze_capture(self.path, charts=False)
         except InputError as error:
             self.found = [f"nothing to analyse yet ({error})"]
+        except Exception as error:  # noqa: BLE001 - the view must never stop the capture
+            self.found = [f"the view's analysis failed ({type(error).__name__}: {error}); "
+                          "the capture goes on"]
         else:
             self.found = view_lines(analysis)
         return time.monotonic() - started_s
