@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -85,10 +86,12 @@ def _folder() -> Iterator[Path]:
         yield Path(folder)
 
 
-def _live_during(scenario: Scenario, folder: Path, *argv: str) -> LiveRun:
+def _live_during(scenario: Scenario, folder: Path, *argv: str, terminal: bool = False
+                 ) -> LiveRun:
     """Run `nagledetect ARGV -i <client veth>` in the client's namespace while the scenario's
     client and server exchange their messages; the capture is started (its file created)
-    before the client's first connection."""
+    before the client's first connection. With `terminal`, it runs on a pseudo-terminal
+    (script(1)), whose output is the run's stdout."""
     written = folder / "live.pcap"
     spec_path, result_path = folder / "spec.json", folder / "result.json"
     spec_path.write_text(json.dumps(peer_spec(scenario)))
@@ -99,6 +102,8 @@ def _live_during(scenario: Scenario, folder: Path, *argv: str) -> LiveRun:
             _wait_for_line(server, "stdout", "ready")
             command = lab.command("client", *_nagledetect(*argv, "-i", lab.client_if,
                                                           "--write", str(written)))
+            if terminal:
+                command = ["script", "-qec", shlex.join(command), "/dev/null"]
             with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                   text=True, env=_environment(), cwd=PROJECT) as live:
                 _wait_for_file(written, live)
@@ -280,3 +285,22 @@ def test_ctrl_c_ends_the_capture_and_the_report_follows() -> None:
     assert "Traceback" not in stderr
     assert json.loads(stdout)["captures"][0]["packets"] == 0
     assert "nagledetect: live: 0 packets captured on lo" in stderr
+
+
+@needs_lab
+def test_on_a_terminal_the_view_shows_the_stalls_found_so_far() -> None:
+    if not shutil.which("script"):
+        pytest.skip("script (util-linux) not installed")
+    with _folder() as folder:
+        run = _live_during(_nagle_scenario(), folder, "live", "--duration", CAPTURE_S,
+                           terminal=True)
+    assert run.returncode == 0, run.stdout
+    view, _, report = run.stdout.partition("nagledetect: live:")
+    # The view is redrawn in place (cursor up, clear to the end) about once a second, each
+    # time with the packets so far; once the exchanges are over it shows their stalls.
+    frames = [frame for frame in view.split("\x1b[J") if "live on " in frame]
+    assert len(frames) >= 2, view
+    assert "Nagle-family stall" in frames[-1] and "10.77.0.1:" in frames[-1], frames[-1]
+    assert "nagle-delack-stall" in frames[-1]
+    # Then the view is cleared and the text report follows.
+    assert report and "Nagle/delayed-ACK stalls cost" in report
