@@ -355,7 +355,12 @@ fn open_session(
         )));
     }
     if status > 0 {
-        warnings.push(format!("{name}: {}", created.error()));
+        let mut message = created.error();
+        if message.is_empty() {
+            // SAFETY: pcap_statustostr returns a static NUL-terminated string.
+            message = unsafe { copied(pcap_statustostr(status)) };
+        }
+        warnings.push(format!("libpcap on {name}: {message}"));
     }
     if let Some(expression) = filter {
         set_filter(&created, interface, expression)?;
@@ -384,6 +389,7 @@ fn open_session(
             created.error()
         )));
     };
+    // The Session closes the handle from now on: `created` must not close it too.
     let handle = created.0;
     std::mem::forget(created);
     Ok((
