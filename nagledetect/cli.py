@@ -754,6 +754,8 @@ def check(captures: tuple[str, ...], bpf_filter: str | None, max_stalls: int | N
         previous = _read_baseline(baseline) if baseline else None
     except InputError as error:
         _fail(str(error))
+    if not live_capture and (interface or duration_s or packets or write_path):
+        raise click.UsageError("-i, --duration, --packets and --write go with --live")
     if live_capture:
         if captures or files_from:
             raise click.UsageError("--live checks a live capture: name no capture files")
