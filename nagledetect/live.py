@@ -22,6 +22,7 @@ from typing import TextIO
 
 import pandas as pd
 
+from nagledetect import _core
 from nagledetect.analysis import Analysis, analyze_capture
 from nagledetect.detectors.kinds import NAGLE_FAMILY
 from nagledetect.errors import InputError
@@ -115,8 +116,6 @@ def written_path(options: LiveOptions) -> str:
 
 def capture_live(options: LiveOptions) -> Captured:
     """Capture until --duration, --packets or Ctrl-C, showing the view on a terminal."""
-    from nagledetect import _core
-
     check_limits(options)
     path = written_path(options)
     try:
@@ -141,7 +140,7 @@ class _CaptureThread(threading.Thread):
     """Calls the core's capture until a limit is reached or `stop` is set; keeps the counts
     and the windows in which libpcap's drop counters grew."""
 
-    def __init__(self, capture: object, options: LiveOptions) -> None:
+    def __init__(self, capture: _core.LiveCapture, options: LiveOptions) -> None:
         super().__init__(name="live-capture", daemon=True)
         self.capture = capture
         self.options = options
