@@ -25,6 +25,7 @@ import pandas as pd
 from nagledetect import _core
 from nagledetect.analysis import Analysis, analyze_capture
 from nagledetect.detectors.kinds import NAGLE_FAMILY
+from nagledetect.detectors.model import Finding
 from nagledetect.errors import InputError
 from nagledetect.read.inputs import CaptureList
 
@@ -282,14 +283,28 @@ def view_lines(analysis: Analysis) -> list[str]:
     lines = [f"{connections:,} connection{'' if connections == 1 else 's'}; {count:,} "
              f"Nagle-family stall{'' if count == 1 else 's'}, "
              f"{lost_s * 1000:,.1f} ms lost{_last_stall_text(stalls)}"]
-    worst = sorted(stalls, key=lambda finding: -finding.time_lost_s)[:WORST_CONNECTIONS]
-    lines += [f"  {finding.sender} -> {finding.receiver}: {finding.kind}, {finding.count:,} "
-              f"stalls, {finding.time_lost_s * 1000:,.1f} ms lost ({finding.share:.0%} of its "
-              "time)" for finding in worst]
+    return lines + _worst_connections(stalls)
+
+
+def _worst_connections(stalls: Sequence[Finding]) -> list[str]:
+    """A line for each of the connections that lost the most to stalls (one direction's
+    sender first), their kinds summed."""
+    by_connection: dict[int, list[Finding]] = {}
+    for finding in stalls:
+        by_connection.setdefault(finding.connection, []).append(finding)
+    ranked = sorted(by_connection.values(),
+                    key=lambda found: -sum(finding.time_lost_s for finding in found))
+    lines = []
+    for found in ranked[:WORST_CONNECTIONS]:
+        kinds = ", ".join(dict.fromkeys(finding.kind for finding in found))
+        lost_ms = sum(finding.time_lost_s for finding in found) * 1000
+        lines.append(f"  {found[0].sender} -> {found[0].receiver}: "
+                     f"{sum(finding.count for finding in found):,} stalls ({kinds}), "
+                     f"{lost_ms:,.1f} ms lost")
     return lines
 
 
-def _last_stall_text(stalls: Sequence) -> str:
+def _last_stall_text(stalls: Sequence[Finding]) -> str:
     starts_s = [float(row["start_s"]) for finding in stalls
                 for row in finding.events.rows[-1:] if "start_s" in row.dtype.names]
     if not starts_s:
