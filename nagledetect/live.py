@@ -287,8 +287,8 @@ def view_lines(analysis: Analysis) -> list[str]:
 
 
 def _worst_connections(stalls: Sequence[Finding]) -> list[str]:
-    """A line for each of the connections that lost the most to stalls (one direction's
-    sender first), their kinds summed."""
+    """A line for each of the connections that lost the most to stalls, its findings'
+    kinds summed, named by its first finding's sender and receiver."""
     by_connection: dict[int, list[Finding]] = {}
     for finding in stalls:
         by_connection.setdefault(finding.connection, []).append(finding)
