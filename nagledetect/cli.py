@@ -43,6 +43,14 @@ from nagledetect.detectors.kinds import ALL_KINDS
 from nagledetect.errors import InputError
 from nagledetect.gate import RuleResult, budgets_from, evaluate, load_config
 from nagledetect.lab.cli import lab
+from nagledetect.live import (
+    DEFAULT_SNAPLEN,
+    LiveCaptureList,
+    LiveError,
+    LiveOptions,
+    add_capture_warnings,
+    capture_live,
+)
 from nagledetect.memory import ordinary_pages_for_arrays
 from nagledetect.parts import PARTS_MEMORY_BYTES
 from nagledetect.progress import ProgressLine
@@ -260,6 +268,98 @@ def analyze(captures: tuple[str, ...], bpf_filter: str | None, output_format: st
         click.echo(render_text(document, verbose=verbose, colour=colour, languages=languages),
                    nl=False, color=colour)
     run.exit_if_failed()
+
+
+INTERFACE_OPTION = click.option("-i", "--interface", metavar="IFACE",
+                                help="The interface to capture on (as tcpdump -i; 'any': all).")
+DURATION_OPTION = click.option("--duration", "duration_s", type=click.FloatRange(0, min_open=True),
+                               metavar="SECONDS", help="Capture for this long.")
+PACKETS_OPTION = click.option("--packets", type=click.IntRange(1), metavar="N",
+                              help="Capture this many packets.")
+SNAPLEN_OPTION = click.option(
+    "--snaplen", type=click.IntRange(1, DEFAULT_SNAPLEN), default=DEFAULT_SNAPLEN,
+    show_default=True, metavar="BYTES",
+    help="Bytes kept of each packet (tcpdump's -s); 128 is enough for the analysis, which "
+         "reads only headers.")
+WRITE_OPTION = click.option(
+    "--write", "write_path", type=click.Path(dir_okay=False), metavar="FILE.pcap",
+    help="Keep the packets captured in this pcap file (as tcpdump -w writes it); by default "
+         "they go to a temporary file, removed at the end.")
+
+
+@main.command()
+@INTERFACE_OPTION
+@click.option("--filter", "bpf_filter", metavar="EXPR",
+              help="BPF expression, as in tcpdump, applied while capturing.")
+@DURATION_OPTION
+@PACKETS_OPTION
+@SNAPLEN_OPTION
+@WRITE_OPTION
+@click.option("--format", "output_format", type=click.Choice(["text", "json"]), default="text",
+              show_default=True, help="Report format on stdout.")
+@click.option("--html", "html_path", type=click.Path(dir_okay=False, path_type=Path),
+              help="Also write the self-contained HTML report to this file.")
+@ANNOTATE_OPTION
+@ANNOTATE_ONLY_FINDINGS_OPTION
+def live(interface: str | None, bpf_filter: str | None, duration_s: float | None,
+         packets: int | None, snaplen: int, write_path: str | None, output_format: str,
+         html_path: Path | None, annotate_path: Path | None,
+         annotate_only_findings: bool) -> None:
+    """Capture on an interface, show the stalls found so far, then report as analyze does.
+
+    Needs root, or CAP_NET_RAW and CAP_NET_ADMIN. On a terminal a view refreshes about once
+    a second: packets and drops so far, connections, the Nagle-family stalls found so far and
+    the worst connections (it analyses the file written so far, no more than about a third of
+    the time). The capture ends after --duration, after --packets, or at Ctrl-C; then the
+    report is exactly what 'nagledetect analyze' prints for the packets captured (--write
+    keeps them), and one line on stderr gives libpcap's counts of packets captured and
+    dropped. Dropped packets are named in the report's warnings.
+
+    \b
+    Examples:
+      sudo nagledetect live -i eth0 --filter 'tcp port 8080' --snaplen 128
+      sudo nagledetect live -i eth0 --duration 60 --write staging.pcap --format json
+    """
+    options = _live_options(interface, bpf_filter, duration_s, packets, snaplen, write_path)
+    _check_annotate(annotate_path, annotate_only_findings, CaptureList())
+    if annotate_path and write_path and os.path.abspath(annotate_path) == os.path.abspath(
+            write_path):
+        _fail(f"{annotate_path}: is the capture itself; --annotate writes a new file")
+    found, run = _live_run(options, Wanted(tables=annotate_only_findings,
+                                           charts=bool(html_path)))
+    document = build_document(run.analyses, run.not_analysed)
+    if annotate_path:
+        _write_annotated(document, run, found, annotate_path, annotate_only_findings)
+    if html_path:
+        _write_html(document, run.analyses, html_path)
+    if output_format == "json":
+        _write_document(document, None)
+    else:
+        colour = sys.stdout.isatty() and "NO_COLOR" not in os.environ
+        click.echo(render_text(document, colour=colour), nl=False, color=colour)
+    run.exit_if_failed()
+
+
+def _live_options(interface: str | None, bpf_filter: str | None, duration_s: float | None,
+                  packets: int | None, snaplen: int, write_path: str | None) -> LiveOptions:
+    if not interface:
+        raise click.UsageError("name the interface to capture on: -i IFACE")
+    return LiveOptions(interface, bpf_filter, duration_s, packets, snaplen, write_path)
+
+
+def _live_run(options: LiveOptions, wanted: Wanted | None = None) -> tuple[CaptureList, _Run]:
+    """Capture (`nagledetect.live`), say libpcap's counts, and analyse the file written, with
+    the capture's drops in its warnings. The filter was applied while capturing."""
+    try:
+        captured = capture_live(options)
+    except LiveError as error:
+        _fail(str(error))
+    click.echo(captured.stats_line(), err=True)
+    found = LiveCaptureList(captured.path, options.interface, not options.write_path)
+    run = _analyze_all(found, None, wanted=wanted)
+    for analysis in run.analyses:
+        add_capture_warnings(analysis, captured)
+    return found, run
 
 
 def _chosen_language(language: str | None) -> tuple[str, ...]:
@@ -603,6 +703,14 @@ def _write_tables(analyses: list[Analysis], folder: Path, table_format: str) -> 
 @click.option("--junit", type=click.Path(dir_okay=False, path_type=Path), help="Write JUnit XML here.")
 @click.option("--github", is_flag=True,
               help="Print GitHub Actions annotations for failures and warnings.")
+@click.option("--live", "live_capture", is_flag=True,
+              help="Check a live capture on -i IFACE instead of files (as 'live' captures: "
+                   "root or CAP_NET_RAW and CAP_NET_ADMIN), ended by --duration or --packets.")
+@INTERFACE_OPTION
+@DURATION_OPTION
+@PACKETS_OPTION
+@SNAPLEN_OPTION
+@WRITE_OPTION
 @JOBS_OPTION
 @MEMORY_OPTION
 @DASK_OPTION
@@ -610,6 +718,8 @@ def _write_tables(analyses: list[Analysis], folder: Path, table_format: str) -> 
 def check(captures: tuple[str, ...], bpf_filter: str | None, max_stalls: int | None,
           max_stall_time: float | None, max_stall_share: float | None, fail_on: str | None,
           baseline: Path | None, tolerance: float | None, junit: Path | None, github: bool,
+          live_capture: bool, interface: str | None, duration_s: float | None,
+          packets: int | None, snaplen: int, write_path: str | None,
           jobs: int | None, parts_memory: int, dask_address: str | None,
           files_from: TextIO | None) -> None:
     """Gate CI on recorded CAPTURES: exit 1 when a budget is exceeded.
@@ -635,6 +745,7 @@ def check(captures: tuple[str, ...], bpf_filter: str | None, max_stalls: int | N
       nagledetect check traces/*.pcap               # no budget set: any Nagle-family stall fails
       nagledetect check --max-stall-time 0.5 --junit nagle.xml --github traces/*.pcap
       nagledetect check --baseline main.json --fail-on tinygram-flood traces/*.pcap
+      sudo nagledetect check --live -i eth0 --duration 30 --max-stall-time 0.5
     """
     flags = {"max-stalls": max_stalls, "max-stall-time": max_stall_time,
              "max-stall-share": max_stall_share, "fail-on": fail_on, "tolerance": tolerance}
@@ -643,8 +754,16 @@ def check(captures: tuple[str, ...], bpf_filter: str | None, max_stalls: int | N
         previous = _read_baseline(baseline) if baseline else None
     except InputError as error:
         _fail(str(error))
-    run = _analyze_all(_capture_list(captures, files_from), bpf_filter, jobs, dask_address,
-                       parts_memory=parts_memory)
+    if not live_capture and (interface or duration_s or packets or write_path):
+        raise click.UsageError("-i, --duration, --packets and --write go with --live")
+    if live_capture:
+        if captures or files_from:
+            raise click.UsageError("--live checks a live capture: name no capture files")
+        _, run = _live_run(_live_options(interface, bpf_filter, duration_s, packets, snaplen,
+                                         write_path))
+    else:
+        run = _analyze_all(_capture_list(captures, files_from), bpf_filter, jobs,
+                           dask_address, parts_memory=parts_memory)
     document = build_document(run.analyses, run.not_analysed)
     results = evaluate(document, budgets, previous, bpf_filter)
     _say_checks(results, run, document, junit, github)

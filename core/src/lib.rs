@@ -10,6 +10,7 @@ mod columns;
 mod decode;
 mod events;
 mod flows;
+mod live;
 mod reader;
 mod skips;
 mod source;
@@ -64,6 +65,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(decode_file, m)?)?;
     m.add_function(wrap_pyfunction!(analysis::flow_tables, m)?)?;
     m.add_class::<reader::Reader>()?;
+    live::register(m)?;
     m.add("CaptureError", m.py().get_type::<CaptureError>())?;
     m.add("FilterError", m.py().get_type::<FilterError>())?;
     Ok(())
