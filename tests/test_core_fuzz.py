@@ -32,7 +32,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from nagledetect.api import load_capture
+from nagledetect.api import load_capture, load_capture_numpy
 from nagledetect.errors import InputError
 from nagledetect.read import skips
 from tests.conftest import SAMPLE_TRACES
@@ -279,7 +279,7 @@ def _core_reads(path: Path, bpf_filter: str | None, batch_packets: int) -> None:
     assert in_batches == rows
 
 
-@settings(max_examples=4000, derandomize=True, deadline=None, database=None,
+@settings(max_examples=2500, derandomize=True, deadline=None, database=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(mutation=_mutation, bpf_filter=st.sampled_from(FILTERS), batch_packets=st.integers(1, 9))
 def test_mutated_captures_never_panic_the_core(tmp_path: Path, mutation: tuple,
@@ -289,22 +289,25 @@ def test_mutated_captures_never_panic_the_core(tmp_path: Path, mutation: tuple,
         _core_reads(path, bpf_filter, batch_packets)
 
 
-@settings(max_examples=1200, derandomize=True, deadline=None, database=None,
+@settings(max_examples=700, derandomize=True, deadline=None, database=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(mutation=_mutation, bpf_filter=st.sampled_from(FILTERS))
-def test_mutated_captures_raise_only_input_errors_on_the_numpy_path(
+def test_mutated_captures_raise_only_input_errors_when_analysed(
         tmp_path: Path, mutation: tuple, bpf_filter: str | None) -> None:
+    """Both ways a capture is read and its connections rebuilt: the compiled core's one pass
+    (flows and events included) and the numpy path that large captures still take."""
     path = _written(tmp_path, mutation)
-    with _watched():
-        try:
-            capture = load_capture(str(path), bpf_filter)
-        except InputError as error:
-            assert str(error) and "\n" not in str(error)
-            assert "please report this" not in str(error)
-            return
-    assert capture.accounting.balanced
-    if capture.accounting.cut_short:
-        assert any(capture.accounting.cut_short in w for w in capture.accounting.warnings)
+    for load in (load_capture, load_capture_numpy):
+        with _watched():
+            try:
+                capture = load(str(path), bpf_filter)
+            except InputError as error:
+                assert str(error) and "\n" not in str(error)
+                assert "please report this" not in str(error)
+                continue
+        assert capture.accounting.balanced
+        if capture.accounting.cut_short:
+            assert any(capture.accounting.cut_short in w for w in capture.accounting.warnings)
 
 
 @settings(max_examples=800, derandomize=True, deadline=None, database=None,

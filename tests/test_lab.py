@@ -16,6 +16,7 @@ import pytest
 from nagledetect.lab.delay_line import Rules, parse_tcp
 from nagledetect.lab.netns import CLIENT_V4 as CLIENT
 from nagledetect.lab.netns import SERVER_V4 as SERVER
+from nagledetect.lab.netns import remove_stale
 from nagledetect.lab.runner import _holder, build_manifest, peer_spec, run_scenario, shortened
 from nagledetect.lab.scenarios import LINE_BYTES, SCENARIOS, article_sizes
 from tests.conftest import SAMPLE_TRACES, require_tool
@@ -120,8 +121,11 @@ def test_peer_spec_has_one_pause_list_per_connection() -> None:
 def _lab_available() -> bool:
     if os.geteuid() != 0 or not shutil.which("tcpdump") or not shutil.which("ethtool"):
         return False
-    probe = subprocess.run(["ip", "netns", "add", "ndlab-probe"], capture_output=True)
-    subprocess.run(["ip", "netns", "del", "ndlab-probe"], capture_output=True)
+    # A name of this process's own: test workers probe at once, and the lab's clean-up
+    # removes every ndlab-* namespace.
+    probe_name = f"ndprobe-{os.getpid()}"
+    probe = subprocess.run(["ip", "netns", "add", probe_name], capture_output=True)
+    subprocess.run(["ip", "netns", "del", probe_name], capture_output=True)
     return probe.returncode == 0
 
 
@@ -517,3 +521,23 @@ def test_unanswered_syns_are_retransmitted_until_the_client_gives_up() -> None:
         assert connection["connect"]["started_s"] - 0.01 <= sent_s[0]
         assert sent_s[-1] <= connection["connect"]["gave_up_s"]
     assert [row for row in syns if row[1] == "9001" and row[3] in ("1", "True")]
+
+
+@pytest.mark.skipif(not _lab_available(), reason="needs root, tcpdump, ethtool and network namespaces")
+def test_stale_namespaces_go_and_a_running_labs_stay() -> None:
+    """A lab's namespaces are named after its process: the clean-up before a lab removes
+    those of a process that is gone (a run killed before it could clean up), never those of
+    a lab another process runs at the same time (two test workers, two users)."""
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    mine, stale = f"ndlab-c{os.getpid()}", f"ndlab-c{gone.pid}"
+    for name in (mine, stale):
+        subprocess.run(["ip", "netns", "add", name], capture_output=True, check=True)
+    try:
+        remove_stale()
+        listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+        names = {line.split()[0] for line in listed.splitlines() if line.split()}
+        assert mine in names and stale not in names
+    finally:
+        for name in (mine, stale):
+            subprocess.run(["ip", "netns", "del", name], capture_output=True)

@@ -52,8 +52,11 @@ RUN_TIMEOUT_S = 60.0
 def _lab_available() -> bool:
     if os.geteuid() != 0 or not shutil.which("tcpdump") or not shutil.which("ethtool"):
         return False
-    probe = subprocess.run(["ip", "netns", "add", "ndlab-liveprobe"], capture_output=True)
-    subprocess.run(["ip", "netns", "del", "ndlab-liveprobe"], capture_output=True)
+    # A name of this process's own: test workers probe at once, and the lab's clean-up
+    # removes every ndlab-* namespace.
+    probe_name = f"ndprobe-{os.getpid()}"
+    probe = subprocess.run(["ip", "netns", "add", probe_name], capture_output=True)
+    subprocess.run(["ip", "netns", "del", probe_name], capture_output=True)
     return probe.returncode == 0
 
 

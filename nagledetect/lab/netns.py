@@ -65,12 +65,33 @@ def _run(*argv: str) -> None:
 
 
 def remove_stale() -> None:
-    """Delete namespaces left by an earlier run that was killed before it could clean up."""
+    """Delete namespaces left by an earlier run that was killed before it could clean up:
+    those whose process (the number in their name) is gone. A lab another process runs at the
+    same time keeps its namespaces."""
     listing = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
     for line in listing.splitlines():
         name = line.split()[0] if line.split() else ""
-        if name.startswith(f"{PREFIX}-"):
+        owner = _owner(name)
+        if owner is not None and not _alive(owner):
             subprocess.run(["ip", "netns", "del", name], capture_output=True)
+
+
+def _owner(namespace: str) -> int | None:
+    """The process that made a lab namespace (`ndlab-c1234`: 1234), None for any other."""
+    if not namespace.startswith(f"{PREFIX}-") or len(namespace) < len(PREFIX) + 3:
+        return None
+    digits = namespace[len(PREFIX) + 2:]
+    return int(digits) if digits.isdigit() else None
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 @contextmanager

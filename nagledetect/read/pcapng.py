@@ -102,10 +102,20 @@ class Interface:
             micro = (fraction * np.uint64(1_000_000)) >> np.uint64(bits)
             time_us = whole_s.astype(np.int64) * 1_000_000 + micro.astype(np.int64)
         elif self.resolution >= DEFAULT_TIME_RESOLUTION:
-            time_us = (ticks // np.uint64(10 ** (self.resolution - 6))).astype(np.int64)
+            divisor = 10 ** (self.resolution - 6)
+            # A resolution finer than 64 bits of ticks can count (a damaged option) gives 0,
+            # as the compiled core does.
+            time_us = (np.zeros(len(ticks), np.int64) if divisor >= 1 << 64
+                       else (ticks // np.uint64(divisor)).astype(np.int64))
         else:
             time_us = ticks.astype(np.int64) * 10 ** (6 - self.resolution)
-        return time_us + self.offset_s * 1_000_000
+        return time_us + _wrapped_int64(self.offset_s * 1_000_000)
+
+
+def _wrapped_int64(value: int) -> np.int64:
+    """`value` on the 64-bit circle, as the compiled core's wrapping arithmetic leaves it (an
+    offset from a damaged option can be any 64-bit number)."""
+    return np.array(value & 0xFFFF_FFFF_FFFF_FFFF, dtype=np.uint64).view(np.int64)[()]
 
 
 def _interface(block: memoryview, byte_order: str) -> Interface:
