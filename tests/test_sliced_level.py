@@ -108,7 +108,9 @@ def test_every_kind_is_compared(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("relative", CORPUS)
 def test_corpus_capture_sliced_as_whole(relative: str, tmp_path: Path) -> None:
-    _assert_as_whole(corpus_file(relative), 13, tmp_path)
+    """Slices of 37 packets (a prime, so cuts fall everywhere in an exchange): modbusBig's
+    13,000-odd packets still cross some 350 cuts."""
+    _assert_as_whole(corpus_file(relative), 37, tmp_path)
 
 
 def test_seed003_first_stall_by_slices(tmp_path: Path) -> None:
