@@ -254,20 +254,11 @@ def analyze(captures: tuple[str, ...], bpf_filter: str | None, output_format: st
                               charts=bool(html_path)),
                        parts_memory=parts_memory)
     document = build_document(run.analyses, run.not_analysed)
-    if annotate_path:
-        _write_annotated(document, run, found, annotate_path, annotate_only_findings)
     if tables_dir:
         _write_tables(run.analyses, tables_dir, tables_format)
-    if html_path:
-        _write_html(document, run.analyses, html_path)
-    if output_format == "json":
-        _write_document(document, jobs)
-    else:
-        colour = sys.stdout.isatty() and "NO_COLOR" not in os.environ
-        languages = LANGUAGES if all_fixes else _chosen_language(language)
-        click.echo(render_text(document, verbose=verbose, colour=colour, languages=languages),
-                   nl=False, color=colour)
-    run.exit_if_failed()
+    _report(document, run, found, _Outputs(
+        output_format, html_path, annotate_path, annotate_only_findings, jobs,
+        verbose=verbose, languages=LANGUAGES if all_fixes else _chosen_language(language)))
 
 
 INTERFACE_OPTION = click.option("-i", "--interface", metavar="IFACE",
@@ -328,16 +319,8 @@ def live(interface: str | None, bpf_filter: str | None, duration_s: float | None
     found, run = _live_run(options, Wanted(tables=annotate_only_findings,
                                            charts=bool(html_path)))
     document = build_document(run.analyses, run.not_analysed)
-    if annotate_path:
-        _write_annotated(document, run, found, annotate_path, annotate_only_findings)
-    if html_path:
-        _write_html(document, run.analyses, html_path)
-    if output_format == "json":
-        _write_document(document, None)
-    else:
-        colour = sys.stdout.isatty() and "NO_COLOR" not in os.environ
-        click.echo(render_text(document, colour=colour), nl=False, color=colour)
-    run.exit_if_failed()
+    _report(document, run, found, _Outputs(output_format, html_path, annotate_path,
+                                           annotate_only_findings, None))
 
 
 def _live_options(interface: str | None, bpf_filter: str | None, duration_s: float | None,
@@ -365,6 +348,36 @@ def _live_run(options: LiveOptions, wanted: Wanted | None = None) -> tuple[Captu
 def _chosen_language(language: str | None) -> tuple[str, ...]:
     """The language as HOW TO FIX spells it (click matched it case-insensitively), or none."""
     return tuple(name for name in LANGUAGES if language and name.lower() == language.lower())
+
+
+@dataclass(frozen=True)
+class _Outputs:
+    """What a run of `analyze` or `live` writes besides its tables."""
+
+    output_format: str
+    html_path: str | None
+    annotate_path: Path | None
+    annotate_only_findings: bool
+    jobs: int | None
+    verbose: bool = False
+    languages: Sequence[str] = ()
+
+
+def _report(document: dict, run: _Run, found: CaptureList, outputs: _Outputs) -> None:
+    """Write the annotated capture and the HTML report where asked, then the JSON document or
+    the text report; exit as a run with captures that could not be read exits."""
+    if outputs.annotate_path:
+        _write_annotated(document, run, found, outputs.annotate_path,
+                         outputs.annotate_only_findings)
+    if outputs.html_path:
+        _write_html(document, run.analyses, outputs.html_path)
+    if outputs.output_format == "json":
+        _write_document(document, outputs.jobs)
+    else:
+        colour = sys.stdout.isatty() and "NO_COLOR" not in os.environ
+        click.echo(render_text(document, verbose=outputs.verbose, colour=colour,
+                               languages=outputs.languages), nl=False, color=colour)
+    run.exit_if_failed()
 
 
 def _write_document(document: dict, jobs: int | None) -> None:

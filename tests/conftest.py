@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -25,3 +27,14 @@ def require_tool(name: str) -> str:
     if not found:
         pytest.skip(f"{name} not installed")
     return found
+
+
+def lab_available() -> bool:
+    """Whether the lab can run here: root, tcpdump, ethtool and network namespaces."""
+    if os.geteuid() != 0 or not shutil.which("tcpdump") or not shutil.which("ethtool"):
+        return False
+    # A name of this process's own: test workers probe at once.
+    probe_name = f"ndprobe-{os.getpid()}"
+    probe = subprocess.run(["ip", "netns", "add", probe_name], capture_output=True)
+    subprocess.run(["ip", "netns", "del", probe_name], capture_output=True)
+    return probe.returncode == 0

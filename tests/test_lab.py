@@ -19,7 +19,7 @@ from nagledetect.lab.netns import SERVER_V4 as SERVER
 from nagledetect.lab.netns import remove_stale
 from nagledetect.lab.runner import _holder, build_manifest, peer_spec, run_scenario, shortened
 from nagledetect.lab.scenarios import LINE_BYTES, SCENARIOS, article_sizes
-from tests.conftest import SAMPLE_TRACES, require_tool
+from tests.conftest import SAMPLE_TRACES, lab_available, require_tool
 
 SEED_NUMBER = re.compile(r"\bseeds?\s+\d", re.IGNORECASE)
 """The project's internal names for its source documents, which user-facing text must not use
@@ -118,18 +118,9 @@ def test_peer_spec_has_one_pause_list_per_connection() -> None:
         assert flow["pauses_s"][0][0] == 0.0
 
 
-def _lab_available() -> bool:
-    if os.geteuid() != 0 or not shutil.which("tcpdump") or not shutil.which("ethtool"):
-        return False
-    # A name of this process's own: test workers probe at once, and the lab's clean-up
-    # removes every ndlab-* namespace.
-    probe_name = f"ndprobe-{os.getpid()}"
-    probe = subprocess.run(["ip", "netns", "add", probe_name], capture_output=True)
-    subprocess.run(["ip", "netns", "del", probe_name], capture_output=True)
-    return probe.returncode == 0
 
 
-@pytest.mark.skipif(not _lab_available(), reason="needs root, tcpdump, ethtool and network namespaces")
+@pytest.mark.skipif(not lab_available(), reason="needs root, tcpdump, ethtool and network namespaces")
 def test_short_real_run_shows_40_ms_stalls_with_nagle_and_none_with_nodelay(tmp_path) -> None:
     nagle = run_scenario(shortened(SCENARIOS["seed003-nagle"], 6), tmp_path, "nagle")
     nodelay = run_scenario(shortened(SCENARIOS["seed003-nodelay"], 6), tmp_path, "nodelay")
@@ -156,7 +147,7 @@ def _header_to_body_gaps_ms(capture: Path) -> list[float]:
     return gaps
 
 
-@pytest.mark.skipif(not _lab_available(), reason="needs root, tcpdump, ethtool and network namespaces")
+@pytest.mark.skipif(not lab_available(), reason="needs root, tcpdump, ethtool and network namespaces")
 def test_header_body_variant_sets_nodelay_on_the_server_and_the_body_leaves_at_once(tmp_path) -> None:
     """The field report's case: the server holds its body behind its header. The variant's
     TCP_NODELAY goes on the server by default; in the capture the body then follows the header
@@ -177,7 +168,7 @@ def test_header_body_variant_sets_nodelay_on_the_server_and_the_body_leaves_at_o
     assert all(gap_ms < 1 for gap_ms in sent)
 
 
-@pytest.mark.skipif(not _lab_available(), reason="needs root, tcpdump, ethtool and network namespaces")
+@pytest.mark.skipif(not lab_available(), reason="needs root, tcpdump, ethtool and network namespaces")
 def test_a_variant_on_the_side_that_does_not_hold_saves_nothing(tmp_path) -> None:
     """TCP_NODELAY on the client of the header-then-body exchange: the client sends its
     request in one write, so there is nothing for it to stop holding; the server still holds."""
@@ -389,7 +380,7 @@ def test_paced_writes_record_the_real_waits_and_write_times(name: str) -> None:
     assert len(sent_s) == 2 * len(exchanges) == 60
 
 
-@pytest.mark.skipif(not _lab_available(), reason="needs root, tcpdump, ethtool and network namespaces")
+@pytest.mark.skipif(not lab_available(), reason="needs root, tcpdump, ethtool and network namespaces")
 def test_the_delay_line_gives_a_real_round_trip(tmp_path) -> None:
     scenario = replace(shortened(SCENARIOS["remote-header-body"], 3), rtt_ms=40.0)
     manifest = run_scenario(scenario, tmp_path, "remote")
@@ -523,7 +514,7 @@ def test_unanswered_syns_are_retransmitted_until_the_client_gives_up() -> None:
     assert [row for row in syns if row[1] == "9001" and row[3] in ("1", "True")]
 
 
-@pytest.mark.skipif(not _lab_available(), reason="needs root, tcpdump, ethtool and network namespaces")
+@pytest.mark.skipif(not lab_available(), reason="needs root, tcpdump, ethtool and network namespaces")
 def test_stale_namespaces_go_and_a_running_labs_stay() -> None:
     """A lab's namespaces are named after its process: the clean-up before a lab removes
     those of a process that is gone (a run killed before it could clean up), never those of

@@ -38,7 +38,7 @@ from nagledetect.lab.runner import (
 )
 from nagledetect.lab.scenarios import SCENARIOS, Scenario
 from nagledetect.live import Captured, DropWindow, add_capture_warnings, view_lines
-from tests.conftest import SAMPLE_TRACES
+from tests.conftest import SAMPLE_TRACES, lab_available
 
 PROJECT = Path(__file__).resolve().parent.parent
 EXCHANGES = 8
@@ -49,18 +49,9 @@ START_TIMEOUT_S = 15.0
 RUN_TIMEOUT_S = 60.0
 
 
-def _lab_available() -> bool:
-    if os.geteuid() != 0 or not shutil.which("tcpdump") or not shutil.which("ethtool"):
-        return False
-    # A name of this process's own: test workers probe at once, and the lab's clean-up
-    # removes every ndlab-* namespace.
-    probe_name = f"ndprobe-{os.getpid()}"
-    probe = subprocess.run(["ip", "netns", "add", probe_name], capture_output=True)
-    subprocess.run(["ip", "netns", "del", probe_name], capture_output=True)
-    return probe.returncode == 0
 
 
-needs_lab = pytest.mark.skipif(not _lab_available(),
+needs_lab = pytest.mark.skipif(not lab_available(),
                                reason="needs root, tcpdump, ethtool and network namespaces")
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="live capture needs root here")
 

@@ -15,8 +15,9 @@
 //! a savefile handle only on a file or descriptor. The calls below are all
 //! this module needs of libpcap and the C library; every unsafe block says why it is sound.
 
+use crate::pcap_types::{ERRBUF_BYTES, OPTIMIZE, PacketHeader, PcapHandle, RawProgram, Timeval};
 use std::collections::HashMap;
-use std::ffi::{CStr, CString, c_char, c_int, c_long, c_uint, c_void};
+use std::ffi::{CStr, CString, c_char, c_int, c_void};
 use std::ptr;
 
 use crate::capture::Record;
@@ -28,48 +29,16 @@ const SNAPLEN: u32 = 262_144;
 /// tcpdump reading a file compiles with a netmask of 0 (it has no interface to ask): so
 /// `ip broadcast` compiles, matching 0.0.0.0 and 255.255.255.255.
 const NETMASK: u32 = 0;
-/// tcpdump optimizes unless told `-O`.
-const OPTIMIZE: c_int = 1;
 /// The link type an expression is checked for when a file holds no packet (Ethernet, the
 /// commonest).
 const LINKTYPE_ETHERNET: u32 = 1;
 /// pcap's microsecond magic number.
 const PCAP_MAGIC: u32 = 0xA1B2_C3D4;
-/// libpcap's PCAP_ERRBUF_SIZE.
-const ERRBUF_BYTES: usize = 256;
 
 /// C's `FILE`, only ever handled by pointer.
 #[repr(C)]
 struct CFile {
     _opaque: [u8; 0],
-}
-
-/// libpcap's `pcap_t`, only ever handled by pointer.
-#[repr(C)]
-struct PcapHandle {
-    _opaque: [u8; 0],
-}
-
-/// libpcap's `struct bpf_program`.
-#[repr(C)]
-struct RawProgram {
-    bf_len: c_uint,
-    bf_insns: *mut c_void,
-}
-
-/// `struct timeval` as glibc lays it out (the filter machine never reads it).
-#[repr(C)]
-struct Timeval {
-    tv_sec: c_long,
-    tv_usec: c_long,
-}
-
-/// libpcap's `struct pcap_pkthdr`.
-#[repr(C)]
-struct PacketHeader {
-    ts: Timeval,
-    caplen: u32,
-    len: u32,
 }
 
 unsafe extern "C" {

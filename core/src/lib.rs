@@ -11,6 +11,7 @@ mod decode;
 mod events;
 mod flows;
 mod live;
+mod pcap_types;
 mod reader;
 mod skips;
 mod source;

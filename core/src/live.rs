@@ -6,7 +6,8 @@
 //! returns); the capture itself only counts. libpcap is called directly, as in `bpf`, and
 //! every unsafe block says why it is sound.
 
-use std::ffi::{CStr, CString, c_char, c_int, c_long, c_uint, c_ulong, c_void};
+use crate::pcap_types::{ERRBUF_BYTES, OPTIMIZE, PacketHeader, PcapHandle, RawProgram};
+use std::ffi::{CStr, CString, c_char, c_int, c_uint, c_ulong};
 use std::ptr::{self, NonNull};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -27,16 +28,12 @@ create_exception!(
      capture file it cannot write; the message says which in one line."
 );
 
-/// libpcap's PCAP_ERRBUF_SIZE.
-const ERRBUF_BYTES: usize = 256;
 /// libpcap's read timeout (its buffer handed over at least this often). The handle is
 /// non-blocking and waited on with poll(2) up to each call's deadline: with immediate mode,
 /// libpcap 1.10 on Linux blocks in its own poll regardless of the timeout on a quiet interface.
 const READ_TIMEOUT_MS: c_int = 100;
 /// poll(2)'s POLLIN.
 const POLLIN: i16 = 0x1;
-/// tcpdump optimizes unless told `-O`.
-const OPTIMIZE: c_int = 1;
 /// tcpdump's netmask when the interface has no IPv4 address to ask (`ip broadcast` then
 /// matches only 255.255.255.255).
 const NETMASK_UNKNOWN: u32 = 0;
@@ -49,38 +46,10 @@ const PCAP_ERROR_PROMISC_PERM_DENIED: c_int = -11;
 const PERMISSION_HINT: &str = "run as root, or give the Python binary CAP_NET_RAW and \
      CAP_NET_ADMIN, e.g. setcap cap_net_raw,cap_net_admin=eip $(readlink -f $(which python3))";
 
-/// libpcap's `pcap_t`, only ever handled by pointer.
-#[repr(C)]
-struct PcapHandle {
-    _opaque: [u8; 0],
-}
-
 /// libpcap's `pcap_dumper_t`, only ever handled by pointer.
 #[repr(C)]
 struct PcapDumper {
     _opaque: [u8; 0],
-}
-
-/// libpcap's `struct bpf_program`.
-#[repr(C)]
-struct RawProgram {
-    bf_len: c_uint,
-    bf_insns: *mut c_void,
-}
-
-/// `struct timeval` as glibc lays it out.
-#[repr(C)]
-struct Timeval {
-    tv_sec: c_long,
-    tv_usec: c_long,
-}
-
-/// libpcap's `struct pcap_pkthdr`.
-#[repr(C)]
-struct PacketHeader {
-    ts: Timeval,
-    caplen: u32,
-    len: u32,
 }
 
 /// libpcap's `struct pcap_stat` (Linux's: no Windows fields).
