@@ -15,7 +15,10 @@
 //! a savefile handle only on a file or descriptor. The calls below are all
 //! this module needs of libpcap and the C library; every unsafe block says why it is sound.
 
-use crate::pcap_types::{ERRBUF_BYTES, OPTIMIZE, PacketHeader, PcapHandle, RawProgram, Timeval};
+use crate::pcap_types::{
+    ERRBUF_BYTES, OPTIMIZE, PacketHeader, PcapHandle, RawProgram, Timeval, pcap_close,
+    pcap_compile, pcap_freecode, pcap_geterr,
+};
 use std::collections::HashMap;
 use std::ffi::{CStr, CString, c_char, c_int, c_void};
 use std::ptr;
@@ -49,16 +52,6 @@ unsafe extern "C" {
 #[link(name = "pcap")]
 unsafe extern "C" {
     fn pcap_fopen_offline(file: *mut CFile, errbuf: *mut c_char) -> *mut PcapHandle;
-    fn pcap_compile(
-        handle: *mut PcapHandle,
-        program: *mut RawProgram,
-        expression: *const c_char,
-        optimize: c_int,
-        netmask: u32,
-    ) -> c_int;
-    fn pcap_geterr(handle: *mut PcapHandle) -> *mut c_char;
-    fn pcap_close(handle: *mut PcapHandle);
-    fn pcap_freecode(program: *mut RawProgram);
     fn pcap_offline_filter(
         program: *const RawProgram,
         header: *const PacketHeader,

@@ -6,7 +6,10 @@
 //! returns); the capture itself only counts. libpcap is called directly, as in `bpf`, and
 //! every unsafe block says why it is sound.
 
-use crate::pcap_types::{ERRBUF_BYTES, OPTIMIZE, PacketHeader, PcapHandle, RawProgram};
+use crate::pcap_types::{
+    ERRBUF_BYTES, OPTIMIZE, PacketHeader, PcapHandle, RawProgram, pcap_close, pcap_compile,
+    pcap_freecode, pcap_geterr,
+};
 use std::ffi::{CStr, CString, c_char, c_int, c_uint, c_ulong};
 use std::ptr::{self, NonNull};
 use std::sync::Mutex;
@@ -83,7 +86,6 @@ unsafe extern "C" {
     fn pcap_activate(handle: *mut PcapHandle) -> c_int;
     fn pcap_setnonblock(handle: *mut PcapHandle, nonblock: c_int, errbuf: *mut c_char) -> c_int;
     fn pcap_get_selectable_fd(handle: *mut PcapHandle) -> c_int;
-    fn pcap_geterr(handle: *mut PcapHandle) -> *mut c_char;
     fn pcap_statustostr(status: c_int) -> *const c_char;
     fn pcap_lookupnet(
         device: *const c_char,
@@ -91,15 +93,7 @@ unsafe extern "C" {
         mask: *mut u32,
         errbuf: *mut c_char,
     ) -> c_int;
-    fn pcap_compile(
-        handle: *mut PcapHandle,
-        program: *mut RawProgram,
-        expression: *const c_char,
-        optimize: c_int,
-        netmask: u32,
-    ) -> c_int;
     fn pcap_setfilter(handle: *mut PcapHandle, program: *mut RawProgram) -> c_int;
-    fn pcap_freecode(program: *mut RawProgram);
     fn pcap_datalink(handle: *mut PcapHandle) -> c_int;
     fn pcap_snapshot(handle: *mut PcapHandle) -> c_int;
     fn pcap_dump_open(handle: *mut PcapHandle, path: *const c_char) -> *mut PcapDumper;
@@ -112,7 +106,6 @@ unsafe extern "C" {
         data: *mut *const u8,
     ) -> c_int;
     fn pcap_stats(handle: *mut PcapHandle, stats: *mut RawStats) -> c_int;
-    fn pcap_close(handle: *mut PcapHandle);
 }
 
 /// Why the capture cannot start or go on: a sentence for the user, or a filter libpcap refuses.

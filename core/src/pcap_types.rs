@@ -1,8 +1,8 @@
-//! libpcap's C types and constants as both of its users here declare them: the BPF filter
+//! libpcap's C types, constants and the calls both of its users here make: the BPF filter
 //! (`bpf`) and the live capture (`live`). Laid out as libpcap's headers lay them out on
 //! Linux; each is only read or written through libpcap's own calls.
 
-use std::ffi::{c_int, c_long, c_uint, c_void};
+use std::ffi::{c_char, c_int, c_long, c_uint, c_void};
 
 /// libpcap's PCAP_ERRBUF_SIZE.
 pub const ERRBUF_BYTES: usize = 256;
@@ -35,4 +35,18 @@ pub struct PacketHeader {
     pub ts: Timeval,
     pub caplen: u32,
     pub len: u32,
+}
+
+#[link(name = "pcap")]
+unsafe extern "C" {
+    pub fn pcap_compile(
+        handle: *mut PcapHandle,
+        program: *mut RawProgram,
+        expression: *const c_char,
+        optimize: c_int,
+        netmask: u32,
+    ) -> c_int;
+    pub fn pcap_geterr(handle: *mut PcapHandle) -> *mut c_char;
+    pub fn pcap_close(handle: *mut PcapHandle);
+    pub fn pcap_freecode(program: *mut RawProgram);
 }
