@@ -10,10 +10,9 @@ from __future__ import annotations
 from contextlib import closing
 from dataclasses import dataclass
 
-import numpy as np
 import pandas as pd
 
-from nagledetect.flows.build import build_flows
+from nagledetect.flows.build import FoundEvents, build_flows
 from nagledetect.flows.compiled import compiled_flows
 from nagledetect.flows.streams import accepted_with_streams
 from nagledetect.read.capture import (
@@ -37,11 +36,8 @@ class Capture:
     was analysed with others in another process."""
     sack_blocks: pd.DataFrame
     accounting: Accounting
-    segment_context: dict[str, np.ndarray] | None = None
-    """The data segments in context, where the compiled core found them as it read (see
-    `FlowTables.segment_context`)."""
-    gap_rows: dict[str, np.ndarray] | None = None
-    """The timeline's gaps, where the compiled core found them as it read."""
+    found_events: FoundEvents | None = None
+    """The events the compiled core found as it read (see `FlowTables.found_events`)."""
 
     def __reduce__(self) -> tuple:
         return Capture, sent_fields(self)
@@ -58,7 +54,7 @@ def load_capture(path: str, bpf_filter: str | None = None,
     if progress:
         progress(accounting.packets_read, capture_bytes(path))
     return Capture(path, flows.packets, flows.connections, flows.sack_blocks, accounting,
-                   flows.segment_context, flows.gap_rows)
+                   flows.found_events)
 
 
 def load_capture_numpy(path: str, bpf_filter: str | None = None,

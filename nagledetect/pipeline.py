@@ -30,7 +30,7 @@ from nagledetect.detectors.model import (
     HostProfile,
 )
 from nagledetect.detectors.other_stalls import GAP_ROWS
-from nagledetect.events.compiled import compiled_segments
+from nagledetect.events.compiled import compiled_messages, compiled_segments
 from nagledetect.events.messages import messages, number_messages
 from nagledetect.events.segments import SEGMENT_PACKET_COLUMNS, data_segments
 from nagledetect.flows.build import FlowTables, build_flows
@@ -110,24 +110,28 @@ def connection_level(flows: FlowTables, fingerprint: bool = True,
     those the detectors read once the segments are made (48), and once the detectors are done,
     only the segment columns the samples read."""
     packets, connections, sack_blocks = flows.packets, flows.connections, flows.sack_blocks
-    segment_context, gap_rows = flows.segment_context, flows.gap_rows
+    found = flows.found_events
     del flows
     if packets.empty:
         return ConnectionLevel(packets, connections, pd.DataFrame(), pd.DataFrame(), no_samples(),
                                [], pd.DataFrame(), {})
     if not keep_packets:
         packets = packets[list(dict.fromkeys((*SEGMENT_PACKET_COLUMNS, *DETECTOR_PACKET_COLUMNS)))]
-    segments = (data_segments(packets, connections) if segment_context is None
-                else compiled_segments(segment_context, packets, connections))
+    segments = (data_segments(packets, connections) if found is None
+                else compiled_segments(found.segment_context, packets, connections))
     detector_packets = packets[list(DETECTOR_PACKET_COLUMNS)]
     if not keep_packets:
         packets = detector_packets
-    segments["message"] = number_messages(segments)
-    message_table = messages(segments)
+    if found is None:
+        segments["message"] = number_messages(segments)
+        message_table = messages(segments)
+    else:
+        segments["message"] = found.segment_context["message"]
+        message_table = compiled_messages(found.message_rows, segments)
     samples = delack_samples(segments, connections) if fingerprint else None
     hosts = {} if samples is None else host_fingerprints(samples)
     columns = DetectorInput(detector_packets, connections, segments, message_table, hosts,
-                            made={} if gap_rows is None else {GAP_ROWS: gap_rows},
+                            made={} if found is None else {GAP_ROWS: found.gap_rows},
                             sack_blocks=sack_blocks)
     for detector in CONNECTION_DETECTORS:
         columns.earlier_findings.extend(detector.detect(columns))
@@ -167,7 +171,7 @@ def run_detectors(capture: Capture, charts: bool = True) -> Analysis:
     """Run every detector over one capture held whole in memory; with `charts`, also gather
     what the HTML report draws."""
     level = connection_level(FlowTables(capture.packets, capture.connections, capture.sack_blocks,
-                                        capture.segment_context, capture.gap_rows))
+                                        capture.found_events))
     hosts, phase_findings = host_level(level)
     chart_data = None
     if charts:

@@ -1,7 +1,8 @@
 """The compiled core's one-pass flow tables equal `build_flows`'s (the numpy path, the reference
 it was proven against) on real captures: every packet's connection, direction, relative
 numbers, role, scaled window and wire segments, every connection's row, every SACK block; its
-data segments in context equal `data_segments`'s, and its timeline gaps `GapsBySlice`'s.
+data segments in context equal `data_segments`'s, its timeline gaps `GapsBySlice`'s, and its
+messages (each segment's number and the message table) `number_messages`' and `messages`'.
 
 Differences that are not errors, each checked by hand:
   - the SACK table comes in frame order from the core (the numpy decoder gives it option slot
@@ -20,8 +21,9 @@ import pandas as pd
 import pytest
 
 from nagledetect.api import Capture, load_capture_numpy
-from nagledetect.events.compiled import compiled_segments
+from nagledetect.events.compiled import compiled_messages, compiled_segments
 from nagledetect.events.gaps import GAP_PACKET_COLUMNS, GapsBySlice
+from nagledetect.events.messages import messages, number_messages
 from nagledetect.events.segments import data_segments
 from nagledetect.flows.build import FlowTables
 from nagledetect.flows.compiled import compiled_flows
@@ -62,11 +64,18 @@ def _assert_same(reference: Capture, flows: FlowTables, accounting: Accounting) 
     _same_frame(_in_frame_order(reference.sack_blocks), _in_frame_order(flows.sack_blocks),
                 "sack_blocks")
     if not reference.packets.empty:
-        _same_frame(data_segments(reference.packets, reference.connections),
-                    compiled_segments(flows.segment_context, flows.packets, flows.connections),
+        found = flows.found_events
+        segments = data_segments(reference.packets, reference.connections)
+        _same_frame(segments,
+                    compiled_segments(found.segment_context, flows.packets, flows.connections),
                     "segments")
+        segments["message"] = number_messages(segments)
+        np.testing.assert_array_equal(found.segment_context["message"],
+                                      segments["message"].to_numpy(), err_msg="message")
+        _same_frame(messages(segments), compiled_messages(found.message_rows, segments),
+                    "messages")
     if not reference.packets.empty:
-        _same_gaps(reference, flows.gap_rows)
+        _same_gaps(reference, flows.found_events.gap_rows)
     expected = reference.accounting
     assert (accounting.packets_read, accounting.tcp_packets, accounting.skipped,
             accounting.linktype) == (expected.packets_read, expected.tcp_packets,

@@ -140,10 +140,11 @@ pub fn flow_tables<'py>(
         }
     }
     let flows = stages.flows.finish();
-    let (segments, gaps) = stages.events.into_python(py, &flows)?;
+    let events = stages.events.into_python(py, &flows)?;
     let result = flows.into_python(py)?;
-    result.set_item("segments", segments)?;
-    result.set_item("gaps", gaps)?;
+    result.set_item("segments", events.segments)?;
+    result.set_item("gaps", events.gaps)?;
+    result.set_item("messages", events.messages)?;
     result.set_item("captures", captures)?;
     Ok(result)
 }

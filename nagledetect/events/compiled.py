@@ -1,13 +1,14 @@
-"""The data segments in context as the compiled core found them while it read (its rows: which
-packet each segment is, and which packets are its context), framed as
-`segments.data_segments` frames them: the same columns, dtypes and values
-(tests/test_core_flows.py)."""
+"""The events the compiled core found while it read, framed as the numpy path frames them: the
+data segments in context (its rows: which packet each segment is, and which packets are its
+context) as `segments.data_segments` does, the message table as `messages.messages` does: the
+same columns, dtypes and values (tests/test_core_flows.py)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pandas as pd
 
+from nagledetect.events.messages import MESSAGE_COLUMNS, no_messages
 from nagledetect.events.segments import NONE, SEGMENT_COLUMNS
 from nagledetect.flows.connections import by_connection
 from nagledetect.flows.roles import ROLES
@@ -54,3 +55,11 @@ def _read(packets: pd.DataFrame, name: str, rows: np.ndarray) -> object:
         codes = np.append(column.cat.codes.to_numpy(), np.int8(len(ROLES)))[rows]
         return pd.Categorical.from_codes(codes, categories=_ROLES_AND_NONE)
     return np.append(column.to_numpy().astype(np.int64), np.int64(NONE))[rows]
+
+
+def compiled_messages(rows: dict[str, np.ndarray], segments: pd.DataFrame) -> pd.DataFrame:
+    """The message table as `messages.messages` frames it, from the core's columns (the
+    untyped empty table where there are no segments, as there)."""
+    if segments.empty:
+        return no_messages()
+    return pd.DataFrame({name: rows[name] for name in MESSAGE_COLUMNS}, copy=False)

@@ -54,13 +54,21 @@ class FlowTables:
     packets: pd.DataFrame
     connections: pd.DataFrame
     sack_blocks: pd.DataFrame
-    segment_context: dict[str, np.ndarray] | None = None
-    """Where the compiled core found the data segments in context as it read: its rows
-    (`events.compiled.compiled_segments` frames them); None where the segments are still to be
-    made from the packets (`events.segments.data_segments`)."""
-    gap_rows: dict[str, np.ndarray] | None = None
-    """Where the compiled core found the timeline's gaps as it read: `GapsBySlice.gaps`'s
-    columns; None where they are still to be made from the packets."""
+    found_events: FoundEvents | None = None
+    """What the compiled core found as it read; None where the events are still to be made
+    from the packets."""
+
+
+@dataclass(frozen=True)
+class FoundEvents:
+    """The events the compiled core found as it read, as its columns: the data segments in
+    context (packet rows and counts, and each segment's `message`: `events.compiled` frames
+    them), the timeline's gaps (`GapsBySlice.gaps`'s columns) and the message table
+    (`events.messages.messages`'s columns)."""
+
+    segment_context: dict[str, np.ndarray]
+    gap_rows: dict[str, np.ndarray]
+    message_rows: dict[str, np.ndarray]
 
 
 def _collect(batches: Iterable[DecodedColumns], expected_packets: int

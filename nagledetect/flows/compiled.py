@@ -12,7 +12,12 @@ import pandas as pd
 
 from nagledetect import _core
 from nagledetect.errors import InputError
-from nagledetect.flows.build import PACKET_COLUMNS, FlowTables, connection_endpoints
+from nagledetect.flows.build import (
+    PACKET_COLUMNS,
+    FlowTables,
+    FoundEvents,
+    connection_endpoints,
+)
 from nagledetect.flows.roles import ROLES
 from nagledetect.read import skips
 from nagledetect.read.capture import Accounting
@@ -60,8 +65,8 @@ def compiled_flows_together(paths: list[str], bpf_filter: str | None = None
     frame = pd.DataFrame({name: packets[name] for name in PACKET_COLUMNS}, copy=False)
     frame["role"] = pd.Categorical.from_codes(frame["role"], categories=ROLES)
     connections = _connection_table(made["connections"], filtered=bpf_filter is not None)
-    return FlowTables(frame, connections, pd.DataFrame(made["sack_blocks"]),
-                      made["segments"], made["gaps"]), reads
+    found = FoundEvents(made["segments"], made["gaps"], made["messages"])
+    return FlowTables(frame, connections, pd.DataFrame(made["sack_blocks"]), found), reads
 
 
 def _capture_read(path: str, read: dict | Exception) -> CaptureRead | InputError:

@@ -4,6 +4,7 @@
 //! rules read. State is kept per connection.
 
 pub mod gaps;
+pub mod messages;
 pub mod segments;
 
 use numpy::IntoPyArray;
@@ -11,9 +12,18 @@ use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
 use crate::flows::Taken;
+use crate::flows::side::ROLE_DATA;
 use crate::flows::tables::FlowTables;
 use gaps::{ConnectionGaps, GapRows};
+use messages::Messages;
 use segments::{DirectionContext, NONE, SegmentRows};
+
+/// The event tables as dicts of numpy arrays.
+pub struct EventTables<'py> {
+    pub segments: Bound<'py, PyDict>,
+    pub gaps: Bound<'py, PyDict>,
+    pub messages: Bound<'py, PyDict>,
+}
 
 #[derive(Default)]
 pub struct Events {
@@ -23,6 +33,7 @@ pub struct Events {
     /// By connection, its timeline.
     timelines: Vec<ConnectionGaps>,
     gaps: GapRows,
+    messages: Messages,
 }
 
 /// The size of the event tables at a point of the pass.
@@ -31,6 +42,7 @@ pub struct Mark {
     segments: usize,
     gaps: usize,
     connections: usize,
+    messages: messages::Mark,
 }
 
 impl Events {
@@ -41,6 +53,9 @@ impl Events {
             self.timelines.push(ConnectionGaps::default());
         }
         segments::take(&mut self.directions[connection], packet, &mut self.segments);
+        if packet.role == ROLE_DATA && packet.payload_bytes > 0 {
+            self.messages.segment(packet);
+        }
         self.timelines[connection].take(packet, &mut self.gaps);
     }
 
@@ -49,6 +64,7 @@ impl Events {
             segments: self.segments.len(),
             gaps: self.gaps.len(),
             connections: self.directions.len(),
+            messages: self.messages.mark(),
         }
     }
 
@@ -58,6 +74,7 @@ impl Events {
         self.directions.truncate(mark.connections);
         self.gaps.truncate(mark.gaps);
         self.timelines.truncate(mark.connections);
+        self.messages.truncate(mark.messages);
     }
 
     /// The segments as a dict of numpy arrays: `row` (the segment's packet row),
@@ -69,11 +86,12 @@ impl Events {
         mut self,
         py: Python<'py>,
         flows: &FlowTables,
-    ) -> PyResult<(Bound<'py, PyDict>, Bound<'py, PyDict>)> {
+    ) -> PyResult<EventTables<'py>> {
         for timeline in &self.timelines {
             timeline.finish(&mut self.gaps, flows);
         }
         let gaps = self.gaps.into_python(py, flows)?;
+        let (message_numbers, messages) = self.messages.into_python(py, flows)?;
         let s = self.segments;
         let sent_max_before: Vec<i64> = s
             .sent_max_u
@@ -96,6 +114,11 @@ impl Events {
             "own_retransmissions_between",
             s.own_retransmissions_between.into_pyarray(py),
         )?;
-        Ok((segments, gaps))
+        segments.set_item("message", message_numbers)?;
+        Ok(EventTables {
+            segments,
+            gaps,
+            messages,
+        })
     }
 }

@@ -214,6 +214,19 @@ impl FlowTables {
         self.packets.ack_u[row]
     }
 
+    pub fn time_us(&self, row: usize) -> i64 {
+        self.packets.time_us[row]
+    }
+
+    pub fn wire_segments(&self, row: usize) -> u32 {
+        self.wire_segments[row]
+    }
+
+    /// The effective MSS of `connection` (the table's `effective_mss`).
+    pub fn effective_mss(&self, connection: u32) -> i64 {
+        self.finishing[connection as usize].effective_mss
+    }
+
     pub fn payload_bytes(&self, row: usize) -> i64 {
         i64::from(self.packets.payload_bytes[row])
     }

@@ -1,0 +1,217 @@
+//! Application messages (the rules of `nagledetect/events/messages.py`): the data segments one
+//! side sends between the other side's data, or between idle gaps of more than a second, found
+//! as the segments come. Messages are numbered in connection order (a connection's first, then
+//! the next connection's...), which is known only at the end; each connection numbers its own
+//! from 0 meanwhile.
+
+use numpy::IntoPyArray;
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+
+use crate::flows::Taken;
+use crate::flows::tables::FlowTables;
+
+/// A pause longer than this in a connection's data begins a new message.
+const IDLE_GAP_US: i64 = 1_000_000;
+
+/// A message: its connection, its side, its number within the connection and its segments'
+/// packet rows.
+struct Message {
+    connection: u32,
+    sender: u8,
+    local: u32,
+    rows: Vec<usize>,
+}
+
+/// One connection's latest segment, for the cut rules, and its message (an index into
+/// `Messages::messages`).
+#[derive(Clone, Copy)]
+struct Latest {
+    sender: usize,
+    time_us: i64,
+    message: usize,
+}
+
+#[derive(Default)]
+pub struct Messages {
+    /// By connection: its latest segment, and how many messages it has begun.
+    latest: Vec<Option<Latest>>,
+    begun: Vec<u32>,
+    messages: Vec<Message>,
+    /// Each data segment's (connection, message within it), in segment order.
+    of_segment: Vec<(u32, u32)>,
+}
+
+/// Where the message table stands, to go back to.
+#[derive(Clone, Copy)]
+pub struct Mark {
+    messages: usize,
+    segments: usize,
+    connections: usize,
+}
+
+impl Messages {
+    /// A new-data segment of `packet`'s connection.
+    pub fn segment(&mut self, packet: &Taken) {
+        let connection = packet.connection as usize;
+        if connection >= self.latest.len() {
+            self.latest.resize(connection + 1, None);
+            self.begun.resize(connection + 1, 0);
+        }
+        let continues = self.latest[connection].filter(|latest| {
+            latest.sender == packet.sender && packet.time_us - latest.time_us <= IDLE_GAP_US
+        });
+        let message = match continues {
+            Some(latest) => latest.message,
+            None => {
+                self.messages.push(Message {
+                    connection: packet.connection,
+                    sender: packet.sender as u8,
+                    local: self.begun[connection],
+                    rows: Vec::new(),
+                });
+                self.begun[connection] += 1;
+                self.messages.len() - 1
+            }
+        };
+        self.messages[message].rows.push(packet.row);
+        self.latest[connection] = Some(Latest {
+            sender: packet.sender,
+            time_us: packet.time_us,
+            message,
+        });
+        self.of_segment
+            .push((packet.connection, self.messages[message].local));
+    }
+
+    pub fn mark(&self) -> Mark {
+        Mark {
+            messages: self.messages.len(),
+            segments: self.of_segment.len(),
+            connections: self.latest.len(),
+        }
+    }
+
+    pub fn truncate(&mut self, mark: Mark) {
+        self.messages.truncate(mark.messages);
+        self.of_segment.truncate(mark.segments);
+        self.latest.truncate(mark.connections);
+        self.begun.truncate(mark.connections);
+    }
+
+    /// The segments' message numbers and the message table (`messages.messages`'s columns),
+    /// numbered in connection order.
+    pub fn into_python<'py>(
+        mut self,
+        py: Python<'py>,
+        flows: &FlowTables,
+    ) -> PyResult<(Bound<'py, PyAny>, Bound<'py, PyDict>)> {
+        let mut first_number = vec![0i64; self.begun.len() + 1];
+        for (connection, begun) in self.begun.iter().enumerate() {
+            first_number[connection + 1] = first_number[connection] + i64::from(*begun);
+        }
+        let numbers: Vec<i64> = self
+            .of_segment
+            .iter()
+            .map(|(connection, local)| first_number[*connection as usize] + i64::from(*local))
+            .collect();
+        self.messages
+            .sort_by_key(|message| (message.connection, message.local));
+        let table = MessageColumns::of(&self.messages, &first_number, flows);
+        Ok((numbers.into_pyarray(py).into_any(), table.into_python(py)?))
+    }
+}
+
+#[derive(Default)]
+struct MessageColumns {
+    message: Vec<i64>,
+    connection: Vec<i32>,
+    direction: Vec<u8>,
+    first_frame: Vec<i64>,
+    last_frame: Vec<i64>,
+    start_us: Vec<i64>,
+    end_us: Vec<i64>,
+    bytes: Vec<i64>,
+    packets: Vec<i64>,
+    wire_segments: Vec<i64>,
+    mss: Vec<i64>,
+    median_payload_bytes: Vec<f64>,
+    segments_needed: Vec<i64>,
+    last_segment_full: Vec<bool>,
+    odd_segments: Vec<bool>,
+}
+
+impl MessageColumns {
+    fn of(messages: &[Message], first_number: &[i64], flows: &FlowTables) -> MessageColumns {
+        let mut columns = MessageColumns::default();
+        for message in messages {
+            let (Some(&first), Some(&last)) = (message.rows.first(), message.rows.last()) else {
+                continue;
+            };
+            let connection = message.connection;
+            columns
+                .message
+                .push(first_number[connection as usize] + i64::from(message.local));
+            columns.connection.push(connection as i32);
+            columns
+                .direction
+                .push(u8::from(message.sender != flows.client(connection)));
+            columns.first_frame.push(i64::from(flows.frame(first)));
+            columns.last_frame.push(i64::from(flows.frame(last)));
+            columns.start_us.push(flows.time_us(first));
+            columns.end_us.push(flows.time_us(last));
+            let mut payloads: Vec<i64> = message
+                .rows
+                .iter()
+                .map(|row| flows.payload_bytes(*row))
+                .collect();
+            let bytes: i64 = payloads.iter().sum();
+            columns.bytes.push(bytes);
+            columns.packets.push(payloads.len() as i64);
+            columns.wire_segments.push(
+                message
+                    .rows
+                    .iter()
+                    .map(|row| i64::from(flows.wire_segments(*row)))
+                    .sum(),
+            );
+            payloads.sort_unstable();
+            let lower = payloads[(payloads.len() - 1) / 2];
+            let upper = payloads[payloads.len() / 2];
+            columns
+                .median_payload_bytes
+                .push((lower as f64 + upper as f64) / 2.0);
+            let mss = flows.effective_mss(connection);
+            columns.mss.push(mss);
+            let mss = mss.max(1);
+            let needed = (bytes + mss - 1) / mss;
+            columns.segments_needed.push(needed);
+            columns.last_segment_full.push(bytes % mss == 0);
+            columns.odd_segments.push(needed % 2 == 1);
+        }
+        columns
+    }
+
+    fn into_python(self, py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
+        let table = PyDict::new(py);
+        table.set_item("message", self.message.into_pyarray(py))?;
+        table.set_item("connection", self.connection.into_pyarray(py))?;
+        table.set_item("direction", self.direction.into_pyarray(py))?;
+        table.set_item("first_frame", self.first_frame.into_pyarray(py))?;
+        table.set_item("last_frame", self.last_frame.into_pyarray(py))?;
+        table.set_item("start_us", self.start_us.into_pyarray(py))?;
+        table.set_item("end_us", self.end_us.into_pyarray(py))?;
+        table.set_item("bytes", self.bytes.into_pyarray(py))?;
+        table.set_item("packets", self.packets.into_pyarray(py))?;
+        table.set_item("wire_segments", self.wire_segments.into_pyarray(py))?;
+        table.set_item("mss", self.mss.into_pyarray(py))?;
+        table.set_item(
+            "median_payload_bytes",
+            self.median_payload_bytes.into_pyarray(py),
+        )?;
+        table.set_item("segments_needed", self.segments_needed.into_pyarray(py))?;
+        table.set_item("last_segment_full", self.last_segment_full.into_pyarray(py))?;
+        table.set_item("odd_segments", self.odd_segments.into_pyarray(py))?;
+        Ok(table)
+    }
+}
