@@ -70,7 +70,7 @@ fn one_pass(
 }
 
 /// One capture read into `tracker`: its accounting as a dict (`packets_read`, `skipped`:
-/// skip code -> packets, `linktype`: the first packet's or None, `warnings`, `cut_short`: why
+/// skip code -> packets, `linktype`: the first packet's, else the file's, `warnings`, `cut_short`: why
 /// the read ended before the file's end or None, `frame_offset`)
 /// or the error that stopped it (`CaptureError` or `FilterError`, as `decode_file` raises
 /// them), with the packets read before an error left out of the tables.
@@ -102,7 +102,7 @@ fn read_capture<'py>(
     let capture = PyDict::new(py);
     capture.set_item("packets_read", counts.packets_read)?;
     capture.set_item("skipped", counts.skipped)?;
-    capture.set_item("linktype", counts.linktype)?;
+    capture.set_item("linktype", counts.linktype.or(stream.linktype()))?;
     capture.set_item("warnings", stream.warnings().to_vec())?;
     capture.set_item("cut_short", stream.cut_short())?;
     capture.set_item("frame_offset", frame_offset)?;

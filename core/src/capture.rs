@@ -210,6 +210,15 @@ impl CaptureReader {
         self.cut_short.as_deref()
     }
 
+    /// The capture's link type as libpcap reports it for the file: its pcap header's, or its
+    /// first interface's (None for a pcapng file before one is read).
+    pub fn linktype(&self) -> Option<u32> {
+        match &self.format {
+            Format::Pcap(pcap) => Some(pcap.linktype),
+            Format::PcapNg(pcapng) => pcapng.interfaces.first().map(|first| first.linktype),
+        }
+    }
+
     /// Packets handed on so far.
     pub fn packets(&self) -> u64 {
         self.packets

@@ -35,6 +35,11 @@ impl Stream {
         self.capture.warnings()
     }
 
+    /// The capture's link type as libpcap reports it for the file (`CaptureReader::linktype`).
+    pub fn linktype(&self) -> Option<u32> {
+        self.capture.linktype()
+    }
+
     /// Why the read ended before the file's end, if it did (once it has ended).
     pub fn cut_short(&self) -> Option<&str> {
         self.capture.cut_short()

@@ -21,7 +21,6 @@ from nagledetect.flows.build import (
 from nagledetect.flows.roles import ROLES
 from nagledetect.read import skips
 from nagledetect.read.capture import Accounting
-from nagledetect.read.libpcap import CaptureReader
 
 HANDSHAKE_COLUMNS = (
     "syn_frame", "syn_ack_frame", "mss_client", "window_scale_client", "sack_permitted_client",
@@ -74,24 +73,13 @@ def _capture_read(path: str, read: dict | Exception) -> CaptureRead | InputError
         return InputError(str(read))
     if isinstance(read, Exception):
         raise read
-    accounting = Accounting(path=path, linktype=_linktype(path, read["linktype"]),
+    accounting = Accounting(path=path, linktype=read["linktype"] or 0,
                             packets_read=read["packets_read"], warnings=list(read["warnings"]),
                             cut_short=read["cut_short"])
     for code, count in read["skipped"].items():
         accounting.add_skipped({skips.reason_text(code): count})
     accounting.tcp_packets = accounting.packets_read - sum(read["skipped"].values())
     return CaptureRead(accounting, read["frame_offset"])
-
-
-def _linktype(path: str, first_packets: int | None) -> int:
-    """The capture's link type: its first packet's, or for a capture without packets its
-    header's, as libpcap reads it."""
-    if first_packets is not None:
-        return first_packets
-    try:
-        return CaptureReader(path).linktype
-    except InputError:
-        return 0
 
 
 def _connection_table(columns: dict[str, np.ndarray], filtered: bool) -> pd.DataFrame:
