@@ -27,9 +27,10 @@ def compiled_segments(context: dict[str, np.ndarray], packets: pd.DataFrame,
     `packets`, NONE where there is no such packet)."""
     rows = {name: context[column] for name, column in CONTEXT_OF.items()}
     at = rows["segment"]
+    padded = _Padded(packets)
     table: dict[str, object] = {
-        "frame": _read(packets, "frame", at),
-        "time_us": _read(packets, "time_us", at),
+        "frame": padded.read("frame", at),
+        "time_us": padded.read("time_us", at),
         "connection": packets["connection"].to_numpy()[at],
         "direction": packets["direction"].to_numpy()[at],
     }
@@ -39,7 +40,7 @@ def compiled_segments(context: dict[str, np.ndarray], packets: pd.DataFrame,
         elif source == "end":
             table[name] = table["rel_seq"] + table["payload_bytes"]
         else:
-            table[name] = _read(packets, source, rows[where])
+            table[name] = padded.read(source, rows[where])
     mss = by_connection(connections, "effective_mss", table["connection"])
     table["mss"] = mss
     table["tail_bytes"] = table["payload_bytes"] % np.maximum(mss, 1)
@@ -47,14 +48,25 @@ def compiled_segments(context: dict[str, np.ndarray], packets: pd.DataFrame,
     return pd.DataFrame(table, copy=False)
 
 
-def _read(packets: pd.DataFrame, name: str, rows: np.ndarray) -> object:
-    """A packet column at `rows` as 64-bit integers, NONE where a row is NONE (the role as a
-    categorical with "none" there)."""
-    column = packets[name]
-    if name == "role":
-        codes = np.append(column.cat.codes.to_numpy(), np.int8(len(ROLES)))[rows]
-        return pd.Categorical.from_codes(codes, categories=_ROLES_AND_NONE)
-    return np.append(column.to_numpy().astype(np.int64), np.int64(NONE))[rows]
+class _Padded:
+    """Packet columns as 64-bit integers with one more slot holding NONE (the role's codes
+    with "none" there), each made once however many context packets read it: indexed by a
+    context row, NONE reads that slot."""
+
+    def __init__(self, packets: pd.DataFrame) -> None:
+        self._packets = packets
+        self._made: dict[str, np.ndarray] = {}
+
+    def read(self, name: str, rows: np.ndarray) -> object:
+        if name not in self._made:
+            column = self._packets[name]
+            self._made[name] = (np.append(column.cat.codes.to_numpy(), np.int8(len(ROLES)))
+                                if name == "role" else
+                                np.append(column.to_numpy().astype(np.int64), np.int64(NONE)))
+        values = self._made[name][rows]
+        if name == "role":
+            return pd.Categorical.from_codes(values, categories=_ROLES_AND_NONE)
+        return values
 
 
 def compiled_messages(rows: dict[str, np.ndarray], segments: pd.DataFrame) -> pd.DataFrame:
