@@ -15,17 +15,10 @@ import dataclasses
 import math
 from collections.abc import Sequence
 
-from nagledetect.api import load_capture
+from nagledetect.api import read_capture
 from nagledetect.batch import analyze_together, groups_by_size
 from nagledetect.errors import InputError
-from nagledetect.part_tables import PartTables, TablesInMemory, tables_on_disk
-from nagledetect.parts import (
-    MAX_PARTS,
-    PART_BYTES,
-    PARTS_MEMORY_BYTES,
-    StageCallback,
-    analyze_in_parts,
-)
+from nagledetect.part_sizes import MAX_PARTS, PART_BYTES, PARTS_MEMORY_BYTES, StageCallback
 from nagledetect.pipeline import Analysis, Wanted, run_detectors, shared_empty_tables
 from nagledetect.read.capture import ProgressCallback
 from nagledetect.read.compressed import capture_bytes
@@ -52,7 +45,9 @@ def analyze_capture(path: str, bpf_filter: str | None = None,
     `parts_memory_bytes`: about what the parts analysed at once may take (`--memory`)."""
     parts = min(MAX_PARTS, max(1, math.ceil(capture_bytes(path) / part_bytes)))
     if parts == 1:
-        return run_detectors(load_capture(path, bpf_filter, progress), charts)
+        return run_detectors(read_capture(path, bpf_filter, progress), charts)
+    from nagledetect.parts import analyze_in_parts
+
     return analyze_in_parts(path, bpf_filter, progress, parts, workers,
                             Wanted(tables=keep_tables, charts=charts), stages, spill,
                             parts_memory_bytes)
@@ -75,8 +70,12 @@ def for_another_process(analysis: Analysis, tables: bool) -> Analysis:
     capture = analysis.capture
     if not analysis.tables_kept:
         part_tables = analysis.part_tables if tables else None
+    elif tables:
+        from nagledetect.part_tables import TablesInMemory
+
+        part_tables = TablesInMemory([capture.packets], [analysis.messages])
     else:
-        part_tables = TablesInMemory([capture.packets], [analysis.messages]) if tables else None
+        part_tables = None
     empty = shared_empty_tables()
     return dataclasses.replace(
         analysis, capture=dataclasses.replace(capture, packets=empty.packets,
@@ -100,6 +99,8 @@ def handed_over(results: list[Analysis | InputError], spill: SpillFile
 
 
 def _handed_over(analysis: Analysis, spill: SpillFile) -> Analysis:
+    from nagledetect.part_tables import TablesInMemory, tables_on_disk
+
     tables = analysis.part_tables
     return dataclasses.replace(
         analysis, findings=stored_findings(analysis.findings, spill),
@@ -112,6 +113,8 @@ def kept_on_disk(analysis: Analysis, spill: SpillFile) -> Analysis:
     for all captures, not one open file each): what a run over many captures keeps of each
     capture's result while the others are analysed. Records in memory are appended; a spill
     file the result reads already (its own, or one handed over by a worker) is adopted."""
+    from nagledetect.part_tables import tables_on_disk
+
     for own_spill in spills_read_by(analysis):
         spill.adopt(own_spill)
     tables = analysis.part_tables
@@ -127,6 +130,7 @@ def spills_read_by(analysis: Analysis) -> list[SpillFile]:
         spills.append(analysis.findings.spill)
     if isinstance(analysis.hosts, StoredHosts):
         spills.append(analysis.hosts.spill)
-    if isinstance(analysis.part_tables, PartTables):
-        spills.append(analysis.part_tables.spill)
+    tables = analysis.part_tables
+    if tables is not None and hasattr(tables, "spill"):
+        spills.append(tables.spill)
     return list({id(spill): spill for spill in spills}.values())

@@ -1,4 +1,5 @@
-"""The Python entry point: a capture's tables as pandas DataFrames, and its accounting.
+"""The Python entry point: a capture's tables as pandas DataFrames, and its accounting; and
+the same read as the analysis takes it (`read_capture`: `Table`s, no pandas).
 
     >>> from nagledetect import load_capture
     >>> capture = load_capture("sample_traces/seed003-nagle.pcap")
@@ -7,22 +8,20 @@
 
 from __future__ import annotations
 
+import dataclasses
 from contextlib import closing
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import pandas as pd
-
-from nagledetect.flows.build import FoundEvents, build_flows
 from nagledetect.flows.compiled import compiled_flows
-from nagledetect.flows.streams import accepted_with_streams
-from nagledetect.read.capture import (
-    Accounting,
-    ProgressCallback,
-    decoded_batches,
-    expected_tcp_packets,
-)
+from nagledetect.flows.tables import FoundEvents
+from nagledetect.read.capture import Accounting, ProgressCallback
 from nagledetect.read.compressed import capture_bytes
 from nagledetect.sent_tables import TableRows, sent_fields
+from nagledetect.table import Table
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 @dataclass(slots=True)
@@ -30,11 +29,13 @@ class Capture:
     """Everything known about one capture file after reading and connection building."""
 
     path: str
-    packets: pd.DataFrame
-    connections: pd.DataFrame | TableRows
-    """A frame; its rows of a table shared with other captures (`TableRows`) where the capture
-    was analysed with others in another process."""
-    sack_blocks: pd.DataFrame
+    packets: Table | pd.DataFrame
+    """A `Table` as the analysis reads it (`read_capture`); a DataFrame from `load_capture`.
+    The same holds for the other tables."""
+    connections: Table | pd.DataFrame | TableRows
+    """Its rows of a table shared with other captures (`TableRows`) where the capture was
+    analysed with others."""
+    sack_blocks: Table | pd.DataFrame
     accounting: Accounting
     found_events: FoundEvents | None = None
     """The events the compiled core found as it read (see `FlowTables.found_events`)."""
@@ -46,10 +47,20 @@ class Capture:
 def load_capture(path: str, bpf_filter: str | None = None,
                  progress: ProgressCallback | None = None) -> Capture:
     """Read `path` (pcap or pcapng, compressed or not), decode its TCP packets and rebuild its
-    connections, in one pass of the compiled core (`flows.compiled`).
+    connections, in one pass of the compiled core (`flows.compiled`): its tables as pandas
+    DataFrames (the packet role as a categorical).
 
     `progress(packets_read, bytes_read)` is called once the capture has been read.
     """
+    capture = read_capture(path, bpf_filter, progress)
+    return dataclasses.replace(capture, packets=capture.packets.to_pandas(),
+                               connections=capture.connections.to_pandas(),
+                               sack_blocks=capture.sack_blocks.to_pandas())
+
+
+def read_capture(path: str, bpf_filter: str | None = None,
+                 progress: ProgressCallback | None = None) -> Capture:
+    """`load_capture` with the tables as the analysis reads them (`Table`s)."""
     flows, accounting = compiled_flows(path, bpf_filter)
     if progress:
         progress(accounting.packets_read, capture_bytes(path))
@@ -65,6 +76,10 @@ def load_capture_numpy(path: str, bpf_filter: str | None = None,
 
     `progress(packets_read, bytes_read)` is called after every batch of packets.
     """
+    from nagledetect.flows.build import build_flows
+    from nagledetect.flows.streams import accepted_with_streams
+    from nagledetect.read.capture import decoded_batches, expected_tcp_packets
+
     accounting, batches = decoded_batches(path, bpf_filter, progress)
     with closing(batches):
         flows = build_flows(accepted_with_streams(batches), expected_tcp_packets(path))

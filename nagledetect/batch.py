@@ -25,17 +25,14 @@ import math
 from collections.abc import Iterator
 
 import numpy as np
-import pandas as pd
 
 from nagledetect.api import Capture
-from nagledetect.chart_data import busiest_hosts, connection_charts
 from nagledetect.detectors import nagle_stall
 from nagledetect.detectors.delack_timer import host_fingerprints
 from nagledetect.detectors.model import Finding, StallEvents
 from nagledetect.errors import InputError
 from nagledetect.events.messages import no_messages
 from nagledetect.flows.compiled import compiled_flows_together
-from nagledetect.part_tables import TablesInMemory
 from nagledetect.pipeline import (
     Analysis,
     ConnectionLevel,
@@ -47,8 +44,9 @@ from nagledetect.pipeline import (
     without_tcp,
 )
 from nagledetect.read.capture import Accounting
-from nagledetect.sent_tables import Rows, TableRows, rows_frame
+from nagledetect.sent_tables import Rows, TableRows, rows_table
 from nagledetect.stored import without_samples
+from nagledetect.table import Table
 
 BATCHED_CAPTURE_BYTES = 4 * 1024 * 1024
 """Captures up to this size are analysed together with others."""
@@ -102,15 +100,15 @@ def _per_capture(level: ConnectionLevel, captures: list[_Read], wanted: Wanted
     offsets = np.array([capture.frame_offset for capture in captures], dtype=np.int64)
     connections = level.connections
     # capture k's frames are (offset k, offset k + its packets]
-    owner = np.searchsorted(offsets, connections["first_frame"].to_numpy(), side="left") - 1
+    owner = np.searchsorted(offsets, connections["first_frame"], side="left") - 1
     if len(owner) and (np.diff(owner) < 0).any():
         raise RuntimeError("a batch's connections are not numbered capture by capture")
     cut = _Cut(owner, np.searchsorted(owner, np.arange(len(captures) + 1)), offsets)
     tables = zip(cut.rows(connections, CONNECTION_FRAMES, key="id"),
-                 map(rows_frame, cut.rows(level.samples, SAMPLE_FRAMES)),
+                 map(rows_table, cut.rows(level.samples, SAMPLE_FRAMES)),
                  cut.rows(level.parity, ()), cut.findings(level.findings))
-    kept = (zip(map(rows_frame, cut.rows(level.packets, ("frame",))),
-                map(rows_frame, cut.rows(level.messages, MESSAGE_FRAMES, counted="message")))
+    kept = (zip(map(rows_table, cut.rows(level.packets, ("frame",))),
+                map(rows_table, cut.rows(level.messages, MESSAGE_FRAMES, counted="message")))
             if wanted.charts or wanted.tables else itertools.repeat((None, None)))
     for capture, (connections_of, samples, parity, findings), (packets, message_table) in zip(
             captures, tables, kept):
@@ -118,11 +116,15 @@ def _per_capture(level: ConnectionLevel, captures: list[_Read], wanted: Wanted
         if message_table is not None and message_table.empty:
             message_table = no_messages()
         if wanted.charts:
-            analysis.charts = connection_charts(packets, rows_frame(connections_of),
+            from nagledetect.chart_data import busiest_hosts, connection_charts
+
+            analysis.charts = connection_charts(packets, rows_table(connections_of),
                                                 message_table, findings)
             analysis.charts.hosts = busiest_hosts(analysis.hosts)
         analysis.hosts = {address: without_samples(host) for address, host in analysis.hosts.items()}
         if wanted.tables:
+            from nagledetect.part_tables import TablesInMemory
+
             analysis.part_tables = TablesInMemory([packets], [message_table])
         yield analysis
 
@@ -137,7 +139,7 @@ class _Cut:
     first: np.ndarray
     frame_offset: np.ndarray
 
-    def rows(self, table: pd.DataFrame, frames: tuple[str, ...], counted: str | None = None,
+    def rows(self, table: Table, frames: tuple[str, ...], counted: str | None = None,
              key: str = "connection") -> list[Rows]:
         """A table with a connection id column (`key`: "id" in the connection table itself),
         each capture's rows (in the table's order) of the table renumbered once for all of them,
@@ -145,13 +147,13 @@ class _Cut:
         each capture. An empty table is shared: it is only read."""
         if table.empty:
             return [table] * (len(self.first) - 1)
-        connection = table[key].to_numpy()
+        connection = table[key]
         owner = self.owner[connection]
         renumbered = {key: (connection - self.first[owner]).astype(connection.dtype)}
         for name in frames:
-            renumbered[name] = self._frames(table[name].to_numpy(), owner)
+            renumbered[name] = self._frames(table[name], owner)
         if counted is not None:
-            values = table[counted].to_numpy()
+            values = table[counted]
             first = np.full(len(self.first), values.max(), dtype=values.dtype)
             np.minimum.at(first, owner, values)
             renumbered[counted] = values - first[owner]
@@ -169,11 +171,11 @@ class _Cut:
         """Frames given back (0 stays 0: no such packet), in their own dtype."""
         return np.where(frames > 0, frames - self.frame_offset[owner], frames).astype(frames.dtype)
 
-    def _sliced(self, table: pd.DataFrame, owner: np.ndarray) -> list[Rows]:
+    def _sliced(self, table: Table, owner: np.ndarray) -> list[Rows]:
         """Each capture's rows, in the table's order within a capture."""
         if (np.diff(owner) < 0).any():
             order = np.argsort(owner, kind="stable")
-            table, owner = table.iloc[order], owner[order]
+            table, owner = table.take(order), owner[order]
         bounds = np.searchsorted(owner, np.arange(len(self.first))).tolist()
         return [TableRows(table, start, stop) for start, stop in zip(bounds[:-1], bounds[1:])]
 
@@ -190,7 +192,7 @@ def _given_back(finding: Finding, first: int, frame_offset: int) -> Finding:
 
 
 def _analysis(capture: _Read, connections: Rows, findings: list[Finding],
-              samples: pd.DataFrame, parity: Rows) -> Analysis:
+              samples: Table, parity: Rows) -> Analysis:
     """One capture's host step, as a capture held whole makes it, and its analysis."""
     hosts = host_fingerprints(samples)
     for finding in findings:

@@ -11,14 +11,17 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import numpy as np
-import pandas as pd
 
 from nagledetect.detectors import nagle_stall
 from nagledetect.detectors.model import Finding, HostProfile
 from nagledetect.flows.grouped import found_in_sorted, key_order
+from nagledetect.table import Table
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 MAX_POINTS = 20_000
 """Points of one trace that a browser is asked to draw; more are evenly sampled."""
@@ -193,16 +196,16 @@ def worst_first(sequences: list[TimeSequence]) -> list[TimeSequence]:
     return ordered[:WORST_CONNECTIONS]
 
 
-def exchange_times_ms(messages: pd.DataFrame) -> np.ndarray:
+def exchange_times_ms(messages: Table | pd.DataFrame) -> np.ndarray:
     """Each exchange's time, from the first byte of a client's message to the last byte of the
     server's answer (the next message of the same connection, sent the other way): what the
     client waited, a Nagle hold in the request or the answer included."""
     if messages.empty:
         return np.zeros(0)
-    order = key_order(messages["connection"].to_numpy(), messages["first_frame"].to_numpy())
+    order = key_order(np.asarray(messages["connection"]), np.asarray(messages["first_frame"]))
 
     def column(name: str) -> np.ndarray:
-        values = messages[name].to_numpy()
+        values = np.asarray(messages[name])
         return values if order is None else values[order]
 
     connection, direction = column("connection"), column("direction")
@@ -212,25 +215,25 @@ def exchange_times_ms(messages: pd.DataFrame) -> np.ndarray:
     return exchange_us[answered] / 1000
 
 
-def connection_charts(packets: pd.DataFrame, connections: pd.DataFrame,
-                      message_table: pd.DataFrame, findings: Sequence[Finding]) -> ChartData:
+def connection_charts(packets: Table | pd.DataFrame, connections: Table | pd.DataFrame,
+                      message_table: Table | pd.DataFrame, findings: Sequence[Finding]) -> ChartData:
     """The charts' share of one part, or of a capture held whole, before the host step."""
     stalls = [finding for finding in findings if finding.kind == nagle_stall.KIND]
     stall_s = np.concatenate([np.zeros(0)] + [finding.events.stall_s for finding in stalls])
-    payload = packets["payload_bytes"].to_numpy() if len(packets) else np.zeros(0, np.int64)
+    payload = np.asarray(packets["payload_bytes"]) if len(packets) else np.zeros(0, np.int64)
     return ChartData(LogHistogram.of(exchange_times_ms(message_table)),
                      LogHistogram.of(1000 * stall_s), SizeCounts.of(payload[payload > 0]),
                      _worst_connections(packets, connections, stalls))
 
 
-def _worst_connections(packets: pd.DataFrame, connections: pd.DataFrame,
+def _worst_connections(packets: Table | pd.DataFrame, connections: Table | pd.DataFrame,
                        stalls: list[Finding]) -> list[TimeSequence]:
     return [_time_sequence(packets, connection, lost_s, first_frame,
                            [f for f in stalls if f.connection == connection])
             for connection, lost_s, first_frame in _worst_ranked(connections, stalls)]
 
 
-def _worst_ranked(connections: pd.DataFrame, stalls: list[Finding]
+def _worst_ranked(connections: Table | pd.DataFrame, stalls: list[Finding]
                   ) -> list[tuple[int, float, int]]:
     """The connections whose time-sequence graph is drawn, with their stall time and first
     frame. Ranked by stall time in microseconds, as the document gives each finding's, so that
@@ -239,17 +242,17 @@ def _worst_ranked(connections: pd.DataFrame, stalls: list[Finding]
     for finding in stalls:
         lost[finding.connection] = round(lost.get(finding.connection, 0.0)
                                          + round(finding.time_lost_s, 6), 6)
-    first_frame = connections["first_frame"].to_numpy() if len(connections) else np.zeros(0)
+    first_frame = np.asarray(connections["first_frame"]) if len(connections) else np.zeros(0)
     chosen = sorted(lost, key=lambda c: (-lost[c], first_frame[c]))[:WORST_CONNECTIONS]
     return [(connection, lost[connection], int(first_frame[connection])) for connection in chosen]
 
 
-def _time_sequence(packets: pd.DataFrame, connection: int, lost_s: float, first_frame: int,
+def _time_sequence(packets: Table | pd.DataFrame, connection: int, lost_s: float, first_frame: int,
                    stalls: list[Finding]) -> TimeSequence:
-    mine = np.flatnonzero(packets["connection"].to_numpy() == connection)
+    mine = np.flatnonzero(np.asarray(packets["connection"]) == connection)
 
     def column(name: str) -> np.ndarray:
-        return packets[name].to_numpy()[mine]
+        return np.asarray(packets[name])[mine]
 
     time_us = column("time_us")
     time_s = (time_us - time_us.min()) / 1e6
@@ -295,21 +298,21 @@ class ChartsBySlice:
         self._kept: dict[tuple, list[np.ndarray]] = {}
         self._seen: dict[tuple, int] = {}
 
-    def add(self, packets: pd.DataFrame) -> None:
+    def add(self, packets: Table | pd.DataFrame) -> None:
         """Count a slice's payload sizes and each direction's data and ACK points."""
-        payload = packets["payload_bytes"].to_numpy()
+        payload = np.asarray(packets["payload_bytes"])
         self._payloads.append(SizeCounts.of(payload[payload > 0]))
-        connection = packets["connection"].to_numpy().astype(np.int64)
-        direction = packets["direction"].to_numpy().astype(np.int64)
+        connection = np.asarray(packets["connection"]).astype(np.int64)
+        direction = np.asarray(packets["direction"]).astype(np.int64)
         count = len(self._sent)
         self._sent += np.bincount(2 * connection + direction, weights=payload > 0,
                                   minlength=count).astype(np.int64)
         self._acked += np.bincount(2 * connection + 1 - direction,
-                                   weights=packets["rel_ack"].to_numpy() > 0,
+                                   weights=np.asarray(packets["rel_ack"]) > 0,
                                    minlength=count).astype(np.int64)
-        np.minimum.at(self._first_us, connection, packets["time_us"].to_numpy())
+        np.minimum.at(self._first_us, connection, np.asarray(packets["time_us"]))
 
-    def worst(self, connections: pd.DataFrame, findings: Sequence[Finding]) -> list[int]:
+    def worst(self, connections: Table | pd.DataFrame, findings: Sequence[Finding]) -> list[int]:
         """The connections whose graphs are drawn (none: no third pass is needed)."""
         self._stalls = [finding for finding in findings if finding.kind == nagle_stall.KIND]
         self._worst = _worst_ranked(connections, self._stalls)
@@ -323,13 +326,13 @@ class ChartsBySlice:
                 self._drawn[connection, "acks", side] = sampled_positions(int(self._acked[key]))
         return chosen
 
-    def add_again(self, packets: pd.DataFrame) -> None:
+    def add_again(self, packets: Table | pd.DataFrame) -> None:
         """Keep the drawn points of the worst connections among a slice's packets."""
-        connection = packets["connection"].to_numpy()
+        connection = np.asarray(packets["connection"])
         for chosen, _, _ in self._worst:
             mine = np.flatnonzero(connection == chosen)
             if len(mine):
-                self._keep_points(chosen, {name: packets[name].to_numpy()[mine] for name in
+                self._keep_points(chosen, {name: np.asarray(packets[name])[mine] for name in
                                            ("time_us", "direction", "payload_bytes", "rel_seq",
                                             "rel_ack", "frame")})
 
@@ -352,7 +355,7 @@ class ChartsBySlice:
             self._kept.setdefault(trace, []).append(
                 (rows["time_us"][where], value[where], rows["frame"][where]))
 
-    def charts(self, message_table: pd.DataFrame) -> ChartData:
+    def charts(self, message_table: Table | pd.DataFrame) -> ChartData:
         stall_s = np.concatenate([np.zeros(0)] + [f.events.stall_s for f in self._stalls])
         return ChartData(LogHistogram.of(exchange_times_ms(message_table)),
                          LogHistogram.of(1000 * stall_s), SizeCounts.total_of(self._payloads),

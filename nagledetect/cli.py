@@ -52,7 +52,7 @@ from nagledetect.live import (
     capture_live,
 )
 from nagledetect.memory import ordinary_pages_for_arrays
-from nagledetect.parts import PARTS_MEMORY_BYTES
+from nagledetect.part_sizes import PARTS_MEMORY_BYTES
 from nagledetect.progress import ProgressLine
 from nagledetect.read.inputs import (
     STDIN_NAME,
@@ -64,8 +64,6 @@ from nagledetect.read.inputs import (
 from nagledetect.report.annotate import FrameComments, connection_frames, write_annotated
 from nagledetect.report.ci import github_annotations, junit_xml, summary_lines
 from nagledetect.report.document import SCHEMA, build_document, write_json
-from nagledetect.report.html import render_html
-from nagledetect.report.tables import write_tables
 from nagledetect.report.text import LANGUAGES, render_text
 from nagledetect.stored import SpillFile
 
@@ -605,7 +603,11 @@ def _write_annotated(document: dict, run: _Run, found: CaptureList, path: Path,
 
 
 def _write_html(document: dict, analyses: list[Analysis], path: Path) -> None:
-    """Write via a temporary file in the same folder, then rename: never a half-written report."""
+    """Write via a temporary file in the same folder, then rename: never a half-written report.
+    The report's modules (pandas, plotly) are imported only here: the text and JSON paths
+    need neither, and importing them cost a small capture most of its run."""
+    from nagledetect.report.html import render_html
+
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         with tempfile.NamedTemporaryFile("w", dir=path.parent, suffix=".tmp", delete=False,
@@ -690,6 +692,8 @@ def _by_reason(entries: list[NotAnalysed]) -> dict[str, list[NotAnalysed]]:
 
 
 def _write_tables(analyses: list[Analysis], folder: Path, table_format: str) -> None:
+    from nagledetect.report.tables import write_tables
+
     try:
         written = write_tables(analyses, folder, table_format)
     except InputError as error:

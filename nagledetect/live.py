@@ -20,14 +20,13 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TextIO
 
-import pandas as pd
-
 from nagledetect import _core
 from nagledetect.analysis import Analysis, analyze_capture
 from nagledetect.detectors.kinds import NAGLE_FAMILY
 from nagledetect.detectors.model import Finding
 from nagledetect.errors import InputError
 from nagledetect.read.inputs import CaptureList
+from nagledetect.table import Table
 
 DEFAULT_SNAPLEN = 262_144
 """tcpdump's default: whole packets. The analysis reads only headers: 128 bytes is enough."""
@@ -337,12 +336,12 @@ def add_capture_warnings(analysis: Analysis, captured: Captured) -> None:
 
 def _connections_open_during(connections: object, drops: list[DropWindow]) -> set[int]:
     """The connections whose first and last packets span a window in which drops happened."""
-    if not drops or not isinstance(connections, pd.DataFrame) or connections.empty:
+    if not drops or not isinstance(connections, Table) or connections.empty:
         return set()
     open_ids: set[int] = set()
     for window in drops:
         during = ((connections["start_us"] <= window.end_s * 1e6)
                   & (connections["end_us"] >= window.start_s * 1e6))
-        open_ids.update(int(value) for value in connections.loc[during, "id"])
+        open_ids.update(connections["id"][during].tolist())
     return open_ids
 

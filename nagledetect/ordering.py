@@ -12,7 +12,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
-import pandas as pd
 
 
 def name_order(values: Sequence[str] | np.ndarray) -> np.ndarray:
@@ -33,14 +32,7 @@ def as_text(values: Sequence[str] | np.ndarray) -> np.ndarray:
 
 def factorize_in_name_order(values: Sequence[str] | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Each value's code into the distinct values, which are numbered in name order (what
-    pandas' `factorize(sort=True)` gives for strings), and those values as text. The values
-    are told apart by hashing and only the distinct ones sorted: a part's delayed-ACK samples
-    name a few thousand hosts a hundred thousand times. None is named "None", as text has it."""
-    codes, distinct = pd.factorize(np.asarray(values, dtype=object))
-    if len(codes) and codes.min() < 0:
-        codes = np.where(codes < 0, len(distinct), codes)
-        distinct = np.append(distinct.astype(object), "None")
-    order = name_order(distinct)
-    rank = np.empty(len(order), dtype=np.int64)
-    rank[order] = np.arange(len(order))
-    return rank[codes], as_text(distinct)[order].astype(str)
+    pandas' `factorize(sort=True)` gives for strings), and those values as text. None is named
+    "None", as text has it."""
+    distinct, codes = np.unique(as_text(values), return_inverse=True)
+    return codes.astype(np.int64).reshape(-1), distinct.astype(str)

@@ -52,6 +52,12 @@ from nagledetect.flows.partition import (
 from nagledetect.flows.streams import accepted_with_streams
 from nagledetect.memory import freed_memory_kept, give_back_free_memory, keep_freed_memory
 from nagledetect.ordering import as_text, factorize_in_name_order, name_order
+from nagledetect.part_sizes import (
+    PART_BYTES,
+    PARTS_MEMORY_BYTES,
+    WORK_PER_PART_FILE_BYTE,
+    StageCallback,
+)
 from nagledetect.part_tables import PartTables, SpilledTables, WrittenChunks
 from nagledetect.pipeline import (
     PARITY_KEYS,
@@ -76,18 +82,8 @@ from nagledetect.stored import (
     host_rows,
     pickle_findings,
 )
+from nagledetect.table import Table, as_frame, concatenated
 
-PART_BYTES = 32 * 1024 * 1024
-"""Capture bytes per part: about 300,000 packets at a snaplen of 128, about 80 MB of work."""
-WORK_PER_PART_FILE_BYTE = 4
-"""A part's work takes about this many times its file's size in memory (BYTES_PER_PART_PACKET
-against the file's 61 bytes a packet of IPv4, 85 of IPv6)."""
-PART_FILE_BYTES_IN_FLIGHT = 6 * PART_BYTES
-"""Part files analysed at once by default."""
-PARTS_MEMORY_BYTES = PART_FILE_BYTES_IN_FLIGHT * WORK_PER_PART_FILE_BYTE
-"""What the parts analysed at once may take by default (`--memory`): about 800 MB."""
-MAX_PARTS = 400
-"""Two open files per part: stay well inside the usual limit of 1,024 (parts grow instead)."""
 BYTES_PER_PART_PACKET = 240
 """About what a worker holds for each packet of the part it analyses: a part is its
 connections whole (docs/performance.md, the eleventh round)."""
@@ -134,8 +130,6 @@ PROGRESS_POLL_S = 0.5
 PassesCallback = Callable[[int], None]
 """Told a count of packets read by a part's passes (`passes_of` a packet in all)."""
 HOST_STAGE = "host buckets fingerprinted"
-StageCallback = Callable[[str, int, int], None]
-"""Told how a stage after the read gets on: its name, the units done, the units in all."""
 SAMPLE_ROW = np.dtype([("part", "<i4"), ("connection", "<i8"), ("direction", "i1"),
                        ("ack_time_s", "<f8"), ("hold_ms", "<f8"), ("delayed", "?"),
                        ("data_frame", "<i8")])
@@ -341,15 +335,15 @@ def part_result(files: tuple[str, str, np.dtype], buckets: int, wanted: Wanted,
         if charts is None and wanted.charts:
             charts = connection_charts(level.packets, level.connections, level.messages,
                                        level.findings)
-        tables = ((level.packets if written is None else written, level.messages)
-                  if wanted.tables else None)
+        tables = ((as_frame(level.packets) if written is None else written,
+                   as_frame(level.messages)) if wanted.tables else None)
         connections, parity, findings = level.connections, level.parity, level.findings
         samples = level.samples
         del level
         rows = np.zeros(len(samples), dtype=SAMPLE_ROW)
         for name in SAMPLE_ROW.names[1:]:
-            rows[name] = samples[name].to_numpy()
-        sample_bucket = host_buckets(samples["host"].to_numpy(), buckets)
+            rows[name] = np.asarray(samples[name])
+        sample_bucket = host_buckets(np.asarray(samples["host"]), buckets)
         del samples
         return PartResult(connections, parity, rows, sample_bucket, pickle_findings(findings),
                           charts, tables)
@@ -515,7 +509,7 @@ class _Collected:
             tables.add(index, "packets", packets)
         tables.add(index, "messages", messages)
         self.message_counts[index] = np.bincount(
-            messages["connection"].to_numpy(dtype=np.int64), minlength=connections)
+            np.asarray(messages["connection"], dtype=np.int64), minlength=connections)
 
     def _spill_samples(self, index: int, rows: np.ndarray, bucket: np.ndarray) -> None:
         """One block of rows per bucket, in the part's order."""
@@ -535,14 +529,13 @@ class _Collected:
             offsets, found = self.findings.pop(index)
             columns.extend(offsets, found, global_id[part_offset[index] + found.connection])
         parity = [table.assign(connection=global_id[part_offset[index]
-                                                    + table["connection"].to_numpy()])
+                                                    + np.asarray(table["connection"])])
                   for index, table in sorted(self.parity.items())]
         host_step = _HostStep(self, global_id, part_offset, connections,
                               _stall_seconds_reader(self.spill, columns))
         hosts, timers = host_step.run(self.workers, stages)
         self._add_phase_findings(columns, host_step.phase_findings)
-        parity_table = (pd.concat(parity).sort_values(PARITY_KEYS, ignore_index=True)
-                        if parity else pd.DataFrame())
+        parity_table = _sorted_parity(concatenated(parity)) if parity else Table()
         charts = self.charts
         if charts is not None:
             charts.worst = worst_first([
@@ -553,26 +546,27 @@ class _Collected:
         tables = (None if self.tables is None else
                   PartTables(self.tables, _CaptureWideIds(global_id, part_offset,
                                                             self.message_counts)))
-        return Analysis(without_packets(path, accounting, connections), pd.DataFrame(),
-                        pd.DataFrame(), no_samples(), hosts,
+        return Analysis(without_packets(path, accounting, connections), Table(),
+                        Table(), no_samples(), hosts,
                         _ranked(self.spill, columns, timers), parity_table, tables_kept=False,
                         charts=charts, part_tables=tables)
 
-    def _numbered_connections(self) -> tuple[pd.DataFrame, np.ndarray, np.ndarray]:
+    def _numbered_connections(self) -> tuple[Table, np.ndarray, np.ndarray]:
         """Every part's connections in one table, numbered by first packet as a one-part run
         numbers them; with the capture-wide id of each part-local one (`global_id`, from
         `part_offset[part]` on)."""
         order = sorted(self.connections)
         tables = [self.connections.pop(index) for index in order]
-        first_frames = np.concatenate([table["first_frame"].to_numpy() for table in tables])
+        first_frames = np.concatenate([np.asarray(table["first_frame"]) for table in tables])
         global_id = np.empty(len(first_frames), dtype=np.int64)
         global_id[np.argsort(first_frames, kind="stable")] = np.arange(len(first_frames))
         part_offset = np.zeros(max(order) + 1, dtype=np.int64)
         part_offset[order] = np.cumsum([0] + [len(table) for table in tables])[:-1]
-        connections = pd.concat([
-            table.assign(id=global_id[part_offset[index] + table["id"].to_numpy()])
-            for index, table in zip(order, tables)]).sort_values("id", kind="stable")
-        return connections.reset_index(drop=True), global_id, part_offset
+        connections = concatenated([
+            table.assign(id=global_id[part_offset[index] + np.asarray(table["id"])])
+            for index, table in zip(order, tables)])
+        return (connections.take(np.argsort(connections["id"], kind="stable")), global_id,
+                part_offset)
 
     def _add_phase_findings(self, columns: _FindingColumns, findings: list[Finding]) -> None:
         """Host-level findings join the spilled ones, in address order as a one-part run makes
@@ -594,12 +588,12 @@ class _HostStep:
     segment (a host's sums then add the same values in the same order, to the last bit)."""
 
     def __init__(self, collected: _Collected, global_id: np.ndarray, part_offset: np.ndarray,
-                 connections: pd.DataFrame, stall_seconds: Callable[[str], np.ndarray]) -> None:
+                 connections: Table, stall_seconds: Callable[[str], np.ndarray]) -> None:
         self._collected = collected
         self._global_id = global_id
         self._part_offset = part_offset
-        self._server = as_text(connections["server_address"].to_numpy(dtype=object))
-        self._client = as_text(connections["client_address"].to_numpy(dtype=object))
+        self._server = as_text(np.asarray(connections["server_address"], dtype=object))
+        self._client = as_text(np.asarray(connections["client_address"], dtype=object))
         self._stall_seconds = stall_seconds
         self.phase_findings: list[Finding] = []
 
@@ -634,9 +628,9 @@ class _HostStep:
         for bucket in np.unique(buckets).tolist():
             samples = self._bucket_samples(bucket)
             wanted = [p.address for p, b in zip(profiles, buckets.tolist()) if b == bucket]
-            mine = samples[samples["host"].isin(wanted).to_numpy()]
-            mine = mine.assign(host=mine["host"].cat.remove_unused_categories())
-            filled.update(fingerprint_hosts(mine))
+            names = np.asarray(samples.coded["host"], dtype=object)
+            filled.update(fingerprint_hosts(samples.take(np.isin(names[samples["host"]],
+                                                                 wanted))))
         return [dataclasses.replace(profile, delays_ms=filled[profile.address].delays_ms,
                                     ack_times_s=filled[profile.address].ack_times_s,
                                     ack_connections=filled[profile.address].ack_connections)
@@ -651,19 +645,20 @@ class _HostStep:
         phase_findings = phase_lock.detect_hosts(fingerprints, samples, self._stall_seconds)
         return _BucketHosts(host_rows(fingerprints.host_values()), timers_ms, phase_findings)
 
-    def _bucket_samples(self, bucket: int) -> pd.DataFrame:
+    def _bucket_samples(self, bucket: int) -> Table:
         rows = self._collected.bucket_samples(bucket)
         rows = rows[np.argsort(rows["data_frame"], kind="stable")]
         connection = self._global_id[self._part_offset[rows["part"]] + rows["connection"]]
         direction = rows["direction"]
-        return pd.DataFrame({
-            "host": self._receiving_hosts(connection, direction),
-            "connection": connection, "direction": direction,
+        host_code, names = self._receiving_hosts(connection, direction)
+        return Table({
+            "host": host_code, "connection": connection, "direction": direction,
             "ack_time_s": rows["ack_time_s"], "hold_ms": rows["hold_ms"],
-            "delayed": rows["delayed"]}, copy=False)
+            "delayed": rows["delayed"]}, coded={"host": names.tolist()})
 
-    def _receiving_hosts(self, connection: np.ndarray, direction: np.ndarray) -> pd.Categorical:
-        """The receiving host of each sample, categorical with its categories in name order:
+    def _receiving_hosts(self, connection: np.ndarray, direction: np.ndarray
+                         ) -> tuple[np.ndarray, np.ndarray]:
+        """The receiving host of each sample, as codes of the addresses in name order:
         addresses are looked up once per connection, as fixed-width text (`ordering.as_text`),
         and the host step groups by code rather than hashing an address per sample."""
         present, sample_connection = np.unique(connection, return_inverse=True)
@@ -672,8 +667,14 @@ class _HostStep:
         receivers[0::2] = self._server[present]
         receivers[1::2] = self._client[present]
         codes, names = factorize_in_name_order(receivers)
-        return pd.Categorical.from_codes(codes[sample_connection * 2 + direction],
-                                         categories=names)
+        return codes[sample_connection * 2 + direction], names
+
+
+def _sorted_parity(table: Table) -> Table:
+    """The parity rows in `PARITY_KEYS` order, as a one-part run makes them."""
+    keys = [as_text(table[name]) if table[name].dtype == object else table[name]
+            for name in reversed(PARITY_KEYS)]
+    return table.take(np.lexsort(keys))
 
 
 class _CaptureWideIds:

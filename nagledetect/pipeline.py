@@ -11,12 +11,11 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from nagledetect.api import Capture
-from nagledetect.chart_data import ChartData, busiest_hosts, connection_charts
 from nagledetect.detectors import CONNECTION_DETECTORS, nagle_stall, phase_lock, segment_parity
 from nagledetect.detectors.delack_timer import (
     SAMPLE_SEGMENT_COLUMNS,
@@ -33,10 +32,15 @@ from nagledetect.detectors.other_stalls import GAP_ROWS
 from nagledetect.events.compiled import compiled_messages, compiled_segments
 from nagledetect.events.messages import messages, number_messages
 from nagledetect.events.segments import SEGMENT_PACKET_COLUMNS, data_segments
-from nagledetect.flows.build import FlowTables, build_flows
-from nagledetect.part_tables import PartTables, TablesInMemory
+from nagledetect.flows.compiled import empty_flow_tables
+from nagledetect.flows.tables import FlowTables
 from nagledetect.read.capture import Accounting
 from nagledetect.sent_tables import TableRows, sent_fields, shared_table
+from nagledetect.table import Table, as_table
+
+if TYPE_CHECKING:
+    from nagledetect.chart_data import ChartData
+    from nagledetect.part_tables import PartTables, TablesInMemory
 
 PARITY_KEYS = ["connection", "direction", "segments", "last_segment"]
 
@@ -62,12 +66,13 @@ class Analysis:
     """
 
     capture: Capture
-    segments: pd.DataFrame
-    messages: pd.DataFrame
-    delack_samples: pd.DataFrame
+    """Its tables as `Table`s."""
+    segments: Table
+    messages: Table
+    delack_samples: Table
     hosts: Mapping[str, HostProfile]
     findings: Sequence[Finding]
-    parity: pd.DataFrame | TableRows
+    parity: Table | TableRows
     """(`TableRows` as for `capture.connections`.)"""
     tables_kept: bool = True
     charts: ChartData | None = None
@@ -83,16 +88,16 @@ class Analysis:
 class ConnectionLevel:
     """What one part (or a whole capture) yields before the capture-wide host step."""
 
-    packets: pd.DataFrame
+    packets: Table
     """The whole packet table when it was kept, else empty."""
-    connections: pd.DataFrame
-    segments: pd.DataFrame
+    connections: Table
+    segments: Table
     """Every column when the packet table was kept, else only `SAMPLE_SEGMENT_COLUMNS`."""
-    messages: pd.DataFrame
+    messages: Table
     """Empty when the packet table was not kept."""
-    samples: pd.DataFrame
+    samples: Table
     findings: list[Finding]
-    parity: pd.DataFrame
+    parity: Table
     hosts: Mapping[str, HostProfile]
     """The host fingerprints the detectors read (none for a part of a capture)."""
     charts: ChartData | None = None
@@ -109,17 +114,19 @@ def connection_level(flows: FlowTables, fingerprint: bool = True,
     segments are made from are held from the start (52 of the table's 78 bytes a packet), only
     those the detectors read once the segments are made (48), and once the detectors are done,
     only the segment columns the samples read."""
-    packets, connections, sack_blocks = flows.packets, flows.connections, flows.sack_blocks
+    packets, connections, sack_blocks = (as_table(table) for table in (
+        flows.packets, flows.connections, flows.sack_blocks))
     found = flows.found_events
     del flows
     if packets.empty:
-        return ConnectionLevel(packets, connections, pd.DataFrame(), pd.DataFrame(), no_samples(),
-                               [], pd.DataFrame(), {})
+        return ConnectionLevel(packets, connections, Table(), Table(), no_samples(),
+                               [], Table(), {})
     if not keep_packets:
-        packets = packets[list(dict.fromkeys((*SEGMENT_PACKET_COLUMNS, *DETECTOR_PACKET_COLUMNS)))]
+        packets = packets.select(dict.fromkeys((*SEGMENT_PACKET_COLUMNS,
+                                                *DETECTOR_PACKET_COLUMNS)))
     segments = (data_segments(packets, connections) if found is None
                 else compiled_segments(found.segment_context, packets, connections))
-    detector_packets = packets[list(DETECTOR_PACKET_COLUMNS)]
+    detector_packets = packets.select(DETECTOR_PACKET_COLUMNS)
     if not keep_packets:
         packets = detector_packets
     if found is None:
@@ -140,16 +147,16 @@ def connection_level(flows: FlowTables, fingerprint: bool = True,
     del columns
     if not keep_packets:
         packets, message_table = _emptied(packets), _emptied(message_table)
-        segments = segments[list(SAMPLE_SEGMENT_COLUMNS)]
+        segments = segments.select(SAMPLE_SEGMENT_COLUMNS)
     if samples is None:
         samples = delack_samples(segments, connections)
     return ConnectionLevel(packets, connections, segments, message_table, samples, findings,
                            parity, hosts)
 
 
-def _emptied(table: pd.DataFrame) -> pd.DataFrame:
+def _emptied(table: Table) -> Table:
     """The table's columns with no rows, holding none of its memory."""
-    return table.iloc[:0].copy()
+    return Table({name: table[name][:0].copy() for name in table}, table.coded)
 
 
 def host_level(level: ConnectionLevel) -> tuple[dict[str, HostProfile], list[Finding]]:
@@ -159,7 +166,7 @@ def host_level(level: ConnectionLevel) -> tuple[dict[str, HostProfile], list[Fin
     return hosts, phase_lock_findings(hosts, level.samples, level.findings)
 
 
-def phase_lock_findings(hosts: Mapping[str, HostProfile], samples: pd.DataFrame,
+def phase_lock_findings(hosts: Mapping[str, HostProfile], samples: Table,
                         findings: list[Finding]) -> list[Finding]:
     """Every host with enough delayed-ACK samples tested for phase locking (its profile's test
     set), with the stalls of `findings` it caused as receiver."""
@@ -170,11 +177,16 @@ def phase_lock_findings(hosts: Mapping[str, HostProfile], samples: pd.DataFrame,
 def run_detectors(capture: Capture, charts: bool = True) -> Analysis:
     """Run every detector over one capture held whole in memory; with `charts`, also gather
     what the HTML report draws."""
+    capture = dataclasses.replace(capture, packets=as_table(capture.packets),
+                                  connections=as_table(capture.connections),
+                                  sack_blocks=as_table(capture.sack_blocks))
     level = connection_level(FlowTables(capture.packets, capture.connections, capture.sack_blocks,
                                         capture.found_events))
     hosts, phase_findings = host_level(level)
     chart_data = None
     if charts:
+        from nagledetect.chart_data import busiest_hosts, connection_charts
+
         chart_data = connection_charts(capture.packets, level.connections, level.messages,
                                        level.findings)
         chart_data.hosts = busiest_hosts(hosts)
@@ -205,28 +217,22 @@ def rank_key(finding: Finding) -> tuple:
     return -finding.time_lost_s, finding.connection, finding.kind, str(finding.sender)
 
 
-def no_samples() -> pd.DataFrame:
-    return _no_samples().copy()
-
-
-@cache
-def _no_samples() -> pd.DataFrame:
-    """The empty samples table, made once: copies are handed out (a run over many small
-    captures needs one for each, and a copy costs a sixth of making it)."""
-    return pd.DataFrame({"host": np.zeros(0, dtype=object), "connection": np.zeros(0, np.int64),
-                         "direction": np.zeros(0, np.int8), "ack_time_s": np.zeros(0),
-                         "hold_ms": np.zeros(0), "delayed": np.zeros(0, dtype=bool)})
+def no_samples() -> Table:
+    """The empty samples table."""
+    return Table({"host": np.zeros(0, dtype=object), "connection": np.zeros(0, np.int64),
+                  "direction": np.zeros(0, np.int8), "ack_time_s": np.zeros(0),
+                  "hold_ms": np.zeros(0), "delayed": np.zeros(0, dtype=bool)})
 
 
 @dataclass(frozen=True)
 class EmptyTables:
     """The tables of an analysis that kept none (`Analysis.tables_kept` False)."""
 
-    packets: pd.DataFrame
-    sack_blocks: pd.DataFrame
-    segments: pd.DataFrame
-    messages: pd.DataFrame
-    samples: pd.DataFrame
+    packets: Table
+    sack_blocks: Table
+    segments: Table
+    messages: Table
+    samples: Table
 
 
 @cache
@@ -235,20 +241,19 @@ def shared_empty_tables() -> EmptyTables:
     them (copies cost more than the rest of a small capture's result to make and send)."""
     flows = _empty_flows()
     return EmptyTables(*(shared_table(table) for table in (
-        flows.packets, flows.sack_blocks, pd.DataFrame(), pd.DataFrame(), _no_samples())))
+        flows.packets, flows.sack_blocks, Table(), Table(), no_samples())))
 
 
 def without_packets(path: str, accounting: Accounting,
-                    connections: pd.DataFrame | None) -> Capture:
+                    connections: Table | None) -> Capture:
     """A capture's record with empty packet tables (the shape a capture without TCP has)."""
     empty = _empty_flows()
-    return Capture(path, empty.packets.copy(),
-                   empty.connections.copy() if connections is None else connections,
-                   empty.sack_blocks.copy(), accounting)
+    return Capture(path, empty.packets, empty.connections if connections is None else connections,
+                   empty.sack_blocks, accounting)
 
 
 @cache
 def _empty_flows() -> FlowTables:
-    """The flow tables of a capture without TCP, made once: copies are handed out (a copy
-    costs a tenth of making them)."""
-    return build_flows([])
+    """The flow tables of a capture without TCP, made once and shared: tables are only
+    read."""
+    return empty_flow_tables()

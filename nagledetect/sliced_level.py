@@ -44,6 +44,7 @@ from nagledetect.flows.partition import SACK_DTYPE
 from nagledetect.flows.roles import ROLES
 from nagledetect.pipeline import ConnectionLevel, no_samples
 from nagledetect.read.threads import ahead
+from nagledetect.table import Table, as_table
 
 Slices = Callable[[], Iterable[dict[str, np.ndarray]]]
 """Each call reads the part's packets again, a slice at a time, in file order."""
@@ -85,7 +86,7 @@ def connection_level_by_slices(slices: Slices, numbers_path: str, charts: bool =
         if os.path.exists(numbers_path):
             os.unlink(numbers_path)
     if packet_rows is None:
-        level.messages = level.messages.iloc[:0].copy()
+        level.messages = level.messages.take(slice(0, 0))
     return level
 
 
@@ -192,7 +193,8 @@ class _SliceEvents:
         messages, first_number = self._messages.finish()
         untimed = joined_columns(self._untimed)
         untimed["message"] = untimed["message"] + first_number[untimed["connection"]]
-        empty = pd.DataFrame()
+        connections = as_table(connections)
+        empty = Table()
         columns = DetectorInput(empty, connections, empty, messages, {}, made={
             UNTIMED_STALLS: untimed, GAP_ROWS: self._gaps.gaps(), PAYLOAD_SIZES: self._payloads,
             WRITE_BURSTS: self._bursts.finish()[0]})
@@ -243,5 +245,6 @@ def _first_blocks(path: str) -> np.ndarray:
 
 
 def _without_packets(connections: pd.DataFrame) -> ConnectionLevel:
-    empty = pd.DataFrame()
-    return ConnectionLevel(empty, connections, empty, empty, no_samples(), [], empty, {})
+    empty = Table()
+    return ConnectionLevel(empty, as_table(connections), empty, empty, no_samples(), [], empty,
+                           {})

@@ -38,3 +38,13 @@ def lab_available() -> bool:
     probe = subprocess.run(["ip", "netns", "add", probe_name], capture_output=True)
     subprocess.run(["ip", "netns", "del", probe_name], capture_output=True)
     return probe.returncode == 0
+
+
+def assert_same_table(left: object, right: object, **options: object) -> None:
+    """pandas' frame comparison of two tables, each a `Table` or a DataFrame (coded columns
+    compared as categoricals)."""
+    import pandas as pd
+
+    from nagledetect.table import as_frame
+
+    pd.testing.assert_frame_equal(as_frame(left), as_frame(right), **options)

@@ -10,7 +10,6 @@ import pickle
 import subprocess
 
 import numpy as np
-import pandas as pd
 import pytest
 
 from nagledetect import batch, cli
@@ -19,8 +18,8 @@ from nagledetect.batch import groups_by_size
 from nagledetect.errors import InputError
 from nagledetect.read.capture import decoded_batches, decoded_together, read_raw
 from nagledetect.report.document import build_document, write_json
-from nagledetect.sent_tables import ColumnReader, TableRows, rows_frame
-from tests.conftest import SAMPLE_TRACES, corpus_file, require_tool
+from nagledetect.sent_tables import ColumnReader, TableRows, rows_table
+from tests.conftest import SAMPLE_TRACES, assert_same_table, corpus_file, require_tool
 
 SAMPLES = [str(path) for path in sorted(SAMPLE_TRACES.glob("*.pcap"))]
 
@@ -50,7 +49,7 @@ def test_the_same_capture_twice_in_a_batch_stays_two_captures() -> None:
     first, second = analyze_together([path, path])
     for analysis in (first, second):
         assert _document(analysis) == _alone(path)
-        connections = rows_frame(analysis.capture.connections)
+        connections = rows_table(analysis.capture.connections)
         assert len(connections) == 1
         assert int(connections["packets_client_to_server"].sum()
                    + connections["packets_server_to_client"].sum()) == 234
@@ -143,11 +142,11 @@ def test_tables_of_captures_analysed_together_are_as_kept_alone() -> None:
         packets, messages = _tables(analysis)
         alone_packets, alone_messages = _tables(analyze_capture(path, keep_tables=True))
         for got, expected in zip(packets + messages, alone_packets + alone_messages, strict=True):
-            pd.testing.assert_frame_equal(got, expected, check_exact=True)
+            assert_same_table(got, expected, check_exact=True)
     keepalive_packets, keepalive_messages = _tables(together[1])
     assert len(keepalive_packets[0]) == 14 and keepalive_messages[0].empty
     assert len(_tables(together[2])[0][0]) == 234
-    assert _tables(together[2])[1][0]["message"].iloc[0] == 0
+    assert _tables(together[2])[1][0]["message"][0] == 0
 
 
 @pytest.mark.parametrize(("sizes", "workers", "groups"), [

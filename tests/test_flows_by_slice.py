@@ -29,7 +29,7 @@ from nagledetect.flows.numbering import PacketsBySlice
 from nagledetect.flows.roles import ROLES
 from nagledetect.pipeline import connection_level
 from nagledetect.read.capture import decoded_batches
-from tests.conftest import SAMPLE_TRACES, corpus_file
+from tests.conftest import SAMPLE_TRACES, assert_same_table, corpus_file
 from tests.handbuilt import CLIENT, SERVER, segment, write
 
 SLICE_PACKETS = (1, 7, 500)
@@ -89,8 +89,8 @@ def _assert_same_as_whole(path: Path, slice_packets: int) -> FlowTables:
     assert ((distance & 0xFFFFFFFF) == (packets["rel_seq"].to_numpy()[first] & 0xFFFFFFFF)).all()
     assert (np.delete(facts.isn_raw, present) == -1).all()
     numbered["role"] = pd.Categorical.from_codes(numbered["role"], categories=ROLES)
-    pd.testing.assert_frame_equal(numbered, packets)
-    pd.testing.assert_frame_equal(connections, whole.connections)
+    assert_same_table(numbered, packets)
+    assert_same_table(connections, whole.connections)
     return whole
 
 
@@ -250,14 +250,13 @@ def _assert_segments_as_whole(path: Path, slice_packets: int) -> pd.DataFrame:
     if level.packets.empty:
         return level.samples
     segments, samples, messages, stalls, gaps = _segments_by_slice(path, slice_packets)
-    pd.testing.assert_frame_equal(segments, level.segments.drop(
-        columns=list(LOOK_AHEAD_COLUMNS)).reset_index(drop=True))
-    pd.testing.assert_frame_equal(samples, level.samples)
-    pd.testing.assert_frame_equal(messages, level.messages)
-    whole = DetectorInput(level.packets[list(DETECTOR_PACKET_COLUMNS)], level.connections,
+    assert_same_table(segments, level.segments.without(LOOK_AHEAD_COLUMNS))
+    assert_same_table(samples, level.samples)
+    assert_same_table(messages, level.messages)
+    whole = DetectorInput(level.packets.select(DETECTOR_PACKET_COLUMNS), level.connections,
                           level.segments, level.messages, {}, sack_blocks=sack_blocks)
-    pd.testing.assert_frame_equal(pd.DataFrame(stalls), pd.DataFrame(stall_candidates(whole)))
-    pd.testing.assert_frame_equal(pd.DataFrame(gaps), pd.DataFrame(classify_gaps(whole)))
+    assert_same_table(pd.DataFrame(stalls), pd.DataFrame(stall_candidates(whole)))
+    assert_same_table(pd.DataFrame(gaps), pd.DataFrame(classify_gaps(whole)))
     if path.name in STALLED:
         assert len(stalls["frame"]), "the comparison needs stalls to mean something"
     return level.samples

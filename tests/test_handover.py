@@ -14,8 +14,9 @@ import pytest
 
 from nagledetect.analysis import analyze_capture, analyze_together, for_another_process
 from nagledetect.report.document import build_document, write_json
-from nagledetect.sent_tables import ColumnReader, joined_rows, rows_frame
-from tests.conftest import SAMPLE_TRACES, corpus_file
+from nagledetect.sent_tables import ColumnReader, joined_rows, rows_table
+from nagledetect.table import Table
+from tests.conftest import SAMPLE_TRACES, assert_same_table, corpus_file
 
 SEED003 = str(SAMPLE_TRACES / "seed003-nagle.pcap")
 
@@ -41,7 +42,7 @@ def test_a_received_result_writes_the_document_of_the_result_sent(capture) -> No
     analysis = analyze_capture(path, charts=False)
     received = _sent_and_received(analysis)
     assert _document(received) == _document(for_another_process(analysis, False))
-    pd.testing.assert_frame_equal(received.capture.connections, analysis.capture.connections)
+    assert_same_table(received.capture.connections, analysis.capture.connections)
     assert received.capture.accounting == analysis.capture.accounting
 
 
@@ -88,16 +89,16 @@ def test_a_groups_connection_tables_travel_as_one_table_cut_again() -> None:
     received = pickle.loads(pickle.dumps(sent))
     assert [len(r.capture.connections) for r in received] == [6, 1]
     for before, after in zip(sent, received):
-        pd.testing.assert_frame_equal(rows_frame(after.capture.connections),
-                                      rows_frame(before.capture.connections))
+        assert_same_table(rows_table(after.capture.connections),
+                                      rows_table(before.capture.connections))
         assert _document(after) == _document(before)
     tables = [r.capture.connections.table for r in received]
     assert tables[0] is tables[1] and len(tables[0]) == 7
     frames = [_root(ColumnReader()(r.capture.connections, "first_frame")) for r in received]
     assert frames[0] is frames[1] and frames[0].shape[-1] == 7
     alone = pickle.loads(pickle.dumps(sent[1]))
-    pd.testing.assert_frame_equal(rows_frame(alone.capture.connections),
-                                  rows_frame(sent[1].capture.connections))
+    assert_same_table(rows_table(alone.capture.connections),
+                                  rows_table(sent[1].capture.connections))
 
 
 def _root(values: np.ndarray) -> np.ndarray:
@@ -123,10 +124,10 @@ def test_received_rows_of_groups_join_as_their_frames_would() -> None:
     rows = [analysis.capture.connections for group in received for analysis in group]
     assert [len(piece) for piece in rows] == [6, 1, 1, 4]
     local = analyze_capture(SEED003).capture.connections
-    expected = pd.concat([*(rows_frame(piece) for piece in rows), local], ignore_index=True)
-    pd.testing.assert_frame_equal(joined_rows([*rows, local]), expected)
+    expected = pd.concat([*(rows_table(piece).to_pandas() for piece in rows), local.to_pandas()],
+                         ignore_index=True)
+    assert_same_table(joined_rows([*rows, local]), expected)
     first_group = joined_rows(rows[:2])
     assert len(first_group) == 7
-    assert np.shares_memory(first_group["first_frame"].to_numpy(),
-                            rows[0].table["first_frame"].to_numpy())
-    assert joined_rows([rows[0], pd.DataFrame({"id": []})]) is None
+    assert np.shares_memory(first_group["first_frame"], rows[0].table["first_frame"])
+    assert joined_rows([rows[0], Table({"id": []})]) is None

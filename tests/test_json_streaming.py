@@ -202,7 +202,8 @@ def test_connections_of_several_captures_are_each_captures_own_entries(ports_as_
                 ("mixed.pcap", "seed003-nagle.pcap", "mixed.pcap")]
     if ports_as_floats:
         connections = analyses[1].capture.connections
-        analyses[1].capture.connections = connections.astype({"client_port": float})
+        analyses[1].capture.connections = connections.assign(
+            client_port=connections["client_port"].astype(float))
     alone = [_connection_entries([analysis]) for analysis in analyses]
     assert [len(entries) for entries in alone] == [6, 1, 6]
     assert isinstance(alone[1][0]["client"], str) and isinstance(alone[0][0]["id"], int)

@@ -21,7 +21,7 @@ from tests.conftest import SAMPLE_TRACES, corpus_file
 
 def _segments(path) -> pd.DataFrame:
     flows = build_flows(decoded_batches(str(path))[1])
-    segments = data_segments(flows.packets, flows.connections)
+    segments = data_segments(flows.packets, flows.connections).to_pandas()
     gap_s = (segments["time_us"] - segments["prev_time_us"]) / 1e6
     return segments.assign(gap_s=gap_s.where(segments["prev_frame"] >= 0))
 

@@ -18,7 +18,7 @@ from nagledetect.analysis import analyze_capture
 from nagledetect.part_tables import merged_by
 from nagledetect.report import tables
 from nagledetect.report.tables import write_tables
-from tests.conftest import SAMPLE_TRACES, corpus_file
+from tests.conftest import SAMPLE_TRACES, assert_same_table, corpus_file
 
 TABLES = ("packets", "connections", "messages", "findings")
 CAPTURES = [SAMPLE_TRACES / "mixed.pcap", SAMPLE_TRACES / "classic-phase-lock.pcap",
@@ -60,7 +60,7 @@ def test_parquet_tables_of_a_capture_in_parts_equal_the_whole_ones(tmp_path, mon
     write_tables([whole], tmp_path / "whole", "parquet")
     write_tables([split], tmp_path / "split", "parquet")
     for name in TABLES:
-        pd.testing.assert_frame_equal(pd.read_parquet(tmp_path / "split" / f"{name}.parquet"),
+        assert_same_table(pd.read_parquet(tmp_path / "split" / f"{name}.parquet"),
                                       pd.read_parquet(tmp_path / "whole" / f"{name}.parquet"))
 
 
@@ -69,7 +69,7 @@ def test_tables_sent_to_another_process_are_the_same_rows(monkeypatch) -> None:
     _, split = _whole_and_split(SAMPLE_TRACES / "mixed.pcap", workers=1)
     sent = pickle.loads(pickle.dumps(split.part_tables))
     for name in ("packets", "messages"):
-        pd.testing.assert_frame_equal(pd.concat(list(getattr(sent, name)())),
+        assert_same_table(pd.concat(list(getattr(sent, name)())),
                                       pd.concat(list(getattr(split.part_tables, name)())))
 
 

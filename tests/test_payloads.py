@@ -19,7 +19,7 @@ from tests.conftest import SAMPLE_TRACES
 def segments():
     """mixed.pcap's data segments: many connections, both directions, many sizes."""
     level = connection_level(build_flows(decoded_batches(str(SAMPLE_TRACES / "mixed.pcap"))[1]))
-    return level.segments
+    return level.segments.to_pandas()
 
 
 def _expected(segments, key: int) -> tuple[int, int, int, float]:

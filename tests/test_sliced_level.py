@@ -17,7 +17,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 import pytest
 
 from nagledetect import chart_data, parts
@@ -29,7 +28,7 @@ from nagledetect.pipeline import ConnectionLevel, connection_level
 from nagledetect.read.capture import decoded_batches
 from nagledetect.report.document import build_document, write_json
 from nagledetect.sliced_level import connection_level_by_slices
-from tests.conftest import SAMPLE_TRACES, corpus_file
+from tests.conftest import SAMPLE_TRACES, assert_same_table, corpus_file
 
 STALLED = ("seed003-nagle.pcap", "classic-phase-lock.pcap", "seed004-header-body.pcap")
 """Sample traces whose whole runs find Nagle/delayed-ACK stalls (README, sample_traces)."""
@@ -76,10 +75,9 @@ def _assert_as_whole(path: Path, slice_packets: int, tmp_path: Path) -> Connecti
     sliced = connection_level_by_slices(_slices(path, slice_packets), str(numbers),
                                         sack_path=_sack_file(path, tmp_path))
     assert not numbers.exists()
-    pd.testing.assert_frame_equal(sliced.connections, whole.connections)
-    pd.testing.assert_frame_equal(sliced.samples.reset_index(drop=True),
-                                  whole.samples.reset_index(drop=True))
-    pd.testing.assert_frame_equal(sliced.parity, whole.parity)
+    assert_same_table(sliced.connections, whole.connections)
+    assert_same_table(sliced.samples, whole.samples)
+    assert_same_table(sliced.parity, whole.parity)
     assert [finding.kind for finding in sliced.findings] == [
         finding.kind for finding in whole.findings]
     for found, expected in zip(sliced.findings, whole.findings):

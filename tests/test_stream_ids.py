@@ -21,7 +21,7 @@ from nagledetect.analysis import analyze_capture
 from nagledetect.api import load_capture
 from nagledetect.batch import analyze_together
 from nagledetect.report.document import build_document, shown_ids
-from nagledetect.sent_tables import rows_frame
+from nagledetect.sent_tables import rows_table
 from tests.conftest import CORPORA, PROJECT, SAMPLE_TRACES, corpus_file, require_tool
 
 CORPUS_SAMPLE_EVERY = 12
@@ -54,7 +54,7 @@ def _mismatches(path: Path, bpf_filter: str | None = None) -> list[tuple[int, in
     capture = load_capture(str(path), bpf_filter)
     if not len(capture.packets):
         return []
-    ids = shown_ids(rows_frame(capture.connections))
+    ids = shown_ids(rows_table(capture.connections))
     shown = ids[capture.packets["connection"].to_numpy()]
     expected = _tshark_streams(path)
     return [(frame, stream, expected.get(frame, set()))
@@ -112,7 +112,7 @@ def test_batched_captures_keep_their_own_tcp_stream(tmp_path: Path) -> None:
         results = analyze_together([str(path) for path in paths], bpf_filter)
         for path, analysis in zip(paths, results):
             expected = _tshark_streams(path)
-            table = rows_frame(analysis.capture.connections)
+            table = rows_table(analysis.capture.connections)
             if bpf_filter and path != paths[0]:
                 assert table.empty  # only ssh__ssh.pcap has port 22
                 continue

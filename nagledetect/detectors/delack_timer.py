@@ -12,16 +12,19 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator, Mapping
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 
 from nagledetect.detectors.model import HostProfile, HostValues
-from nagledetect.events.by_slice import written_at
 from nagledetect.events.segments import NONE, PURE_ACK_ROLES, role_in
 from nagledetect.flows.connections import by_connection, direction_key
 from nagledetect.flows.grouped import first_per_key, joined_columns
 from nagledetect.ordering import factorize_in_name_order
+from nagledetect.table import Table, codes
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 MIN_DELAYED_HOLD_MS = 10.0
 RTT_MULTIPLE = 1.5
@@ -34,7 +37,7 @@ STACK_FAMILIES = (
 )
 
 
-def receiver_side_rtt_ms(connections: pd.DataFrame, connection: np.ndarray,
+def receiver_side_rtt_ms(connections: Table, connection: np.ndarray,
                           direction: np.ndarray) -> np.ndarray:
     """Round trip between the tap and the receiver of each (connection, direction); 0 if unknown."""
     to_server = by_connection(connections, "rtt_server_side_ms", connection)
@@ -49,7 +52,7 @@ SAMPLE_SEGMENT_COLUMNS = ("connection", "direction", "frame", "time_us", "rel_se
 detectors are done."""
 
 
-def answered_lone(segments: pd.DataFrame, next_own_data_time_us: np.ndarray | None = None
+def answered_lone(segments: Table | pd.DataFrame, next_own_data_time_us: np.ndarray | None = None
                   ) -> np.ndarray:
     """Which segments are lone (everything before them acknowledged when they left) and
     answered by the peer's next packet, a pure ACK covering them, before their sender's next
@@ -57,14 +60,14 @@ def answered_lone(segments: pd.DataFrame, next_own_data_time_us: np.ndarray | No
     none: its ACK comes when the receiving application reads, not when a timer fires.
     `next_own_data_time_us`: that column, where the caller knows better than the segments (a
     slice's last segments)."""
-    next_own_us = (segments["next_own_data_time_us"].to_numpy() if next_own_data_time_us is None
+    next_own_us = (np.asarray(segments["next_own_data_time_us"]) if next_own_data_time_us is None
                    else next_own_data_time_us)
-    peer_ack = segments["peer_ack"].to_numpy()
-    return ((peer_ack >= segments["rel_seq"].to_numpy())
-            & (segments["end_seq"].to_numpy() - peer_ack < segments["peer_window_bytes"].to_numpy())
+    peer_ack = np.asarray(segments["peer_ack"])
+    return ((peer_ack >= np.asarray(segments["rel_seq"]))
+            & (np.asarray(segments["end_seq"]) - peer_ack < np.asarray(segments["peer_window_bytes"]))
             & role_in(segments["next_peer_role"], PURE_ACK_ROLES)
-            & (segments["next_peer_ack"].to_numpy() >= segments["end_seq"].to_numpy())
-            & ((next_own_us < 0) | (next_own_us > segments["next_peer_time_us"].to_numpy())))
+            & (np.asarray(segments["next_peer_ack"]) >= np.asarray(segments["end_seq"]))
+            & ((next_own_us < 0) | (next_own_us > np.asarray(segments["next_peer_time_us"]))))
 
 
 LONE_SEGMENT_COLUMNS = ("connection", "direction", "frame", "time_us", "next_peer_frame",
@@ -72,14 +75,14 @@ LONE_SEGMENT_COLUMNS = ("connection", "direction", "frame", "time_us", "next_pee
 """What a sample is made of, once its segment is known to be lone and answered."""
 
 
-def delack_samples(segments: pd.DataFrame, connections: pd.DataFrame) -> pd.DataFrame:
+def delack_samples(segments: Table, connections: Table) -> Table:
     """Delayed-ACK holding times, one row per lone segment answered by a pure ACK."""
     lone = np.flatnonzero(answered_lone(segments))
-    return samples_of({name: segments[name].to_numpy()[lone] for name in LONE_SEGMENT_COLUMNS},
+    return samples_of({name: np.asarray(segments[name])[lone] for name in LONE_SEGMENT_COLUMNS},
                       connections)
 
 
-def samples_of(lone: Mapping[str, np.ndarray], connections: pd.DataFrame) -> pd.DataFrame:
+def samples_of(lone: Mapping[str, np.ndarray], connections: Table) -> Table:
     """The samples of lone answered segments (`LONE_SEGMENT_COLUMNS`, in frame order)."""
 
     def column(name: str) -> np.ndarray:
@@ -93,7 +96,7 @@ def samples_of(lone: Mapping[str, np.ndarray], connections: pd.DataFrame) -> pd.
     receiver = np.where(lone_direction == 0,
                         by_connection(connections, "server_address", lone_connection),
                         by_connection(connections, "client_address", lone_connection))
-    samples = pd.DataFrame({
+    samples = Table({
         "host": receiver,
         "connection": lone_connection,
         "direction": lone_direction,
@@ -102,7 +105,7 @@ def samples_of(lone: Mapping[str, np.ndarray], connections: pd.DataFrame) -> pd.
         "ack_time_s": ack_time_us / 1e6,
         "hold_ms": hold_ms,
         "delayed": hold_ms >= np.maximum(MIN_DELAYED_HOLD_MS, RTT_MULTIPLE * rtt_ms),
-    }, copy=False)
+    })
     return samples
 
 
@@ -111,7 +114,8 @@ class SamplesBySlice:
     packet, its own next data) may lie in a later slice: a segment that may be a sample waits
     for it, and is let go once its own next data is no later than every packet still to come
     (the peer's answer cannot then come before it), so in a capture in time order only a
-    direction's latest segment waits. A sample is kept as the six values it is made of."""
+    direction's latest segment waits. A sample is kept as the six values it is made of.
+    It reads a part's pandas tables (`events.by_slice`), importing pandas only then."""
 
     def __init__(self) -> None:
         self._waiting: pd.DataFrame | None = None
@@ -122,27 +126,29 @@ class SamplesBySlice:
         order); `later_from_us`: no packet of a later slice is earlier. The segments waiting
         from earlier slices are answered by this slice's first packets; the lone ones answered
         are kept, and those that may still be."""
+        import pandas as pd
+
         candidates = segments[list(SAMPLE_SEGMENT_COLUMNS)]
         if self._waiting is not None:
             candidates = pd.concat([_answered_by(self._waiting, packets), candidates],
                                    ignore_index=True)
-        candidates = candidates[candidates["peer_ack"].to_numpy()
-                                >= candidates["rel_seq"].to_numpy()]
-        peer_known = candidates["next_peer_frame"].to_numpy() >= 0
-        own_time = candidates["next_own_data_time_us"].to_numpy()
-        peer_time = candidates["next_peer_time_us"].to_numpy()
+        candidates = candidates[np.asarray(candidates["peer_ack"])
+                                >= np.asarray(candidates["rel_seq"])]
+        peer_known = np.asarray(candidates["next_peer_frame"]) >= 0
+        own_time = np.asarray(candidates["next_own_data_time_us"])
+        peer_time = np.asarray(candidates["next_peer_time_us"])
         own_later = (own_time < 0) & (later_from_us > peer_time)
         done = peer_known & ((own_time >= 0) | own_later)
         self._keep_lone(candidates[done], np.where(own_later[done], NONE, own_time[done]))
         hopeless = ~peer_known & (own_time >= 0) & (own_time <= later_from_us)
         self._waiting = candidates[~done & ~hopeless].reset_index(drop=True)
 
-    def samples(self, connections: pd.DataFrame) -> pd.DataFrame:
+    def samples(self, connections: Table) -> Table:
         """The delayed-ACK samples of every slice added, once the last has been: segments
         still waiting for the peer's next packet had none; those answered, waiting for their
         sender's next data, had none either."""
         if self._waiting is not None:
-            waiting = self._waiting[self._waiting["next_peer_frame"].to_numpy() >= 0]
+            waiting = self._waiting[np.asarray(self._waiting["next_peer_frame"]) >= 0]
             self._keep_lone(waiting, np.full(len(waiting), NONE))
         kept = self._lone or [{name: np.zeros(0, dtype=np.int64) for name in LONE_SEGMENT_COLUMNS}]
         self._waiting = None
@@ -154,12 +160,14 @@ class SamplesBySlice:
         """Keep what a sample is made of, of the segments lone and answered (their sender's
         next data as the caller knows it)."""
         lone = answered_lone(segments, next_own_data_time_us)
-        self._lone.append({name: segments[name].to_numpy()[lone] for name in LONE_SEGMENT_COLUMNS})
+        self._lone.append({name: np.asarray(segments[name])[lone] for name in LONE_SEGMENT_COLUMNS})
 
 
 def _answered_by(waiting: pd.DataFrame, packets: pd.DataFrame) -> pd.DataFrame:
     """The waiting segments with what this slice's first packets say: the first of the peer's
     group where none has come yet, and the first data of their own where none has."""
+    from nagledetect.events.by_slice import written_at
+
     if not len(waiting):
         return waiting
     waiting = waiting.copy()
@@ -167,20 +175,20 @@ def _answered_by(waiting: pd.DataFrame, packets: pd.DataFrame) -> pd.DataFrame:
     waiting_group = direction_key(waiting)
     count = int(max(group.max(initial=-1), waiting_group.max())) + 2
     first = first_per_key(group, np.arange(len(group)), count)
-    first_data = first_per_key(group, np.flatnonzero(packets["payload_bytes"].to_numpy() > 0), count)
-    peer_unknown = waiting["next_peer_frame"].to_numpy() < 0
+    first_data = first_per_key(group, np.flatnonzero(np.asarray(packets["payload_bytes"]) > 0), count)
+    peer_unknown = np.asarray(waiting["next_peer_frame"]) < 0
     peer_row = np.where(peer_unknown, first[waiting_group ^ 1], -1)
     answered = np.flatnonzero(peer_row >= 0)
     for column, source in (("next_peer_frame", "frame"), ("next_peer_time_us", "time_us"),
                            ("next_peer_ack", "rel_ack")):
-        written_at(waiting, column, answered, packets[source].to_numpy()[peer_row[answered]])
+        written_at(waiting, column, answered, np.asarray(packets[source])[peer_row[answered]])
     written_at(waiting, "next_peer_role", answered,
-               packets["role"].cat.codes.to_numpy()[peer_row[answered]])
-    own_row = np.where(waiting["next_own_data_time_us"].to_numpy() < 0,
+               codes(packets["role"])[peer_row[answered]])
+    own_row = np.where(np.asarray(waiting["next_own_data_time_us"]) < 0,
                        first_data[waiting_group], -1)
     found = np.flatnonzero(own_row >= 0)
     written_at(waiting, "next_own_data_time_us", found,
-               packets["time_us"].to_numpy()[own_row[found]])
+               np.asarray(packets["time_us"])[own_row[found]])
     return waiting
 
 
@@ -236,40 +244,47 @@ def stack_family(timer_ms: float | None) -> str:
     return "other"
 
 
-def host_codes(host: pd.Series) -> tuple[np.ndarray, list[str]]:
+def host_codes(host: np.ndarray, categories: Any = None) -> tuple[np.ndarray, list[str]]:
     """Each sample's host as a code into the addresses of the hosts present, in name order.
 
-    A categorical column (a capture in parts makes one, its categories in name order) is read
-    from its codes; a column of strings is factorized."""
-    if not isinstance(host.dtype, pd.CategoricalDtype):
-        codes, addresses = factorize_in_name_order(host.to_numpy(dtype=object))
-        return codes, [str(address) for address in addresses.tolist()]
-    categories = host.cat.categories
-    codes = host.cat.codes.to_numpy().astype(np.int64)
-    present = np.flatnonzero(np.bincount(codes, minlength=len(categories)))
+    Codes into `categories` (a capture in parts makes them, in name order) are renumbered to
+    the hosts present; a column of strings is factorized."""
+    if categories is None:
+        host_code, addresses = factorize_in_name_order(np.asarray(host, dtype=object))
+        return host_code, [str(address) for address in addresses.tolist()]
+    categories = np.asarray(categories, dtype=object)
+    host_code = np.asarray(host).astype(np.int64)
+    present = np.flatnonzero(np.bincount(host_code, minlength=len(categories)))
     renumbered = np.zeros(len(categories), dtype=np.int64)
     renumbered[present] = np.arange(len(present))
-    return renumbered[codes], [str(address) for address in categories[present].tolist()]
+    return renumbered[host_code], [str(address) for address in categories[present].tolist()]
 
 
-def fingerprint_hosts(samples: pd.DataFrame) -> dict[str, HostProfile]:
+def sample_hosts(samples: Table, rows: np.ndarray | slice = slice(None)
+                 ) -> tuple[np.ndarray, list[str]]:
+    """`host_codes` of the samples' host column at `rows` (codes where it is coded)."""
+    words = samples.coded.get("host")
+    return host_codes(samples["host"][rows], words)
+
+
+def fingerprint_hosts(samples: Table) -> dict[str, HostProfile]:
     """One profile per host that acknowledged a lone segment at least once."""
     return host_fingerprints(samples).profiles()
 
 
-def host_fingerprints(samples: pd.DataFrame) -> HostFingerprints:
+def host_fingerprints(samples: Table) -> HostFingerprints:
     """Every host's fingerprint as columns (see `HostFingerprints`), hosts in name order."""
     if samples.empty:
         return HostFingerprints([], np.zeros(0), np.zeros(0), np.zeros(0, np.int64), np.zeros(0),
                                 np.zeros(0, np.int64), np.zeros(0), np.zeros(0, np.int64),
                                 np.zeros(0, np.int64))
-    codes, addresses = host_codes(samples["host"])
-    order = np.argsort(codes, kind="stable")
+    host_code, addresses = sample_hosts(samples)
+    order = np.argsort(host_code, kind="stable")
 
     def ordered(name: str) -> np.ndarray:
-        return samples[name].to_numpy()[order]
+        return np.asarray(samples[name])[order]
 
-    code = codes[order]
+    code = host_code[order]
     starts = np.searchsorted(code, np.arange(len(addresses) + 1))
     hold_ms = ordered("hold_ms")
     delayed = ordered("delayed")

@@ -15,12 +15,12 @@ from operator import attrgetter
 from typing import Any
 
 import numpy as np
-import pandas as pd
 
 from nagledetect.events.endpoints import DirectionNames
 from nagledetect.events.gaps import GAP_PACKET_COLUMNS
 from nagledetect.events.payloads import PAYLOAD_SIZES, PayloadsBySlice, SegmentPayloads
 from nagledetect.flows.grouped import KeyGroups
+from nagledetect.table import Table
 
 EVIDENCE_KEYS = ("last_data_frame", "delayed_ack_frame", "released_frame", "stall_s", "start_s",
                  "ack_delay_ms", "reaction_ms")
@@ -134,7 +134,7 @@ def _json_column(values: np.ndarray, decimals: int | None) -> list[Any]:
     return rounded.tolist()
 
 
-def split_events(table: pd.DataFrame | dict[str, np.ndarray], keys: list[str],
+def split_events(table: Table | dict[str, np.ndarray], keys: list[str],
                  columns: tuple[str, str, str, str, str, str | None, str | None],
                  start_scale: float = 1e-6) -> dict[tuple, StallEvents]:
     """One `StallEvents` per key group of `table` (a frame, or a dict of columns), in the
@@ -277,11 +277,11 @@ let go before they run in a part, so a detector that needs another column adds i
 class DetectorInput:
     """The columns every detector reads, for all connections of one capture."""
 
-    packets: pd.DataFrame
+    packets: Table
     """The packet table's `DETECTOR_PACKET_COLUMNS`."""
-    connections: pd.DataFrame
-    segments: pd.DataFrame
-    messages: pd.DataFrame
+    connections: Table
+    segments: Table
+    messages: Table
     hosts: Mapping[str, HostProfile]
     """Each receiving host's fingerprint (profiles made as they are asked for)."""
     earlier_findings: list[Finding] = field(default_factory=list)
@@ -289,7 +289,7 @@ class DetectorInput:
     """The shared tables made so far, by name (`shared`). A part read a slice at a time makes
     those that read the segment or packet table from its slices and hands them over here: it
     holds neither table whole, and gives `segments` and `packets` empty."""
-    sack_blocks: pd.DataFrame | None = None
+    sack_blocks: Table | None = None
     """The capture's SACK blocks (`api.Capture.sack_blocks`) where the packet table is held;
     the gaps read its D-SACKs."""
     _names: DirectionNames | None = field(default=None, repr=False)

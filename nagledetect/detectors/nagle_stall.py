@@ -30,7 +30,6 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import numpy as np
-import pandas as pd
 
 from nagledetect.detectors import kinds
 from nagledetect.detectors.delack_timer import (
@@ -49,6 +48,7 @@ from nagledetect.detectors.model import (
 from nagledetect.events.segments import role_in
 from nagledetect.flows.connections import by_connection
 from nagledetect.flows.grouped import KeyGroups
+from nagledetect.table import Table
 
 KIND = kinds.NAGLE_DELACK_STALL
 RTT_HOLD_KIND = kinds.NAGLE_RTT_HOLD
@@ -103,7 +103,7 @@ DELAYED, ORDINARY, NEITHER = 0, 1, -1
 round trip), or neither (a lag between the two, which proves nothing)."""
 
 
-def sender_side_rtt_ms(connections: pd.DataFrame, connection: np.ndarray,
+def sender_side_rtt_ms(connections: Table, connection: np.ndarray,
                        direction: np.ndarray) -> np.ndarray:
     """Round trip between the tap and the sender of each (connection, direction); NaN if unknown."""
     to_server = by_connection(connections, "rtt_server_side_ms", connection)
@@ -150,7 +150,7 @@ def untimed_of_segments(columns: DetectorInput) -> dict[str, np.ndarray]:
     return untimed_stalls(columns.segments)
 
 
-def untimed_stalls(segments: pd.DataFrame) -> dict[str, np.ndarray]:
+def untimed_stalls(segments: Table) -> dict[str, np.ndarray]:
     """The segments that pass the packet tests: small, after a pure ACK of exactly everything
     sent, starting where that ACK ends (not across a hole in the capture), with no peer data or
     own retransmission since the previous data, and an open window. Each on its own row and
@@ -159,19 +159,19 @@ def untimed_stalls(segments: pd.DataFrame) -> dict[str, np.ndarray]:
     after the previous data (no stall of either kind is shorter, whatever the round trips,
     which are known only once every packet has been read). In frame order, as the segments
     come."""
-    peer_ack = segments["peer_ack"].to_numpy()
-    window_bytes = segments["peer_window_bytes"].to_numpy()
+    peer_ack = np.asarray(segments["peer_ack"])
+    window_bytes = np.asarray(segments["peer_window_bytes"])
     passed = np.flatnonzero(
-        segments["is_small"].to_numpy()
-        & (segments["prev_frame"].to_numpy() >= 0)
+        np.asarray(segments["is_small"])
+        & (np.asarray(segments["prev_frame"]) >= 0)
         & role_in(segments["peer_role"], RELEASING_ROLES)
-        & (segments["peer_time_us"].to_numpy() > segments["prev_time_us"].to_numpy())
-        & (peer_ack == segments["sent_max_before"].to_numpy())
-        & (segments["rel_seq"].to_numpy() == peer_ack)
-        & (segments["peer_data_between"].to_numpy() == 0)
-        & (segments["own_retransmissions_between"].to_numpy() == 0)
+        & (np.asarray(segments["peer_time_us"]) > np.asarray(segments["prev_time_us"]))
+        & (peer_ack == np.asarray(segments["sent_max_before"]))
+        & (np.asarray(segments["rel_seq"]) == peer_ack)
+        & (np.asarray(segments["peer_data_between"]) == 0)
+        & (np.asarray(segments["own_retransmissions_between"]) == 0)
         & (window_bytes > 0))
-    found = {name: segments[name].to_numpy()[passed] for name in UNTIMED_STALL_COLUMNS}
+    found = {name: np.asarray(segments[name])[passed] for name in UNTIMED_STALL_COLUMNS}
     long_enough = (found["time_us"] - found["prev_time_us"]) / 1000 >= MIN_STALL_MS
     return {name: values[long_enough] for name, values in found.items()}
 
@@ -194,7 +194,7 @@ def reaction_window_ms(sender_rtt_ms: np.ndarray, measured: np.ndarray
     return floor_ms, limit_ms
 
 
-def timed_stalls(untimed: dict[str, np.ndarray], connections: pd.DataFrame
+def timed_stalls(untimed: dict[str, np.ndarray], connections: Table
                  ) -> dict[str, np.ndarray]:
     """The timing tests on the segments that passed the packet tests (most segments fail
     those: the timing columns are made for few rows). Every candidate is kept with its ACK kind
@@ -235,7 +235,7 @@ def timed_stalls(untimed: dict[str, np.ndarray], connections: pd.DataFrame
 
 
 def _window_filled(found: dict[str, np.ndarray], window_bytes: np.ndarray,
-                   connections: pd.DataFrame) -> np.ndarray:
+                   connections: Table) -> np.ndarray:
     """Whether the released segment, or the data before it, was as large as the window the ACK
     offers: then the sender waited for the window, not for Nagle. Only where the handshake gave
     the window scale (a raw window without it may read 128 times too small)."""
@@ -483,11 +483,11 @@ def _sent_in_flights(candidates: dict[str, np.ndarray], columns: DetectorInput) 
     messages = columns.messages
     if messages.empty or not len(candidates["message"]):
         return np.zeros(len(candidates["message"]), dtype=bool)
-    ids = messages["message"].to_numpy()
+    ids = np.asarray(messages["message"])
     order = np.argsort(ids, kind="stable")
     position = np.minimum(np.searchsorted(ids[order], candidates["message"]), len(ids) - 1)
     found = ids[order][position] == candidates["message"]
-    start_us = messages["start_us"].to_numpy()[order][position]
+    start_us = np.asarray(messages["start_us"])[order][position]
     rtt_ms = np.nan_to_num(by_connection(columns.connections, "rtt_ms", candidates["connection"]),
                            nan=np.inf)
     return found & ((candidates["prev_time_us"] - start_us) / 1000 >= 0.5 * rtt_ms)

@@ -22,7 +22,6 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
-import pandas as pd
 
 from nagledetect.detectors.kinds import (
     HANDSHAKE_RETRY,
@@ -45,6 +44,7 @@ from nagledetect.detectors.model import (
 from nagledetect.events.gaps import EVENT, GAP_MIN_US, GAP_PACKET_COLUMNS, GapsBySlice
 from nagledetect.flows.connections import by_connection
 from nagledetect.flows.grouped import KeyGroups
+from nagledetect.table import Table
 
 GAP_MIN_MS = GAP_MIN_US / 1000
 RTT_MULTIPLE = 4
@@ -116,7 +116,7 @@ def gaps_of_packets(columns: DetectorInput) -> dict[str, np.ndarray]:
     """The maker of `GAP_ROWS` where the packet table is held (a whole run): its packets as
     one slice."""
     gaps = GapsBySlice(len(columns.connections))
-    gaps.add(columns.packets[list(GAP_PACKET_COLUMNS)], columns.sack_blocks)
+    gaps.add(columns.packets.select(GAP_PACKET_COLUMNS), columns.sack_blocks)
     return gaps.gaps()
 
 
@@ -128,7 +128,7 @@ def classify_gaps(columns: DetectorInput) -> dict[str, np.ndarray]:
     return gap_causes(gaps, columns.connections, released)
 
 
-def gap_causes(gaps: dict[str, np.ndarray], connections: pd.DataFrame,
+def gap_causes(gaps: dict[str, np.ndarray], connections: Table,
                released: np.ndarray) -> dict[str, np.ndarray]:
     """Each gap's cause: the last rule below that holds wins (they are in reverse order of
     precedence), with the frame that shows it."""
@@ -172,13 +172,13 @@ def gap_causes(gaps: dict[str, np.ndarray], connections: pd.DataFrame,
             "after_kind": after[kept]}
 
 
-def _scale_known(connections: pd.DataFrame, connection: np.ndarray) -> np.ndarray:
+def _scale_known(connections: Table, connection: np.ndarray) -> np.ndarray:
     """Whether each gap's connection showed its handshake: without it the window scale is
     unknown, and a scaled window read raw looks tiny."""
     return by_connection(connections, "handshake", connection).astype(bool)
 
 
-def _window_limited(gaps: dict[str, np.ndarray], connections: pd.DataFrame,
+def _window_limited(gaps: dict[str, np.ndarray], connections: Table,
                     named: Namer) -> None:
     """A non-zero window of the peer in the gap that could not take the new segment ending it
     (its first MSS) though it began within it (a segment that begins past the window tells of
@@ -222,7 +222,7 @@ def _zero_window(gaps: dict[str, np.ndarray], named: Namer) -> None:
     named(gaps["zero_frame"] > 0, (ZERO_WINDOW, "reopened"), gaps["zero_frame"])
 
 
-def _reopened_below_mss(gaps: dict[str, np.ndarray], connections: pd.DataFrame,
+def _reopened_below_mss(gaps: dict[str, np.ndarray], connections: Table,
                         named: Namer) -> None:
     """A window that closed and reopened below one MSS, the new data leaving into it: the
     receiver never offered a full segment (a tiny receive buffer), so the window held the
@@ -269,7 +269,7 @@ def _never_reopened(gaps: dict[str, np.ndarray], cause: np.ndarray) -> None:
     cause[rows[~data_after[episode]]] = _CODE[(ZERO_WINDOW, "never-reopened")]
 
 
-def _loss_recovery(gaps: dict[str, np.ndarray], connections: pd.DataFrame, named: Namer) -> None:
+def _loss_recovery(gaps: dict[str, np.ndarray], connections: Table, named: Namer) -> None:
     """A gap that ends in a retransmission: spurious, fast retransmit or timeout."""
     lost = gaps["after_kind"] == EVENT["retransmission"]
     named(lost, (LOSS_RECOVERY, "rto"))
@@ -285,7 +285,7 @@ def _loss_recovery(gaps: dict[str, np.ndarray], connections: pd.DataFrame, named
     named(duplicate, (LOSS_RECOVERY, "spurious"), gaps["dsack_frame"])
 
 
-def _rtt_beyond_tap_us(connections: pd.DataFrame, connection: np.ndarray,
+def _rtt_beyond_tap_us(connections: Table, connection: np.ndarray,
                        direction: np.ndarray) -> np.ndarray:
     """The round trip from the tap to the receiver of each direction and back (0: unknown)."""
     to_server = by_connection(connections, "rtt_server_side_ms", connection)

@@ -15,11 +15,11 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 
 import numpy as np
-import pandas as pd
 
-from nagledetect.detectors.delack_timer import host_codes
+from nagledetect.detectors.delack_timer import sample_hosts
 from nagledetect.detectors.model import Finding, HostProfile
 from nagledetect.flows.grouped import distinct
+from nagledetect.table import Table
 
 KIND = "phase-lock"
 GLOBAL_TICKS_MS = (200.0, 100.0)
@@ -87,17 +87,17 @@ def _sharing_connections(times_s: np.ndarray, host: np.ndarray, connection: np.n
     return sharing
 
 
-def lock_tests(hosts: Mapping[str, HostProfile], samples: pd.DataFrame) -> dict[str, dict]:
+def lock_tests(hosts: Mapping[str, HostProfile], samples: Table) -> dict[str, dict]:
     """For every host with enough delayed ACKs: its best tick and whether it is locked to it."""
-    delayed_rows = np.flatnonzero(samples["delayed"].to_numpy()) if len(samples) else []
-    codes, names = host_codes(samples["host"].iloc[delayed_rows])
+    delayed_rows = np.flatnonzero(np.asarray(samples["delayed"], dtype=bool))
+    codes, names = sample_hosts(samples, delayed_rows)
     enough = np.bincount(codes, minlength=len(names)) >= MIN_SAMPLES
     rows = np.flatnonzero(enough[codes]) if len(codes) else np.zeros(0, dtype=np.int64)
     if len(rows) == 0:
         return {}
 
     def delayed(name: str) -> np.ndarray:
-        return samples[name].to_numpy()[delayed_rows][rows]
+        return np.asarray(samples[name])[delayed_rows][rows]
 
     kept = np.flatnonzero(enough)
     host = np.searchsorted(kept, codes[rows])
@@ -140,7 +140,7 @@ def stall_seconds_by_receiver(stall_findings: list[Finding]) -> Callable[[str], 
     return lambda address: np.concatenate([np.zeros(0)] + by_receiver.get(address, []))
 
 
-def detect_hosts(hosts: Mapping[str, HostProfile], samples: pd.DataFrame,
+def detect_hosts(hosts: Mapping[str, HostProfile], samples: Table,
                  stall_seconds: Callable[[str], np.ndarray]) -> list[Finding]:
     """Test every host with enough delayed-ACK samples (its profile's `phase_lock` is set to its
     test; the others are left alone); a phase-lock finding for each locked one (its time is

@@ -12,13 +12,13 @@ would not stall: a whole number of full segments, below and above.
 from __future__ import annotations
 
 import numpy as np
-import pandas as pd
 
 from nagledetect.detectors.model import DetectorInput, Finding, released_frames
 from nagledetect.detectors.nagle_stall import KIND as STALL_KIND
 from nagledetect.detectors.nagle_stall import UNTIMED_STALLS, untimed_of_segments
 from nagledetect.flows.connections import direction_key
 from nagledetect.flows.grouped import KeyGroups, distinct, found_in_sorted
+from nagledetect.table import Table
 
 KIND = "segment-parity"
 MIN_MESSAGES = 3
@@ -38,39 +38,41 @@ def stalled_messages(columns: DetectorInput) -> np.ndarray:
     return distinct(untimed["message"][position[found]])
 
 
-def parity_table(columns: DetectorInput) -> pd.DataFrame:
+def parity_table(columns: DetectorInput) -> Table:
     """Per connection, direction and class (odd/even segments, last full/partial): messages and
     the share of them that stalled. Only messages of two or more segments are classed. Made
     once for the detector and the document (it reads only the stall findings)."""
     return columns.shared("parity_table", _parity_table)
 
 
-def _parity_table(columns: DetectorInput) -> pd.DataFrame:
+def _parity_table(columns: DetectorInput) -> Table:
     messages = columns.messages
-    classed = np.flatnonzero(messages["segments_needed"].to_numpy() >= 2)
+    classed = np.flatnonzero(np.asarray(messages["segments_needed"]) >= 2)
 
     def column(name: str) -> np.ndarray:
-        return messages[name].to_numpy()[classed]
+        return np.asarray(messages[name])[classed]
 
     groups = KeyGroups(column("connection"), column("direction"),
                        column("odd_segments").astype(bool),
                        ~column("last_segment_full").astype(bool))
     count = groups.sizes.astype(np.int64)
     stalled = groups.sum(np.isin(column("message"), stalled_messages(columns)))
-    return pd.DataFrame({
+    return Table({
         "connection": groups.keys[0], "direction": groups.keys[1],
         "segments": np.where(groups.keys[2], "odd", "even").astype(object),
         "last_segment": np.where(groups.keys[3], "partial", "full").astype(object),
-        "messages": count, "stalled": stalled, "stall_rate": stalled / count}, copy=False)
+        "messages": count, "stalled": stalled, "stall_rate": stalled / count})
 
 
-def fixed_size_arithmetic(sizes: pd.Series, mss: int) -> dict | None:
-    """Seed 001's arithmetic for a direction whose messages mostly have one size."""
-    if sizes.empty:
+def fixed_size_arithmetic(sizes: np.ndarray, mss: int) -> dict | None:
+    """Seed 001's arithmetic for a direction whose messages mostly have one size (at least
+    `FIXED_SIZE_SHARE` of them, so no other size ties with it)."""
+    if not len(sizes):
         return None
-    common = sizes.value_counts()
-    size = int(common.index[0])
-    if common.iloc[0] < FIXED_SIZE_SHARE * len(sizes) or size < mss:
+    values, counts = np.unique(sizes, return_counts=True)
+    most = int(np.argmax(counts))
+    size = int(values[most])
+    if counts[most] < FIXED_SIZE_SHARE * len(sizes) or size < mss:
         return None
     full, remainder = divmod(size, mss)
     return {"message_bytes": size, "mss": mss, "full_segments": full, "remainder_bytes": remainder,
@@ -81,42 +83,40 @@ def fixed_size_arithmetic(sizes: pd.Series, mss: int) -> dict | None:
 
 def detect(columns: DetectorInput) -> list[Finding]:
     table = parity_table(columns)
-    directions = KeyGroups(table["connection"].to_numpy(), table["direction"].to_numpy())
-    stalled = directions.sum(table["stalled"].to_numpy())
-    kept = np.flatnonzero((directions.sum(table["messages"].to_numpy()) >= MIN_MESSAGES)
+    directions = KeyGroups(np.asarray(table["connection"]), np.asarray(table["direction"]))
+    stalled = directions.sum(np.asarray(table["stalled"]))
+    kept = np.flatnonzero((directions.sum(np.asarray(table["messages"])) >= MIN_MESSAGES)
                           & (stalled != 0))
     if not len(kept):
         return []
     messages = columns.messages
-    messages = messages.loc[np.isin(direction_key(messages),
-                                    direction_key(table)[directions.first[kept]]),
-                            ["connection", "direction", "mss", "bytes"]]
-    by_direction = KeyGroups(messages["connection"].to_numpy(), messages["direction"].to_numpy())
+    messages = messages.select(["connection", "direction", "mss", "bytes"]).take(
+        np.isin(direction_key(messages), direction_key(table)[directions.first[kept]]))
+    by_direction = KeyGroups(np.asarray(messages["connection"]), np.asarray(messages["direction"]))
     in_direction_order = by_direction.rows_of(np.arange(len(messages)))
     class_rows = directions.slices()
     findings = []
     for index, rows in zip(kept.tolist(), by_direction.slices()):
-        finding = _finding(columns, table.iloc[class_rows[index]],
-                           messages.iloc[in_direction_order[rows]])
+        finding = _finding(columns, table.take(class_rows[index]),
+                           messages.take(in_direction_order[rows]))
         if finding:
             findings.append(finding)
     return findings
 
 
-def _finding(columns: DetectorInput, classes: pd.DataFrame, messages: pd.DataFrame
-             ) -> Finding | None:
+def _finding(columns: DetectorInput, classes: Table, messages: Table) -> Finding | None:
     """The finding of one direction whose stalls concentrate in one class (`classes`: its
     rows of the parity table), or None."""
-    rates = classes["stall_rate"].to_numpy()
+    rates = np.asarray(classes["stall_rate"])
     worst_row = int(np.argmax(rates))
     others = np.arange(len(classes)) != worst_row
-    worst = classes.iloc[worst_row]
-    other_rate = (classes["stalled"].to_numpy()[others].sum()
-                  / classes["messages"].to_numpy()[others].sum()) if others.any() else 0.0
+    worst = classes.take(slice(worst_row, worst_row + 1)).records()[0]
+    other_rate = (np.asarray(classes["stalled"])[others].sum()
+                  / np.asarray(classes["messages"])[others].sum()) if others.any() else 0.0
     if worst["stall_rate"] < CONCENTRATION or other_rate > 1 - CONCENTRATION:
         return None
     connection, direction = int(worst["connection"]), int(worst["direction"])
-    mss = int(messages["mss"].iloc[0])
+    mss = int(messages["mss"][0])
     arithmetic = fixed_size_arithmetic(messages["bytes"], mss)
     sender, receiver = columns.direction_names()[(connection, direction)]
     summary = (f"{int(worst['stalled'])} of {int(worst['messages'])} messages with "
@@ -134,6 +134,6 @@ def _finding(columns: DetectorInput, classes: pd.DataFrame, messages: pd.DataFra
         confidence_reasons=[f"stall rate {worst['stall_rate'] * 100:.0f}% in one class, "
                             f"{other_rate * 100:.0f}% in the others"],
         advice=["double-buffer", "resize-message", "single-write-nodelay"],
-        details={"classes": classes.drop(columns=["connection", "direction"]).to_dict("records"),
+        details={"classes": classes.without(["connection", "direction"]).records(),
                  "arithmetic": arithmetic},
         summary=summary)

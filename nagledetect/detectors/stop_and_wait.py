@@ -14,12 +14,12 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import numpy as np
-import pandas as pd
 
 from nagledetect.detectors.model import DetectorInput, Finding
 from nagledetect.detectors.nagle_stall import KIND as STALL_KIND
 from nagledetect.flows.connections import by_connection
 from nagledetect.flows.grouped import KeyGroups, key_order
+from nagledetect.table import Table
 
 KIND = "stop-and-wait"
 MIN_EXCHANGES = 10
@@ -40,13 +40,13 @@ class Exchanges(NamedTuple):
     median_wait_s: float
 
 
-def exchange_table(messages: pd.DataFrame) -> list[Exchanges]:
+def exchange_table(messages: Table) -> list[Exchanges]:
     """The connections with enough strictly alternating exchanges, in connection order: their
     exchanges, how often messages alternate, and the time spent between them (medians are
     taken for these connections only)."""
-    order = key_order(messages["connection"].to_numpy(), messages["first_frame"].to_numpy())
+    order = key_order(np.asarray(messages["connection"]), np.asarray(messages["first_frame"]))
     connection, direction, start_us, end_us = (
-        messages[name].to_numpy() if order is None else messages[name].to_numpy()[order]
+        np.asarray(messages[name]) if order is None else np.asarray(messages[name])[order]
         for name in ("connection", "direction", "start_us", "end_us"))
     same = np.r_[False, connection[1:] == connection[:-1]]
     turn = np.r_[False, direction[1:] != direction[:-1]]

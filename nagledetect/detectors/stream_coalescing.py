@@ -13,7 +13,6 @@ Seed 002's cost model: throughput = packet rate x (floor(MSS / size) + 1) x size
 from __future__ import annotations
 
 import numpy as np
-import pandas as pd
 
 from nagledetect.detectors import kinds
 from nagledetect.detectors.model import DetectorInput, Finding, StallEvents, payload_sizes
@@ -21,6 +20,7 @@ from nagledetect.detectors.nagle_stall import delayed_ack_releases, stall_candid
 from nagledetect.events.payloads import PayloadCounts
 from nagledetect.flows.connections import by_connection, direction_key
 from nagledetect.flows.grouped import KeyGroups
+from nagledetect.table import Table
 
 KIND = kinds.STREAM_COALESCING
 MIN_PACKETS = 20
@@ -47,29 +47,30 @@ def one_way_directions(columns: DetectorInput) -> list[tuple[int, int]]:
     """(connection, direction) pairs whose peer sent at most `PEER_BYTES_SHARE` of the bytes
     they sent (none at all, most often)."""
     table = columns.connections
-    to_server_bytes = table["bytes_client_to_server"].to_numpy()
-    to_client_bytes = table["bytes_server_to_client"].to_numpy()
+    to_server_bytes = np.asarray(table["bytes_client_to_server"])
+    to_client_bytes = np.asarray(table["bytes_server_to_client"])
     to_server = ((to_client_bytes <= PEER_BYTES_SHARE * to_server_bytes) & (to_server_bytes > 0)
-                 & (table["packets_client_to_server"].to_numpy() >= MIN_PACKETS))
+                 & (np.asarray(table["packets_client_to_server"]) >= MIN_PACKETS))
     to_client = ((to_server_bytes <= PEER_BYTES_SHARE * to_client_bytes) & (to_client_bytes > 0)
-                 & (table["packets_server_to_client"].to_numpy() >= MIN_PACKETS))
+                 & (np.asarray(table["packets_server_to_client"]) >= MIN_PACKETS))
     position = np.flatnonzero(np.column_stack([to_server, to_client]))
-    ids = table["id"].to_numpy()[position // 2].astype(np.int64)
+    ids = np.asarray(table["id"])[position // 2].astype(np.int64)
     return list(zip(ids.tolist(), (position % 2).tolist()))
 
 
-def _of_pairs(table: pd.DataFrame, pairs: list[tuple[int, int]], kept: list[str]
-              ) -> pd.DataFrame:
+def _of_pairs(table: Table, pairs: list[tuple[int, int]], kept: list[str]) -> Table:
     """The rows of these (connection, direction) pairs, in table order, with the `kept`
     columns: grouping only them spares a table per direction of every other connection."""
-    wanted = direction_key(pd.DataFrame(pairs, columns=["connection", "direction"]))
-    return table.loc[np.isin(direction_key(table), wanted), ["connection", "direction", *kept]]
+    wanted = np.array([2 * connection + direction for connection, direction in pairs],
+                      dtype=np.int64)
+    return table.select(["connection", "direction", *kept]).take(
+        np.isin(direction_key(table), wanted))
 
 
-def _rows_by_direction(table: pd.DataFrame) -> dict[tuple[int, int], np.ndarray]:
+def _rows_by_direction(table: Table) -> dict[tuple[int, int], np.ndarray]:
     """The positions of the table's rows of each (connection, direction) present, in table
     order (a table is cut out only for the directions that pass the counts)."""
-    groups = KeyGroups(table["connection"].to_numpy(), table["direction"].to_numpy())
+    groups = KeyGroups(np.asarray(table["connection"]), np.asarray(table["direction"]))
     rows = groups.rows_of(np.arange(len(table)))
     return groups.by_key([rows[part] for part in groups.slices()])
 
@@ -80,9 +81,9 @@ EVENT_COLUMNS = ("prev_frame", "peer_frame", "frame", "stall_s", "prev_time_us",
 the accumulated packet it released."""
 
 
-def _events(accumulated: pd.DataFrame) -> StallEvents:
+def _events(accumulated: Table) -> StallEvents:
     """The accumulated packets' evidence (so every report and the gap causes see their frames)."""
-    values = [accumulated[name].to_numpy() for name in EVENT_COLUMNS]
+    values = [np.asarray(accumulated[name]) for name in EVENT_COLUMNS]
     values[4] = values[4] * 1e-6
     return StallEvents.of(*values)
 
@@ -91,7 +92,7 @@ def detect(columns: DetectorInput) -> list[Finding]:
     pairs = one_way_directions(columns)
     if not pairs:
         return []
-    candidates = _of_pairs(pd.DataFrame(delayed_ack_releases(stall_candidates(columns)), copy=False),
+    candidates = _of_pairs(Table(delayed_ack_releases(stall_candidates(columns))),
                            pairs, ["payload_bytes", *EVENT_COLUMNS])
     released = _rows_by_direction(candidates)
     sent = payload_sizes(columns).of(np.array([2 * c + d for c, d in pairs], dtype=np.int64))
@@ -103,13 +104,14 @@ def detect(columns: DetectorInput) -> list[Finding]:
         segment_count, write_bytes = sent_by_direction.get(2 * connection + direction, (0, 0))
         if segment_count < MIN_PACKETS or (connection, direction) not in released:
             continue
-        mine = candidates.iloc[released[(connection, direction)]]
-        accumulated = mine[mine["payload_bytes"] >= ACCUMULATION_FACTOR * write_bytes]
+        mine = candidates.take(released[(connection, direction)])
+        accumulated = mine.take(mine["payload_bytes"] >= ACCUMULATION_FACTOR * write_bytes)
         if len(accumulated) < ACCUMULATED_SHARE * segment_count:
             continue
         sender, receiver = names[(connection, direction)]
         mss = int(by_connection(columns.connections, "effective_mss", np.array([connection]))[0])
         delay_s = float(accumulated["stall_s"].sum())
+        median_bytes = float(np.median(accumulated["payload_bytes"]))
         duration_s = float(by_connection(columns.connections, "duration_s",
                                          np.array([connection]))[0])
         findings.append(Finding(
@@ -118,15 +120,15 @@ def detect(columns: DetectorInput) -> list[Finding]:
             share=delay_s / duration_s if duration_s > 0 else 0.0,
             confidence="high" if len(accumulated) >= 10 else "medium",
             confidence_reasons=[f"{len(accumulated)} accumulated packets (median "
-                                f"{float(accumulated['payload_bytes'].median()):.0f} bytes of "
+                                f"{median_bytes:.0f} bytes of "
                                 f"{write_bytes}-byte writes) each released right after a delayed ACK"],
             events=_events(accumulated),
             advice=["nodelay-stream", "quickack"],
             details={"write_bytes": write_bytes, "mss": mss,
-                     "median_accumulated_bytes": float(accumulated["payload_bytes"].median()),
+                     "median_accumulated_bytes": median_bytes,
                      "median_hold_ms": float(np.median(accumulated["hold_ms"])),
                      "messages_per_ack_cycle_model": mss // write_bytes + 1},
             summary=(f"{sender} streams {write_bytes}-byte writes that leave as one small packet "
-                     f"then one accumulated {float(accumulated['payload_bytes'].median()):.0f}-byte "
+                     f"then one accumulated {median_bytes:.0f}-byte "
                      f"packet per delayed ACK ({float(np.median(accumulated['hold_ms'])):.1f} ms)")))
     return findings

@@ -12,13 +12,15 @@ stall time, so it adds no time to the ranking.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
-import pandas as pd
 
 from nagledetect.detectors.model import DetectorInput, Finding, payload_sizes
 from nagledetect.events.messages import BURST_GAP_US, messages, no_messages, number_messages
 from nagledetect.flows.connections import direction_key
 from nagledetect.flows.grouped import KeyGroups
+from nagledetect.table import Table
 
 KIND = "tinygram-flood"
 WRITE_BURSTS = "write_bursts"
@@ -33,7 +35,7 @@ MIN_FLOODED_MESSAGES = 3
 FLOOD_MESSAGE_COLUMNS = ("connection", "direction", "packets", "segments_needed", "bytes")
 
 
-def write_bursts(columns: DetectorInput) -> pd.DataFrame:
+def write_bursts(columns: DetectorInput) -> Table:
     """The write-burst table of a whole run's segments."""
     segments = columns.segments
     if segments.empty:
@@ -46,44 +48,45 @@ def detect(columns: DetectorInput) -> list[Finding]:
     if bursts.empty:
         return []
     names = columns.direction_names()
-    packets = bursts["packets"].to_numpy()
+    packets = np.asarray(bursts["packets"])
     flooded = ((packets >= MIN_PACKETS_PER_MESSAGE)
-               & (packets >= EXCESS_FACTOR * bursts["segments_needed"].to_numpy())
-               & (bursts["median_payload_bytes"].to_numpy()
-                  <= SMALL_PAYLOAD_SHARE * bursts["mss"].to_numpy()))
+               & (packets >= EXCESS_FACTOR * np.asarray(bursts["segments_needed"]))
+               & (np.asarray(bursts["median_payload_bytes"])
+                  <= SMALL_PAYLOAD_SHARE * np.asarray(bursts["mss"])))
     candidate = _in_directions_with(bursts, flooded, MIN_FLOODED_MESSAGES)
     if not candidate.any():
         return []
-    stats = _direction_stats(bursts.loc[candidate, list(FLOOD_MESSAGE_COLUMNS)],
+    stats = _direction_stats(bursts.select(FLOOD_MESSAGE_COLUMNS).take(candidate),
                              flooded[candidate])
-    stats = stats[(stats["flooded"] >= MIN_FLOODED_MESSAGES)
-                  & (stats["flooded"] >= FLOODED_SHARE * stats["multi"])]
+    stats = stats.take((stats["flooded"] >= MIN_FLOODED_MESSAGES)
+                       & (stats["flooded"] >= FLOODED_SHARE * stats["multi"]))
     if stats.empty:
         return []
     sent = payload_sizes(columns).of(direction_key(stats))
     median_payloads = {(key // 2, key % 2): median for key, median in zip(
         sent.keys().tolist(), sent.median().tolist())}
-    senders, receivers = names.of(stats["connection"].to_numpy(), stats["direction"].to_numpy())
-    return [_finding(row, sender, receiver, median_payloads[(row.connection, row.direction)])
-            for row, sender, receiver in zip(stats.itertuples(index=False), senders, receivers)]
+    senders, receivers = names.of(np.asarray(stats["connection"]), np.asarray(stats["direction"]))
+    return [_finding(row, sender, receiver,
+                     median_payloads[(row["connection"], row["direction"])])
+            for row, sender, receiver in zip(stats.records(), senders, receivers)]
 
 
-def _direction_stats(messages: pd.DataFrame, flooded: np.ndarray) -> pd.DataFrame:
+def _direction_stats(messages: Table, flooded: np.ndarray) -> Table:
     """One row per (connection, direction), in that order: bursts, packets, and the medians of
     its flooded bursts."""
-    groups = KeyGroups(messages["connection"].to_numpy(), messages["direction"].to_numpy())
-    packets = messages["packets"].to_numpy()
-    needed = messages["segments_needed"].to_numpy()
-    return pd.DataFrame({
+    groups = KeyGroups(np.asarray(messages["connection"]), np.asarray(messages["direction"]))
+    packets = np.asarray(messages["packets"])
+    needed = np.asarray(messages["segments_needed"])
+    return Table({
         "connection": groups.keys[0], "direction": groups.keys[1], "messages": groups.sizes,
         "packets": groups.sum(packets), "needed": groups.sum(needed),
         "flooded": groups.sum(flooded), "multi": groups.sum(packets > 1),
-        "median_bytes": groups.median(messages["bytes"].to_numpy()),
+        "median_bytes": groups.median(np.asarray(messages["bytes"])),
         "flooded_packets": groups.median(np.where(flooded, packets, np.nan)),
-        "flooded_needed": groups.median(np.where(flooded, needed, np.nan))}, copy=False)
+        "flooded_needed": groups.median(np.where(flooded, needed, np.nan))})
 
 
-def _in_directions_with(table: pd.DataFrame, marked: np.ndarray, at_least: int) -> np.ndarray:
+def _in_directions_with(table: Table, marked: np.ndarray, at_least: int) -> np.ndarray:
     """The rows of `table` whose (connection, direction) has `at_least` marked rows: medians
     are then taken for those directions only (most directions of a capture have none)."""
     key = direction_key(table)
@@ -91,19 +94,20 @@ def _in_directions_with(table: pd.DataFrame, marked: np.ndarray, at_least: int) 
     return np.isin(key, found[counts >= at_least])
 
 
-def _finding(row, sender: str, receiver: str, median_payload: float) -> Finding:
-    packets, needed = int(row.packets), int(row.needed)
+def _finding(row: dict[str, Any], sender: str, receiver: str, median_payload: float
+             ) -> Finding:
+    packets, needed = int(row["packets"]), int(row["needed"])
     return Finding(
-        kind=KIND, connection=int(row.connection), sender=sender, receiver=receiver,
+        kind=KIND, connection=int(row["connection"]), sender=sender, receiver=receiver,
         count=packets - needed, time_lost_s=0.0, share=0.0,
-        confidence="high" if row.flooded >= 10 else "medium",
-        confidence_reasons=[f"{int(row.flooded)} of {int(row.multi)} multi-packet write bursts sent as "
-                            f"{row.flooded_packets:.0f} packets (median) where "
-                            f"{row.flooded_needed:.0f} would do"],
+        confidence="high" if row["flooded"] >= 10 else "medium",
+        confidence_reasons=[f"{int(row['flooded'])} of {int(row['multi'])} multi-packet write bursts sent as "
+                            f"{row['flooded_packets']:.0f} packets (median) where "
+                            f"{row['flooded_needed']:.0f} would do"],
         advice=["buffer-writes", "writev", "cork"],
-        details={"messages": int(row.messages), "packets": packets, "packets_needed": needed,
+        details={"messages": int(row["messages"]), "packets": packets, "packets_needed": needed,
                  "excess_packets": packets - needed, "median_payload_bytes": median_payload,
-                 "median_message_bytes": float(row.median_bytes)},
+                 "median_message_bytes": float(row["median_bytes"])},
         summary=(f"{sender} sent {packets:,} packets where a buffered writer needs {needed:,}: "
                  f"median payload {median_payload:.0f} bytes, "
-                 f"{row.flooded_packets:.0f} packets per write burst"))
+                 f"{row['flooded_packets']:.0f} packets per write burst"))

@@ -57,7 +57,7 @@ class SegmentsBySlice:
         """The slice's segments (`data_segments`' columns, in frame order): their
         `LOOK_AHEAD_COLUMNS` read what this slice holds, -1 past its end (the delayed-ACK
         samples, their only reader, wait for the rest: `delack_timer.SamplesBySlice`)."""
-        segments = data_segments(packets, self._connections)
+        segments = data_segments(packets, self._connections).to_pandas()
         group = segments["connection"].to_numpy().astype(np.int64) * 2 + segments["direction"].to_numpy()
         rows = _rows_of(packets, segments)
         retransmitted = role_in(packets["role"], RETRANSMISSION_ROLES)

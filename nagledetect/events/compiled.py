@@ -6,23 +6,22 @@ same columns, dtypes and values (tests/test_core_flows.py)."""
 from __future__ import annotations
 
 import numpy as np
-import pandas as pd
 
 from nagledetect.events.messages import MESSAGE_COLUMNS, no_messages
-from nagledetect.events.segments import NONE, SEGMENT_COLUMNS
+from nagledetect.events.segments import CODED_SEGMENT_COLUMNS, NONE, SEGMENT_COLUMNS
 from nagledetect.flows.connections import by_connection
 from nagledetect.flows.roles import ROLES
+from nagledetect.table import Table
 
 CONTEXT_OF = {"segment": "row", "sent_max": "sent_max_before", "previous_data": "previous_data",
               "peer_latest": "peer_latest", "peer_next": "peer_next",
               "own_next_data": "own_next_data", "peer_data_between": "peer_data_between",
               "own_retransmissions_between": "own_retransmissions_between"}
 """The core's context columns by the names `SEGMENT_COLUMNS` reads them under."""
-_ROLES_AND_NONE = [*ROLES, "none"]
 
 
-def compiled_segments(context: dict[str, np.ndarray], packets: pd.DataFrame,
-                      connections: pd.DataFrame) -> pd.DataFrame:
+def compiled_segments(context: dict[str, np.ndarray], packets: Table,
+                      connections: Table) -> Table:
     """One row per new-data segment with its context, from the core's rows (packet rows of
     `packets`, NONE where there is no such packet)."""
     rows = {name: context[column] for name, column in CONTEXT_OF.items()}
@@ -31,8 +30,8 @@ def compiled_segments(context: dict[str, np.ndarray], packets: pd.DataFrame,
     table: dict[str, object] = {
         "frame": padded.read("frame", at),
         "time_us": padded.read("time_us", at),
-        "connection": packets["connection"].to_numpy()[at],
-        "direction": packets["direction"].to_numpy()[at],
+        "connection": packets["connection"][at],
+        "direction": packets["direction"][at],
     }
     for name, source, where in SEGMENT_COLUMNS[2:]:
         if source is None:
@@ -45,7 +44,7 @@ def compiled_segments(context: dict[str, np.ndarray], packets: pd.DataFrame,
     table["mss"] = mss
     table["tail_bytes"] = table["payload_bytes"] % np.maximum(mss, 1)
     table["is_small"] = table["tail_bytes"] > 0
-    return pd.DataFrame(table, copy=False)
+    return Table(table, CODED_SEGMENT_COLUMNS)
 
 
 class _Padded:
@@ -53,25 +52,21 @@ class _Padded:
     with "none" there), each made once however many context packets read it: indexed by a
     context row, NONE reads that slot."""
 
-    def __init__(self, packets: pd.DataFrame) -> None:
+    def __init__(self, packets: Table) -> None:
         self._packets = packets
         self._made: dict[str, np.ndarray] = {}
 
-    def read(self, name: str, rows: np.ndarray) -> object:
+    def read(self, name: str, rows: np.ndarray) -> np.ndarray:
         if name not in self._made:
             column = self._packets[name]
-            self._made[name] = (np.append(column.cat.codes.to_numpy(), np.int8(len(ROLES)))
-                                if name == "role" else
-                                np.append(column.to_numpy().astype(np.int64), np.int64(NONE)))
-        values = self._made[name][rows]
-        if name == "role":
-            return pd.Categorical.from_codes(values, categories=_ROLES_AND_NONE)
-        return values
+            self._made[name] = (np.append(column, np.int8(len(ROLES))) if name == "role" else
+                                np.append(column.astype(np.int64), np.int64(NONE)))
+        return self._made[name][rows]
 
 
-def compiled_messages(rows: dict[str, np.ndarray], segments: pd.DataFrame) -> pd.DataFrame:
+def compiled_messages(rows: dict[str, np.ndarray], segments: Table) -> Table:
     """The message table as `messages.messages` frames it, from the core's columns (the
     untyped empty table where there are no segments, as there)."""
     if segments.empty:
         return no_messages()
-    return pd.DataFrame({name: rows[name] for name in MESSAGE_COLUMNS}, copy=False)
+    return Table({name: rows[name] for name in MESSAGE_COLUMNS})

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
-import pandas as pd
 
 from nagledetect.flows.connections import by_connection
+from nagledetect.table import Table
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 def endpoint(address: str, port: int) -> str:
@@ -17,7 +22,7 @@ class DirectionNames:
     Written when asked for: detectors name the few directions they report, and naming every
     direction of a part's thousands of connections cost more than their findings."""
 
-    def __init__(self, connections: pd.DataFrame) -> None:
+    def __init__(self, connections: Table | pd.DataFrame) -> None:
         self._connections = connections
 
     def __getitem__(self, key: tuple[int, int]) -> tuple[str, str]:

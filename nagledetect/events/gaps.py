@@ -20,13 +20,18 @@ slice in turn, the span still open at a cut carried to the next, so both give th
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
-import pandas as pd
 
 from nagledetect.events.segments import RETRANSMISSION_ROLES, role_in
 from nagledetect.flows.connections import FLAG_SYN
 from nagledetect.flows.grouped import group_starts, joined_columns
 from nagledetect.flows.roles import ROLE
+from nagledetect.table import Table, codes
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 GAP_MIN_US = 10_000
 """A gap this long or longer is named (inclusive)."""
@@ -49,11 +54,11 @@ _OPENER = {"has": False, "frame": 0, "time_us": 0, "direction": 0, "kind": 0, "e
 """Per connection, the timeline packet that opened its latest span (a part's earlier slices)."""
 
 
-def event_kinds(packets: pd.DataFrame) -> np.ndarray:
+def event_kinds(packets: Table | pd.DataFrame) -> np.ndarray:
     """Each packet's timeline kind (a code of `EVENT_KINDS`), NOT_EVENT for the rest."""
-    role = packets["role"].cat.codes.to_numpy()
-    payload = packets["payload_bytes"].to_numpy()
-    syn = (packets["flags"].to_numpy() & FLAG_SYN) != 0
+    role = codes(packets["role"])
+    payload = np.asarray(packets["payload_bytes"])
+    syn = (np.asarray(packets["flags"]) & FLAG_SYN) != 0
     kind = np.full(len(role), NOT_EVENT, dtype=np.int8)
     kind[(role == ROLE["data"]) & (payload > 0)] = EVENT["new_data"]
     kind[role_in(packets["role"], RETRANSMISSION_ROLES) & (payload > 0)] = EVENT["retransmission"]
@@ -80,7 +85,7 @@ class GapsBySlice:
         self._dsacks: list[dict[str, np.ndarray]] = []
         self._retransmissions: list[dict[str, np.ndarray]] = []
 
-    def add(self, packets: pd.DataFrame, sack_blocks: pd.DataFrame | None = None) -> None:
+    def add(self, packets: Table | pd.DataFrame, sack_blocks: Table | pd.DataFrame | None = None) -> None:
         """Take one slice's packets (`GAP_PACKET_COLUMNS`, frame order) and the SACK blocks
         of those packets (`frame`, `left_raw`, `right_raw`, each packet's blocks in option
         order; blocks of other frames are ignored)."""
@@ -88,14 +93,14 @@ class GapsBySlice:
             return
         if sack_blocks is not None and len(sack_blocks):
             self._dsacks.append(_dsack_rows(packets, sack_blocks))
-        order = np.argsort(packets["connection"].to_numpy(), kind="stable")
-        rows = {name: packets[name].to_numpy()[order] for name in
+        order = np.argsort(np.asarray(packets["connection"]), kind="stable")
+        rows = {name: np.asarray(packets[name])[order] for name in
                 ("frame", "connection", "window_bytes", "time_us", "direction", "payload_bytes",
                  "rel_seq", "rel_ack")}
         rows["connection"] = rows["connection"].astype(np.int64)
         rows["direction"] = rows["direction"].astype(np.int64)
         rows["frame"] = rows["frame"].astype(np.int64)
-        rows["role"] = packets["role"].cat.codes.to_numpy()[order]
+        rows["role"] = codes(packets["role"])[order]
         rows["kind"] = event_kinds(packets)[order]
         rows["end"] = rows["rel_seq"] + rows["payload_bytes"].astype(np.int64)
         resent = rows["kind"] == EVENT["retransmission"]
@@ -159,25 +164,25 @@ class GapsBySlice:
         return frame, time_us
 
 
-def _dsack_rows(packets: pd.DataFrame, sack_blocks: pd.DataFrame) -> dict[str, np.ndarray]:
+def _dsack_rows(packets: Table | pd.DataFrame, sack_blocks: Table | pd.DataFrame) -> dict[str, np.ndarray]:
     """The D-SACKs among the slice's packets: each packet's first SACK block where it lies
     below the packet's cumulative ACK, in relative sequence numbers of the direction it
     acknowledges (`key`: connection * 2 + that direction)."""
-    block_frame = sack_blocks["frame"].to_numpy().astype(np.int64)
+    block_frame = np.asarray(sack_blocks["frame"]).astype(np.int64)
     order = np.argsort(block_frame, kind="stable")
     first = order[group_starts(block_frame[order])]
-    packet_frame = packets["frame"].to_numpy().astype(np.int64)
+    packet_frame = np.asarray(packets["frame"]).astype(np.int64)
     at = np.minimum(np.searchsorted(packet_frame, block_frame[first]), len(packet_frame) - 1)
     here = packet_frame[at] == block_frame[first]
     first, at = first[here], at[here]
-    ack_raw = packets["ack_raw"].to_numpy()[at].astype(np.int64)
-    below = (ack_raw - sack_blocks["left_raw"].to_numpy()[first].astype(np.int64)) & 0xFFFFFFFF
+    ack_raw = np.asarray(packets["ack_raw"])[at].astype(np.int64)
+    below = (ack_raw - np.asarray(sack_blocks["left_raw"])[first].astype(np.int64)) & 0xFFFFFFFF
     duplicate = (below > 0) & (below < 1 << 31) & (
-        packets["role"].cat.codes.to_numpy()[at] != ROLE["syn"])
+        codes(packets["role"])[at] != ROLE["syn"])
     at, below = at[duplicate], below[duplicate]
-    direction = packets["direction"].to_numpy()[at].astype(np.int64)
-    return {"key": packets["connection"].to_numpy()[at].astype(np.int64) * 2 + 1 - direction,
-            "left": packets["rel_ack"].to_numpy()[at] - below,
+    direction = np.asarray(packets["direction"])[at].astype(np.int64)
+    return {"key": np.asarray(packets["connection"])[at].astype(np.int64) * 2 + 1 - direction,
+            "left": np.asarray(packets["rel_ack"])[at] - below,
             "frame": packet_frame[at]}
 
 

@@ -10,8 +10,14 @@ lines) is many bursts, not one badly buffered message.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
-import pandas as pd
+
+from nagledetect.table import Table
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 IDLE_GAP_US = 1_000_000
 BURST_GAP_US = 1_000
@@ -25,34 +31,34 @@ MESSAGE_COLUMNS = (
 )
 
 
-def number_messages(segments: pd.DataFrame, gap_us: int = IDLE_GAP_US) -> pd.Series:
-    """Message number of every data segment (aligned to the segments' index); a gap longer
-    than `gap_us` in a direction begins a new one (`BURST_GAP_US`: write bursts)."""
+def number_messages(segments: Table | pd.DataFrame, gap_us: int = IDLE_GAP_US) -> np.ndarray:
+    """Message number of every data segment (in the segments' row order); a gap longer than
+    `gap_us` in a direction begins a new one (`BURST_GAP_US`: write bursts)."""
     if segments.empty:
-        return pd.Series(np.zeros(0, dtype=np.int64), index=segments.index)
-    order = np.lexsort((segments["frame"].to_numpy(), segments["connection"].to_numpy()))
-    connection, direction, time_us = (segments[name].to_numpy()[order]
+        return np.zeros(0, dtype=np.int64)
+    order = np.lexsort((np.asarray(segments["frame"]), np.asarray(segments["connection"])))
+    connection, direction, time_us = (np.asarray(segments[name])[order]
                                       for name in ("connection", "direction", "time_us"))
     new_connection = np.r_[True, connection[1:] != connection[:-1]]
     turn = np.r_[True, direction[1:] != direction[:-1]]
     idle = np.r_[True, (time_us[1:] - time_us[:-1]) > gap_us]
     numbers = np.empty(len(order), dtype=np.int64)
     numbers[order] = np.cumsum(new_connection | turn | idle) - 1
-    return pd.Series(numbers, index=segments.index)
+    return numbers
 
 
-def no_messages() -> pd.DataFrame:
+def no_messages() -> Table:
     """The message table of a connection set without data segments (its columns untyped)."""
-    return pd.DataFrame(columns=MESSAGE_COLUMNS)
+    return Table({name: np.zeros(0, dtype=object) for name in MESSAGE_COLUMNS})
 
 
-def messages(segments: pd.DataFrame) -> pd.DataFrame:
+def messages(segments: Table | pd.DataFrame) -> Table:
     """One row per message (segments must carry `message`, in frame order within each): size,
     packets, segments needed. Reduced with numpy over the segments ordered by message (a pandas
     groupby with a median took a tenth of a large capture's connection-level time)."""
     if segments.empty:
         return no_messages()
-    message = segments["message"].to_numpy()
+    message = np.asarray(segments["message"])
     by_message = np.argsort(message, kind="stable")
     ordered = message[by_message]
     starts = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]])
@@ -60,7 +66,7 @@ def messages(segments: pd.DataFrame) -> pd.DataFrame:
     first, last = by_message[starts], by_message[ends - 1]
 
     def column(name: str) -> np.ndarray:
-        return segments[name].to_numpy()
+        return np.asarray(segments[name])
 
     payload = column("payload_bytes")
     table = {
@@ -76,14 +82,14 @@ def messages(segments: pd.DataFrame) -> pd.DataFrame:
     return message_table(table)
 
 
-def message_table(table: dict[str, np.ndarray]) -> pd.DataFrame:
+def message_table(table: dict[str, np.ndarray]) -> Table:
     """The message table from its columns up to the median payload: the segments each message
     needs at the connection's MSS follow from its bytes."""
     mss = np.maximum(table["mss"], 1)
     table["segments_needed"] = -(-table["bytes"] // mss)
     table["last_segment_full"] = table["bytes"] % mss == 0
     table["odd_segments"] = table["segments_needed"] % 2 == 1
-    return pd.DataFrame(table, copy=False)
+    return Table(table)
 
 
 def median_from_counts(key: np.ndarray, size: np.ndarray, count: np.ndarray) -> np.ndarray:

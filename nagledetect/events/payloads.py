@@ -12,13 +12,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cached_property
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from nagledetect.events.messages import median_from_counts
 from nagledetect.flows.connections import direction_key
 from nagledetect.flows.grouped import group_starts
+from nagledetect.table import Table
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 PAYLOAD_SIZES = "payload_sizes"
 """The name detectors share it under (`DetectorInput.shared`)."""
@@ -69,21 +73,21 @@ def _counted(keyed_sizes: np.ndarray, weights: np.ndarray | None = None) -> Payl
     return PayloadCounts(values >> SIZE_BITS, values & ((1 << SIZE_BITS) - 1), count)
 
 
-def _keyed_sizes(segments: pd.DataFrame) -> np.ndarray:
-    return (direction_key(segments) << SIZE_BITS) | segments["payload_bytes"].to_numpy().astype(
+def _keyed_sizes(segments: Table | pd.DataFrame) -> np.ndarray:
+    return (direction_key(segments) << SIZE_BITS) | np.asarray(segments["payload_bytes"]).astype(
         np.int64)
 
 
 class SegmentPayloads:
     """The counts of a segment table held whole, made for the directions asked for."""
 
-    def __init__(self, segments: pd.DataFrame) -> None:
+    def __init__(self, segments: Table | pd.DataFrame) -> None:
         self._segments = segments
 
     def of(self, keys: np.ndarray) -> PayloadCounts:
         """The counts of the directions of `keys` (`direction_key`s) that have segments."""
         wanted = np.isin(direction_key(self._segments), keys)
-        return _counted(_keyed_sizes(self._segments[wanted]))
+        return _counted(_keyed_sizes(self._segments)[wanted])
 
 
 class PayloadsBySlice:
@@ -98,7 +102,7 @@ class PayloadsBySlice:
         self._join_rows = join_rows
         """Rows beyond twice the joined ones that the slices' counts may hold unjoined."""
 
-    def add(self, segments: pd.DataFrame) -> None:
+    def add(self, segments: Table | pd.DataFrame) -> None:
         counts = _counted(_keyed_sizes(segments))
         self._pending.append(counts)
         self._pending_rows += len(counts.key)

@@ -12,30 +12,35 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property, partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 
 from nagledetect.flows.connections import by_connection
 from nagledetect.flows.grouped import group_starts, grouped_cummax
 from nagledetect.flows.roles import ROLE, ROLES
+from nagledetect.table import Table, codes
 
-_ROLE_NAMES = pd.Index([*ROLES, "none"])
-"""Role names by code, and "none" after them for a packet that does not exist: the categories
-of the peer role columns (categorical, as the packets' role: made from codes, compared by code)."""
+if TYPE_CHECKING:
+    import pandas as pd
+
+_ROLE_NAMES = (*ROLES, "none")
+"""Role names by code, and "none" after them for a packet that does not exist: the words of
+the peer role columns (held as codes, as the packets' role, and compared by code)."""
+CODED_SEGMENT_COLUMNS = {"peer_role": _ROLE_NAMES, "next_peer_role": _ROLE_NAMES}
 PURE_ACK_ROLES = ("pure_ack", "dup_ack", "window_update")
 RETRANSMISSION_ROLES = ("retransmission", "out_of_order")
 NONE = -1
 
 
-def role_in(roles: pd.Series, names: tuple[str, ...]) -> np.ndarray:
-    """Whether each row of a role column (categorical) is one of `names`, compared by code
-    (a categorical's isin costs a small capture more than the rest of its test)."""
-    return np.isin(roles.cat.codes.to_numpy(), roles.cat.categories.get_indexer(list(names)))
+def role_in(roles: Any, names: tuple[str, ...]) -> np.ndarray:
+    """Whether each row of a role column (its codes, or a pandas categorical) is one of
+    `names`, compared by code (a categorical's isin costs a small capture more than the rest
+    of its test). Codes past the roles ("none") are none of them."""
+    return np.isin(codes(roles), [ROLE[name] for name in names])
 
 
-def data_segments(packets: pd.DataFrame, connections: pd.DataFrame) -> pd.DataFrame:
+def data_segments(packets: Table | pd.DataFrame, connections: Table | pd.DataFrame) -> Table:
     """One row per new-data segment, with its context (frames are Wireshark frame numbers).
 
     Columns: frame, time_us, connection, direction, payload_bytes, rel_seq, end_seq, mss,
@@ -48,16 +53,16 @@ def data_segments(packets: pd.DataFrame, connections: pd.DataFrame) -> pd.DataFr
     direction, picked per packet by its direction, and the segments are then put in frame order.
     """
     order = _connection_order(packets)
-    connection = packets["connection"].to_numpy()[order]
+    connection = np.asarray(packets["connection"])[order]
     starts = group_starts(connection)
-    direction = packets["direction"].to_numpy()[order]
-    role = _with_none_slot(packets["role"].cat.codes.to_numpy(), order, len(ROLES))
-    payload = _with_none_slot(packets["payload_bytes"].to_numpy(), order, NONE)
-    end = _with_none_slot(packets["rel_seq"].to_numpy(), order, NONE)
+    direction = np.asarray(packets["direction"])[order]
+    role = _with_none_slot(codes(packets["role"]), order, len(ROLES))
+    payload = _with_none_slot(np.asarray(packets["payload_bytes"]), order, NONE)
+    end = _with_none_slot(np.asarray(packets["rel_seq"]), order, NONE)
     end[:-1] += payload[:-1]
     is_new_data = (role[:-1] == ROLE["data"]) & (payload[:-1] > 0)
     selected = np.flatnonzero(is_new_data)
-    selected = selected[np.argsort(packets["frame"].to_numpy()[order[selected]], kind="stable")]
+    selected = selected[np.argsort(np.asarray(packets["frame"])[order[selected]], kind="stable")]
     context = _context(selected, direction, starts, role[:-1], payload[:-1], end[:-1],
                        is_new_data)
     del is_new_data, starts
@@ -75,15 +80,15 @@ def data_segments(packets: pd.DataFrame, connections: pd.DataFrame) -> pd.DataFr
     table["mss"] = mss
     table["tail_bytes"] = table["payload_bytes"] % np.maximum(mss, 1)
     table["is_small"] = table["tail_bytes"] > 0
-    return pd.DataFrame(table, copy=False)
+    return Table(table, CODED_SEGMENT_COLUMNS)
 
 
-def _connection_order(packets: pd.DataFrame) -> np.ndarray:
+def _connection_order(packets: Table | pd.DataFrame) -> np.ndarray:
     """Rows sorted by connection, then frame (packet tables are in frame order already)."""
-    frame = packets["frame"].to_numpy()
+    frame = np.asarray(packets["frame"])
     if len(frame) > 1 and not (frame[1:] > frame[:-1]).all():
-        return np.lexsort((frame, packets["connection"].to_numpy()))
-    return np.argsort(packets["connection"].to_numpy(), kind="stable")
+        return np.lexsort((frame, np.asarray(packets["connection"])))
+    return np.argsort(np.asarray(packets["connection"]), kind="stable")
 
 
 OWN, PEER = 0, 1
@@ -194,9 +199,9 @@ def _context(selected: np.ndarray, direction: np.ndarray, starts: np.ndarray, ro
     }
 
 
-def _padded_column(packets: pd.DataFrame, order: np.ndarray, name: str) -> np.ndarray:
+def _padded_column(packets: Table | pd.DataFrame, order: np.ndarray, name: str) -> np.ndarray:
     """A packet column in connection order with the slot for -1 (see `_with_none_slot`)."""
-    return _with_none_slot(packets[name].to_numpy(), order, NONE)
+    return _with_none_slot(np.asarray(packets[name]), order, NONE)
 
 
 def _with_none_slot(values: np.ndarray, order: np.ndarray, missing: int) -> np.ndarray:
@@ -227,8 +232,6 @@ SEGMENT_COLUMNS = (
 """The segment table's columns (after frame and time_us come connection and direction): each
 is a packet column read at the segment or at one of its context packets (-1: none), or a
 context count (no packet column)."""
-_CODED_SOURCES = {"role": _ROLE_NAMES}
-"""Packet columns held as codes: the columns read from them are categoricals of these names."""
 SEGMENT_PACKET_COLUMNS = ("connection", "direction", *dict.fromkeys(
     source for _, source, _ in SEGMENT_COLUMNS if source not in (None, "end")))
 """The packet columns the segments are made from (`end` is made of two of them): a part that
@@ -248,11 +251,10 @@ def _segment_rows(context: dict[str, np.ndarray], made: dict[str, np.ndarray],
     table: dict[str, Any] = {name: context[at] for name, at in by_source.pop("")}
     for source, uses in sorted(by_source.items(), key=lambda item: item[0] not in made):
         values = made.pop(source) if source in made else padded(source)
-        categories = _CODED_SOURCES.get(source)
         for name, at in uses:
             table[name] = values[context[at]]
-            if categories is not None:
-                table[name] = pd.Categorical.from_codes(table[name], categories=categories)
+            if name in CODED_SEGMENT_COLUMNS:
+                table[name] = table[name].astype(np.int8)
         del values
     previous = context["previous_data"]
     table["own_retransmissions_between"] = np.where(

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable
-from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
@@ -23,9 +22,13 @@ from nagledetect.flows.grouped import group_starts
 from nagledetect.flows.handshake import handshake_table
 from nagledetect.flows.roles import ROLES, DirectionsBefore, assign_roles
 from nagledetect.flows.sequence import relative_ack, relative_sequence
+from nagledetect.flows.tables import (
+    PACKET_COLUMNS,
+    FlowTables,
+    connection_endpoints,
+)
 from nagledetect.flows.vantage import HandshakeTimes, ack_lags_us, vantage_table
 from nagledetect.read.capture import DecodedColumns
-from nagledetect.read.decode import ipv4_mapped
 from nagledetect.read.threads import executor
 
 CHUNK_PACKETS = 1 << 20
@@ -34,12 +37,6 @@ CLASSIFY_THREADS = max(1, min(2, os.cpu_count() or 1))
 """Chunks classified at once: numpy lets go of the GIL in the long array operations, so two
 threads nearly halve the time on two cores (more would hold more temporaries for less)."""
 
-PACKET_COLUMNS = (
-    "frame", "time_us", "connection", "direction", "flags", "payload_bytes", "rel_seq",
-    "rel_ack", "seq_raw", "ack_raw", "window_raw", "window_bytes", "role", "wire_segments",
-    "super_segment", "opt_has_timestamp", "opt_timestamp_value", "opt_timestamp_echo",
-    "opt_sack_block_count", "captured_bytes", "payload_from_capture",
-)
 
 
 HANDSHAKE_OPTION_COLUMNS = ("opt_mss", "opt_window_scale", "opt_sack_permitted")
@@ -47,28 +44,6 @@ HANDSHAKE_OPTION_COLUMNS = ("opt_mss", "opt_window_scale", "opt_sack_permitted")
 
 ADDRESS_COLUMNS = ("src_0", "src_1", "src_2", "src_3", "dst_0", "dst_1", "dst_2", "dst_3",
                    "src_port", "dst_port", "ip_version", "tcp_header_bytes")
-
-
-@dataclass
-class FlowTables:
-    packets: pd.DataFrame
-    connections: pd.DataFrame
-    sack_blocks: pd.DataFrame
-    found_events: FoundEvents | None = None
-    """What the compiled core found as it read; None where the events are still to be made
-    from the packets."""
-
-
-@dataclass(frozen=True)
-class FoundEvents:
-    """The events the compiled core found as it read, as its columns: the data segments in
-    context (packet rows and counts, and each segment's `message`: `events.compiled` frames
-    them), the timeline's gaps (`GapsBySlice.gaps`'s columns) and the message table
-    (`events.messages.messages`'s columns)."""
-
-    segment_context: dict[str, np.ndarray]
-    gap_rows: dict[str, np.ndarray]
-    message_rows: dict[str, np.ndarray]
 
 
 def _collect(batches: Iterable[DecodedColumns], expected_packets: int
@@ -363,21 +338,6 @@ def _connection_endpoints(columns: dict[str, np.ndarray], pair_rows: np.ndarray,
                                 columns["frame"][first_rows])
 
 
-def connection_endpoints(endpoints: np.ndarray, client_is_low: np.ndarray,
-                         first_frame: np.ndarray) -> dict[str, Any]:
-    """Client and server address and port, IP version and first frame of each connection, from
-    its endpoint pair's row (`EndpointPairs.rows`) and whether the client is its lower end."""
-    table: dict[str, Any] = {}
-    words = {side: np.where(is_low[:, None], endpoints[:, :5], endpoints[:, 5:])
-             for side, is_low in (("client", client_is_low), ("server", ~client_is_low))}
-    for side, side_words in words.items():
-        table[f"{side}_address"] = _formatted_addresses(side_words[:, :4])
-        table[f"{side}_port"] = side_words[:, 4].astype(np.int64)
-    table["ip_version"] = np.where(ipv4_mapped(*words["client"][:, :3].T), 4, 6)
-    table["first_frame"] = first_frame.astype(np.int64)
-    return table
-
-
 def connection_table(totals: dict[str, np.ndarray], count: int, endpoints: dict[str, Any],
                       handshake: dict[str, np.ndarray], guessed: np.ndarray,
                       vantage: dict[str, np.ndarray]) -> pd.DataFrame:
@@ -396,24 +356,6 @@ def connection_table(totals: dict[str, np.ndarray], count: int, endpoints: dict[
         table[f"bytes_{name}"] = totals["payload_bytes"][direction::2]
     table["client_guessed"] = guessed
     return pd.DataFrame({**table, **handshake, **vantage})
-
-
-def _formatted_addresses(words: np.ndarray) -> list[str]:
-    """Addresses from (n, 4) words: IPv4-mapped words as a dotted quad, others as compressed
-    IPv6 (`ipaddress`, one by one: rare, and its compression rules are the standard's)."""
-    last = words[:, 3].astype(np.int64)
-    texts = [f"{a}.{b}.{c}.{d}" for a, b, c, d in zip(
-        *(((last >> shift) & 0xFF).tolist() for shift in (24, 16, 8, 0)))]
-    for row in np.flatnonzero(~ipv4_mapped(*words[:, :3].T)).tolist():
-        texts[row] = _ipv6_text(words[row])
-    return texts
-
-
-def _ipv6_text(words: np.ndarray) -> str:
-    import ipaddress
-
-    value = (int(words[0]) << 96) | (int(words[1]) << 64) | (int(words[2]) << 32) | int(words[3])
-    return str(ipaddress.IPv6Address(value))
 
 
 def _sack_table(sack: dict[str, np.ndarray]) -> pd.DataFrame:

@@ -1,26 +1,26 @@
 """The flow tables made by the compiled core in one pass over the file (`_core.flow_tables`),
-framed as `build_flows` frames them: the same columns, dtypes and values, so everything above
-the flows reads them unchanged. The core reads, filters, decodes and numbers; this module only
-names the skips, formats the addresses and builds the frames (a row per connection)."""
+as `Table`s of the columns `build_flows` frames: the same columns, dtypes and values, so
+everything above the flows reads either. The core reads, filters, decodes and numbers; this
+module only names the skips, formats the addresses and builds the tables."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 import numpy as np
-import pandas as pd
 
 from nagledetect import _core
 from nagledetect.errors import InputError
-from nagledetect.flows.build import (
+from nagledetect.flows.roles import ROLES
+from nagledetect.flows.tables import (
     PACKET_COLUMNS,
     FlowTables,
     FoundEvents,
     connection_endpoints,
 )
-from nagledetect.flows.roles import ROLES
 from nagledetect.read import skips
 from nagledetect.read.capture import Accounting
+from nagledetect.table import Table
 
 HANDSHAKE_COLUMNS = (
     "syn_frame", "syn_ack_frame", "mss_client", "window_scale_client", "sack_permitted_client",
@@ -58,14 +58,12 @@ def compiled_flows_together(paths: list[str], bpf_filter: str | None = None
     per path how it was read, or the error that stopped it (it then adds nothing)."""
     made = _core.flow_tables(paths, bpf_filter)
     reads = [_capture_read(path, read) for path, read in zip(paths, made["captures"])]
-    packets = made["packets"]
-    if not len(packets["frame"]):
-        return _empty_tables(), reads
-    frame = pd.DataFrame({name: packets[name] for name in PACKET_COLUMNS}, copy=False)
-    frame["role"] = pd.Categorical.from_codes(frame["role"], categories=ROLES)
+    columns = {name: made["packets"][name] for name in PACKET_COLUMNS}
+    columns["role"] = columns["role"].astype(np.int8)  # codes as a pandas categorical holds them
+    packets = Table(columns, {"role": ROLES})
     connections = _connection_table(made["connections"], filtered=bpf_filter is not None)
     found = FoundEvents(made["segments"], made["gaps"], made["messages"])
-    return FlowTables(frame, connections, pd.DataFrame(made["sack_blocks"]), found), reads
+    return FlowTables(packets, connections, Table(made["sack_blocks"]), found), reads
 
 
 def _capture_read(path: str, read: dict | Exception) -> CaptureRead | InputError:
@@ -82,7 +80,7 @@ def _capture_read(path: str, read: dict | Exception) -> CaptureRead | InputError
     return CaptureRead(accounting, read["frame_offset"])
 
 
-def _connection_table(columns: dict[str, np.ndarray], filtered: bool) -> pd.DataFrame:
+def _connection_table(columns: dict[str, np.ndarray], filtered: bool) -> Table:
     """The connection table in `build.connection_table`'s column order."""
     count = len(columns["first_frame"])
     words = np.stack([columns[f"{side}_word_{index}"] for side in ("client", "server")
@@ -101,7 +99,7 @@ def _connection_table(columns: dict[str, np.ndarray], filtered: bool) -> pd.Data
     table["client_guessed"] = columns["client_guessed"]
     table.update((name, columns[name]) for name in HANDSHAKE_COLUMNS)
     table.update(_round_trips(columns))
-    return pd.DataFrame(table)
+    return Table(table)
 
 
 def _round_trips(columns: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -120,8 +118,6 @@ def _round_trips(columns: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     }
 
 
-def _empty_tables() -> FlowTables:
-    packets = pd.DataFrame({name: np.zeros(0, dtype=np.int64) for name in PACKET_COLUMNS})
-    return FlowTables(packets, pd.DataFrame({"id": np.zeros(0, dtype=np.int64)}),
-                      pd.DataFrame({name: np.zeros(0, dtype=np.uint32)
-                                    for name in ("frame", "left_raw", "right_raw")}))
+def empty_flow_tables() -> FlowTables:
+    """The flow tables of no packets, every column typed as a capture's."""
+    return compiled_flows_together([])[0]

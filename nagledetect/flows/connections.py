@@ -14,11 +14,15 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from nagledetect.flows.grouped import group_first_positions, group_starts
+from nagledetect.table import Table
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 FLAG_FIN = 0x01
 FLAG_SYN = 0x02
@@ -222,13 +226,17 @@ def _client_by_port_rule(first_src_port: np.ndarray, first_dst_port: np.ndarray)
 
 
 
-def by_connection(connections: pd.DataFrame, column: str, connection: np.ndarray) -> np.ndarray:
+def by_connection(connections: Table | pd.DataFrame, column: str,
+                  connection: np.ndarray) -> np.ndarray:
     """`column` of the connection table for each connection id in `connection`: by position
-    when the ids are the row numbers (as `build_flows` makes them; a pandas lookup by id costs
-    ten times more), else by id."""
-    if _ids_are_positions(connections["id"].to_numpy()):
-        return connections[column].to_numpy()[connection]
-    return connections.set_index("id")[column].reindex(connection).to_numpy()
+    when the ids are the row numbers (as `build_flows` and the core number them), else by id
+    (every id asked for must be in the table)."""
+    ids = np.asarray(connections["id"])
+    values = np.asarray(connections[column])
+    if _ids_are_positions(ids):
+        return values[connection]
+    order = np.argsort(ids, kind="stable")
+    return values[order[np.searchsorted(ids, connection, sorter=order)]]
 
 
 def _ids_are_positions(ids: np.ndarray) -> bool:
@@ -237,8 +245,8 @@ def _ids_are_positions(ids: np.ndarray) -> bool:
                 and (np.diff(ids) == 1).all())
 
 
-def direction_key(table: pd.DataFrame) -> np.ndarray:
+def direction_key(table: Table | pd.DataFrame) -> np.ndarray:
     """Each row's connection direction as one number, connection * 2 + direction (the order
     of direction groups everywhere), from a table's connection and direction columns."""
-    return table["connection"].to_numpy().astype(np.int64) * 2 + table["direction"].to_numpy()
+    return np.asarray(table["connection"]).astype(np.int64) * 2 + np.asarray(table["direction"])
 

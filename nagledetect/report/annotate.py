@@ -49,7 +49,7 @@ from nagledetect.read.pcapng import (
 from nagledetect.report.document import shown_ids
 from nagledetect.report.evidence_words import ack_note, reaction_text
 from nagledetect.report.headline import duration_text
-from nagledetect.sent_tables import rows_frame
+from nagledetect.sent_tables import rows_table
 
 OPTION_COMMENT = 1
 OPTION_USER_APPLICATION = 4
@@ -513,14 +513,14 @@ def _pcap_section(snaplen: int, linktype_field: int, resolution: int) -> bytes:
 def connection_frames(analysis: Analysis, shown_connections: set[int]) -> np.ndarray:
     """The frames of these connections (as the document shows them), from the analysis's
     packet table (kept when tables are wanted: in memory, or part by part on disk)."""
-    connections = rows_frame(analysis.capture.connections)
-    wanted = connections["id"].to_numpy()[np.isin(shown_ids(connections),
+    connections = rows_table(analysis.capture.connections)
+    wanted = np.asarray(connections["id"])[np.isin(shown_ids(connections),
                                                    list(shown_connections))]
     chunks = (analysis.part_tables.packets() if analysis.part_tables is not None
               else [analysis.capture.packets])
     frames = []
     for chunk in chunks:
-        packets = rows_frame(chunk)
-        frames.append(packets["frame"].to_numpy()[np.isin(packets["connection"].to_numpy(),
+        packets = rows_table(chunk)
+        frames.append(np.asarray(packets["frame"])[np.isin(np.asarray(packets["connection"]),
                                                            wanted)])
     return np.concatenate(frames).astype(np.int64) if frames else np.zeros(0, dtype=np.int64)

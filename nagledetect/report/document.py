@@ -15,7 +15,6 @@ from typing import Any, BinaryIO
 
 import numpy as np
 import orjson
-import pandas as pd
 
 from nagledetect.advice import ADVICE
 from nagledetect.analysis import Analysis
@@ -35,8 +34,8 @@ from nagledetect.sent_tables import (
     Rows,
     held_in,
     joined_rows,
-    rows_frame,
     rows_part,
+    rows_table,
 )
 from nagledetect.stored import (
     RECORDS_PER_CHUNK,
@@ -46,6 +45,7 @@ from nagledetect.stored import (
     ranking_columns,
     take,
 )
+from nagledetect.table import Table
 
 SCHEMA = "nagledetect/1"
 ENTRIES_PER_CHUNK = 2048
@@ -113,13 +113,13 @@ def _capture_entry(capture: Capture, read: ColumnReader) -> dict[str, Any]:
     }
 
 
-def _connection_entries(table: pd.DataFrame, capture: list[int]) -> list[dict[str, Any]]:
+def _connection_entries(table: Table, capture: list[int]) -> list[dict[str, Any]]:
     """The entries of a table of connections (each row's capture given), converted column by
     column (row by row, a million connections took 25 s). The id is Wireshark's tcp.stream in
     its capture (`shown_ids`)."""
 
     def column(name: str) -> np.ndarray:
-        return table[name].to_numpy()
+        return table[name]
 
     values = [_json_values(shown_ids(table) if name == "id" else column(name))
               for name in _CONNECTION_COLUMNS]
@@ -158,11 +158,11 @@ def _connection_entries(table: pd.DataFrame, capture: list[int]) -> list[dict[st
     return entries
 
 
-def shown_ids(table: pd.DataFrame) -> np.ndarray:
+def shown_ids(table: Table) -> np.ndarray:
     """Each connection's id as outputs show it: Wireshark's tcp.stream of the unfiltered capture,
     which a `stream` column holds under a filter (`flows.streams`); else the id itself, which
     numbers the conversations as Wireshark does."""
-    return table["stream" if "stream" in table.columns else "id"].to_numpy()
+    return table["stream" if "stream" in table else "id"]
 
 
 _CONNECTION_COLUMNS = (
@@ -249,9 +249,8 @@ class ConnectionEntries(ChunkedSequence):
     def _shown_ids(self, capture: int) -> np.ndarray | None:
         """The capture's shown ids by connection, None where they are the connections' own."""
         if capture not in self._shown:
-            table = rows_frame(self._tables[capture])
-            self._shown[capture] = (table["stream"].to_numpy() if "stream" in table.columns
-                                    else None)
+            table = rows_table(self._tables[capture])
+            self._shown[capture] = table["stream"] if "stream" in table else None
         return self._shown[capture]
 
     def items(self, start: int, stop: int) -> list[dict[str, Any]]:
@@ -267,7 +266,7 @@ class ConnectionEntries(ChunkedSequence):
             return _connection_entries(joined, capture)
         bounds = np.cumsum([0, *sizes]).tolist()
         return [entry for piece, low, high in zip(pieces, bounds[:-1], bounds[1:])
-                for entry in _connection_entries(rows_frame(piece), capture[low:high])]
+                for entry in _connection_entries(rows_table(piece), capture[low:high])]
 
 
     def take(self, positions: Sequence[int]) -> list[dict[str, Any]]:
@@ -284,14 +283,14 @@ class ConnectionEntries(ChunkedSequence):
         return entries
 
     def _by_table(self, ordered: np.ndarray, capture: np.ndarray
-                  ) -> Iterator[tuple[pd.DataFrame, np.ndarray, list[int]]]:
+                  ) -> Iterator[tuple[Table, np.ndarray, list[int]]]:
         """The positions picked, as rows of the tables holding them, a table at a time, with
         each row's capture (`capture`: each position's, ascending)."""
         if not len(ordered):
             return
         within = ordered - np.asarray(self.first_ids)[capture]
         bounds = [0, *(np.flatnonzero(np.diff(capture)) + 1).tolist(), len(capture)]
-        held: pd.DataFrame | None = None
+        held: Table | None = None
         rows: list[np.ndarray] = []
         captures: list[int] = []
         for low, high in zip(bounds[:-1], bounds[1:]):
@@ -379,7 +378,7 @@ class FindingEntries(ChunkedSequence):
             kind_of_each += columns.kind
         self._bounds = np.cumsum([0] + [len(findings) for findings in self._findings])
         rounded = np.array([round(t, 6) for t in times], dtype=np.float64)
-        kind_codes, self._kind_names = pd.factorize(np.array(kind_of_each, dtype=object))
+        kind_codes, self._kind_names = _codes_by_first_use(kind_of_each)
         captures = np.repeat(np.arange(len(self._findings)), np.diff(self._bounds))
         self._order = diagnosis_order(list(self._kind_names), kind_codes, rounded, captures)
         self._evidence_rows = np.array(evidence_rows, dtype=np.int64)[self._order]
@@ -550,6 +549,17 @@ def _advice_entries(findings: FindingEntries) -> dict[str, Any]:
     return {key: {"side": ADVICE[key].side, "title": ADVICE[key].title, "why": ADVICE[key].why,
                   "tradeoffs": ADVICE[key].tradeoffs, "calls": ADVICE[key].calls}
             for key in used}
+
+
+def _codes_by_first_use(values: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    """Each value's code, the distinct values numbered in the order they first occur, and
+    those values."""
+    names, first, inverse = np.unique(np.array(values, dtype=object), return_index=True,
+                                      return_inverse=True)
+    order = np.argsort(first, kind="stable")
+    rank = np.empty(len(order), dtype=np.int64)
+    rank[order] = np.arange(len(order))
+    return rank[inverse.reshape(-1)], names[order]
 
 
 class ParityEntries(_CapturesEndToEnd):

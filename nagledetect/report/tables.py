@@ -17,7 +17,8 @@ import pandas as pd
 from nagledetect.analysis import Analysis
 from nagledetect.errors import InputError
 from nagledetect.report.document import build_document
-from nagledetect.sent_tables import Rows, joined_rows, rows_frame
+from nagledetect.sent_tables import Rows, TableRows, rows_table
+from nagledetect.table import as_frame
 
 FINDING_COLUMNS = ("capture", "kind", "subkind", "connection", "sender", "receiver", "count",
                    "time_lost_s", "share", "summary")
@@ -26,20 +27,22 @@ ROWS_PER_CHUNK = 65_536
 """Up to this many rows of small captures' tables are joined into one chunk to write."""
 
 
-def _capture_chunks(analysis: Analysis, table: str) -> Iterator[Rows]:
+def _capture_chunks(analysis: Analysis, table: str) -> Iterator[pd.DataFrame]:
     if table == "connections":
-        yield analysis.capture.connections
+        chunks: Iterator[Rows | pd.DataFrame] = iter([analysis.capture.connections])
     elif analysis.part_tables is not None:
-        yield from getattr(analysis.part_tables, table)()
+        chunks = getattr(analysis.part_tables, table)()
     else:
-        yield analysis.capture.packets if table == "packets" else analysis.messages
+        chunks = iter([analysis.capture.packets if table == "packets" else analysis.messages])
+    for chunk in chunks:
+        yield as_frame(rows_table(chunk) if isinstance(chunk, TableRows) else chunk)
 
 
 def _chunks(analyses: list[Analysis], table: str) -> Iterator[pd.DataFrame]:
     """Every capture's chunks with their capture's position, consecutive ones of the same
     columns and dtypes joined up to ROWS_PER_CHUNK rows: an archive of small captures is a
     chunk or two a capture, and each chunk written on its own cost a millisecond."""
-    held: list[Rows] = []
+    held: list[pd.DataFrame] = []
     captures: list[int] = []
     held_rows = 0
     held_columns: list[tuple[str, Any]] = []
@@ -57,11 +60,9 @@ def _chunks(analyses: list[Analysis], table: str) -> Iterator[pd.DataFrame]:
         yield _joined(held, captures)
 
 
-def _joined(chunks: list[Rows], captures: list[int]) -> pd.DataFrame:
+def _joined(chunks: list[pd.DataFrame], captures: list[int]) -> pd.DataFrame:
     """The chunks as one, with a `capture` column last."""
-    joined = joined_rows(chunks)
-    if joined is None:
-        joined = pd.concat([rows_frame(chunk) for chunk in chunks], ignore_index=True)
+    joined = chunks[0] if len(chunks) == 1 else pd.concat(chunks, ignore_index=True)
     return joined.assign(capture=np.repeat(captures, [len(chunk) for chunk in chunks]))
 
 

@@ -1,0 +1,18 @@
+"""How large a capture's parts are, and what the parts analysed at once may take (`parts`):
+read without importing the parts' machinery, which only a capture larger than a part needs."""
+
+from collections.abc import Callable
+
+PART_BYTES = 32 * 1024 * 1024
+"""Capture bytes per part: about 300,000 packets at a snaplen of 128, about 80 MB of work."""
+WORK_PER_PART_FILE_BYTE = 4
+"""A part's work takes about this many times its file's size in memory (BYTES_PER_PART_PACKET
+against the file's 61 bytes a packet of IPv4, 85 of IPv6)."""
+PART_FILE_BYTES_IN_FLIGHT = 6 * PART_BYTES
+"""Part files analysed at once by default."""
+PARTS_MEMORY_BYTES = PART_FILE_BYTES_IN_FLIGHT * WORK_PER_PART_FILE_BYTE
+"""What the parts analysed at once may take by default (`--memory`): about 800 MB."""
+MAX_PARTS = 400
+"""Two open files per part: stay well inside the usual limit of 1,024 (parts grow instead)."""
+StageCallback = Callable[[str, int, int], None]
+"""Told how a stage after the read gets on: its name, the units done, the units in all."""
