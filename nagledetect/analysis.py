@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from nagledetect.api import read_capture
 from nagledetect.batch import analyze_together, groups_by_size
@@ -23,6 +24,9 @@ from nagledetect.pipeline import Analysis, Wanted, run_detectors, shared_empty_t
 from nagledetect.read.capture import ProgressCallback
 from nagledetect.read.compressed import capture_bytes
 from nagledetect.stored import SpillFile, StoredFindings, StoredHosts, stored_findings, without_samples
+
+if TYPE_CHECKING:
+    from nagledetect.part_tables import PartTables, TablesInMemory
 
 __all__ = ["Analysis", "Wanted", "analyze_capture", "analyze_together", "capture_groups",
            "for_another_process", "kept_on_disk", "run_detectors", "spills_read_by",
@@ -99,13 +103,11 @@ def handed_over(results: list[Analysis | InputError], spill: SpillFile
 
 
 def _handed_over(analysis: Analysis, spill: SpillFile) -> Analysis:
-    from nagledetect.part_tables import TablesInMemory, tables_on_disk
-
     tables = analysis.part_tables
+    in_memory = tables is not None and not hasattr(tables, "spill")
     return dataclasses.replace(
         analysis, findings=stored_findings(analysis.findings, spill),
-        part_tables=(tables_on_disk(tables, spill) if isinstance(tables, TablesInMemory)
-                     else tables))
+        part_tables=_on_disk(tables, spill) if in_memory else tables)
 
 
 def kept_on_disk(analysis: Analysis, spill: SpillFile) -> Analysis:
@@ -113,14 +115,20 @@ def kept_on_disk(analysis: Analysis, spill: SpillFile) -> Analysis:
     for all captures, not one open file each): what a run over many captures keeps of each
     capture's result while the others are analysed. Records in memory are appended; a spill
     file the result reads already (its own, or one handed over by a worker) is adopted."""
-    from nagledetect.part_tables import tables_on_disk
-
     for own_spill in spills_read_by(analysis):
         spill.adopt(own_spill)
     tables = analysis.part_tables
     return dataclasses.replace(
         analysis, findings=stored_findings(analysis.findings, spill),
-        part_tables=None if tables is None else tables_on_disk(tables, spill))
+        part_tables=None if tables is None else _on_disk(tables, spill))
+
+
+def _on_disk(tables: PartTables | TablesInMemory, spill: SpillFile) -> PartTables:
+    """`part_tables.tables_on_disk`, imported only when there are tables (`--tables`): its
+    module's pandas would cost a run without them more than its captures."""
+    from nagledetect.part_tables import tables_on_disk
+
+    return tables_on_disk(tables, spill)
 
 
 def spills_read_by(analysis: Analysis) -> list[SpillFile]:

@@ -8,8 +8,6 @@ separated by commas, the syntax Wireshark 3.6 and later accept (4.0 rejects blan
 
 from __future__ import annotations
 
-import numpy as np
-
 from nagledetect.detectors.model import StallEvents
 
 MAX_FRAME_RUNS = 64
@@ -31,16 +29,26 @@ def display_filter(connection: int, events: StallEvents) -> str:
         first = int(min(events.last_data_frame.min(), events.ack_frame.min()))
         last = int(max(events.released_frame.max(), events.ack_frame.max()))
         return f"{stream} && frame.number in {{{first}..{last}}}"
-    frames = np.unique(np.concatenate([events.last_data_frame, events.ack_frame,
-                                       events.released_frame]).astype(np.int64))
-    frames = frames[frames > 0]
-    if not len(frames):
+    frames = sorted({int(frame) for column in (events.last_data_frame, events.ack_frame,
+                                               events.released_frame)
+                     for frame in column.tolist() if frame > 0})
+    if not frames:
         return stream
-    breaks = np.flatnonzero(np.diff(frames) != 1) + 1
-    starts = frames[np.r_[0, breaks]].tolist()
-    ends = frames[np.r_[breaks - 1, len(frames) - 1]].tolist()
+    starts, ends = _runs(frames)
     if len(starts) > MAX_FRAME_RUNS:
         return f"{stream} && frame.number in {{{starts[0]}..{ends[-1]}}}"
     runs = ", ".join(str(start) if start == end else f"{start}..{end}"
                      for start, end in zip(starts, ends))
     return f"{stream} && frame.number in {{{runs}}}"
+
+
+def _runs(frames: list[int]) -> tuple[list[int], list[int]]:
+    """The first and last frame of each run of consecutive frames (`frames` sorted, distinct;
+    at most MAX_EVENTS_LISTED events' worth, so Python lists cost less than numpy calls)."""
+    starts, ends = [frames[0]], []
+    for previous, frame in zip(frames, frames[1:]):
+        if frame != previous + 1:
+            ends.append(previous)
+            starts.append(frame)
+    ends.append(frames[-1])
+    return starts, ends
