@@ -90,6 +90,8 @@ def _sharing_connections(times_s: np.ndarray, host: np.ndarray, connection: np.n
 def lock_tests(hosts: Mapping[str, HostProfile], samples: Table) -> dict[str, dict]:
     """For every host with enough delayed ACKs: its best tick and whether it is locked to it."""
     delayed_rows = np.flatnonzero(np.asarray(samples["delayed"], dtype=bool))
+    if len(delayed_rows) < MIN_SAMPLES:  # no host can have enough (most small captures)
+        return {}
     codes, names = sample_hosts(samples, delayed_rows)
     enough = np.bincount(codes, minlength=len(names)) >= MIN_SAMPLES
     rows = np.flatnonzero(enough[codes]) if len(codes) else np.zeros(0, dtype=np.int64)
