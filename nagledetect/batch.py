@@ -28,11 +28,12 @@ import numpy as np
 
 from nagledetect.api import Capture
 from nagledetect.detectors import nagle_stall
-from nagledetect.detectors.delack_timer import host_fingerprints
+from nagledetect.detectors.delack_timer import HostFingerprints, host_fingerprints
 from nagledetect.detectors.model import Finding, StallEvents
 from nagledetect.errors import InputError
 from nagledetect.events.messages import no_messages
 from nagledetect.flows.compiled import compiled_flows_together
+from nagledetect.ordering import factorize_in_name_order
 from nagledetect.pipeline import (
     Analysis,
     ConnectionLevel,
@@ -104,15 +105,16 @@ def _per_capture(level: ConnectionLevel, captures: list[_Read], wanted: Wanted
     if len(owner) and (np.diff(owner) < 0).any():
         raise RuntimeError("a batch's connections are not numbered capture by capture")
     cut = _Cut(owner, np.searchsorted(owner, np.arange(len(captures) + 1)), offsets)
+    samples = cut.rows(level.samples, SAMPLE_FRAMES)
     tables = zip(cut.rows(connections, CONNECTION_FRAMES, key="id"),
-                 map(rows_table, cut.rows(level.samples, SAMPLE_FRAMES)),
+                 map(rows_table, samples), _fingerprints_by_capture(samples, len(captures)),
                  cut.rows(level.parity, ()), cut.findings(level.findings))
     kept = (zip(map(rows_table, cut.rows(level.packets, ("frame",))),
                 map(rows_table, cut.rows(level.messages, MESSAGE_FRAMES, counted="message")))
             if wanted.charts or wanted.tables else itertools.repeat((None, None)))
-    for capture, (connections_of, samples, parity, findings), (packets, message_table) in zip(
-            captures, tables, kept):
-        analysis = _analysis(capture, connections_of, findings, samples, parity)
+    for capture, (connections_of, samples_of, hosts, parity, findings), (
+            packets, message_table) in zip(captures, tables, kept):
+        analysis = _analysis(capture, connections_of, findings, samples_of, hosts, parity)
         if message_table is not None and message_table.empty:
             message_table = no_messages()
         if wanted.charts:
@@ -191,10 +193,26 @@ def _given_back(finding: Finding, first: int, frame_offset: int) -> Finding:
                                events=StallEvents(rows) if len(rows) else finding.events)
 
 
+def _fingerprints_by_capture(samples: list[Rows], captures: int) -> list[HostFingerprints]:
+    """Each capture's host fingerprints, as `host_fingerprints` of its own samples makes them,
+    all captures' hosts fingerprinted at once (one set of numpy calls, not one a capture):
+    each sample's host is its capture's number with its address, and the hosts of capture k
+    come after those of captures before it, in address order."""
+    table = next((rows.table for rows in samples if isinstance(rows, TableRows)), None)
+    if table is None:
+        return [host_fingerprints(rows_table(rows)) for rows in samples]
+    owner = np.repeat(np.arange(captures), [len(rows) for rows in samples])
+    host_code, addresses = factorize_in_name_order(table["host"])
+    pair, keyed = np.unique(owner * max(len(addresses), 1) + host_code, return_inverse=True)
+    fingerprints = host_fingerprints(table.with_codes(
+        "host", keyed.reshape(-1), addresses[pair % max(len(addresses), 1)].tolist()))
+    return fingerprints.split(np.searchsorted(pair // max(len(addresses), 1),
+                                              np.arange(captures + 1)))
+
+
 def _analysis(capture: _Read, connections: Rows, findings: list[Finding],
-              samples: Table, parity: Rows) -> Analysis:
+              samples: Table, hosts: HostFingerprints, parity: Rows) -> Analysis:
     """One capture's host step, as a capture held whole makes it, and its analysis."""
-    hosts = host_fingerprints(samples)
     for finding in findings:
         if finding.kind in (nagle_stall.KIND, nagle_stall.RTT_HOLD_KIND):
             host = hosts.get(str(finding.receiver_host))

@@ -121,10 +121,11 @@ class Table:
             table[name] = values
         return table
 
-    def with_codes(self, name: str, values: np.ndarray, words: Sequence[str]) -> None:
-        """Set a coded column: `values` are codes of `words`."""
-        self[name] = values
-        self._coded[name] = tuple(words)
+    def with_codes(self, name: str, values: np.ndarray, words: Sequence[str]) -> Table:
+        """A table with this coded column added or replaced: `values` are codes of `words`."""
+        table = self.assign(**{name: values})
+        table._coded[name] = tuple(words)
+        return table
 
     def labels(self, name: str) -> np.ndarray:
         """A column's values as Python objects, coded columns as their words."""

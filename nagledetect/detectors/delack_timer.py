@@ -334,6 +334,21 @@ class HostFingerprints(Mapping[str, HostProfile]):
             self._index = {name: index for index, name in enumerate(self.addresses)}
         return self._profile(self._index[address])
 
+    def split(self, bounds: np.ndarray) -> list[HostFingerprints]:
+        """The fingerprints of hosts `bounds[k]` to `bounds[k + 1]` as a set of their own, for
+        each k (hosts of several captures fingerprinted at once, cut back per capture)."""
+        pieces = []
+        for first, after in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
+            samples = slice(self._starts[first], self._starts[after])
+            delayed = slice(self._delayed_starts[first], self._delayed_starts[after])
+            pieces.append(HostFingerprints(
+                self.addresses[first:after], self._timer_ms[first:after],
+                self._spread_ms[first:after], self._delayed_samples[first:after],
+                self._rounded_ms[samples], self._starts[first:after + 1] - samples.start,
+                self._ack_time_s[delayed], self._ack_connections[delayed],
+                self._delayed_starts[first:after + 1] - delayed.start))
+        return pieces
+
     def timers_ms(self) -> list[float | None]:
         """Each host's timer as fingerprinted (None: no delayed ACK)."""
         return [None if math.isnan(timer) else timer for timer in self._timer_ms.tolist()]
