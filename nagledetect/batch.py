@@ -88,7 +88,7 @@ def analyze_together(paths: list[str], bpf_filter: str | None = None,
             read[index] = _Read(path, result.accounting, result.frame_offset)
     if read:
         level = connection_level(flows, fingerprint=False,
-                                 keep_packets=wanted.charts or wanted.tables)
+                                 keep_packets=wanted.charts or wanted.tables, keep_segments=False)
         del flows
         results.update(zip(read, _per_capture(level, list(read.values()), wanted)))
     return [results[index] for index in range(len(paths))]

@@ -21,6 +21,7 @@ from nagledetect.detectors.delack_timer import (
     SAMPLE_SEGMENT_COLUMNS,
     delack_samples,
     host_fingerprints,
+    samples_of,
 )
 from nagledetect.detectors.model import (
     DETECTOR_PACKET_COLUMNS,
@@ -28,12 +29,15 @@ from nagledetect.detectors.model import (
     Finding,
     HostProfile,
 )
+from nagledetect.detectors.nagle_stall import UNTIMED_STALLS
 from nagledetect.detectors.other_stalls import GAP_ROWS
+from nagledetect.detectors.tinygram_flood import WRITE_BURSTS
 from nagledetect.events.compiled import compiled_messages, compiled_segments
 from nagledetect.events.messages import messages, number_messages
+from nagledetect.events.payloads import PAYLOAD_SIZES, CountedPayloads, PayloadCounts
 from nagledetect.events.segments import SEGMENT_PACKET_COLUMNS, data_segments
 from nagledetect.flows.compiled import empty_flow_tables
-from nagledetect.flows.tables import FlowTables
+from nagledetect.flows.tables import FlowTables, FoundEvents
 from nagledetect.read.capture import Accounting
 from nagledetect.sent_tables import TableRows, sent_fields, shared_table
 from nagledetect.table import Table, as_table
@@ -106,14 +110,13 @@ class ConnectionLevel:
 
 
 def connection_level(flows: FlowTables, fingerprint: bool = True,
-                     keep_packets: bool = True) -> ConnectionLevel:
+                     keep_packets: bool = True, keep_segments: bool = True) -> ConnectionLevel:
     """Events and connection detectors. Without `fingerprint` (a part of a capture) stalls are
-    scored without host timers: the capture-wide step scores them again with all samples, which
-    are then made after the detectors, out of their peak. The flow tables are taken over:
-    without `keep_packets`, and with no other holder of the packet table, only the columns the
-    segments are made from are held from the start (52 of the table's 78 bytes a packet), only
-    those the detectors read once the segments are made (48), and once the detectors are done,
-    only the segment columns the samples read."""
+    scored without host timers: the capture-wide step scores them again with all samples. The
+    flow tables are taken over: without `keep_packets` the packet and message tables are not
+    kept. Events the compiled core found are read as it gives them (`_core_level`), the
+    segment table made only with `keep_segments`; others are made from the packet table
+    (`_numpy_level`)."""
     packets, connections, sack_blocks = (as_table(table) for table in (
         flows.packets, flows.connections, flows.sack_blocks))
     found = flows.found_events
@@ -121,24 +124,56 @@ def connection_level(flows: FlowTables, fingerprint: bool = True,
     if packets.empty:
         return ConnectionLevel(packets, connections, Table(), Table(), no_samples(),
                                [], Table(), {})
+    if found is None:
+        return _numpy_level(packets, connections, sack_blocks, fingerprint, keep_packets)
+    return _core_level(found, packets, connections, fingerprint, keep_packets, keep_segments)
+
+
+def _core_level(found: FoundEvents, packets: Table, connections: Table, fingerprint: bool,
+                keep_packets: bool, keep_segments: bool) -> ConnectionLevel:
+    """The connection level from the core's events: the detectors read its rows of the
+    segments (the stall candidates, the lone answered segments, the payload counts), its
+    write bursts and gaps, as a part read a slice at a time hands them over."""
+    message_table = compiled_messages(found.message_rows)
+    samples = samples_of(found.lone_segments, connections)
+    hosts = host_fingerprints(samples) if fingerprint else {}
+    made = {GAP_ROWS: found.gap_rows, UNTIMED_STALLS: found.untimed_stalls,
+            WRITE_BURSTS: compiled_messages(found.burst_rows),
+            PAYLOAD_SIZES: CountedPayloads(PayloadCounts(**found.payload_counts))}
+    columns = DetectorInput(packets, connections, Table(), message_table, hosts, made=made)
+    for detector in CONNECTION_DETECTORS:
+        columns.earlier_findings.extend(detector.detect(columns))
+    parity = segment_parity.parity_table(columns)
+    findings = columns.earlier_findings
+    del columns
+    segments = Table()
+    if keep_segments:
+        segments = compiled_segments(found.segment_context, packets, connections)
+        segments["message"] = found.segment_context["message"]
+    if not keep_packets:
+        packets, message_table = _emptied(packets), _emptied(message_table)
+    return ConnectionLevel(packets, connections, segments, message_table, samples, findings,
+                           parity, hosts)
+
+
+def _numpy_level(packets: Table, connections: Table, sack_blocks: Table, fingerprint: bool,
+                 keep_packets: bool) -> ConnectionLevel:
+    """The connection level made from the packet table (the numpy path's flow tables). Without
+    `keep_packets`, only the columns the segments are made from are held from the start, only
+    those the detectors read once the segments are made, and once the detectors are done, only
+    the segment columns the samples read."""
     if not keep_packets:
         packets = packets.select(dict.fromkeys((*SEGMENT_PACKET_COLUMNS,
                                                 *DETECTOR_PACKET_COLUMNS)))
-    segments = (data_segments(packets, connections) if found is None
-                else compiled_segments(found.segment_context, packets, connections))
+    segments = data_segments(packets, connections)
     detector_packets = packets.select(DETECTOR_PACKET_COLUMNS)
     if not keep_packets:
         packets = detector_packets
-    if found is None:
-        segments["message"] = number_messages(segments)
-        message_table = messages(segments)
-    else:
-        segments["message"] = found.segment_context["message"]
-        message_table = compiled_messages(found.message_rows, segments)
+    segments["message"] = number_messages(segments)
+    message_table = messages(segments)
     samples = delack_samples(segments, connections) if fingerprint else None
     hosts = {} if samples is None else host_fingerprints(samples)
     columns = DetectorInput(detector_packets, connections, segments, message_table, hosts,
-                            made={} if found is None else {GAP_ROWS: found.gap_rows},
                             sack_blocks=sack_blocks)
     for detector in CONNECTION_DETECTORS:
         columns.earlier_findings.extend(detector.detect(columns))
@@ -174,14 +209,16 @@ def phase_lock_findings(hosts: Mapping[str, HostProfile], samples: Table,
     return phase_lock.detect_hosts(hosts, samples, phase_lock.stall_seconds_by_receiver(stalls))
 
 
-def run_detectors(capture: Capture, charts: bool = True) -> Analysis:
+def run_detectors(capture: Capture, charts: bool = True, keep_segments: bool = True
+                  ) -> Analysis:
     """Run every detector over one capture held whole in memory; with `charts`, also gather
-    what the HTML report draws."""
+    what the HTML report draws; without `keep_segments`, the segment table of a capture the
+    compiled core read is not made (no report reads it)."""
     capture = dataclasses.replace(capture, packets=as_table(capture.packets),
                                   connections=as_table(capture.connections),
                                   sack_blocks=as_table(capture.sack_blocks))
     level = connection_level(FlowTables(capture.packets, capture.connections, capture.sack_blocks,
-                                        capture.found_events))
+                                        capture.found_events), keep_segments=keep_segments)
     hosts, phase_findings = host_level(level)
     chart_data = None
     if charts:

@@ -2,7 +2,9 @@
 it was proven against) on real captures: every packet's connection, direction, relative
 numbers, role, scaled window and wire segments, every connection's row, every SACK block; its
 data segments in context equal `data_segments`'s, its timeline gaps `GapsBySlice`'s, and its
-messages (each segment's number and the message table) `number_messages`' and `messages`'.
+messages (each segment's number and the message table) `number_messages`' and `messages`',
+and the rows it gives the detectors (stall candidates, lone answered segments, write bursts,
+payload counts) those the Python rules take of the numpy path's segments.
 
 Differences that are not errors, each checked by hand:
   - the SACK table comes in frame order from the core (the numpy decoder gives it option slot
@@ -23,14 +25,19 @@ import pandas as pd
 import pytest
 
 from nagledetect.api import Capture, load_capture_numpy
+from nagledetect.detectors.delack_timer import LONE_SEGMENT_COLUMNS, answered_lone
+from nagledetect.detectors.nagle_stall import untimed_stalls
 from nagledetect.events.compiled import compiled_messages, compiled_segments
 from nagledetect.events.gaps import GAP_PACKET_COLUMNS, GapsBySlice
-from nagledetect.events.messages import messages, number_messages
+from nagledetect.events.messages import BURST_GAP_US, messages, number_messages
+from nagledetect.events.payloads import SegmentPayloads
 from nagledetect.events.segments import data_segments
 from nagledetect.flows.build import FlowTables
 from nagledetect.flows.compiled import compiled_flows
+from nagledetect.flows.connections import direction_key
+from nagledetect.flows.tables import FoundEvents
 from nagledetect.read.capture import Accounting
-from nagledetect.table import as_frame
+from nagledetect.table import Table, as_frame
 from tests.conftest import SAMPLE_TRACES, corpus_file
 
 SAMPLES = sorted(path.name for path in SAMPLE_TRACES.iterdir()
@@ -79,14 +86,30 @@ def _assert_same(reference: Capture, flows: FlowTables, accounting: Accounting) 
         segments["message"] = number_messages(segments)
         np.testing.assert_array_equal(found.segment_context["message"],
                                       segments["message"], err_msg="message")
-        _same_frame(messages(segments), compiled_messages(found.message_rows, segments),
-                    "messages")
+        _same_frame(messages(segments), compiled_messages(found.message_rows), "messages")
+        _same_detector_rows(segments, found)
     if not reference.packets.empty:
         _same_gaps(reference, flows.found_events.gap_rows)
     expected = reference.accounting
     assert (accounting.packets_read, accounting.tcp_packets, accounting.skipped,
             accounting.linktype) == (expected.packets_read, expected.tcp_packets,
                                      expected.skipped, expected.linktype)
+
+
+def _same_detector_rows(segments: Table, found: FoundEvents) -> None:
+    """The rows the core gives the detectors equal those the Python rules take of the numpy
+    path's segments: the stall candidates, the lone answered segments, the write bursts and
+    the payload counts, column by column with their dtypes."""
+    _same_frame(Table(untimed_stalls(segments)), Table(found.untimed_stalls), "untimed_stalls")
+    lone = np.flatnonzero(answered_lone(segments))
+    _same_frame(Table({name: segments[name][lone] for name in LONE_SEGMENT_COLUMNS}),
+                Table(found.lone_segments), "lone_segments")
+    bursts = messages(segments.assign(message=number_messages(segments, BURST_GAP_US)))
+    _same_frame(bursts, compiled_messages(found.burst_rows), "bursts")
+    keys = np.unique(direction_key(segments))
+    expected = SegmentPayloads(segments).of(keys)
+    _same_frame(Table({"key": expected.key, "size": expected.size, "count": expected.count}),
+                Table(found.payload_counts), "payload_counts")
 
 
 def _same_gaps(reference: Capture, gap_rows: dict[str, np.ndarray]) -> None:

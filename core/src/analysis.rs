@@ -145,6 +145,11 @@ pub fn flow_tables<'py>(
     result.set_item("segments", events.segments)?;
     result.set_item("gaps", events.gaps)?;
     result.set_item("messages", events.messages)?;
+    result.set_item("bursts", events.bursts)?;
+    let rows = events.detector_rows;
+    result.set_item("untimed_stalls", rows.untimed_stalls)?;
+    result.set_item("lone_segments", rows.lone_segments)?;
+    result.set_item("payload_counts", rows.payload_counts)?;
     result.set_item("captures", captures)?;
     Ok(result)
 }

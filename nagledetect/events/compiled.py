@@ -1,7 +1,7 @@
 """The events the compiled core found while it read, framed as the numpy path frames them: the
 data segments in context (its rows: which packet each segment is, and which packets are its
-context) as `segments.data_segments` does, the message table as `messages.messages` does: the
-same columns, dtypes and values (tests/test_core_flows.py)."""
+context) as `segments.data_segments` does, the message table (and the write bursts) as
+`messages.messages` does: the same columns, dtypes and values (tests/test_core_flows.py)."""
 
 from __future__ import annotations
 
@@ -64,9 +64,9 @@ class _Padded:
         return self._made[name][rows]
 
 
-def compiled_messages(rows: dict[str, np.ndarray], segments: Table) -> Table:
+def compiled_messages(rows: dict[str, np.ndarray]) -> Table:
     """The message table as `messages.messages` frames it, from the core's columns (the
-    untyped empty table where there are no segments, as there)."""
-    if segments.empty:
+    untyped empty table where there are no messages, as there are none without segments)."""
+    if not len(rows["message"]):
         return no_messages()
     return Table({name: rows[name] for name in MESSAGE_COLUMNS})

@@ -90,6 +90,17 @@ class SegmentPayloads:
         return _counted(_keyed_sizes(self._segments)[wanted])
 
 
+class CountedPayloads:
+    """Every direction's counts, counted already (by the compiled core)."""
+
+    def __init__(self, counts: PayloadCounts) -> None:
+        self._counts = counts
+
+    def of(self, keys: np.ndarray) -> PayloadCounts:
+        """The counts of the directions of `keys` that have segments."""
+        return _of_keys(self._counts, keys)
+
+
 class PayloadsBySlice:
     """The counts of every direction, its segments given a slice at a time (`add`). Each
     slice's counts are kept, and joined when they outgrow what was joined before (a part of
@@ -118,6 +129,9 @@ class PayloadsBySlice:
     def of(self, keys: np.ndarray) -> PayloadCounts:
         """The counts of the directions of `keys` that have segments."""
         self._join()
-        counts = self._joined
-        wanted = np.isin(counts.key, keys)
-        return PayloadCounts(counts.key[wanted], counts.size[wanted], counts.count[wanted])
+        return _of_keys(self._joined, keys)
+
+
+def _of_keys(counts: PayloadCounts, keys: np.ndarray) -> PayloadCounts:
+    wanted = np.isin(counts.key, keys)
+    return PayloadCounts(counts.key[wanted], counts.size[wanted], counts.count[wanted])

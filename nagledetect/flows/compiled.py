@@ -62,7 +62,8 @@ def compiled_flows_together(paths: list[str], bpf_filter: str | None = None
     columns["role"] = columns["role"].astype(np.int8)  # codes as a pandas categorical holds them
     packets = Table(columns, {"role": ROLES})
     connections = _connection_table(made["connections"], filtered=bpf_filter is not None)
-    found = FoundEvents(made["segments"], made["gaps"], made["messages"])
+    found = FoundEvents(made["segments"], made["gaps"], made["messages"], made["bursts"],
+                        made["untimed_stalls"], made["lone_segments"], made["payload_counts"])
     return FlowTables(packets, connections, Table(made["sack_blocks"]), found), reads
 
 

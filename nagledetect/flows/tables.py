@@ -38,12 +38,19 @@ class FlowTables:
 class FoundEvents:
     """The events the compiled core found as it read, as its columns: the data segments in
     context (packet rows and counts, and each segment's `message`: `events.compiled` frames
-    them), the timeline's gaps (`GapsBySlice.gaps`'s columns) and the message table
-    (`events.messages.messages`'s columns)."""
+    them), the timeline's gaps (`GapsBySlice.gaps`'s columns), the message table and the write
+    bursts (`events.messages.messages`'s columns), and the rows the detectors read of the
+    segments: those that passed the stall's packet tests (`nagle_stall.untimed_stalls`), the
+    lone segments a pure ACK answered (`delack_timer.LONE_SEGMENT_COLUMNS`) and each
+    direction's payload sizes counted (`payloads.PayloadCounts`' columns)."""
 
     segment_context: dict[str, np.ndarray]
     gap_rows: dict[str, np.ndarray]
     message_rows: dict[str, np.ndarray]
+    burst_rows: dict[str, np.ndarray]
+    untimed_stalls: dict[str, np.ndarray]
+    lone_segments: dict[str, np.ndarray]
+    payload_counts: dict[str, np.ndarray]
 
 
 def connection_endpoints(endpoints: np.ndarray, client_is_low: np.ndarray,

@@ -1,8 +1,9 @@
 //! Application messages (the rules of `nagledetect/events/messages.py`): the data segments one
 //! side sends between the other side's data, or between idle gaps of more than a second, found
-//! as the segments come. Messages are numbered in connection order (a connection's first, then
-//! the next connection's...), which is known only at the end; each connection numbers its own
-//! from 0 meanwhile.
+//! as the segments come; and write bursts, the same cut at gaps of more than a millisecond.
+//! Messages are numbered in connection order (a connection's first, then the next
+//! connection's...), which is known only at the end; each connection numbers its own from 0
+//! meanwhile.
 
 use numpy::IntoPyArray;
 use pyo3::prelude::*;
@@ -12,7 +13,9 @@ use crate::flows::Taken;
 use crate::flows::tables::FlowTables;
 
 /// A pause longer than this in a connection's data begins a new message.
-const IDLE_GAP_US: i64 = 1_000_000;
+pub const IDLE_GAP_US: i64 = 1_000_000;
+/// ... and a new write burst (`messages.BURST_GAP_US`).
+pub const BURST_GAP_US: i64 = 1_000;
 
 /// A message: its connection, its side, its number within the connection and its segments'
 /// packet rows.
@@ -32,8 +35,9 @@ struct Latest {
     message: usize,
 }
 
-#[derive(Default)]
 pub struct Messages {
+    /// A pause longer than this begins a new message.
+    gap_us: i64,
     /// By connection: its latest segment, and how many messages it has begun.
     latest: Vec<Option<Latest>>,
     begun: Vec<u32>,
@@ -51,6 +55,17 @@ pub struct Mark {
 }
 
 impl Messages {
+    /// Messages cut at pauses longer than `gap_us`.
+    pub fn cut_at(gap_us: i64) -> Messages {
+        Messages {
+            gap_us,
+            latest: Vec::new(),
+            begun: Vec::new(),
+            messages: Vec::new(),
+            of_segment: Vec::new(),
+        }
+    }
+
     /// A new-data segment of `packet`'s connection.
     pub fn segment(&mut self, packet: &Taken) {
         let connection = packet.connection as usize;
@@ -59,7 +74,7 @@ impl Messages {
             self.begun.resize(connection + 1, 0);
         }
         let continues = self.latest[connection].filter(|latest| {
-            latest.sender == packet.sender && packet.time_us - latest.time_us <= IDLE_GAP_US
+            latest.sender == packet.sender && packet.time_us - latest.time_us <= self.gap_us
         });
         let message = match continues {
             Some(latest) => latest.message,
@@ -99,13 +114,13 @@ impl Messages {
         self.begun.truncate(mark.connections);
     }
 
-    /// The segments' message numbers and the message table (`messages.messages`'s columns),
-    /// numbered in connection order.
+    /// The segments' message numbers (in segment order) and the message table
+    /// (`messages.messages`'s columns), numbered in connection order.
     pub fn into_python<'py>(
         mut self,
         py: Python<'py>,
         flows: &FlowTables,
-    ) -> PyResult<(Bound<'py, PyAny>, Bound<'py, PyDict>)> {
+    ) -> PyResult<(Vec<i64>, Bound<'py, PyDict>)> {
         let mut first_number = vec![0i64; self.begun.len() + 1];
         for (connection, begun) in self.begun.iter().enumerate() {
             first_number[connection + 1] = first_number[connection] + i64::from(*begun);
@@ -118,7 +133,7 @@ impl Messages {
         self.messages
             .sort_by_key(|message| (message.connection, message.local));
         let table = MessageColumns::of(&self.messages, &first_number, flows);
-        Ok((numbers.into_pyarray(py).into_any(), table.into_python(py)?))
+        Ok((numbers, table.into_python(py)?))
     }
 }
 

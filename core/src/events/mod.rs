@@ -1,8 +1,10 @@
 //! Events found as the packets come, from each packet as its connection took it
 //! (`flows::Taken`): the data segments in context (`segments`), the event table the Nagle
-//! rules read, and the gaps of each connection's timeline (`gaps`), which the other causes'
-//! rules read. State is kept per connection.
+//! rules read, the gaps of each connection's timeline (`gaps`), which the other causes'
+//! rules read, and the messages and write bursts (`messages`). State is kept per connection.
+//! At the end the segments give the rows the detectors read (`detector_rows`).
 
+pub mod detector_rows;
 pub mod gaps;
 pub mod messages;
 pub mod segments;
@@ -14,8 +16,9 @@ use pyo3::types::PyDict;
 use crate::flows::Taken;
 use crate::flows::side::ROLE_DATA;
 use crate::flows::tables::FlowTables;
+use detector_rows::{DetectorRows, detector_rows};
 use gaps::{ConnectionGaps, GapRows};
-use messages::Messages;
+use messages::{BURST_GAP_US, IDLE_GAP_US, Messages};
 use segments::{DirectionContext, NONE, SegmentRows};
 
 /// The event tables as dicts of numpy arrays.
@@ -23,9 +26,10 @@ pub struct EventTables<'py> {
     pub segments: Bound<'py, PyDict>,
     pub gaps: Bound<'py, PyDict>,
     pub messages: Bound<'py, PyDict>,
+    pub bursts: Bound<'py, PyDict>,
+    pub detector_rows: DetectorRows<'py>,
 }
 
-#[derive(Default)]
 pub struct Events {
     /// By connection, its two directions' context (by sending endpoint).
     directions: Vec<[DirectionContext; 2]>,
@@ -34,6 +38,20 @@ pub struct Events {
     timelines: Vec<ConnectionGaps>,
     gaps: GapRows,
     messages: Messages,
+    bursts: Messages,
+}
+
+impl Default for Events {
+    fn default() -> Events {
+        Events {
+            directions: Vec::new(),
+            segments: SegmentRows::default(),
+            timelines: Vec::new(),
+            gaps: GapRows::default(),
+            messages: Messages::cut_at(IDLE_GAP_US),
+            bursts: Messages::cut_at(BURST_GAP_US),
+        }
+    }
 }
 
 /// The size of the event tables at a point of the pass.
@@ -43,6 +61,7 @@ pub struct Mark {
     gaps: usize,
     connections: usize,
     messages: messages::Mark,
+    bursts: messages::Mark,
 }
 
 impl Events {
@@ -55,6 +74,7 @@ impl Events {
         segments::take(&mut self.directions[connection], packet, &mut self.segments);
         if packet.role == ROLE_DATA && packet.payload_bytes > 0 {
             self.messages.segment(packet);
+            self.bursts.segment(packet);
         }
         self.timelines[connection].take(packet, &mut self.gaps);
     }
@@ -65,6 +85,7 @@ impl Events {
             gaps: self.gaps.len(),
             connections: self.directions.len(),
             messages: self.messages.mark(),
+            bursts: self.bursts.mark(),
         }
     }
 
@@ -75,13 +96,15 @@ impl Events {
         self.gaps.truncate(mark.gaps);
         self.timelines.truncate(mark.connections);
         self.messages.truncate(mark.messages);
+        self.bursts.truncate(mark.bursts);
     }
 
     /// The segments as a dict of numpy arrays: `row` (the segment's packet row),
     /// `previous_data`, `peer_latest`, `peer_next`, `own_next_data` (packet rows, NONE: none),
     /// `sent_max_before` (counted from the ISN, NONE: nothing sent before), and the counts
     /// `peer_data_between` and `own_retransmissions_between`. `flows` counts the sequence
-    /// numbers from the ISNs.
+    /// numbers from the ISNs. With them: the gaps, the messages, the write bursts and the
+    /// detectors' rows (`detector_rows`).
     pub fn into_python<'py>(
         mut self,
         py: Python<'py>,
@@ -92,6 +115,7 @@ impl Events {
         }
         let gaps = self.gaps.into_python(py, flows)?;
         let (message_numbers, messages) = self.messages.into_python(py, flows)?;
+        let (_, bursts) = self.bursts.into_python(py, flows)?;
         let s = self.segments;
         let sent_max_before: Vec<i64> = s
             .sent_max_u
@@ -103,6 +127,7 @@ impl Events {
             })
             .collect();
         let segments = PyDict::new(py);
+        let detector_rows = detector_rows(py, &s, &sent_max_before, &message_numbers, flows)?;
         segments.set_item("row", s.row.into_pyarray(py))?;
         segments.set_item("previous_data", s.previous_data.into_pyarray(py))?;
         segments.set_item("peer_latest", s.peer_latest.into_pyarray(py))?;
@@ -114,11 +139,13 @@ impl Events {
             "own_retransmissions_between",
             s.own_retransmissions_between.into_pyarray(py),
         )?;
-        segments.set_item("message", message_numbers)?;
+        segments.set_item("message", message_numbers.into_pyarray(py))?;
         Ok(EventTables {
             segments,
             gaps,
             messages,
+            bursts,
+            detector_rows,
         })
     }
 }

@@ -235,6 +235,16 @@ impl FlowTables {
         self.window_bytes[row]
     }
 
+    /// The packet's role (a code of `roles.ROLES`).
+    pub fn role(&self, row: usize) -> u8 {
+        self.packets.role[row]
+    }
+
+    /// The direction of endpoint `sender`'s packets in `connection` (0: the client's).
+    pub fn direction(&self, connection: u32, sender: u8) -> u8 {
+        u8::from(sender != self.client(connection))
+    }
+
     /// Which endpoint of `connection` is its client (0: the low one).
     pub fn client(&self, connection: u32) -> u8 {
         self.finishing[connection as usize].client
