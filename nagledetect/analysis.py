@@ -49,8 +49,8 @@ def analyze_capture(path: str, bpf_filter: str | None = None,
     `parts_memory_bytes`: about what the parts analysed at once may take (`--memory`)."""
     parts = min(MAX_PARTS, max(1, math.ceil(capture_bytes(path) / part_bytes)))
     if parts == 1:
-        return run_detectors(read_capture(path, bpf_filter, progress), charts,
-                             keep_segments=False)
+        capture = read_capture(path, bpf_filter, progress, packets=keep_tables or charts)
+        return run_detectors(capture, charts, keep_segments=False)
     from nagledetect.parts import analyze_in_parts
 
     return analyze_in_parts(path, bpf_filter, progress, parts, workers,

@@ -59,9 +59,10 @@ def load_capture(path: str, bpf_filter: str | None = None,
 
 
 def read_capture(path: str, bpf_filter: str | None = None,
-                 progress: ProgressCallback | None = None) -> Capture:
-    """`load_capture` with the tables as the analysis reads them (`Table`s)."""
-    flows, accounting = compiled_flows(path, bpf_filter)
+                 progress: ProgressCallback | None = None, packets: bool = True) -> Capture:
+    """`load_capture` with the tables as the analysis reads them (`Table`s); without
+    `packets`, the packet and SACK tables have no rows."""
+    flows, accounting = compiled_flows(path, bpf_filter, packets)
     if progress:
         progress(accounting.packets_read, capture_bytes(path))
     return Capture(path, flows.packets, flows.connections, flows.sack_blocks, accounting,

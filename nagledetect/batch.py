@@ -77,7 +77,7 @@ def analyze_together(paths: list[str], bpf_filter: str | None = None,
     given."""
     wanted = wanted or Wanted()
     results: dict[int, Analysis | InputError] = {}
-    flows, reads = compiled_flows_together(paths, bpf_filter)
+    flows, reads = compiled_flows_together(paths, bpf_filter, wanted.charts or wanted.tables)
     read: dict[int, _Read] = {}
     for index, (path, result) in enumerate(zip(paths, reads)):
         if isinstance(result, InputError):

@@ -121,7 +121,7 @@ def connection_level(flows: FlowTables, fingerprint: bool = True,
         flows.packets, flows.connections, flows.sack_blocks))
     found = flows.found_events
     del flows
-    if packets.empty:
+    if connections.empty:
         return ConnectionLevel(packets, connections, Table(), Table(), no_samples(),
                                [], Table(), {})
     if found is None:

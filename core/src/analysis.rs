@@ -114,13 +114,16 @@ fn read_capture<'py>(
 /// them (see `FlowTables::into_python`; frames offset by each capture's `frame_offset`,
 /// connections numbered on from the captures' before, `stream` ids each capture's own), and
 /// `captures`: per path, its accounting (see `read_capture`) or the exception that stopped
-/// its read (a capture whose read fails adds nothing to the tables).
+/// its read (a capture whose read fails adds nothing to the tables). Without `packets` the
+/// packet table, the SACK blocks and the segments' context rows are left out (no rows): the
+/// events, the detectors' rows and the connections are all a caller then reads.
 #[pyfunction]
-#[pyo3(signature = (paths, bpf_filter=None))]
+#[pyo3(signature = (paths, bpf_filter=None, packets=true))]
 pub fn flow_tables<'py>(
     py: Python<'py>,
     paths: Vec<String>,
     bpf_filter: Option<&str>,
+    packets: bool,
 ) -> PyResult<Bound<'py, PyDict>> {
     let mut stages = Stages::default();
     let mut captures = Vec::with_capacity(paths.len());
@@ -139,8 +142,11 @@ pub fn flow_tables<'py>(
             }
         }
     }
-    let flows = stages.flows.finish();
-    let events = stages.events.into_python(py, &flows)?;
+    let mut flows = stages.flows.finish();
+    let events = stages.events.into_python(py, &flows, packets)?;
+    if !packets {
+        flows.without_packets();
+    }
     let result = flows.into_python(py)?;
     result.set_item("segments", events.segments)?;
     result.set_item("gaps", events.gaps)?;

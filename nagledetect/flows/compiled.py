@@ -32,10 +32,12 @@ TOTAL_COLUMNS = ("packets_client_to_server", "bytes_client_to_server",
                  "packets_server_to_client", "bytes_server_to_client")
 
 
-def compiled_flows(path: str, bpf_filter: str | None = None) -> tuple[FlowTables, Accounting]:
+def compiled_flows(path: str, bpf_filter: str | None = None, packets: bool = True
+                   ) -> tuple[FlowTables, Accounting]:
     """Read `path` with the compiled core and return its flow tables and accounting; a file
-    that is not a capture, or a filter that does not compile, raises `InputError`."""
-    flows, (read,) = compiled_flows_together([path], bpf_filter)
+    that is not a capture, or a filter that does not compile, raises `InputError`. Without
+    `packets`, the packet and SACK tables have no rows (see `compiled_flows_together`)."""
+    flows, (read,) = compiled_flows_together([path], bpf_filter, packets)
     if isinstance(read, InputError):
         raise read
     return flows, read.accounting
@@ -50,13 +52,17 @@ class CaptureRead:
     frame_offset: int
 
 
-def compiled_flows_together(paths: list[str], bpf_filter: str | None = None
+def compiled_flows_together(paths: list[str], bpf_filter: str | None = None,
+                            packets: bool = True
                             ) -> tuple[FlowTables, list[CaptureRead | InputError]]:
     """Read the captures at `paths` one after another with the compiled core: the flow tables
     of all of them as one (each capture's connections numbered on from the captures' before
     it, as a pass over them one after another numbers them; its `stream` ids its own), and
-    per path how it was read, or the error that stopped it (it then adds nothing)."""
-    made = _core.flow_tables(paths, bpf_filter)
+    per path how it was read, or the error that stopped it (it then adds nothing). Without
+    `packets` the core leaves out the packet table, the SACK blocks and the segments' rows
+    (no rows): the connections and the events are what the analysis reads, and a caller that
+    draws no charts and writes no tables then holds no row per packet."""
+    made = _core.flow_tables(paths, bpf_filter, packets)
     reads = [_capture_read(path, read) for path, read in zip(paths, made["captures"])]
     columns = {name: made["packets"][name] for name in PACKET_COLUMNS}
     columns["role"] = columns["role"].astype(np.int8)  # codes as a pandas categorical holds them

@@ -105,10 +105,13 @@ impl Events {
     /// `peer_data_between` and `own_retransmissions_between`. `flows` counts the sequence
     /// numbers from the ISNs. With them: the gaps, the messages, the write bursts and the
     /// detectors' rows (`detector_rows`).
+    /// Without `context` the segments' rows are left out (empty columns): their rows name
+    /// packets of a packet table the caller did not want.
     pub fn into_python<'py>(
         mut self,
         py: Python<'py>,
         flows: &FlowTables,
+        context: bool,
     ) -> PyResult<EventTables<'py>> {
         for timeline in &self.timelines {
             timeline.finish(&mut self.gaps, flows);
@@ -128,6 +131,11 @@ impl Events {
             .collect();
         let segments = PyDict::new(py);
         let detector_rows = detector_rows(py, &s, &sent_max_before, &message_numbers, flows)?;
+        let (s, sent_max_before, message_numbers) = if context {
+            (s, sent_max_before, message_numbers)
+        } else {
+            (SegmentRows::default(), Vec::new(), Vec::new())
+        };
         segments.set_item("row", s.row.into_pyarray(py))?;
         segments.set_item("previous_data", s.previous_data.into_pyarray(py))?;
         segments.set_item("peer_latest", s.peer_latest.into_pyarray(py))?;

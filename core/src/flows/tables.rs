@@ -256,6 +256,16 @@ impl FlowTables {
         self.finishing[connection as usize].offsets[sender].0
     }
 
+    /// Let the packet table go (its rows when kept: none), once the events have been read
+    /// from it: a caller that wants no packet rows then holds none.
+    pub fn without_packets(&mut self) {
+        self.packets.truncate(0);
+        self.direction = Vec::new();
+        self.window_bytes = Vec::new();
+        self.wire_segments = Vec::new();
+        self.super_segment = Vec::new();
+    }
+
     /// The tables as dicts of numpy arrays: `packets` (the columns of `build.PACKET_COLUMNS`,
     /// `role` as codes), `sack_blocks` and `connections` (the numbers of the connection table;
     /// the endpoints as `client_words` and `server_words`, four columns each, and ports).
