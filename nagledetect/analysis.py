@@ -1,9 +1,10 @@
 """From a capture to findings: the one place that chooses how a capture is analysed.
 
-A capture that fits is read whole and every step of `pipeline` runs on it. A larger one is
-analysed in parts that each hold whole connections (see `parts`); the result equals a whole
-run, except that the segment and sample tables are not kept, and the packet and message tables
-only on disk when they are wanted (`part_tables`). Small captures of a run over many are
+A capture whose whole analysis fits in the memory given is read whole by the compiled core and
+every step of `pipeline` runs on it. A larger one is analysed in parts that each hold whole
+connections (see `parts`); the result equals a whole run, except that the segment and sample
+tables are not kept, and the packet and message tables only on disk when they are wanted
+(`part_tables`). Small captures of a run over many are
 analysed together in groups (`capture_groups`, see `batch`).
 Results that travel between processes carry what the reporters read (`for_another_process`),
 and a run over many captures keeps each one's findings on disk (`kept_on_disk`).
@@ -19,7 +20,13 @@ from typing import TYPE_CHECKING
 from nagledetect.api import read_capture
 from nagledetect.batch import analyze_together, groups_by_size
 from nagledetect.errors import InputError
-from nagledetect.part_sizes import MAX_PARTS, PART_BYTES, PARTS_MEMORY_BYTES, StageCallback
+from nagledetect.part_sizes import (
+    MAX_PARTS,
+    PART_BYTES,
+    PARTS_MEMORY_BYTES,
+    WHOLE_MEMORY_PER_CAPTURE_BYTE,
+    StageCallback,
+)
 from nagledetect.pipeline import Analysis, Wanted, run_detectors, shared_empty_tables
 from nagledetect.read.capture import ProgressCallback
 from nagledetect.read.compressed import capture_bytes
@@ -35,19 +42,26 @@ __all__ = ["Analysis", "Wanted", "analyze_capture", "analyze_together", "capture
 
 def analyze_capture(path: str, bpf_filter: str | None = None,
                     progress: ProgressCallback | None = None, keep_tables: bool = False,
-                    part_bytes: int = PART_BYTES, workers: int = 1,
+                    part_bytes: int | None = None, workers: int = 1,
                     stages: StageCallback | None = None, charts: bool = True,
                     spill: SpillFile | None = None,
                     parts_memory_bytes: int = PARTS_MEMORY_BYTES) -> Analysis:
-    """Read and analyse one capture, in parts when it is larger than `part_bytes`; `workers`
-    processes take the parts in parallel. `keep_tables` keeps the packet and message tables (for
-    --tables): held whole for a capture of one part, spilled part by part for a larger one.
+    """Read and analyse one capture: whole when its whole analysis fits in
+    `parts_memory_bytes` (`WHOLE_MEMORY_PER_CAPTURE_BYTE`) or it is no larger than a part,
+    else in parts of `PART_BYTES`; given `part_bytes`, in parts of that size whenever it is
+    larger than one. `workers` processes take the parts in parallel. `keep_tables` keeps the
+    packet and message tables (for --tables): held whole for a capture of one part, spilled
+    part by part for a larger one.
     `progress` hears how the read gets on, `stages` how the parts and the host step of a capture
     in parts do. `charts`: also gather what the HTML report draws (a few per cent of the time
     of a large capture). `spill`: where a capture in parts spills (by default a file of its
     own; a run over many captures shares one, or hands one over to another process).
     `parts_memory_bytes`: about what the parts analysed at once may take (`--memory`)."""
-    parts = min(MAX_PARTS, max(1, math.ceil(capture_bytes(path) / part_bytes)))
+    size = capture_bytes(path)
+    if part_bytes is None:
+        part_bytes = (max(size, 1) if size * WHOLE_MEMORY_PER_CAPTURE_BYTE <= parts_memory_bytes
+                      else PART_BYTES)
+    parts = min(MAX_PARTS, max(1, math.ceil(size / part_bytes)))
     if parts == 1:
         capture = read_capture(path, bpf_filter, progress, packets=keep_tables or charts)
         return run_detectors(capture, charts, keep_segments=False)

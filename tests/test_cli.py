@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import io
 import json
 import subprocess
 import sys
@@ -220,16 +221,47 @@ def test_parallel_run_writes_the_serial_runs_tables(tmp_path) -> None:
         assert (tmp_path / "2" / f"{name}.csv").read_bytes() == serial, name
 
 
-def test_a_capture_in_parts_whose_filter_keeps_no_packet(tmp_path) -> None:
-    """seed003-nagle.pcap replicated to 600,240 packets (53 MB, so analysed in parts) under a
-    filter no packet passes: nothing to analyse, and every packet counted as excluded (checked
-    with tcpdump: `tcpdump -n -r FILE 'tcp port 1' | wc -l` gives 0, `tcpdump -n -r FILE | wc
-    -l` 600,240)."""
-    capture = tmp_path / "replica.pcap"
+@pytest.fixture(scope="module")
+def replica(tmp_path_factory) -> Path:
+    """seed003-nagle.pcap replicated to 600,240 packets (53 MB): analysed whole by default (its
+    whole analysis, up to 6 bytes a capture byte, fits in the default 768 MB), in parts under
+    `--memory 256M`."""
+    capture = tmp_path_factory.mktemp("replica") / "replica.pcap"
     subprocess.run([sys.executable, str(PROJECT / "benchmarks" / "make_large_capture.py"),
                     str(SAMPLE_TRACES / "seed003-nagle.pcap"), str(capture), "--packets",
                     "600000"], check=True, capture_output=True)
-    result = run("analyze", "--format", "json", "--filter", "tcp port 1", str(capture))
+    return capture
+
+
+def test_a_capture_is_analysed_whole_when_its_analysis_fits_in_the_memory_given(replica) -> None:
+    """The replica whole (the default memory) and in parts (256 MB: two parts of 32 MB at
+    most) gives the same document; only the run in parts hands its tables over a part at a
+    time (`tables_kept` False)."""
+    from nagledetect.analysis import analyze_capture
+    from nagledetect.report.document import build_document, write_json
+
+    whole = analyze_capture(str(replica), charts=False)
+    in_parts = analyze_capture(str(replica), charts=False, parts_memory_bytes=256 << 20)
+    assert whole.tables_kept and not in_parts.tables_kept
+    written = []
+    for analysis in (whole, in_parts):
+        out = io.BytesIO()
+        write_json(build_document([analysis]), out)
+        written.append(out.getvalue())
+    assert written[0] == written[1]
+    # 570,960 TCP packets (`tcpdump -n -r FILE tcp | wc -l`) are 2,440 copies of seed003's 234,
+    # each its own connection with seed003's 39 stalls: 95,160.
+    headline = json.loads(written[0])["headline"]["text"]
+    assert headline.startswith("95160 Nagle/delayed-ACK stalls") and "2440 connections" in headline
+
+
+def test_a_capture_in_parts_whose_filter_keeps_no_packet(replica) -> None:
+    """The replica in parts under a filter no packet passes: nothing to analyse, and every
+    packet counted as excluded (checked with tcpdump: `tcpdump -n -r FILE 'tcp port 1' | wc -l`
+    gives 0, `tcpdump -n -r FILE | wc -l` 600,240)."""
+    capture = replica
+    result = run("analyze", "--memory", "256M", "--format", "json", "--filter", "tcp port 1",
+                 str(capture))
     assert result.returncode == 0, result.stderr
     document = json.loads(result.stdout)
     assert document["captures"][0]["packets"] == 600_240

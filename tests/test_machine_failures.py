@@ -4,8 +4,9 @@ a traceback, and the temporary files are gone afterwards; so are they when the r
 stopped by SIGTERM.
 
 The captures are replicas of the lab's seed003-nagle.pcap made with the benchmark's own tool,
-large enough (53 MB) to be analysed in parts, with worker processes to kill. The workers are
-found and killed for real (SIGKILL), from outside, while the command runs.
+large enough (53 MB) to be analysed in parts under `--memory 256M`, with worker processes to
+kill. The workers are found and killed for real (SIGKILL), from outside, while the command
+runs.
 """
 
 from __future__ import annotations
@@ -24,6 +25,9 @@ import pytest
 from tests.conftest import PROJECT, SAMPLE_TRACES
 
 REPLICA_PACKETS = 600_000
+IN_PARTS = ["--memory", "256M"]
+"""Memory the replicas' whole analysis (up to 6 bytes a capture byte: 320 MB) does not fit in,
+so that they are analysed in parts (`part_sizes.WHOLE_MEMORY_PER_CAPTURE_BYTE`)."""
 POLL_S = 0.002
 HOST_STEP_KILL_AFTER_S = 0.02
 
@@ -125,8 +129,8 @@ def test_a_killed_worker_of_a_parallel_run_is_one_line_and_leaves_no_files(repli
     and spill file of the killed worker (which could not remove them) are in the run's own
     temporary folder, removed by the parent."""
     temporary = tmp_path / "tmp"
-    process = _start(["analyze", "-j", "2", "--format", "json", *map(str, replicas)], temporary,
-                     tmp_path / "out.json")
+    process = _start(["analyze", "-j", "2", *IN_PARTS, "--format", "json",
+                      *map(str, replicas)], temporary, tmp_path / "out.json")
     os.kill(_first_child(process, lambda: any(temporary.iterdir())), signal.SIGKILL)
     _assert_one_line_and_clean(process, "a worker process was killed (out of memory, or by a "
                                "signal); fewer jobs (-j) need less memory", temporary)
@@ -140,7 +144,7 @@ def test_a_killed_part_worker_is_one_line_naming_the_capture_and_its_parts(repli
     replica's 570,960 TCP packets (`tcpdump -n -r FILE tcp | wc -l`; the other 29,280 of its
     600,240 are not TCP) are split between the two, so the larger holds at least half."""
     temporary = tmp_path / "tmp"
-    process = _start(["analyze", "--format", "json", str(replicas[0])], temporary,
+    process = _start(["analyze", *IN_PARTS, "--format", "json", str(replicas[0])], temporary,
                      tmp_path / "out.json")
     os.kill(_first_child(process), signal.SIGKILL)
     stderr = _stderr_within_a_minute(process)
@@ -220,7 +224,7 @@ def test_a_killed_host_step_worker_is_one_line_not_a_hang(tmp_path) -> None:
     capture = tmp_path / "hosts.pcap"
     _replica(capture, "--connections", "100000", packets=1_200_000)
     temporary = tmp_path / "tmp"
-    process = _start(["analyze", "--format", "json", str(capture)], temporary,
+    process = _start(["analyze", *IN_PARTS, "--format", "json", str(capture)], temporary,
                      tmp_path / "out.json")
     victim = _first_of_second_set(process)
     time.sleep(HOST_STEP_KILL_AFTER_S)
@@ -238,7 +242,7 @@ def test_sigterm_stops_the_run_its_workers_and_removes_its_files(replicas, tmp_p
     reports a process SIGTERM ended, its workers end too, and its 48 MB of part files per
     capture go: they were left in TMPDIR, and the workers went on."""
     temporary = tmp_path / "tmp"
-    process = _start(["analyze", "--format", "json", *map(str, replicas[:captures])],
+    process = _start(["analyze", *IN_PARTS, "--format", "json", *map(str, replicas[:captures])],
                      temporary, tmp_path / "out.json")
     workers = [_first_child(process, lambda: any(temporary.iterdir()))]
     workers += _children(process.pid)
@@ -274,8 +278,8 @@ def test_a_full_disk_for_temporary_files_names_the_folder_to_change(replicas, sm
     """The part files fill the small TMPDIR: the line names that folder (not a worker's own
     folder inside it) and what to set."""
     captures = [str(replicas[0])] if jobs == ["-j", "1"] else list(map(str, replicas))
-    result = subprocess.run([sys.executable, "-m", "nagledetect", "analyze", *jobs, "--format",
-                             "json", *captures], capture_output=True, text=True, timeout=120,
+    result = subprocess.run([sys.executable, "-m", "nagledetect", "analyze", *jobs, *IN_PARTS,
+                             "--format", "json", *captures], capture_output=True, text=True, timeout=120,
                             env={**os.environ, "TMPDIR": str(small_disk)})
     assert result.returncode == 2, result.stderr
     lines = result.stderr.strip().splitlines()
@@ -291,7 +295,8 @@ def test_a_compressed_capture_too_large_to_decompress_names_the_folder(replicas,
     line, naming the folder and what it must hold; nothing left in it."""
     compressed = tmp_path / "replica.pcap.gz"
     compressed.write_bytes(gzip.compress(replicas[0].read_bytes(), compresslevel=1))
-    result = subprocess.run([sys.executable, "-m", "nagledetect", "analyze", str(compressed)],
+    result = subprocess.run([sys.executable, "-m", "nagledetect", "analyze", *IN_PARTS,
+                             str(compressed)],
                             capture_output=True, text=True, timeout=120,
                             env={**os.environ, "TMPDIR": str(small_disk)})
     assert result.returncode == 2, result.stderr
