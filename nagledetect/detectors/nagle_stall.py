@@ -483,11 +483,11 @@ def _sent_in_flights(candidates: dict[str, np.ndarray], columns: DetectorInput) 
     messages = columns.messages
     if messages.empty or not len(candidates["message"]):
         return np.zeros(len(candidates["message"]), dtype=bool)
-    ids = np.asarray(messages["message"])
+    ids = messages["message"]
     order = np.argsort(ids, kind="stable")
     position = np.minimum(np.searchsorted(ids[order], candidates["message"]), len(ids) - 1)
     found = ids[order][position] == candidates["message"]
-    start_us = np.asarray(messages["start_us"])[order][position]
+    start_us = messages["start_us"][order][position]
     rtt_ms = np.nan_to_num(by_connection(columns.connections, "rtt_ms", candidates["connection"]),
                            nan=np.inf)
     return found & ((candidates["prev_time_us"] - start_us) / 1000 >= 0.5 * rtt_ms)

@@ -47,10 +47,10 @@ def parity_table(columns: DetectorInput) -> Table:
 
 def _parity_table(columns: DetectorInput) -> Table:
     messages = columns.messages
-    classed = np.flatnonzero(np.asarray(messages["segments_needed"]) >= 2)
+    classed = np.flatnonzero(messages["segments_needed"] >= 2)
 
     def column(name: str) -> np.ndarray:
-        return np.asarray(messages[name])[classed]
+        return messages[name][classed]
 
     groups = KeyGroups(column("connection"), column("direction"),
                        column("odd_segments").astype(bool),
@@ -83,16 +83,16 @@ def fixed_size_arithmetic(sizes: np.ndarray, mss: int) -> dict | None:
 
 def detect(columns: DetectorInput) -> list[Finding]:
     table = parity_table(columns)
-    directions = KeyGroups(np.asarray(table["connection"]), np.asarray(table["direction"]))
-    stalled = directions.sum(np.asarray(table["stalled"]))
-    kept = np.flatnonzero((directions.sum(np.asarray(table["messages"])) >= MIN_MESSAGES)
+    directions = KeyGroups(table["connection"], table["direction"])
+    stalled = directions.sum(table["stalled"])
+    kept = np.flatnonzero((directions.sum(table["messages"]) >= MIN_MESSAGES)
                           & (stalled != 0))
     if not len(kept):
         return []
     messages = columns.messages
     messages = messages.select(["connection", "direction", "mss", "bytes"]).take(
         np.isin(direction_key(messages), direction_key(table)[directions.first[kept]]))
-    by_direction = KeyGroups(np.asarray(messages["connection"]), np.asarray(messages["direction"]))
+    by_direction = KeyGroups(messages["connection"], messages["direction"])
     in_direction_order = by_direction.rows_of(np.arange(len(messages)))
     class_rows = directions.slices()
     findings = []
@@ -107,12 +107,12 @@ def detect(columns: DetectorInput) -> list[Finding]:
 def _finding(columns: DetectorInput, classes: Table, messages: Table) -> Finding | None:
     """The finding of one direction whose stalls concentrate in one class (`classes`: its
     rows of the parity table), or None."""
-    rates = np.asarray(classes["stall_rate"])
+    rates = classes["stall_rate"]
     worst_row = int(np.argmax(rates))
     others = np.arange(len(classes)) != worst_row
     worst = classes.take(slice(worst_row, worst_row + 1)).records()[0]
-    other_rate = (np.asarray(classes["stalled"])[others].sum()
-                  / np.asarray(classes["messages"])[others].sum()) if others.any() else 0.0
+    other_rate = (classes["stalled"][others].sum()
+                  / classes["messages"][others].sum()) if others.any() else 0.0
     if worst["stall_rate"] < CONCENTRATION or other_rate > 1 - CONCENTRATION:
         return None
     connection, direction = int(worst["connection"]), int(worst["direction"])

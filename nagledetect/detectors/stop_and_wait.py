@@ -44,9 +44,9 @@ def exchange_table(messages: Table) -> list[Exchanges]:
     """The connections with enough strictly alternating exchanges, in connection order: their
     exchanges, how often messages alternate, and the time spent between them (medians are
     taken for these connections only)."""
-    order = key_order(np.asarray(messages["connection"]), np.asarray(messages["first_frame"]))
+    order = key_order(messages["connection"], messages["first_frame"])
     connection, direction, start_us, end_us = (
-        np.asarray(messages[name]) if order is None else np.asarray(messages[name])[order]
+        messages[name] if order is None else messages[name][order]
         for name in ("connection", "direction", "start_us", "end_us"))
     same = np.r_[False, connection[1:] == connection[:-1]]
     turn = np.r_[False, direction[1:] != direction[:-1]]

@@ -47,14 +47,14 @@ def one_way_directions(columns: DetectorInput) -> list[tuple[int, int]]:
     """(connection, direction) pairs whose peer sent at most `PEER_BYTES_SHARE` of the bytes
     they sent (none at all, most often)."""
     table = columns.connections
-    to_server_bytes = np.asarray(table["bytes_client_to_server"])
-    to_client_bytes = np.asarray(table["bytes_server_to_client"])
+    to_server_bytes = table["bytes_client_to_server"]
+    to_client_bytes = table["bytes_server_to_client"]
     to_server = ((to_client_bytes <= PEER_BYTES_SHARE * to_server_bytes) & (to_server_bytes > 0)
-                 & (np.asarray(table["packets_client_to_server"]) >= MIN_PACKETS))
+                 & (table["packets_client_to_server"] >= MIN_PACKETS))
     to_client = ((to_server_bytes <= PEER_BYTES_SHARE * to_client_bytes) & (to_client_bytes > 0)
-                 & (np.asarray(table["packets_server_to_client"]) >= MIN_PACKETS))
+                 & (table["packets_server_to_client"] >= MIN_PACKETS))
     position = np.flatnonzero(np.column_stack([to_server, to_client]))
-    ids = np.asarray(table["id"])[position // 2].astype(np.int64)
+    ids = table["id"][position // 2].astype(np.int64)
     return list(zip(ids.tolist(), (position % 2).tolist()))
 
 
@@ -70,7 +70,7 @@ def _of_pairs(table: Table, pairs: list[tuple[int, int]], kept: list[str]) -> Ta
 def _rows_by_direction(table: Table) -> dict[tuple[int, int], np.ndarray]:
     """The positions of the table's rows of each (connection, direction) present, in table
     order (a table is cut out only for the directions that pass the counts)."""
-    groups = KeyGroups(np.asarray(table["connection"]), np.asarray(table["direction"]))
+    groups = KeyGroups(table["connection"], table["direction"])
     rows = groups.rows_of(np.arange(len(table)))
     return groups.by_key([rows[part] for part in groups.slices()])
 
@@ -83,7 +83,7 @@ the accumulated packet it released."""
 
 def _events(accumulated: Table) -> StallEvents:
     """The accumulated packets' evidence (so every report and the gap causes see their frames)."""
-    values = [np.asarray(accumulated[name]) for name in EVENT_COLUMNS]
+    values = [accumulated[name] for name in EVENT_COLUMNS]
     values[4] = values[4] * 1e-6
     return StallEvents.of(*values)
 

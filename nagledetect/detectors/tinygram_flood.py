@@ -48,11 +48,11 @@ def detect(columns: DetectorInput) -> list[Finding]:
     if bursts.empty:
         return []
     names = columns.direction_names()
-    packets = np.asarray(bursts["packets"])
+    packets = bursts["packets"]
     flooded = ((packets >= MIN_PACKETS_PER_MESSAGE)
-               & (packets >= EXCESS_FACTOR * np.asarray(bursts["segments_needed"]))
-               & (np.asarray(bursts["median_payload_bytes"])
-                  <= SMALL_PAYLOAD_SHARE * np.asarray(bursts["mss"])))
+               & (packets >= EXCESS_FACTOR * bursts["segments_needed"])
+               & (bursts["median_payload_bytes"]
+                  <= SMALL_PAYLOAD_SHARE * bursts["mss"]))
     candidate = _in_directions_with(bursts, flooded, MIN_FLOODED_MESSAGES)
     if not candidate.any():
         return []
@@ -65,7 +65,7 @@ def detect(columns: DetectorInput) -> list[Finding]:
     sent = payload_sizes(columns).of(direction_key(stats))
     median_payloads = {(key // 2, key % 2): median for key, median in zip(
         sent.keys().tolist(), sent.median().tolist())}
-    senders, receivers = names.of(np.asarray(stats["connection"]), np.asarray(stats["direction"]))
+    senders, receivers = names.of(stats["connection"], stats["direction"])
     return [_finding(row, sender, receiver,
                      median_payloads[(row["connection"], row["direction"])])
             for row, sender, receiver in zip(stats.records(), senders, receivers)]
@@ -74,14 +74,14 @@ def detect(columns: DetectorInput) -> list[Finding]:
 def _direction_stats(messages: Table, flooded: np.ndarray) -> Table:
     """One row per (connection, direction), in that order: bursts, packets, and the medians of
     its flooded bursts."""
-    groups = KeyGroups(np.asarray(messages["connection"]), np.asarray(messages["direction"]))
-    packets = np.asarray(messages["packets"])
-    needed = np.asarray(messages["segments_needed"])
+    groups = KeyGroups(messages["connection"], messages["direction"])
+    packets = messages["packets"]
+    needed = messages["segments_needed"]
     return Table({
         "connection": groups.keys[0], "direction": groups.keys[1], "messages": groups.sizes,
         "packets": groups.sum(packets), "needed": groups.sum(needed),
         "flooded": groups.sum(flooded), "multi": groups.sum(packets > 1),
-        "median_bytes": groups.median(np.asarray(messages["bytes"])),
+        "median_bytes": groups.median(messages["bytes"]),
         "flooded_packets": groups.median(np.where(flooded, packets, np.nan)),
         "flooded_needed": groups.median(np.where(flooded, needed, np.nan))})
 
