@@ -15,10 +15,11 @@ PARTS_MEMORY_BYTES = PART_FILE_BYTES_IN_FLIGHT * WORK_PER_PART_FILE_BYTE
 """What the parts analysed at once may take by default (`--memory`): about 800 MB."""
 WHOLE_MEMORY_PER_CAPTURE_BYTE = 6
 """The whole analysis by the compiled core takes up to about this many bytes of memory a byte
-of capture: 4.6 measured on records of 88 bytes (seed003's, replicated), 3.4 on the mix of real
-traffic, 1.3 on one bulk connection; about 6 at the smallest records, 70 bytes. A capture whose
-whole analysis fits in the parts' memory is analysed whole: in one pass, it is faster than in
-parts and takes less memory than their workers do (docs/performance.md)."""
+of capture: 4.1 measured on records of 88 bytes (seed003's, replicated), 2.8 on the mix of real
+traffic, 1.3 on one bulk connection; about 5 at the smallest records, 70 bytes, and more with
+the packet table that charts and `--tables` keep. A capture whose whole analysis fits in the
+parts' memory is analysed whole: in one pass, it is faster than in parts and takes less memory
+than their workers do (docs/performance.md)."""
 MAX_PARTS = 400
 """Two open files per part: stay well inside the usual limit of 1,024 (parts grow instead)."""
 StageCallback = Callable[[str, int, int], None]

@@ -126,6 +126,9 @@ pub fn flow_tables<'py>(
     packets: bool,
 ) -> PyResult<Bound<'py, PyDict>> {
     let mut stages = Stages::default();
+    if !packets {
+        stages.flows.events_only();
+    }
     let mut captures = Vec::with_capacity(paths.len());
     let mut frame_offset = 0u64;
     for path in &paths {

@@ -9,6 +9,7 @@ use numpy::IntoPyArray;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
+use super::segments::SegmentRows;
 use crate::flows::Taken;
 use crate::flows::tables::FlowTables;
 
@@ -17,13 +18,15 @@ pub const IDLE_GAP_US: i64 = 1_000_000;
 /// ... and a new write burst (`messages.BURST_GAP_US`).
 pub const BURST_GAP_US: i64 = 1_000;
 
-/// A message: its connection, its side, its number within the connection and its segments'
-/// packet rows.
+/// A message: its connection, its side, its number within the connection and how many
+/// segments it holds. A connection's messages follow one another, so its segments, taken in
+/// order, are its messages' one after another: the rows are found at the end from the
+/// segments' own table (`SegmentRows`), not kept a message at a time.
 struct Message {
     connection: u32,
     sender: u8,
     local: u32,
-    rows: Vec<usize>,
+    segments: u32,
 }
 
 /// One connection's latest segment, for the cut rules, and its message (an index into
@@ -42,15 +45,12 @@ pub struct Messages {
     latest: Vec<Option<Latest>>,
     begun: Vec<u32>,
     messages: Vec<Message>,
-    /// Each data segment's (connection, message within it), in segment order.
-    of_segment: Vec<(u32, u32)>,
 }
 
 /// Where the message table stands, to go back to.
 #[derive(Clone, Copy)]
 pub struct Mark {
     messages: usize,
-    segments: usize,
     connections: usize,
 }
 
@@ -62,7 +62,6 @@ impl Messages {
             latest: Vec::new(),
             begun: Vec::new(),
             messages: Vec::new(),
-            of_segment: Vec::new(),
         }
     }
 
@@ -83,57 +82,68 @@ impl Messages {
                     connection: packet.connection,
                     sender: packet.sender as u8,
                     local: self.begun[connection],
-                    rows: Vec::new(),
+                    segments: 0,
                 });
                 self.begun[connection] += 1;
                 self.messages.len() - 1
             }
         };
-        self.messages[message].rows.push(packet.row);
+        self.messages[message].segments += 1;
         self.latest[connection] = Some(Latest {
             sender: packet.sender,
             time_us: packet.time_us,
             message,
         });
-        self.of_segment
-            .push((packet.connection, self.messages[message].local));
     }
 
     pub fn mark(&self) -> Mark {
         Mark {
             messages: self.messages.len(),
-            segments: self.of_segment.len(),
             connections: self.latest.len(),
         }
     }
 
     pub fn truncate(&mut self, mark: Mark) {
         self.messages.truncate(mark.messages);
-        self.of_segment.truncate(mark.segments);
         self.latest.truncate(mark.connections);
         self.begun.truncate(mark.connections);
     }
 
     /// The segments' message numbers (in segment order) and the message table
-    /// (`messages.messages`'s columns), numbered in connection order.
+    /// (`messages.messages`'s columns), numbered in connection order. `segments` are the
+    /// segments these messages were cut from.
     pub fn into_python<'py>(
         mut self,
         py: Python<'py>,
+        segments: &SegmentRows,
         flows: &FlowTables,
     ) -> PyResult<(Vec<i64>, Bound<'py, PyDict>)> {
         let mut first_number = vec![0i64; self.begun.len() + 1];
         for (connection, begun) in self.begun.iter().enumerate() {
             first_number[connection + 1] = first_number[connection] + i64::from(*begun);
         }
-        let numbers: Vec<i64> = self
-            .of_segment
-            .iter()
-            .map(|(connection, local)| first_number[*connection as usize] + i64::from(*local))
-            .collect();
         self.messages
             .sort_by_key(|message| (message.connection, message.local));
-        let table = MessageColumns::of(&self.messages, &first_number, flows);
-        Ok((numbers, table.into_python(py)?))
+        // The segments in connection order (each connection's in its own order): the
+        // messages, in the same order, take them a run at a time.
+        let mut in_connection_order: Vec<usize> = (0..segments.len()).collect();
+        in_connection_order.sort_by_key(|index| segments.connection[*index]);
+        let mut numbers = vec![0i64; segments.len()];
+        let mut rows = Vec::new();
+        let mut columns = MessageColumns::default();
+        let mut taken = 0usize;
+        for message in &self.messages {
+            let number = first_number[message.connection as usize] + i64::from(message.local);
+            let run = &in_connection_order[taken..taken + message.segments as usize];
+            taken += run.len();
+            rows.clear();
+            for index in run {
+                numbers[*index] = number;
+                rows.push(segments.row[*index] as usize);
+            }
+            columns.push(message, number, &rows, flows);
+        }
+        Ok((numbers, columns.into_python(py)?))
     }
 }
 
@@ -157,54 +167,41 @@ struct MessageColumns {
 }
 
 impl MessageColumns {
-    fn of(messages: &[Message], first_number: &[i64], flows: &FlowTables) -> MessageColumns {
-        let mut columns = MessageColumns::default();
-        for message in messages {
-            let (Some(&first), Some(&last)) = (message.rows.first(), message.rows.last()) else {
-                continue;
-            };
-            let connection = message.connection;
-            columns
-                .message
-                .push(first_number[connection as usize] + i64::from(message.local));
-            columns.connection.push(connection as i32);
-            columns
-                .direction
-                .push(u8::from(message.sender != flows.client(connection)));
-            columns.first_frame.push(i64::from(flows.frame(first)));
-            columns.last_frame.push(i64::from(flows.frame(last)));
-            columns.start_us.push(flows.time_us(first));
-            columns.end_us.push(flows.time_us(last));
-            let mut payloads: Vec<i64> = message
-                .rows
-                .iter()
-                .map(|row| flows.payload_bytes(*row))
-                .collect();
-            let bytes: i64 = payloads.iter().sum();
-            columns.bytes.push(bytes);
-            columns.packets.push(payloads.len() as i64);
-            columns.wire_segments.push(
-                message
-                    .rows
-                    .iter()
-                    .map(|row| i64::from(flows.wire_segments(*row)))
-                    .sum(),
-            );
-            payloads.sort_unstable();
-            let lower = payloads[(payloads.len() - 1) / 2];
-            let upper = payloads[payloads.len() / 2];
-            columns
-                .median_payload_bytes
-                .push((lower as f64 + upper as f64) / 2.0);
-            let mss = flows.effective_mss(connection);
-            columns.mss.push(mss);
-            let mss = mss.max(1);
-            let needed = (bytes + mss - 1) / mss;
-            columns.segments_needed.push(needed);
-            columns.last_segment_full.push(bytes % mss == 0);
-            columns.odd_segments.push(needed % 2 == 1);
-        }
-        columns
+    /// Add `message`, numbered `number`, whose segments are the packets at `rows`.
+    fn push(&mut self, message: &Message, number: i64, rows: &[usize], flows: &FlowTables) {
+        let (Some(&first), Some(&last)) = (rows.first(), rows.last()) else {
+            return;
+        };
+        let connection = message.connection;
+        self.message.push(number);
+        self.connection.push(connection as i32);
+        self.direction
+            .push(u8::from(message.sender != flows.client(connection)));
+        self.first_frame.push(i64::from(flows.frame(first)));
+        self.last_frame.push(i64::from(flows.frame(last)));
+        self.start_us.push(flows.time_us(first));
+        self.end_us.push(flows.time_us(last));
+        let mut payloads: Vec<i64> = rows.iter().map(|row| flows.payload_bytes(*row)).collect();
+        let bytes: i64 = payloads.iter().sum();
+        self.bytes.push(bytes);
+        self.packets.push(payloads.len() as i64);
+        self.wire_segments.push(
+            rows.iter()
+                .map(|row| i64::from(flows.wire_segments(*row)))
+                .sum(),
+        );
+        payloads.sort_unstable();
+        let lower = payloads[(payloads.len() - 1) / 2];
+        let upper = payloads[payloads.len() / 2];
+        self.median_payload_bytes
+            .push((lower as f64 + upper as f64) / 2.0);
+        let mss = flows.effective_mss(connection);
+        self.mss.push(mss);
+        let mss = mss.max(1);
+        let needed = (bytes + mss - 1) / mss;
+        self.segments_needed.push(needed);
+        self.last_segment_full.push(bytes % mss == 0);
+        self.odd_segments.push(needed % 2 == 1);
     }
 
     fn into_python(self, py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {

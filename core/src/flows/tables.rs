@@ -10,9 +10,12 @@ use crate::flows::connection::{Connection, MAX_WINDOW_SCALE, NO_ACK, Row};
 use crate::flows::side::Numbered;
 use crate::flows::{FLAG_SYN, Packet};
 
-/// The analysed packets, in file order, as the pass leaves them.
+/// The analysed packets, in file order, as the pass leaves them. With `events_only`, only the
+/// columns the events and the finishing read are kept (the rest stay empty): the caller wants
+/// no packet table.
 #[derive(Default)]
 pub struct PacketRows {
+    pub events_only: bool,
     frame: Vec<u32>,
     time_us: Vec<i64>,
     connection: Vec<i32>,
@@ -93,10 +96,13 @@ impl PacketRows {
         self.payload_bytes.push(tcp.payload_bytes);
         self.seq_u.push(numbered.seq_u);
         self.ack_u.push(numbered.ack_u.unwrap_or(NO_ACK));
-        self.seq_raw.push(tcp.seq);
-        self.ack_raw.push(tcp.ack);
         self.window_raw.push(tcp.window);
         self.role.push(numbered.role);
+        if self.events_only {
+            return;
+        }
+        self.seq_raw.push(tcp.seq);
+        self.ack_raw.push(tcp.ack);
         let options = &tcp.options;
         self.opt_has_timestamp.push(options.timestamp.is_some());
         let (value, echo) = options.timestamp.unwrap_or((0, 0));
