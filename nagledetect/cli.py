@@ -19,11 +19,11 @@ import sys
 import tempfile
 import urllib.parse
 from collections.abc import Callable, Sequence
-from concurrent.futures import FIRST_COMPLETED, BrokenExecutor, Future, ProcessPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, BrokenExecutor, Future, wait
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 import click
 
@@ -41,8 +41,6 @@ from nagledetect.analysis import (
 )
 from nagledetect.detectors.kinds import ALL_KINDS
 from nagledetect.errors import InputError
-from nagledetect.gate import RuleResult, budgets_from, evaluate, load_config
-from nagledetect.lab.cli import lab
 from nagledetect.live import (
     DEFAULT_SNAPLEN,
     LiveCaptureList,
@@ -66,6 +64,9 @@ from nagledetect.report.ci import github_annotations, junit_xml, summary_lines
 from nagledetect.report.document import SCHEMA, build_document, write_json
 from nagledetect.report.text import LANGUAGES, render_text
 from nagledetect.stored import SpillFile
+
+if TYPE_CHECKING:
+    from nagledetect.gate import RuleResult
 
 JOBS_OPTION = click.option("-j", "--jobs", type=click.IntRange(1),
                            help="Parallel processes: one per capture, or per part of one large "
@@ -136,10 +137,23 @@ KILLED_WORKER_TEXT = ("a worker process was killed (out of memory, or by a signa
 
 
 class _DefaultToAnalyze(click.Group):
-    """A group whose first argument, when it is not a command, is a capture for `analyze`."""
+    """A group whose first argument, when it is not a command, is a capture for `analyze`.
+    `lab` is imported when it is named (or listed): its scenarios and runner cost a small
+    capture's run a twentieth of its time."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted([*super().list_commands(ctx), "lab"])
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        if name == "lab":
+            from nagledetect.lab.cli import lab
+
+            return lab
+        return super().get_command(ctx, name)
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
-        if args and args[0] not in self.commands and not args[0].startswith("-"):
+        known = (*self.commands, "lab")
+        if args and args[0] not in known and not args[0].startswith("-"):
             args = ["analyze", *args]
         elif args and args[0].startswith("-") and args[0] not in ("--help", "-h", "--version"):
             args = ["analyze", *args]
@@ -764,6 +778,8 @@ def check(captures: tuple[str, ...], bpf_filter: str | None, max_stalls: int | N
       nagledetect check --baseline main.json --fail-on tinygram-flood traces/*.pcap
       sudo nagledetect check --live -i eth0 --duration 30 --max-stall-time 0.5
     """
+    from nagledetect.gate import budgets_from, evaluate, load_config
+
     flags = {"max-stalls": max_stalls, "max-stall-time": max_stall_time,
              "max-stall-share": max_stall_share, "fail-on": fail_on, "tolerance": tolerance}
     try:
@@ -860,6 +876,8 @@ def _analyze_in_processes(captures: list[str], bpf_filter: str | None, wanted: W
     is taken as it comes, its findings (and tables, if wanted) spilled to disk, so that memory
     here grows with the captures' connections and hosts, not with their findings or packets. A
     failing capture's result is its error."""
+    from concurrent.futures import ProcessPoolExecutor  # its module only where workers run
+
     results: dict[int, Analysis | InputError] = {}
     spill = SpillFile()
     try:
@@ -995,5 +1013,3 @@ def _fail(message: str) -> None:
     click.echo(f"nagledetect: error: {message}", err=True)
     sys.exit(EXIT_INPUT_ERROR)
 
-
-main.add_command(lab)
