@@ -24,3 +24,15 @@ def test_by_position_and_by_id_agree() -> None:
         for lookup in (table, shuffled):
             got = by_connection(lookup, column, wanted)
             assert [str(v) for v in got] == [str(v) for v in expected]
+
+
+def test_an_id_not_in_the_table_is_an_error_not_another_rows_value() -> None:
+    """mixed.pcap has 6 connections (tshark -z conv,tcp): ids 0 to 5; asking a shuffled table
+    for id 6 must not read some other connection's row."""
+    import pytest
+
+    table = load_capture(str(SAMPLE_TRACES / "mixed.pcap")).connections
+    shuffled = table.sample(frac=1.0, random_state=7)
+    assert len(table) == 6
+    with pytest.raises(KeyError):
+        by_connection(shuffled, "rtt_ms", np.array([2, 6]))

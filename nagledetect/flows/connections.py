@@ -236,7 +236,10 @@ def by_connection(connections: Table | pd.DataFrame, column: str,
     if _ids_are_positions(ids):
         return values[connection]
     order = np.argsort(ids, kind="stable")
-    return values[order[np.searchsorted(ids, connection, sorter=order)]]
+    at = order[np.minimum(np.searchsorted(ids, connection, sorter=order), len(ids) - 1)]
+    if len(connection) and not (ids[at] == connection).all():
+        raise KeyError("connection ids that are not in the connection table")
+    return values[at]
 
 
 def _ids_are_positions(ids: np.ndarray) -> bool:
