@@ -9,7 +9,7 @@ use numpy::IntoPyArray;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
-use super::segments::{NONE, SegmentRows};
+use super::segments::{NONE, SegmentRows, wide};
 use crate::flows::side::{ROLE_DUP_ACK, ROLE_PURE_ACK, ROLE_WINDOW_UPDATE};
 use crate::flows::tables::FlowTables;
 
@@ -81,7 +81,7 @@ impl Context<'_> {
     }
 
     fn segment(&self, segments: &SegmentRows, sent_max_before: i64, index: usize) -> Segment {
-        let row = segments.row[index];
+        let row = wide(segments.row[index]);
         let connection = segments.connection[index];
         Segment {
             connection,
@@ -92,12 +92,12 @@ impl Context<'_> {
             rel_seq: self.at(row, FlowTables::seq),
             mss: self.flows.effective_mss(connection),
             sent_max_before,
-            previous: segments.previous_data[index],
-            peer_latest: segments.peer_latest[index],
-            peer_next: segments.peer_next[index],
-            own_next_data: segments.own_next_data[index],
-            peer_data_between: segments.peer_data_between[index],
-            own_retransmissions_between: segments.own_retransmissions_between[index],
+            previous: wide(segments.previous_data[index]),
+            peer_latest: wide(segments.peer_latest[index]),
+            peer_next: wide(segments.peer_next[index]),
+            own_next_data: wide(segments.own_next_data[index]),
+            peer_data_between: i64::from(segments.peer_data_between[index]),
+            own_retransmissions_between: i64::from(segments.own_retransmissions_between[index]),
         }
     }
 }

@@ -19,7 +19,7 @@ use crate::flows::tables::FlowTables;
 use detector_rows::{DetectorRows, detector_rows};
 use gaps::{ConnectionGaps, GapRows};
 use messages::{BURST_GAP_US, IDLE_GAP_US, Messages};
-use segments::{DirectionContext, NONE, SegmentRows};
+use segments::{DirectionContext, NONE, NOTHING_SENT, SegmentRows, wide_rows};
 
 /// The event tables as dicts of numpy arrays.
 pub struct EventTables<'py> {
@@ -126,7 +126,11 @@ impl Events {
             .zip(s.connection.iter().zip(&s.sender))
             .map(|(sent, (connection, sender))| {
                 let offset = flows.seq_offset(*connection, usize::from(*sender));
-                sent.map_or(NONE, |end| (end + offset).max(NONE))
+                if *sent == NOTHING_SENT {
+                    NONE
+                } else {
+                    (sent + offset).max(NONE)
+                }
             })
             .collect();
         let segments = PyDict::new(py);
@@ -136,16 +140,26 @@ impl Events {
         } else {
             (SegmentRows::default(), Vec::new(), Vec::new())
         };
-        segments.set_item("row", s.row.into_pyarray(py))?;
-        segments.set_item("previous_data", s.previous_data.into_pyarray(py))?;
-        segments.set_item("peer_latest", s.peer_latest.into_pyarray(py))?;
-        segments.set_item("peer_next", s.peer_next.into_pyarray(py))?;
-        segments.set_item("own_next_data", s.own_next_data.into_pyarray(py))?;
+        let counts = |column: Vec<u32>| column.into_iter().map(i64::from).collect::<Vec<_>>();
+        segments.set_item("row", wide_rows(&s.row).into_pyarray(py))?;
+        segments.set_item(
+            "previous_data",
+            wide_rows(&s.previous_data).into_pyarray(py),
+        )?;
+        segments.set_item("peer_latest", wide_rows(&s.peer_latest).into_pyarray(py))?;
+        segments.set_item("peer_next", wide_rows(&s.peer_next).into_pyarray(py))?;
+        segments.set_item(
+            "own_next_data",
+            wide_rows(&s.own_next_data).into_pyarray(py),
+        )?;
         segments.set_item("sent_max_before", sent_max_before.into_pyarray(py))?;
-        segments.set_item("peer_data_between", s.peer_data_between.into_pyarray(py))?;
+        segments.set_item(
+            "peer_data_between",
+            counts(s.peer_data_between).into_pyarray(py),
+        )?;
         segments.set_item(
             "own_retransmissions_between",
-            s.own_retransmissions_between.into_pyarray(py),
+            counts(s.own_retransmissions_between).into_pyarray(py),
         )?;
         segments.set_item("message", message_numbers.into_pyarray(py))?;
         Ok(EventTables {

@@ -11,6 +11,11 @@ use crate::flows::side::{ROLE_DATA, ROLE_OUT_OF_ORDER, ROLE_RETRANSMISSION};
 
 /// No such packet (or no value), as the numpy path marks it.
 pub const NONE: i64 = -1;
+/// No such packet, in the segments' own columns: rows are held in 32 bits (frame numbers are
+/// too, so a pass never has more rows), half the memory of a segment's context.
+pub const NO_ROW: u32 = u32::MAX;
+/// Nothing sent before the segment, in `sent_max_u`.
+pub const NOTHING_SENT: i64 = i64::MIN;
 
 /// One direction's running context.
 #[derive(Default)]
@@ -31,21 +36,21 @@ pub struct DirectionContext {
     awaiting_own_data: Option<usize>,
 }
 
-/// The segments found so far, a column each (rows are packet rows, NONE where none).
+/// The segments found so far, a column each (rows are packet rows, NO_ROW where none).
 #[derive(Default)]
 pub struct SegmentRows {
-    pub row: Vec<i64>,
+    pub row: Vec<u32>,
     pub connection: Vec<u32>,
     pub sender: Vec<u8>,
-    pub previous_data: Vec<i64>,
-    pub peer_latest: Vec<i64>,
-    pub peer_next: Vec<i64>,
-    pub own_next_data: Vec<i64>,
-    /// The highest end sent before, counted from the side's first packet (None: nothing
-    /// sent before).
-    pub sent_max_u: Vec<Option<i64>>,
-    pub peer_data_between: Vec<i64>,
-    pub own_retransmissions_between: Vec<i64>,
+    pub previous_data: Vec<u32>,
+    pub peer_latest: Vec<u32>,
+    pub peer_next: Vec<u32>,
+    pub own_next_data: Vec<u32>,
+    /// The highest end sent before, counted from the side's first packet (NOTHING_SENT:
+    /// nothing sent before).
+    pub sent_max_u: Vec<i64>,
+    pub peer_data_between: Vec<u32>,
+    pub own_retransmissions_between: Vec<u32>,
 }
 
 impl SegmentRows {
@@ -68,8 +73,18 @@ impl SegmentRows {
     }
 }
 
-fn as_row(row: Option<usize>) -> i64 {
-    row.map_or(NONE, |row| row as i64)
+fn as_row(row: Option<usize>) -> u32 {
+    row.map_or(NO_ROW, |row| row as u32)
+}
+
+/// A row of the segments' columns as the tables give it (NONE where none).
+pub fn wide(row: u32) -> i64 {
+    if row == NO_ROW { NONE } else { i64::from(row) }
+}
+
+/// A column of rows as the tables give it (NONE where none).
+pub fn wide_rows(rows: &[u32]) -> Vec<i64> {
+    rows.iter().map(|row| wide(*row)).collect()
 }
 
 /// Take one packet of a connection whose two directions' context is `sides` (by sender).
@@ -77,11 +92,11 @@ pub fn take(sides: &mut [DirectionContext; 2], packet: &Taken, segments: &mut Se
     let own = packet.sender;
     let peer = 1 - own;
     for waiting in sides[peer].awaiting_peer.drain(..) {
-        segments.peer_next[waiting] = packet.row as i64;
+        segments.peer_next[waiting] = packet.row as u32;
     }
     let carries_data = packet.payload_bytes > 0;
     if carries_data && let Some(waiting) = sides[own].awaiting_own_data.take() {
-        segments.own_next_data[waiting] = packet.row as i64;
+        segments.own_next_data[waiting] = packet.row as u32;
     }
     if packet.role == ROLE_DATA && carries_data {
         new_data_segment(sides, packet, segments);
@@ -112,18 +127,20 @@ fn new_data_segment(sides: &mut [DirectionContext; 2], packet: &Taken, segments:
         None => (peer_data_packets, 0),
     };
     let index = segments.len();
-    segments.row.push(packet.row as i64);
+    segments.row.push(packet.row as u32);
     segments.connection.push(packet.connection);
     segments.sender.push(own as u8);
     segments.previous_data.push(as_row(previous));
     segments.peer_latest.push(as_row(peer_latest));
-    segments.peer_next.push(NONE);
-    segments.own_next_data.push(NONE);
-    segments.sent_max_u.push(side.max_end_u);
-    segments.peer_data_between.push(peer_data_between);
+    segments.peer_next.push(NO_ROW);
+    segments.own_next_data.push(NO_ROW);
+    segments
+        .sent_max_u
+        .push(side.max_end_u.unwrap_or(NOTHING_SENT));
+    segments.peer_data_between.push(peer_data_between as u32);
     segments
         .own_retransmissions_between
-        .push(own_retransmissions_between);
+        .push(own_retransmissions_between as u32);
     side.awaiting_peer.push(index);
     side.awaiting_own_data = Some(index);
     side.last_new_data_row = Some(packet.row);
