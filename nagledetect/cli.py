@@ -114,10 +114,12 @@ class ByteSize(click.ParamType):
 
 MEMORY_OPTION = click.option(
     "--memory", "parts_memory", type=ByteSize(), default=PARTS_MEMORY_BYTES, metavar="SIZE",
-    help=f"About what the parts of a large capture analysed at once may take (default "
-         f"{PARTS_MEMORY_BYTES >> 20}M). More lets the parts of a few huge connections run at "
-         "once, each counted at about 240 bytes a packet of its connections (read a slice at a "
-         "time, such a part takes up to about 190, a bulk transfer almost nothing).")
+    help=f"About what the analysis may take (default {PARTS_MEMORY_BYTES >> 20}M), shared by "
+         "the captures analysed at once with -j. A capture whose whole analysis fits (about 6 "
+         "bytes a byte of capture) is analysed whole, a larger one in parts. More lets the "
+         "parts of a few huge connections run at once, each counted at about 240 bytes a "
+         "packet of its connections (read a slice at a time, such a part takes up to about "
+         "190, a bulk transfer almost nothing).")
 DASK_CONNECT_TIMEOUT_S = 30
 EXIT_BUDGET_EXCEEDED = 1
 REPORT_MODE = 0o644
@@ -454,8 +456,8 @@ def _analyze_all(captures: CaptureList, bpf_filter: str | None, jobs: int | None
     """Analyse every capture, in parallel processes when there are several (one per core by
     default) or on a Dask cluster; results come back in the order given, each identical to a
     single-file run. `wanted`: what the command's reporters need besides the document;
-    `parts_memory`: what the parts of a lone capture analysed at once may take (several
-    captures run one process each, their parts one after another). A capture that cannot be
+    `parts_memory`: what the analysis may take (`analyze_capture`'s `parts_memory_bytes`),
+    shared by the captures analysed at once (on Dask, each worker's). A capture that cannot be
     analysed is one error line here, and the others go on; the run fails whole only when no
     capture is left, or when the machine fails it (a killed worker, a full disk)."""
     wanted = wanted or Wanted()
@@ -465,14 +467,15 @@ def _analyze_all(captures: CaptureList, bpf_filter: str | None, jobs: int | None
         if not paths:
             results: list[Analysis | InputError] = []
         elif dask_address:
-            results = _analyze_on_dask(paths, bpf_filter, dask_address, wanted)
+            results = _analyze_on_dask(paths, bpf_filter, dask_address, wanted, parts_memory)
         elif len(paths) == 1:
             results = [_analyze_lone(paths[0], bpf_filter, wanted, jobs or os.cpu_count() or 1,
                                      parts_memory, alone=not captures.left_out)]
         elif workers <= 1:
-            results = _analyze_one_by_one(paths, bpf_filter, wanted)
+            results = _analyze_one_by_one(paths, bpf_filter, wanted, parts_memory)
         else:
-            results = _analyze_in_processes(paths, bpf_filter, wanted, workers)
+            results = _analyze_in_processes(paths, bpf_filter, wanted, workers,
+                                            parts_memory // workers)
     except InputError as error:
         _fail(captures.shown_text(str(error)))
     except OSError as error:
@@ -652,7 +655,8 @@ def _refuse_a_closed_port(address: str) -> None:
 
 
 def _analyze_on_dask(captures: list[str], bpf_filter: str | None, address: str,
-                     wanted: Wanted) -> list[Analysis | InputError]:
+                     wanted: Wanted, parts_memory: int = PARTS_MEMORY_BYTES
+                     ) -> list[Analysis | InputError]:
     """Send the files to an existing Dask cluster, a group of captures a task
     (`capture_groups`: small ones together, each other alone; the files must be readable by its
     workers at the same paths); take the results here as they come (each one's findings and
@@ -668,7 +672,8 @@ def _analyze_on_dask(captures: list[str], bpf_filter: str | None, address: str,
             groups = capture_groups(captures, max(1, sum(client.nthreads().values())))
             futures = client.map(_analyze_group_pickled,
                                  [[captures[index] for index in group] for group in groups],
-                                 [bpf_filter] * len(groups), [wanted] * len(groups), pure=False)
+                                 [bpf_filter] * len(groups), [wanted] * len(groups),
+                                 [parts_memory] * len(groups), pure=False)
             group_of = {future.key: group for future, group in zip(futures, groups)}
             spill = SpillFile()
             results: dict[int, Analysis | InputError] = {}
@@ -835,13 +840,14 @@ def _read_baseline(path: Path) -> dict:
     return document
 
 
-def _analyze_one_by_one(captures: list[str], bpf_filter: str | None,
-                        wanted: Wanted) -> list[Analysis | InputError]:
+def _analyze_one_by_one(captures: list[str], bpf_filter: str | None, wanted: Wanted,
+                        parts_memory: int = PARTS_MEMORY_BYTES) -> list[Analysis | InputError]:
     """Each group of captures in turn (`capture_groups`), in this process; their findings and
     tables kept in one spill file (not one open file per capture in parts, nor every capture's
     findings in memory). A capture that fails is its error, in its place."""
     spill = SpillFile()
-    alone = partial(_analyze_one, bpf_filter=bpf_filter, wanted=wanted, spill=spill)
+    alone = partial(_analyze_one, bpf_filter=bpf_filter, wanted=wanted, spill=spill,
+                    parts_memory=parts_memory)
     results: dict[int, Analysis | InputError] = {}
     for group in capture_groups(captures, 1):
         found = _analyze_group([captures[index] for index in group], bpf_filter, wanted, alone)
@@ -870,12 +876,14 @@ def _analyze_group(paths: list[str], bpf_filter: str | None, wanted: Wanted,
 
 
 def _analyze_in_processes(captures: list[str], bpf_filter: str | None, wanted: Wanted,
-                          workers: int) -> list[Analysis | InputError]:
-    """One process per capture, `workers` at a time. The workers draw no progress line of their
-    own (several would fight over one line): this process counts the captures done. Each result
-    is taken as it comes, its findings (and tables, if wanted) spilled to disk, so that memory
-    here grows with the captures' connections and hosts, not with their findings or packets. A
-    failing capture's result is its error."""
+                          workers: int, parts_memory: int = PARTS_MEMORY_BYTES
+                          ) -> list[Analysis | InputError]:
+    """One process per capture, `workers` at a time, each analysis within `parts_memory`.
+    The workers draw no progress line of their own (several would fight over one line): this
+    process counts the captures done. Each result is taken as it comes, its findings (and
+    tables, if wanted) spilled to disk, so that memory here grows with the captures'
+    connections and hosts, not with their findings or packets. A failing capture's result is
+    its error."""
     from concurrent.futures import ProcessPoolExecutor  # its module only where workers run
 
     results: dict[int, Analysis | InputError] = {}
@@ -886,7 +894,7 @@ def _analyze_in_processes(captures: list[str], bpf_filter: str | None, wanted: W
                                   initargs=(handover,)) as pool):
             pending = {pool.submit(_analyze_group_for_parent,
                                    [captures[index] for index in group], bpf_filter, wanted,
-                                   handover): group
+                                   handover, parts_memory): group
                        for group in capture_groups(captures, workers)}
             _take_results(pending, spill, results)
     except BrokenExecutor:
@@ -928,12 +936,14 @@ def _temporaries_in(folder: str) -> None:
 
 
 def _analyze_group_for_parent(paths: list[str], bpf_filter: str | None, wanted: Wanted,
-                              handover_folder: str | None = None) -> list[Analysis | InputError]:
+                              handover_folder: str | None = None,
+                              parts_memory: int = PARTS_MEMORY_BYTES
+                              ) -> list[Analysis | InputError]:
     """`_analyze_group` in a worker process (or on Dask): each result as `_analyze_for_parent`
     sends it, the findings and tables of a group (with a `handover_folder`) in one file the
     parent takes over."""
     alone = partial(_analyze_for_parent, bpf_filter=bpf_filter, wanted=wanted,
-                    handover_folder=handover_folder)
+                    handover_folder=handover_folder, parts_memory=parts_memory)
     sent = _analyze_group(paths, bpf_filter, wanted, alone)
     if handover_folder:
         try:
@@ -943,17 +953,19 @@ def _analyze_group_for_parent(paths: list[str], bpf_filter: str | None, wanted: 
     return sent
 
 
-def _analyze_group_pickled(paths: list[str], bpf_filter: str | None, wanted: Wanted) -> bytes:
+def _analyze_group_pickled(paths: list[str], bpf_filter: str | None, wanted: Wanted,
+                           parts_memory: int) -> bytes:
     """`_analyze_group_for_parent` on a Dask worker, its results pickled as one message. Dask
     pickles a list item by item, and each of a group's results would then carry the whole
     group's connection table again (`sent_tables.TableRows`)."""
-    return pickle.dumps(_analyze_group_for_parent(paths, bpf_filter, wanted),
+    return pickle.dumps(_analyze_group_for_parent(paths, bpf_filter, wanted,
+                                                  parts_memory=parts_memory),
                         protocol=pickle.HIGHEST_PROTOCOL)
 
 
 def _analyze_for_parent(path: str, bpf_filter: str | None, wanted: Wanted, workers: int = 1,
-                        show_progress: bool = False, handover_folder: str | None = None
-                        ) -> Analysis:
+                        show_progress: bool = False, handover_folder: str | None = None,
+                        parts_memory: int = PARTS_MEMORY_BYTES) -> Analysis:
     """`_analyze_one` in a worker process (or on Dask): only what the reporters read goes back.
     With a `handover_folder` (a worker on the parent's machine), a capture in parts spills to a
     named file there that the parent takes over: its findings, hosts and tables go back as
@@ -961,7 +973,8 @@ def _analyze_for_parent(path: str, bpf_filter: str | None, wanted: Wanted, worke
     spill = SpillFile(handover_folder) if handover_folder else None
     analysis = None
     try:
-        analysis = _analyze_one(path, bpf_filter, wanted, workers, show_progress, spill)
+        analysis = _analyze_one(path, bpf_filter, wanted, workers, show_progress, spill,
+                                parts_memory)
         return for_another_process(analysis, wanted.tables)
     finally:
         if spill is not None and (analysis is None or spill not in spills_read_by(analysis)):

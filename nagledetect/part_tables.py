@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 
 from nagledetect.stored import SpillFile, by_reference, pickled
+from nagledetect.table import Table
 
 ROWS_PER_CHUNK = 65_536
 TABLE_KEYS = {"packets": "frame", "messages": "message"}
@@ -118,15 +119,17 @@ class PartTables:
 
 class TablesInMemory:
     """Tables as PartTables gives them, held in memory (a capture's tables sent to another
-    process)."""
+    process): `Table`s of a capture analysed whole, one of each (never merged by key, which
+    reads DataFrames: `merged_by` takes the chunks of several parts)."""
 
-    def __init__(self, packets: list[pd.DataFrame], messages: list[pd.DataFrame]) -> None:
+    def __init__(self, packets: list[Table | pd.DataFrame],
+                 messages: list[Table | pd.DataFrame]) -> None:
         self._tables = {"packets": packets, "messages": messages}
 
-    def packets(self) -> Iterator[pd.DataFrame]:
+    def packets(self) -> Iterator[Table | pd.DataFrame]:
         return iter(self._tables["packets"])
 
-    def messages(self) -> Iterator[pd.DataFrame]:
+    def messages(self) -> Iterator[Table | pd.DataFrame]:
         return iter(self._tables["messages"])
 
 

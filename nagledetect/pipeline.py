@@ -66,7 +66,9 @@ class Analysis:
     another process: then `capture.packets`, `segments`, `messages` and `delack_samples` are
     empty, and `findings` and `hosts` may be read from disk a chunk at a time (`stored`); the
     connections, findings and hosts are complete, and so is `charts`, what the HTML report draws
-    (None when the caller did not ask for it).
+    (None when the caller did not ask for it). A capture analysed whole by the command line
+    keeps its tables but has no packet rows unless charts or tables were asked for, and no
+    segment table (`run_detectors`' `keep_segments`).
     """
 
     capture: Capture
@@ -96,7 +98,9 @@ class ConnectionLevel:
     """The whole packet table when it was kept, else empty."""
     connections: Table
     segments: Table
-    """Every column when the packet table was kept, else only `SAMPLE_SEGMENT_COLUMNS`."""
+    """From the core's events, made only when asked for (`keep_segments`), else empty; on the
+    numpy path, every column when the packet table was kept, else only
+    `SAMPLE_SEGMENT_COLUMNS`."""
     messages: Table
     """Empty when the packet table was not kept."""
     samples: Table
@@ -213,12 +217,16 @@ def run_detectors(capture: Capture, charts: bool = True, keep_segments: bool = T
                   ) -> Analysis:
     """Run every detector over one capture held whole in memory; with `charts`, also gather
     what the HTML report draws; without `keep_segments`, the segment table of a capture the
-    compiled core read is not made (no report reads it)."""
+    compiled core read is not made (no report reads it). The analysis's capture keeps its
+    tables but not the core's events, which the detectors have read (they take about twice
+    the capture's size, and a run over many captures would hold or send them all)."""
+    found = capture.found_events
     capture = dataclasses.replace(capture, packets=as_table(capture.packets),
                                   connections=as_table(capture.connections),
-                                  sack_blocks=as_table(capture.sack_blocks))
+                                  sack_blocks=as_table(capture.sack_blocks), found_events=None)
     level = connection_level(FlowTables(capture.packets, capture.connections, capture.sack_blocks,
-                                        capture.found_events), keep_segments=keep_segments)
+                                        found), keep_segments=keep_segments)
+    del found
     hosts, phase_findings = host_level(level)
     chart_data = None
     if charts:

@@ -131,3 +131,15 @@ def test_received_rows_of_groups_join_as_their_frames_would() -> None:
     assert len(first_group) == 7
     assert np.shares_memory(first_group["first_frame"], rows[0].table["first_frame"])
     assert joined_rows([rows[0], Table({"id": []})]) is None
+
+
+def test_a_result_sent_on_holds_none_of_the_cores_events() -> None:
+    """The core's events (gaps, messages, bursts, stall candidates...) are read by the
+    detectors and let go: a whole capture's result, pickled for the parent process, is its
+    connections, findings and hosts. On classic-2n-blocks-100000.pcap (264 KB of capture) it
+    pickles to about 10 KB; its events alone pickle to 27 KB (`read_capture`'s
+    `found_events`, measured), so a result that kept them would not fit the bound."""
+    path = str(SAMPLE_TRACES / "classic-2n-blocks-100000.pcap")
+    analysis = analyze_capture(path, charts=False)
+    assert analysis.capture.found_events is None
+    assert len(pickle.dumps(for_another_process(analysis, False))) < 20_000

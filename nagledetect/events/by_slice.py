@@ -29,6 +29,7 @@ from nagledetect.flows.connections import direction_key
 from nagledetect.flows.facts import KeyedColumns
 from nagledetect.flows.grouped import first_per_key, grouped_cumsum, joined_columns, last_per_key
 from nagledetect.flows.roles import ROLE
+from nagledetect.table import Table
 
 LOOK_AHEAD_COLUMNS = ("next_peer_frame", "next_peer_time_us", "next_peer_role", "next_peer_ack",
                       "next_own_data_time_us")
@@ -322,7 +323,7 @@ class MessagesBySlice:
         self._open_sizes = pd.concat([self._open_sizes[~np.isin(self._open_sizes["key"].to_numpy(),
                                                                 connection)], kept])
 
-    def finish(self) -> tuple[pd.DataFrame, np.ndarray]:
+    def finish(self) -> tuple[Table, np.ndarray]:
         """The message table a whole run makes, and each connection's first message number
         (a segment's number is its connection's first plus its number within)."""
         opened = self._open

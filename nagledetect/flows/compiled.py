@@ -97,7 +97,7 @@ def _connection_table(columns: dict[str, np.ndarray], filtered: bool) -> Table:
                            axis=1).astype(np.uint32)
     table = {"id": np.arange(count),
              **connection_endpoints(pairs, np.ones(count, dtype=bool), columns["first_frame"])}
-    if filtered:
+    if filtered and count:  # as the numpy path: a table without rows has no `stream`
         table["stream"] = columns["stream"]
     table["start_us"] = columns["start_us"]
     table["end_us"] = columns["end_us"]

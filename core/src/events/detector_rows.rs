@@ -10,12 +10,11 @@ use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
 use super::segments::{NONE, SegmentRows, wide};
-use crate::flows::side::{ROLE_DUP_ACK, ROLE_PURE_ACK, ROLE_WINDOW_UPDATE};
+use crate::flows::side::{ROLE_DUP_ACK, ROLE_NONE, ROLE_PURE_ACK, ROLE_WINDOW_UPDATE};
 use crate::flows::tables::FlowTables;
 
-/// The role code of a packet that does not exist ("none", after the roles).
-const ROLE_NONE: u8 = 11;
-/// A stall of either kind is at least this long (`nagle_stall.MIN_STALL_MS`).
+/// A stall of either kind is at least this long: `nagle_stall.MIN_STALL_MS`, the same rule
+/// (`tests/test_core_flows.py` compares the rows the two give).
 const MIN_STALL_US: i64 = 10_000;
 /// Payload sizes are 32-bit: a count's key is its direction key above them.
 const SIZE_BITS: u32 = 32;

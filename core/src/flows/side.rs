@@ -20,6 +20,9 @@ pub const ROLE_ZERO_WINDOW_PROBE: u8 = 7;
 pub const ROLE_SYN: u8 = 8;
 pub const ROLE_FIN: u8 = 9;
 pub const ROLE_RST: u8 = 10;
+/// The role of a packet that does not exist (a segment's missing context packet): the code
+/// after the roles, as `events.segments` names it "none" after `roles.ROLES`.
+pub const ROLE_NONE: u8 = 11;
 /// Old data this soon after the segment that last advanced the stream, not ending where the
 /// stream had got to, fills a hole: out of order, not sent again (as Wireshark's 3 ms).
 const OUT_OF_ORDER_WINDOW_US: i64 = 3_000;
