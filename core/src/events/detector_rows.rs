@@ -19,6 +19,15 @@ const MIN_STALL_US: i64 = 10_000;
 /// Payload sizes are 32-bit: a count's key is its direction key above them.
 const SIZE_BITS: u32 = 32;
 
+/// A dict of numpy arrays, one per named column (field) of `$rows`, under its name.
+macro_rules! columns_into_dict {
+    ($py:expr, $rows:expr, $($column:ident),+) => {{
+        let table = PyDict::new($py);
+        $(table.set_item(stringify!($column), $rows.$column.into_pyarray($py))?;)+
+        table
+    }};
+}
+
 /// One segment's values as the segment table reads them (NONE where there is no such packet).
 struct Segment {
     connection: u32,
@@ -162,25 +171,24 @@ impl UntimedStalls {
     }
 
     fn into_python(self, py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
-        let table = PyDict::new(py);
-        table.set_item("connection", self.connection.into_pyarray(py))?;
-        table.set_item("direction", self.direction.into_pyarray(py))?;
-        table.set_item("frame", self.frame.into_pyarray(py))?;
-        table.set_item("time_us", self.time_us.into_pyarray(py))?;
-        table.set_item("payload_bytes", self.payload_bytes.into_pyarray(py))?;
-        table.set_item("tail_bytes", self.tail_bytes.into_pyarray(py))?;
-        table.set_item("mss", self.mss.into_pyarray(py))?;
-        table.set_item("prev_frame", self.prev_frame.into_pyarray(py))?;
-        table.set_item("prev_time_us", self.prev_time_us.into_pyarray(py))?;
-        table.set_item(
-            "prev_payload_bytes",
-            self.prev_payload_bytes.into_pyarray(py),
-        )?;
-        table.set_item("peer_frame", self.peer_frame.into_pyarray(py))?;
-        table.set_item("peer_time_us", self.peer_time_us.into_pyarray(py))?;
-        table.set_item("peer_window_bytes", self.peer_window_bytes.into_pyarray(py))?;
-        table.set_item("message", self.message.into_pyarray(py))?;
-        Ok(table)
+        Ok(columns_into_dict!(
+            py,
+            self,
+            connection,
+            direction,
+            frame,
+            time_us,
+            payload_bytes,
+            tail_bytes,
+            mss,
+            prev_frame,
+            prev_time_us,
+            prev_payload_bytes,
+            peer_frame,
+            peer_time_us,
+            peer_window_bytes,
+            message
+        ))
     }
 }
 
@@ -224,14 +232,16 @@ impl LoneSegments {
     }
 
     fn into_python(self, py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
-        let table = PyDict::new(py);
-        table.set_item("connection", self.connection.into_pyarray(py))?;
-        table.set_item("direction", self.direction.into_pyarray(py))?;
-        table.set_item("frame", self.frame.into_pyarray(py))?;
-        table.set_item("time_us", self.time_us.into_pyarray(py))?;
-        table.set_item("next_peer_frame", self.next_peer_frame.into_pyarray(py))?;
-        table.set_item("next_peer_time_us", self.next_peer_time_us.into_pyarray(py))?;
-        Ok(table)
+        Ok(columns_into_dict!(
+            py,
+            self,
+            connection,
+            direction,
+            frame,
+            time_us,
+            next_peer_frame,
+            next_peer_time_us
+        ))
     }
 }
 
