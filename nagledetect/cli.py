@@ -52,6 +52,7 @@ from nagledetect.live import (
 from nagledetect.memory import ordinary_pages_for_arrays
 from nagledetect.part_sizes import PARTS_MEMORY_BYTES
 from nagledetect.progress import ProgressLine
+from nagledetect.read.compressed import capture_bytes
 from nagledetect.read.inputs import (
     STDIN_NAME,
     CaptureList,
@@ -60,7 +61,6 @@ from nagledetect.read.inputs import (
     listed_names,
 )
 from nagledetect.report.annotate import FrameComments, connection_frames, write_annotated
-from nagledetect.report.ci import github_annotations, junit_xml, summary_lines
 from nagledetect.report.document import SCHEMA, build_document, write_json
 from nagledetect.report.text import LANGUAGES, render_text
 from nagledetect.stored import SpillFile
@@ -115,8 +115,8 @@ class ByteSize(click.ParamType):
 
 MEMORY_OPTION = click.option(
     "--memory", "parts_memory", type=ByteSize(), default=PARTS_MEMORY_BYTES, metavar="SIZE",
-    help=f"About what the analysis may take (default {PARTS_MEMORY_BYTES >> 20}M), shared by "
-         "the captures analysed at once with -j. A capture whose whole analysis fits (about 6 "
+    help=f"About what the analysis of a capture may take (default {PARTS_MEMORY_BYTES >> 20}M), "
+         "with -j each capture analysed at once. A capture whose whole analysis fits (about 6 "
          "bytes a byte of capture) is analysed whole, a larger one in parts. More lets the "
          "parts of a few huge connections run at once, each counted at about 240 bytes a "
          "packet of its connections (read a slice at a time, such a part takes up to about "
@@ -462,8 +462,8 @@ def _analyze_all(captures: CaptureList, bpf_filter: str | None, jobs: int | None
     """Analyse every capture, in parallel processes when there are several (one per core by
     default) or on a Dask cluster; results come back in the order given, each identical to a
     single-file run. `wanted`: what the command's reporters need besides the document;
-    `parts_memory`: what the analysis may take (`analyze_capture`'s `parts_memory_bytes`),
-    shared by the captures analysed at once (on Dask, each worker's). A capture that cannot be
+    `parts_memory`: what the analysis of a capture may take (`analyze_capture`'s
+    `parts_memory_bytes`), in this process, a worker or a Dask task. A capture that cannot be
     analysed is one error line here, and the others go on; the run fails whole only when no
     capture is left, or when the machine fails it (a killed worker, a full disk)."""
     wanted = wanted or Wanted()
@@ -482,8 +482,7 @@ def _analyze_all(captures: CaptureList, bpf_filter: str | None, jobs: int | None
         elif workers <= 1:
             results = _analyze_one_by_one(paths, bpf_filter, wanted, parts_memory)
         else:
-            results = _analyze_in_processes(paths, bpf_filter, wanted, workers,
-                                            parts_memory // workers)
+            results = _analyze_in_processes(paths, bpf_filter, wanted, workers, parts_memory)
     except InputError as error:
         _fail(captures.shown_text(str(error)))
     except OSError as error:
@@ -493,13 +492,9 @@ def _analyze_all(captures: CaptureList, bpf_filter: str | None, jobs: int | None
 
 
 def _total_bytes(paths: list[str]) -> int:
-    """The captures' sizes on disk, in all (a file gone since it was listed counts nothing:
-    its analysis says why)."""
-    total = 0
-    for path in paths:
-        with contextlib.suppress(OSError):
-            total += os.path.getsize(path)
-    return total
+    """The captures' sizes once decompressed, in all (`capture_bytes`: a file that cannot be
+    read counts nothing, and its analysis says why)."""
+    return sum(capture_bytes(path) for path in paths)
 
 
 def _shown_as(result: Analysis | InputError, captures: CaptureList) -> Analysis | InputError:
@@ -829,7 +824,10 @@ def _say_checks(results: list[RuleResult], run: _Run, document: dict, junit: Pat
                 github: bool) -> None:
     """The gate's verdicts on stdout (and in JUnit and GitHub annotations when asked), an
     error line on stderr for each reason captures had nothing to check, then the exit status:
-    2 when a capture could not be analysed or checked, else 1 when a budget is exceeded."""
+    2 when a capture could not be analysed or checked, else 1 when a budget is exceeded. The
+    gate's reporters are imported here: a run without `check` needs none of them."""
+    from nagledetect.report.ci import github_annotations, junit_xml, summary_lines
+
     unreadable = [entry for entry in run.not_analysed if entry.error]
     paths = [capture["path"] for capture in document["captures"]]
     warnings = [capture["warnings"] for capture in document["captures"]]

@@ -226,7 +226,6 @@ def run_detectors(capture: Capture, charts: bool = True, keep_segments: bool = T
                                   sack_blocks=as_table(capture.sack_blocks), found_events=None)
     level = connection_level(FlowTables(capture.packets, capture.connections, capture.sack_blocks,
                                         found), keep_segments=keep_segments)
-    del found
     hosts, phase_findings = host_level(level)
     chart_data = None
     if charts:

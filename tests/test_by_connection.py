@@ -7,6 +7,7 @@ Checked on a real capture's connection table against pandas' own lookup by id.
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from nagledetect.api import load_capture
 from nagledetect.flows.connections import by_connection
@@ -27,12 +28,13 @@ def test_by_position_and_by_id_agree() -> None:
 
 
 def test_an_id_not_in_the_table_is_an_error_not_another_rows_value() -> None:
-    """mixed.pcap has 6 connections (tshark -z conv,tcp): ids 0 to 5; asking a shuffled table
-    for id 6 must not read some other connection's row."""
-    import pytest
-
+    """mixed.pcap has 6 connections (tshark -z conv,tcp): ids 0 to 5; asking for id 6 or -1,
+    of the table in id order (read by position) or shuffled (looked up by id), must not read
+    some other connection's row."""
     table = load_capture(str(SAMPLE_TRACES / "mixed.pcap")).connections
     shuffled = table.sample(frac=1.0, random_state=7)
     assert len(table) == 6
-    with pytest.raises(KeyError):
-        by_connection(shuffled, "rtt_ms", np.array([2, 6]))
+    for lookup in (table, shuffled):
+        for wanted in ([2, 6], [-1]):
+            with pytest.raises(KeyError):
+                by_connection(lookup, "rtt_ms", np.array(wanted))

@@ -234,6 +234,8 @@ def by_connection(connections: Table | pd.DataFrame, column: str,
     ids = np.asarray(connections["id"])
     values = np.asarray(connections[column])
     if _ids_are_positions(ids):
+        if len(connection) and not (0 <= connection.min() and connection.max() < len(ids)):
+            raise KeyError("connection ids that are not in the connection table")
         return values[connection]
     order = np.argsort(ids, kind="stable")
     at = order[np.minimum(np.searchsorted(ids, connection, sorter=order), len(ids) - 1)]

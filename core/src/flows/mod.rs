@@ -138,13 +138,13 @@ impl FlowTracker {
         Some(taken)
     }
 
-    /// Start on the next capture of a run read together: its conversations and connections
-    /// are its own (numbered from 0, and on from the earlier captures' respectively).
     /// Keep only the packet columns the events read (see `PacketRows`).
     pub fn events_only(&mut self) {
         self.packets.events_only = true;
     }
 
+    /// Start on the next capture of a run read together: its conversations and connections
+    /// are its own (numbered from 0, and on from the earlier captures' respectively).
     pub fn next_capture(&mut self) {
         self.pairs.clear();
         self.streams = 0;
