@@ -31,7 +31,7 @@ from nagledetect.detectors.model import (
 )
 from nagledetect.detectors.nagle_stall import UNTIMED_STALLS
 from nagledetect.detectors.other_stalls import GAP_ROWS
-from nagledetect.detectors.tinygram_flood import WRITE_BURSTS
+from nagledetect.detectors.tinygram_flood import BURST_COLUMNS, WRITE_BURSTS
 from nagledetect.events.compiled import compiled_messages, compiled_segments
 from nagledetect.events.messages import messages, number_messages
 from nagledetect.events.payloads import PAYLOAD_SIZES, CountedPayloads, PayloadCounts
@@ -142,7 +142,7 @@ def _core_level(found: FoundEvents, packets: Table, connections: Table, fingerpr
     samples = samples_of(found.lone_segments, connections)
     hosts = host_fingerprints(samples) if fingerprint else {}
     made = {GAP_ROWS: found.gap_rows, UNTIMED_STALLS: found.untimed_stalls,
-            WRITE_BURSTS: compiled_messages(found.burst_rows),
+            WRITE_BURSTS: Table({name: found.burst_rows[name] for name in BURST_COLUMNS}),
             PAYLOAD_SIZES: CountedPayloads(PayloadCounts(**found.payload_counts))}
     columns = DetectorInput(packets, connections, Table(), message_table, hosts, made=made)
     for detector in CONNECTION_DETECTORS:

@@ -27,6 +27,7 @@ import pytest
 from nagledetect.api import Capture, load_capture_numpy
 from nagledetect.detectors.delack_timer import LONE_SEGMENT_COLUMNS, answered_lone
 from nagledetect.detectors.nagle_stall import untimed_stalls
+from nagledetect.detectors.tinygram_flood import BURST_COLUMNS
 from nagledetect.events.compiled import compiled_messages, compiled_segments
 from nagledetect.events.gaps import GAP_PACKET_COLUMNS, GapsBySlice
 from nagledetect.events.messages import BURST_GAP_US, messages, number_messages
@@ -105,7 +106,8 @@ def _same_detector_rows(segments: Table, found: FoundEvents) -> None:
     _same_frame(Table({name: segments[name][lone] for name in LONE_SEGMENT_COLUMNS}),
                 Table(found.lone_segments), "lone_segments")
     bursts = messages(segments.assign(message=number_messages(segments, BURST_GAP_US)))
-    _same_frame(bursts, compiled_messages(found.burst_rows), "bursts")
+    _same_frame(bursts.select(BURST_COLUMNS),
+                Table({name: found.burst_rows[name] for name in BURST_COLUMNS}), "bursts")
     keys = np.unique(direction_key(segments))
     expected = SegmentPayloads(segments).of(keys)
     _same_frame(Table({"key": expected.key, "size": expected.size, "count": expected.count}),

@@ -33,6 +33,8 @@ SMALL_PAYLOAD_SHARE = 0.25
 FLOODED_SHARE = 0.5
 MIN_FLOODED_MESSAGES = 3
 FLOOD_MESSAGE_COLUMNS = ("connection", "direction", "packets", "segments_needed", "bytes")
+BURST_COLUMNS = (*FLOOD_MESSAGE_COLUMNS, "median_payload_bytes", "mss")
+"""The write-burst columns this detector reads: all the compiled core gives of them."""
 
 
 def write_bursts(columns: DetectorInput) -> Table:

@@ -38,8 +38,9 @@ class FlowTables:
 class FoundEvents:
     """The events the compiled core found as it read, as its columns: the data segments in
     context (packet rows and counts, and each segment's `message`: `events.compiled` frames
-    them), the timeline's gaps (`GapsBySlice.gaps`'s columns), the message table and the write
-    bursts (`events.messages.messages`'s columns), and the rows the detectors read of the
+    them), the timeline's gaps (`GapsBySlice.gaps`'s columns), the message table
+    (`events.messages.messages`'s columns) and the write bursts (those of them the tinygram
+    detector reads, `tinygram_flood.BURST_COLUMNS`), and the rows the detectors read of the
     segments: those that passed the stall's packet tests (`nagle_stall.untimed_stalls`), the
     lone segments a pure ACK answered (`delack_timer.LONE_SEGMENT_COLUMNS`) and each
     direction's payload sizes counted (`payloads.PayloadCounts`' columns)."""

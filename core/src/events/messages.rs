@@ -111,12 +111,14 @@ impl Messages {
 
     /// The segments' message numbers (in segment order) and the message table
     /// (`messages.messages`'s columns), numbered in connection order. `segments` are the
-    /// segments these messages were cut from.
+    /// segments these messages were cut from. With `summary_only`, the table has only the
+    /// columns the tinygram detector reads of write bursts (`tinygram_flood.BURST_COLUMNS`).
     pub fn into_python<'py>(
         mut self,
         py: Python<'py>,
         segments: &SegmentRows,
         flows: &FlowTables,
+        summary_only: bool,
     ) -> PyResult<(Vec<i64>, Bound<'py, PyDict>)> {
         let mut first_number = vec![0i64; self.begun.len() + 1];
         for (connection, begun) in self.begun.iter().enumerate() {
@@ -130,7 +132,10 @@ impl Messages {
         in_connection_order.sort_by_key(|index| segments.connection[*index]);
         let mut numbers = vec![0i64; segments.len()];
         let mut rows = Vec::new();
-        let mut columns = MessageColumns::default();
+        let mut columns = MessageColumns {
+            summary_only,
+            ..MessageColumns::default()
+        };
         let mut taken = 0usize;
         for message in &self.messages {
             let number = first_number[message.connection as usize] + i64::from(message.local);
@@ -149,6 +154,8 @@ impl Messages {
 
 #[derive(Default)]
 struct MessageColumns {
+    /// Only connection, direction, bytes, packets, mss, median payload and segments needed.
+    summary_only: bool,
     message: Vec<i64>,
     connection: Vec<i32>,
     direction: Vec<u8>,
@@ -173,23 +180,25 @@ impl MessageColumns {
             return;
         };
         let connection = message.connection;
-        self.message.push(number);
         self.connection.push(connection as i32);
         self.direction
             .push(u8::from(message.sender != flows.client(connection)));
-        self.first_frame.push(i64::from(flows.frame(first)));
-        self.last_frame.push(i64::from(flows.frame(last)));
-        self.start_us.push(flows.time_us(first));
-        self.end_us.push(flows.time_us(last));
         let mut payloads: Vec<i64> = rows.iter().map(|row| flows.payload_bytes(*row)).collect();
         let bytes: i64 = payloads.iter().sum();
         self.bytes.push(bytes);
         self.packets.push(payloads.len() as i64);
-        self.wire_segments.push(
-            rows.iter()
-                .map(|row| i64::from(flows.wire_segments(*row)))
-                .sum(),
-        );
+        if !self.summary_only {
+            self.message.push(number);
+            self.first_frame.push(i64::from(flows.frame(first)));
+            self.last_frame.push(i64::from(flows.frame(last)));
+            self.start_us.push(flows.time_us(first));
+            self.end_us.push(flows.time_us(last));
+            self.wire_segments.push(
+                rows.iter()
+                    .map(|row| i64::from(flows.wire_segments(*row)))
+                    .sum(),
+            );
+        }
         payloads.sort_unstable();
         let lower = payloads[(payloads.len() - 1) / 2];
         let upper = payloads[payloads.len() / 2];
@@ -200,30 +209,34 @@ impl MessageColumns {
         let mss = mss.max(1);
         let needed = (bytes + mss - 1) / mss;
         self.segments_needed.push(needed);
-        self.last_segment_full.push(bytes % mss == 0);
-        self.odd_segments.push(needed % 2 == 1);
+        if !self.summary_only {
+            self.last_segment_full.push(bytes % mss == 0);
+            self.odd_segments.push(needed % 2 == 1);
+        }
     }
 
     fn into_python(self, py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
         let table = PyDict::new(py);
-        table.set_item("message", self.message.into_pyarray(py))?;
         table.set_item("connection", self.connection.into_pyarray(py))?;
         table.set_item("direction", self.direction.into_pyarray(py))?;
-        table.set_item("first_frame", self.first_frame.into_pyarray(py))?;
-        table.set_item("last_frame", self.last_frame.into_pyarray(py))?;
-        table.set_item("start_us", self.start_us.into_pyarray(py))?;
-        table.set_item("end_us", self.end_us.into_pyarray(py))?;
         table.set_item("bytes", self.bytes.into_pyarray(py))?;
         table.set_item("packets", self.packets.into_pyarray(py))?;
-        table.set_item("wire_segments", self.wire_segments.into_pyarray(py))?;
         table.set_item("mss", self.mss.into_pyarray(py))?;
         table.set_item(
             "median_payload_bytes",
             self.median_payload_bytes.into_pyarray(py),
         )?;
         table.set_item("segments_needed", self.segments_needed.into_pyarray(py))?;
-        table.set_item("last_segment_full", self.last_segment_full.into_pyarray(py))?;
-        table.set_item("odd_segments", self.odd_segments.into_pyarray(py))?;
+        if !self.summary_only {
+            table.set_item("message", self.message.into_pyarray(py))?;
+            table.set_item("first_frame", self.first_frame.into_pyarray(py))?;
+            table.set_item("last_frame", self.last_frame.into_pyarray(py))?;
+            table.set_item("start_us", self.start_us.into_pyarray(py))?;
+            table.set_item("end_us", self.end_us.into_pyarray(py))?;
+            table.set_item("wire_segments", self.wire_segments.into_pyarray(py))?;
+            table.set_item("last_segment_full", self.last_segment_full.into_pyarray(py))?;
+            table.set_item("odd_segments", self.odd_segments.into_pyarray(py))?;
+        }
         Ok(table)
     }
 }

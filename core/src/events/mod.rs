@@ -117,8 +117,10 @@ impl Events {
             timeline.finish(&mut self.gaps, flows);
         }
         let gaps = self.gaps.into_python(py, flows)?;
-        let (message_numbers, messages) = self.messages.into_python(py, &self.segments, flows)?;
-        let (_, bursts) = self.bursts.into_python(py, &self.segments, flows)?;
+        let (message_numbers, messages) =
+            self.messages
+                .into_python(py, &self.segments, flows, false)?;
+        let (_, bursts) = self.bursts.into_python(py, &self.segments, flows, true)?;
         let s = self.segments;
         let sent_max_before: Vec<i64> = s
             .sent_max_u
