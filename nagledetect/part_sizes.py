@@ -15,8 +15,8 @@ PARTS_MEMORY_BYTES = PART_FILE_BYTES_IN_FLIGHT * WORK_PER_PART_FILE_BYTE
 """What the parts analysed at once may take by default (`--memory`): about 800 MB."""
 WHOLE_MEMORY_PER_CAPTURE_BYTE = 6
 """The whole analysis by the compiled core takes up to about this many bytes of memory a byte
-of capture: 4.1 measured on records of 88 bytes (seed003's, replicated), 2.8 on the mix of real
-traffic, 1.3 on one bulk connection; about 5 at the smallest records, 70 bytes, and more with
+of capture: 3.8 measured on records of 88 bytes (seed003's, replicated), 2.4 on the mix of real
+traffic, 0.8 on one bulk connection; about 5 at the smallest records, 70 bytes, and more with
 the packet table that charts and `--tables` keep. A capture whose whole analysis fits in the
 parts' memory is analysed whole: in one pass, it is faster than in parts and takes less memory
 than their workers do (docs/performance.md)."""
