@@ -5,7 +5,8 @@ context: `_core.flow_tables`) beside its peers on the same file in the same run.
 
 Each round runs, in this order, `tcpdump -r FILE -w /dev/null` (libpcap's read floor),
 `tcptrace -n FILE` (output to /dev/null) and a fresh Python process that imports the core and
-runs `flow_tables([FILE])`, timing the whole process (start-up included) and its peak RSS.
+runs `flow_tables([FILE], None, False)` as the analysis runs it where no chart or table is
+wanted (no packet table), timing the whole process (start-up included) and its peak RSS.
 Printed: each one's median wall seconds and peak memory, and the core's ratios to the peers.
 The full analysis is `bench_read.py`'s; this is the per-packet work the core has taken over.
 """
@@ -21,8 +22,8 @@ import sys
 import time
 
 CORE_PASS = ("import sys; from nagledetect import _core; "
-             "made = _core.flow_tables([sys.argv[1]]); "
-             "print(len(made['packets']['frame']), len(made['segments']['row']))")
+             "made = _core.flow_tables([sys.argv[1]], None, False); "
+             "print(len(made['connections']['first_frame']), len(made['gaps']['connection']))")
 
 
 def timed(command: list[str]) -> tuple[float, int]:
