@@ -312,10 +312,11 @@ WRITE_OPTION = click.option(
               help="Also write the self-contained HTML report to this file.")
 @ANNOTATE_OPTION
 @ANNOTATE_ONLY_FINDINGS_OPTION
+@MEMORY_OPTION
 def live(interface: str | None, bpf_filter: str | None, duration_s: float | None,
          packets: int | None, snaplen: int, write_path: str | None, output_format: str,
          html_path: Path | None, annotate_path: Path | None,
-         annotate_only_findings: bool) -> None:
+         annotate_only_findings: bool, parts_memory: int) -> None:
     """Capture on an interface, show the stalls found so far, then report as analyze does.
 
     Needs root, or CAP_NET_RAW and CAP_NET_ADMIN. On a terminal a view refreshes about once
@@ -331,7 +332,8 @@ def live(interface: str | None, bpf_filter: str | None, duration_s: float | None
       sudo nagledetect live -i eth0 --filter 'tcp port 8080' --snaplen 128
       sudo nagledetect live -i eth0 --duration 60 --write staging.pcap --format json
     """
-    options = _live_options(interface, bpf_filter, duration_s, packets, snaplen, write_path)
+    options = _live_options(interface, bpf_filter, duration_s, packets, snaplen, write_path,
+                            parts_memory)
     _check_annotate(annotate_path, annotate_only_findings, CaptureList())
     if annotate_path and write_path and os.path.abspath(annotate_path) == os.path.abspath(
             write_path):
@@ -344,10 +346,12 @@ def live(interface: str | None, bpf_filter: str | None, duration_s: float | None
 
 
 def _live_options(interface: str | None, bpf_filter: str | None, duration_s: float | None,
-                  packets: int | None, snaplen: int, write_path: str | None) -> LiveOptions:
+                  packets: int | None, snaplen: int, write_path: str | None,
+                  parts_memory: int) -> LiveOptions:
     if not interface:
         raise click.UsageError("name the interface to capture on: -i IFACE")
-    return LiveOptions(interface, bpf_filter, duration_s, packets, snaplen, write_path)
+    return LiveOptions(interface, bpf_filter, duration_s, packets, snaplen, write_path,
+                       parts_memory)
 
 
 def _live_run(options: LiveOptions, wanted: Wanted | None = None) -> tuple[CaptureList, _Run]:
@@ -359,7 +363,7 @@ def _live_run(options: LiveOptions, wanted: Wanted | None = None) -> tuple[Captu
         _fail(str(error))
     click.echo(captured.stats_line(), err=True)
     found = LiveCaptureList(captured.path, options.interface, not options.write_path)
-    run = _analyze_all(found, None, wanted=wanted)
+    run = _analyze_all(found, None, wanted=wanted, parts_memory=options.memory_bytes)
     for analysis in run.analyses:
         add_capture_warnings(analysis, captured)
     return found, run
@@ -811,7 +815,7 @@ def check(captures: tuple[str, ...], bpf_filter: str | None, max_stalls: int | N
         if captures or files_from:
             raise click.UsageError("--live checks a live capture: name no capture files")
         _, run = _live_run(_live_options(interface, bpf_filter, duration_s, packets, snaplen,
-                                         write_path))
+                                         write_path, parts_memory))
     else:
         run = _analyze_all(_capture_list(captures, files_from), bpf_filter, jobs,
                            dask_address, parts_memory=parts_memory)

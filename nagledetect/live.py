@@ -25,6 +25,7 @@ from nagledetect.analysis import Analysis, analyze_capture
 from nagledetect.detectors.kinds import NAGLE_FAMILY
 from nagledetect.detectors.model import Finding
 from nagledetect.errors import InputError
+from nagledetect.part_sizes import PARTS_MEMORY_BYTES
 from nagledetect.read.inputs import CaptureList
 from nagledetect.table import Table
 
@@ -52,6 +53,8 @@ class LiveOptions:
     packets: int | None
     snaplen: int
     write_path: str | None
+    memory_bytes: int = PARTS_MEMORY_BYTES
+    """What an analysis of the file written (the view's, the report's) may take (`--memory`)."""
 
 
 @dataclass
@@ -123,7 +126,7 @@ def capture_live(options: LiveOptions) -> Captured:
     except (_core.LiveCaptureError, _core.FilterError) as error:
         raise LiveError(str(error)) from None
     worker = _CaptureThread(capture, options)
-    view = LiveView(options.interface, path)
+    view = LiveView(options.interface, path, memory_bytes=options.memory_bytes)
     with _stop_on_interrupt(worker.stop):
         worker.start()
         while not worker.finished.wait(view.next_wait_s()):
@@ -203,9 +206,10 @@ class LiveView:
     `analyze`'s), else nothing."""
 
     def __init__(self, interface: str, path: str, screen: TextIO | None = None,
-                 line: TextIO | None = None) -> None:
+                 line: TextIO | None = None, memory_bytes: int = PARTS_MEMORY_BYTES) -> None:
         self.interface = interface
         self.path = path
+        self.memory_bytes = memory_bytes
         self.screen = screen or sys.stdout
         self.line = line or sys.stderr
         self.on_screen = self.screen.isatty()
@@ -240,7 +244,8 @@ class LiveView:
         """The lines of what the file so far shows; returns how long its analysis took."""
         started_s = time.monotonic()
         try:
-            analysis = analyze_capture(self.path, charts=False)
+            analysis = analyze_capture(self.path, charts=False,
+                                       parts_memory_bytes=self.memory_bytes)
         except InputError as error:
             self.found = [f"nothing to analyse yet ({error})"]
         except Exception as error:  # noqa: BLE001 - the view must never stop the capture

@@ -154,7 +154,7 @@ def test_live_finds_the_scenarios_stalls_and_reports_as_analyze_does() -> None:
 def test_check_live_fails_on_the_stalls_and_passes_with_nodelay() -> None:
     with _folder() as folder:
         stalling = _live_during(_nagle_scenario(), folder, "check", "--live",
-                                "--duration", CAPTURE_S)
+                                "--duration", CAPTURE_S, "--memory", "256M")
     assert stalling.returncode == 1, stalling.stdout + stalling.stderr
     assert stalling.manifest["summary"]["nagle_stalls"] > 0
     with _folder() as folder:
