@@ -36,8 +36,8 @@ if TYPE_CHECKING:
     from nagledetect.part_tables import PartTables, TablesInMemory
 
 __all__ = ["Analysis", "Wanted", "analyze_capture", "analyze_together", "capture_groups",
-           "for_another_process", "kept_on_disk", "run_detectors", "spills_read_by",
-           "handed_over"]
+           "capture_sizes", "for_another_process", "kept_on_disk", "run_detectors",
+           "spills_read_by", "handed_over"]
 
 
 def analyze_capture(path: str, bpf_filter: str | None = None,
@@ -72,10 +72,19 @@ def analyze_capture(path: str, bpf_filter: str | None = None,
                             parts_memory_bytes)
 
 
-def capture_groups(paths: Sequence[str], workers: int) -> list[list[int]]:
+def capture_groups(paths: Sequence[str], workers: int, sizes: Sequence[int] | None = None
+                   ) -> list[list[int]]:
     """The captures' positions in the groups a run over them analyses, each group with
-    `analyze_together` when it holds several: small captures together, each other alone."""
-    return groups_by_size([capture_bytes(path) for path in paths], workers)
+    `analyze_together` when it holds several: small captures together, each other alone.
+    `sizes`: `capture_sizes(paths)`, where the caller has them already."""
+    if sizes is None:
+        sizes = capture_sizes(paths)
+    return groups_by_size(list(sizes), workers)
+
+
+def capture_sizes(paths: Sequence[str]) -> list[int]:
+    """Each capture's size once decompressed (`capture_bytes`), which steers the grouping."""
+    return [capture_bytes(path) for path in paths]
 
 
 def for_another_process(analysis: Analysis, tables: bool) -> Analysis:

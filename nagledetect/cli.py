@@ -34,6 +34,7 @@ from nagledetect.analysis import (
     analyze_capture,
     analyze_together,
     capture_groups,
+    capture_sizes,
     for_another_process,
     handed_over,
     kept_on_disk,
@@ -52,7 +53,6 @@ from nagledetect.live import (
 from nagledetect.memory import ordinary_pages_for_arrays
 from nagledetect.part_sizes import PARTS_MEMORY_BYTES
 from nagledetect.progress import ProgressLine
-from nagledetect.read.compressed import capture_bytes
 from nagledetect.read.inputs import (
     STDIN_NAME,
     CaptureList,
@@ -473,32 +473,29 @@ def _analyze_all(captures: CaptureList, bpf_filter: str | None, jobs: int | None
     wanted = wanted or Wanted()
     paths = captures.paths
     workers = min(jobs or os.cpu_count() or 1, len(paths))
-    if jobs is None and len(paths) > 1 and _total_bytes(paths) < ONE_PROCESS_BYTES:
+    sizes = capture_sizes(paths) if len(paths) > 1 else None
+    if jobs is None and sizes and sum(sizes) < ONE_PROCESS_BYTES:
         workers = 1
     try:
         if not paths:
             results: list[Analysis | InputError] = []
         elif dask_address:
-            results = _analyze_on_dask(paths, bpf_filter, dask_address, wanted, parts_memory)
+            results = _analyze_on_dask(paths, bpf_filter, dask_address, wanted, parts_memory,
+                                       sizes)
         elif len(paths) == 1:
             results = [_analyze_lone(paths[0], bpf_filter, wanted, jobs or os.cpu_count() or 1,
                                      parts_memory, alone=not captures.left_out)]
         elif workers <= 1:
-            results = _analyze_one_by_one(paths, bpf_filter, wanted, parts_memory)
+            results = _analyze_one_by_one(paths, bpf_filter, wanted, parts_memory, sizes)
         else:
-            results = _analyze_in_processes(paths, bpf_filter, wanted, workers, parts_memory)
+            results = _analyze_in_processes(paths, bpf_filter, wanted, workers, parts_memory,
+                                            sizes)
     except InputError as error:
         _fail(captures.shown_text(str(error)))
     except OSError as error:
         _fail(captures.shown_text(str(_os_error(_first_and_others(paths), error))))
     return _run_of([captures.shown_name(path) for path in paths],
                    [_shown_as(result, captures) for result in results], captures.left_out)
-
-
-def _total_bytes(paths: list[str]) -> int:
-    """The captures' sizes once decompressed, in all (`capture_bytes`: a file that cannot be
-    read counts nothing, and its analysis says why)."""
-    return sum(capture_bytes(path) for path in paths)
 
 
 def _shown_as(result: Analysis | InputError, captures: CaptureList) -> Analysis | InputError:
@@ -672,8 +669,8 @@ def _refuse_a_closed_port(address: str) -> None:
 
 
 def _analyze_on_dask(captures: list[str], bpf_filter: str | None, address: str,
-                     wanted: Wanted, parts_memory: int = PARTS_MEMORY_BYTES
-                     ) -> list[Analysis | InputError]:
+                     wanted: Wanted, parts_memory: int = PARTS_MEMORY_BYTES,
+                     sizes: list[int] | None = None) -> list[Analysis | InputError]:
     """Send the files to an existing Dask cluster, a group of captures a task
     (`capture_groups`: small ones together, each other alone; the files must be readable by its
     workers at the same paths); take the results here as they come (each one's findings and
@@ -686,7 +683,7 @@ def _analyze_on_dask(captures: list[str], bpf_filter: str | None, address: str,
     _refuse_a_closed_port(address)
     try:
         with Client(address, timeout=DASK_CONNECT_TIMEOUT_S) as client:
-            groups = capture_groups(captures, max(1, sum(client.nthreads().values())))
+            groups = capture_groups(captures, max(1, sum(client.nthreads().values())), sizes)
             futures = client.map(_analyze_group_pickled,
                                  [[captures[index] for index in group] for group in groups],
                                  [bpf_filter] * len(groups), [wanted] * len(groups),
@@ -861,7 +858,8 @@ def _read_baseline(path: Path) -> dict:
 
 
 def _analyze_one_by_one(captures: list[str], bpf_filter: str | None, wanted: Wanted,
-                        parts_memory: int = PARTS_MEMORY_BYTES) -> list[Analysis | InputError]:
+                        parts_memory: int = PARTS_MEMORY_BYTES, sizes: list[int] | None = None
+                        ) -> list[Analysis | InputError]:
     """Each group of captures in turn (`capture_groups`), in this process; their findings and
     tables kept in one spill file (not one open file per capture in parts, nor every capture's
     findings in memory). A capture that fails is its error, in its place."""
@@ -869,7 +867,7 @@ def _analyze_one_by_one(captures: list[str], bpf_filter: str | None, wanted: Wan
     alone = partial(_analyze_one, bpf_filter=bpf_filter, wanted=wanted, spill=spill,
                     parts_memory=parts_memory)
     results: dict[int, Analysis | InputError] = {}
-    for group in capture_groups(captures, 1):
+    for group in capture_groups(captures, 1, sizes):
         found = _analyze_group([captures[index] for index in group], bpf_filter, wanted, alone)
         results.update((index, _kept(result, spill))
                        for index, result in zip(group, found, strict=True))
@@ -896,8 +894,8 @@ def _analyze_group(paths: list[str], bpf_filter: str | None, wanted: Wanted,
 
 
 def _analyze_in_processes(captures: list[str], bpf_filter: str | None, wanted: Wanted,
-                          workers: int, parts_memory: int = PARTS_MEMORY_BYTES
-                          ) -> list[Analysis | InputError]:
+                          workers: int, parts_memory: int = PARTS_MEMORY_BYTES,
+                          sizes: list[int] | None = None) -> list[Analysis | InputError]:
     """One process per capture, `workers` at a time, each analysis within `parts_memory`.
     The workers draw no progress line of their own (several would fight over one line): this
     process counts the captures done. Each result is taken as it comes, its findings (and
@@ -915,7 +913,7 @@ def _analyze_in_processes(captures: list[str], bpf_filter: str | None, wanted: W
             pending = {pool.submit(_analyze_group_for_parent,
                                    [captures[index] for index in group], bpf_filter, wanted,
                                    handover, parts_memory): group
-                       for group in capture_groups(captures, workers)}
+                       for group in capture_groups(captures, workers, sizes)}
             _take_results(pending, spill, results)
     except BrokenExecutor:
         raise InputError(KILLED_WORKER_TEXT) from None

@@ -5,11 +5,12 @@ context) as `segments.data_segments` does, the message table (and the write burs
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from nagledetect.events.messages import MESSAGE_COLUMNS, no_messages
-from nagledetect.events.segments import CODED_SEGMENT_COLUMNS, NONE, SEGMENT_COLUMNS
-from nagledetect.flows.connections import by_connection
+from nagledetect.events.segments import NONE, SEGMENT_COLUMNS, segment_table
 from nagledetect.flows.roles import ROLES
 from nagledetect.table import Table
 
@@ -27,7 +28,7 @@ def compiled_segments(context: dict[str, np.ndarray], packets: Table,
     rows = {name: context[column] for name, column in CONTEXT_OF.items()}
     at = rows["segment"]
     padded = _Padded(packets)
-    table: dict[str, object] = {
+    table: dict[str, Any] = {
         "frame": padded.read("frame", at),
         "time_us": padded.read("time_us", at),
         "connection": packets["connection"][at],
@@ -40,11 +41,7 @@ def compiled_segments(context: dict[str, np.ndarray], packets: Table,
             table[name] = table["rel_seq"] + table["payload_bytes"]
         else:
             table[name] = padded.read(source, rows[where])
-    mss = by_connection(connections, "effective_mss", table["connection"])
-    table["mss"] = mss
-    table["tail_bytes"] = table["payload_bytes"] % np.maximum(mss, 1)
-    table["is_small"] = table["tail_bytes"] > 0
-    return Table(table, CODED_SEGMENT_COLUMNS)
+    return segment_table(table, connections)
 
 
 class _Padded:

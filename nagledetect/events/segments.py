@@ -76,11 +76,18 @@ def data_segments(packets: Table | pd.DataFrame, connections: Table | pd.DataFra
     table = {name: rows.pop(name) for name in names[:2]}
     table["connection"], table["direction"] = connection, direction
     table.update((name, rows.pop(name)) for name in names[2:])
-    mss = by_connection(connections, "effective_mss", connection)
-    table["mss"] = mss
-    table["tail_bytes"] = table["payload_bytes"] % np.maximum(mss, 1)
-    table["is_small"] = table["tail_bytes"] > 0
-    return Table(table, CODED_SEGMENT_COLUMNS)
+    return segment_table(table, connections)
+
+
+def segment_table(columns: dict[str, Any], connections: Table | pd.DataFrame) -> Table:
+    """The segment table of its `SEGMENT_COLUMNS` (after frame, time_us, connection and
+    direction), with each segment's MSS, the part after its last full MSS (`tail_bytes`) and
+    whether it is small (a tail)."""
+    mss = by_connection(connections, "effective_mss", columns["connection"])
+    columns["mss"] = mss
+    columns["tail_bytes"] = columns["payload_bytes"] % np.maximum(mss, 1)
+    columns["is_small"] = columns["tail_bytes"] > 0
+    return Table(columns, CODED_SEGMENT_COLUMNS)
 
 
 def _connection_order(packets: Table | pd.DataFrame) -> np.ndarray:

@@ -19,15 +19,6 @@ const MIN_STALL_US: i64 = 10_000;
 /// Payload sizes are 32-bit: a count's key is its direction key above them.
 const SIZE_BITS: u32 = 32;
 
-/// A dict of numpy arrays, one per named column (field) of `$rows`, under its name.
-macro_rules! columns_into_dict {
-    ($py:expr, $rows:expr, $($column:ident),+) => {{
-        let table = PyDict::new($py);
-        $(table.set_item(stringify!($column), $rows.$column.into_pyarray($py))?;)+
-        table
-    }};
-}
-
 /// One segment's values as the segment table reads them (NONE where there is no such packet).
 struct Segment {
     connection: u32,
@@ -171,7 +162,9 @@ impl UntimedStalls {
     }
 
     fn into_python(self, py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
-        Ok(columns_into_dict!(
+        let table = PyDict::new(py);
+        set_columns!(
+            table,
             py,
             self,
             connection,
@@ -188,7 +181,8 @@ impl UntimedStalls {
             peer_time_us,
             peer_window_bytes,
             message
-        ))
+        );
+        Ok(table)
     }
 }
 
@@ -232,7 +226,9 @@ impl LoneSegments {
     }
 
     fn into_python(self, py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
-        Ok(columns_into_dict!(
+        let table = PyDict::new(py);
+        set_columns!(
+            table,
             py,
             self,
             connection,
@@ -241,7 +237,8 @@ impl LoneSegments {
             time_us,
             next_peer_frame,
             next_peer_time_us
-        ))
+        );
+        Ok(table)
     }
 }
 

@@ -111,12 +111,15 @@ impl Messages {
 
     /// The segments' message numbers (in segment order) and the message table
     /// (`messages.messages`'s columns), numbered in connection order. `segments` are the
-    /// segments these messages were cut from. With `summary_only`, the table has only the
-    /// columns the tinygram detector reads of write bursts (`tinygram_flood.BURST_COLUMNS`).
+    /// segments these messages were cut from, `in_connection_order` their indices in
+    /// connection order (`segments::in_connection_order`): the messages, taken in the same
+    /// order, take them a run at a time. With `summary_only`, the table has only the columns
+    /// the tinygram detector reads of write bursts (`tinygram_flood.BURST_COLUMNS`).
     pub fn into_python<'py>(
         mut self,
         py: Python<'py>,
         segments: &SegmentRows,
+        in_connection_order: &[usize],
         flows: &FlowTables,
         summary_only: bool,
     ) -> PyResult<(Vec<i64>, Bound<'py, PyDict>)> {
@@ -126,10 +129,6 @@ impl Messages {
         }
         self.messages
             .sort_by_key(|message| (message.connection, message.local));
-        // The segments in connection order (each connection's in its own order): the
-        // messages, in the same order, take them a run at a time.
-        let mut in_connection_order: Vec<usize> = (0..segments.len()).collect();
-        in_connection_order.sort_by_key(|index| segments.connection[*index]);
         let mut numbers = vec![0i64; segments.len()];
         let mut rows = Vec::new();
         let mut columns = MessageColumns {
@@ -217,25 +216,32 @@ impl MessageColumns {
 
     fn into_python(self, py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
         let table = PyDict::new(py);
-        table.set_item("connection", self.connection.into_pyarray(py))?;
-        table.set_item("direction", self.direction.into_pyarray(py))?;
-        table.set_item("bytes", self.bytes.into_pyarray(py))?;
-        table.set_item("packets", self.packets.into_pyarray(py))?;
-        table.set_item("mss", self.mss.into_pyarray(py))?;
-        table.set_item(
-            "median_payload_bytes",
-            self.median_payload_bytes.into_pyarray(py),
-        )?;
-        table.set_item("segments_needed", self.segments_needed.into_pyarray(py))?;
+        set_columns!(
+            table,
+            py,
+            self,
+            connection,
+            direction,
+            bytes,
+            packets,
+            mss,
+            median_payload_bytes,
+            segments_needed
+        );
         if !self.summary_only {
-            table.set_item("message", self.message.into_pyarray(py))?;
-            table.set_item("first_frame", self.first_frame.into_pyarray(py))?;
-            table.set_item("last_frame", self.last_frame.into_pyarray(py))?;
-            table.set_item("start_us", self.start_us.into_pyarray(py))?;
-            table.set_item("end_us", self.end_us.into_pyarray(py))?;
-            table.set_item("wire_segments", self.wire_segments.into_pyarray(py))?;
-            table.set_item("last_segment_full", self.last_segment_full.into_pyarray(py))?;
-            table.set_item("odd_segments", self.odd_segments.into_pyarray(py))?;
+            set_columns!(
+                table,
+                py,
+                self,
+                message,
+                first_frame,
+                last_frame,
+                start_us,
+                end_us,
+                wire_segments,
+                last_segment_full,
+                odd_segments
+            );
         }
         Ok(table)
     }

@@ -19,7 +19,7 @@ use crate::flows::tables::FlowTables;
 use detector_rows::{DetectorRows, detector_rows};
 use gaps::{ConnectionGaps, GapRows};
 use messages::{BURST_GAP_US, IDLE_GAP_US, Messages};
-use segments::{DirectionContext, NONE, NOTHING_SENT, SegmentRows, wide_rows};
+use segments::{DirectionContext, NONE, NOTHING_SENT, SegmentRows, in_connection_order, wide_rows};
 
 /// The event tables as dicts of numpy arrays.
 pub struct EventTables<'py> {
@@ -117,10 +117,14 @@ impl Events {
             timeline.finish(&mut self.gaps, flows);
         }
         let gaps = self.gaps.into_python(py, flows)?;
+        let order = in_connection_order(&self.segments);
         let (message_numbers, messages) =
             self.messages
-                .into_python(py, &self.segments, flows, false)?;
-        let (_, bursts) = self.bursts.into_python(py, &self.segments, flows, true)?;
+                .into_python(py, &self.segments, &order, flows, false)?;
+        let (_, bursts) = self
+            .bursts
+            .into_python(py, &self.segments, &order, flows, true)?;
+        drop(order);
         let s = self.segments;
         let sent_max_before: Vec<i64> = s
             .sent_max_u

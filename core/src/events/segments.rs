@@ -77,6 +77,13 @@ fn as_row(row: Option<usize>) -> u32 {
     row.map_or(NO_ROW, |row| row as u32)
 }
 
+/// The segments' indices in connection order, each connection's in the order they came.
+pub fn in_connection_order(segments: &SegmentRows) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..segments.len()).collect();
+    order.sort_by_key(|index| segments.connection[*index]);
+    order
+}
+
 /// A row of the segments' columns as the tables give it (NONE where none).
 pub fn wide(row: u32) -> i64 {
     if row == NO_ROW { NONE } else { i64::from(row) }
