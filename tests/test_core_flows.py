@@ -20,10 +20,15 @@ Differences that are not errors, each checked by hand:
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 import pytest
 
+from nagledetect import _core
 from nagledetect.api import Capture, load_capture_numpy
 from nagledetect.detectors.delack_timer import LONE_SEGMENT_COLUMNS, answered_lone
 from nagledetect.detectors.nagle_stall import untimed_stalls
@@ -39,7 +44,7 @@ from nagledetect.flows.connections import direction_key
 from nagledetect.flows.tables import FoundEvents
 from nagledetect.read.capture import Accounting
 from nagledetect.table import Table, as_frame
-from tests.conftest import SAMPLE_TRACES, corpus_file
+from tests.conftest import PROJECT, SAMPLE_TRACES, corpus_file
 
 SAMPLES = sorted(path.name for path in SAMPLE_TRACES.iterdir()
                  if path.suffix in (".pcap", ".pcapng", ".gz"))
@@ -166,3 +171,31 @@ def test_a_clock_that_steps_back_still_gives_the_smallest_ack_lag() -> None:
     first = as_frame(flows.connections).iloc[0]
     assert first["rtt_server_side_ms"] == pytest.approx(0.027)
     assert np.isclose(first["rtt_ms"], 15.437)
+
+
+def test_connections_finished_while_the_pass_goes_on_give_the_same_tables(
+        tmp_path: Path) -> None:
+    """A long capture's closed connections are finished and let go as the pass goes on (after
+    two minutes of silence and 10,000 packets of others); their tables equal the numpy path's,
+    which holds the whole capture. The capture is the sample traces replicated one copy after
+    another with new addresses (`make_large_capture.py`): 69,354 packets over 351 s (capinfos),
+    so the copies' connections, closed a FIN each way, fall silent while later copies run."""
+    path = tmp_path / "copies.pcap"
+    subprocess.run([sys.executable, str(PROJECT / "benchmarks" / "make_large_capture.py"),
+                    str(SAMPLE_TRACES), str(path), "--packets", "60000"],
+                   check=True, capture_output=True)
+    made = _core.flow_tables([str(path)], None, False)
+    assert made["captures"][0]["connections_ended_silent"] > len(made["connections"]["stream"]) // 2
+    reference = load_capture_numpy(str(path))
+    flows, accounting = compiled_flows(str(path))
+    _assert_same(reference, flows, accounting)
+    for name in ("gaps", "messages", "bursts", "untimed_stalls", "lone_segments",
+                 "payload_counts"):
+        for column, values in made[name].items():
+            np.testing.assert_array_equal(values, getattr(flows.found_events, _FOUND[name])[column],
+                                          err_msg=f"{name}.{column}")
+
+
+_FOUND = {"gaps": "gap_rows", "messages": "message_rows", "bursts": "burst_rows",
+          "untimed_stalls": "untimed_stalls", "lone_segments": "lone_segments",
+          "payload_counts": "payload_counts"}

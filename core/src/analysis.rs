@@ -27,8 +27,6 @@ struct Counts {
     linktype: Option<u32>,
 }
 
-/// Read one capture to its end (or to the damage that ends it) into `tracker`, its frames
-/// numbered on from `frame_offset`.
 /// The two stages a packet goes through in the pass: its connection, then the events.
 #[derive(Default)]
 struct Stages {
@@ -36,6 +34,18 @@ struct Stages {
     events: Events,
 }
 
+impl Stages {
+    /// Finish the connections found ended: their rows of the connection table and their events.
+    fn finish_ended(&mut self) {
+        while let Some(connection) = self.flows.next_ended() {
+            let finishing = self.flows.end_connection(connection);
+            self.events.finish_connection(connection, &finishing);
+        }
+    }
+}
+
+/// Read one capture to its end (or to the damage that ends it) into `stages`, its frames
+/// numbered on from `frame_offset`.
 fn one_pass(
     stream: &mut reader::Stream,
     stages: &mut Stages,
@@ -57,6 +67,7 @@ fn one_pass(
                 if let Some(taken) = stages.flows.take(&packet) {
                     stages.events.take(&taken);
                 }
+                stages.finish_ended();
                 skips::KEPT
             }
             Err(code) => code,
@@ -66,12 +77,15 @@ fn one_pass(
             *counts.skipped.entry(code).or_insert(0) += 1;
         }
     })?;
+    stages.flows.end_capture();
+    stages.finish_ended();
     Ok(counts)
 }
 
 /// One capture read into `tracker`: its accounting as a dict (`packets_read`, `skipped`:
 /// skip code -> packets, `linktype`: the first packet's, else the file's, `warnings`, `cut_short`: why
-/// the read ended before the file's end or None, `frame_offset`)
+/// the read ended before the file's end or None, `frame_offset`, `connections_ended_silent`: how
+/// many connections were finished before the capture's end for their silence)
 /// or the error that stopped it (`CaptureError` or `FilterError`, as `decode_file` raises
 /// them), with the packets read before an error left out of the tables.
 fn read_capture<'py>(
@@ -106,6 +120,7 @@ fn read_capture<'py>(
     capture.set_item("warnings", stream.warnings().to_vec())?;
     capture.set_item("cut_short", stream.cut_short())?;
     capture.set_item("frame_offset", frame_offset)?;
+    capture.set_item("connections_ended_silent", stages.flows.ended_silent)?;
     Ok((capture, counts.packets_read))
 }
 
@@ -126,13 +141,16 @@ pub fn flow_tables<'py>(
     packets: bool,
 ) -> PyResult<Bound<'py, PyDict>> {
     let mut stages = Stages::default();
-    if !packets {
-        stages.flows.events_only();
+    if packets {
+        stages.events.with_context();
+    } else {
+        stages.flows.without_packet_table();
     }
     let mut captures = Vec::with_capacity(paths.len());
     let mut frame_offset = 0u64;
     for path in &paths {
-        let marks = (stages.flows.mark(), stages.events.mark());
+        let connections = stages.flows.connections();
+        let marks = (stages.flows.mark(), stages.events.mark(connections));
         match read_capture(py, path, bpf_filter, &mut stages, frame_offset) {
             Ok((capture, packets_read)) => {
                 frame_offset += packets_read;
@@ -140,25 +158,20 @@ pub fn flow_tables<'py>(
             }
             Err(error) => {
                 stages.flows.truncate(marks.0);
-                stages.events.truncate(marks.1);
+                stages.events.truncate(marks.1, connections);
                 captures.push(error.into_value(py).into_bound(py).into_any());
             }
         }
     }
-    let mut flows = stages.flows.finish();
-    let events = stages.events.into_python(py, &flows, packets)?;
-    if !packets {
-        flows.without_packets();
-    }
-    let result = flows.into_python(py)?;
+    let events = stages.events.into_python(py)?;
+    let result = stages.flows.finish().into_python(py)?;
     result.set_item("segments", events.segments)?;
     result.set_item("gaps", events.gaps)?;
     result.set_item("messages", events.messages)?;
     result.set_item("bursts", events.bursts)?;
-    let rows = events.detector_rows;
-    result.set_item("untimed_stalls", rows.untimed_stalls)?;
-    result.set_item("lone_segments", rows.lone_segments)?;
-    result.set_item("payload_counts", rows.payload_counts)?;
+    result.set_item("untimed_stalls", events.untimed_stalls)?;
+    result.set_item("lone_segments", events.lone_segments)?;
+    result.set_item("payload_counts", events.payload_counts)?;
     result.set_item("captures", captures)?;
     Ok(result)
 }

@@ -3,14 +3,6 @@
 //! then one pass that rebuilds connections (`flows`) and finds events (`events`) as packets
 //! come (`analysis`: `flow_tables`).
 
-/// Set each named column (a `Vec` field of `$rows`) in the dict `$table` as a numpy array under
-/// its own name: how the event tables are handed to Python.
-macro_rules! set_columns {
-    ($table:expr, $py:expr, $rows:expr, $($column:ident),+ $(,)?) => {
-        $($table.set_item(stringify!($column), $rows.$column.into_pyarray($py))?;)+
-    };
-}
-
 mod analysis;
 mod bpf;
 mod capture;

@@ -1,17 +1,14 @@
-//! The rows the detectors read of the data segments, taken from each segment's context once the
-//! tables are finished, so that Python needs no row per segment: the small segments that pass
+//! The rows the detectors read of the data segments, taken from each segment's context once its
+//! connection is finished, so that Python needs no row per segment: the small segments that pass
 //! the stall's packet tests (`nagle_stall.untimed_stalls`), the lone segments a pure ACK
 //! answered (`delack_timer.answered_lone`, the delayed-ACK samples) and each direction's
 //! payload sizes counted (`events/payloads.py`). The rules are the Python ones, which the
 //! numpy path and the tests still run; `tests/test_core_flows.py` proves the rows equal.
 
-use numpy::IntoPyArray;
-use pyo3::prelude::*;
-use pyo3::types::PyDict;
-
 use super::segments::{NONE, SegmentRows, wide};
+use super::tables::{LoneSegments, PayloadCounts, UntimedStalls};
+use crate::flows::packets::Finished;
 use crate::flows::side::{ROLE_DUP_ACK, ROLE_NONE, ROLE_PURE_ACK, ROLE_WINDOW_UPDATE};
-use crate::flows::tables::FlowTables;
 
 /// A stall of either kind is at least this long: `nagle_stall.MIN_STALL_MS`, the same rule
 /// (`tests/test_core_flows.py` compares the rows the two give).
@@ -37,38 +34,34 @@ struct Segment {
     own_retransmissions_between: i64,
 }
 
-/// The finished tables read at a context row, NONE (or the "none" role) without one.
+/// The finished packets read at a context row, NONE (or the "none" role) without one.
 struct Context<'a> {
-    flows: &'a FlowTables,
+    flows: &'a Finished<'a>,
 }
 
 impl Context<'_> {
-    fn at(&self, row: i64, read: impl Fn(&FlowTables, usize) -> i64) -> i64 {
-        if row < 0 {
-            NONE
-        } else {
-            read(self.flows, row as usize)
-        }
+    fn at(&self, row: i64, read: impl Fn(usize) -> i64) -> i64 {
+        if row < 0 { NONE } else { read(row as usize) }
     }
 
     fn frame(&self, row: i64) -> i64 {
-        self.at(row, |flows, row| i64::from(flows.frame(row)))
+        self.at(row, |row| i64::from(self.flows.frame(row)))
     }
 
     fn time_us(&self, row: i64) -> i64 {
-        self.at(row, FlowTables::time_us)
+        self.at(row, |row| self.flows.time_us(row))
     }
 
     fn payload_bytes(&self, row: i64) -> i64 {
-        self.at(row, FlowTables::payload_bytes)
+        self.at(row, |row| self.flows.payload_bytes(row))
     }
 
     fn ack(&self, row: i64) -> i64 {
-        self.at(row, FlowTables::ack)
+        self.at(row, |row| self.flows.ack(row))
     }
 
     fn window_bytes(&self, row: i64) -> i64 {
-        self.at(row, FlowTables::window_bytes)
+        self.at(row, |row| self.flows.window_bytes(row))
     }
 
     fn role(&self, row: i64) -> u8 {
@@ -79,45 +72,27 @@ impl Context<'_> {
         }
     }
 
-    fn segment(&self, segments: &SegmentRows, sent_max_before: i64, index: usize) -> Segment {
-        let row = wide(segments.row[index]);
-        let connection = segments.connection[index];
+    fn segment(&self, connection: u32, segments: &SegmentRows, index: usize) -> Segment {
+        let row = wide(segments.rows[index].row);
         Segment {
             connection,
-            direction: self.flows.direction(connection, segments.sender[index]),
+            direction: self.flows.direction(segments.rows[index].sender),
             frame: self.frame(row),
             time_us: self.time_us(row),
             payload_bytes: self.payload_bytes(row),
-            rel_seq: self.at(row, FlowTables::seq),
-            mss: self.flows.effective_mss(connection),
-            sent_max_before,
-            previous: wide(segments.previous_data[index]),
-            peer_latest: wide(segments.peer_latest[index]),
-            peer_next: wide(segments.peer_next[index]),
-            own_next_data: wide(segments.own_next_data[index]),
-            peer_data_between: i64::from(segments.peer_data_between[index]),
-            own_retransmissions_between: i64::from(segments.own_retransmissions_between[index]),
+            rel_seq: self.at(row, |row| self.flows.seq(row)),
+            mss: self.flows.effective_mss(),
+            sent_max_before: segments.sent_max_before(index, self.flows),
+            previous: wide(segments.rows[index].previous_data),
+            peer_latest: wide(segments.rows[index].peer_latest),
+            peer_next: wide(segments.rows[index].peer_next),
+            own_next_data: wide(segments.rows[index].own_next_data),
+            peer_data_between: i64::from(segments.rows[index].peer_data_between),
+            own_retransmissions_between: i64::from(
+                segments.rows[index].own_retransmissions_between,
+            ),
         }
     }
-}
-
-/// The small segments that passed the stall's packet tests (`UNTIMED_STALL_COLUMNS`).
-#[derive(Default)]
-struct UntimedStalls {
-    connection: Vec<i32>,
-    direction: Vec<u8>,
-    frame: Vec<i64>,
-    time_us: Vec<i64>,
-    payload_bytes: Vec<i64>,
-    tail_bytes: Vec<i64>,
-    mss: Vec<i64>,
-    prev_frame: Vec<i64>,
-    prev_time_us: Vec<i64>,
-    prev_payload_bytes: Vec<i64>,
-    peer_frame: Vec<i64>,
-    peer_time_us: Vec<i64>,
-    peer_window_bytes: Vec<i64>,
-    message: Vec<i64>,
 }
 
 impl UntimedStalls {
@@ -160,41 +135,6 @@ impl UntimedStalls {
         self.peer_window_bytes.push(peer_window_bytes);
         self.message.push(message);
     }
-
-    fn into_python(self, py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
-        let table = PyDict::new(py);
-        set_columns!(
-            table,
-            py,
-            self,
-            connection,
-            direction,
-            frame,
-            time_us,
-            payload_bytes,
-            tail_bytes,
-            mss,
-            prev_frame,
-            prev_time_us,
-            prev_payload_bytes,
-            peer_frame,
-            peer_time_us,
-            peer_window_bytes,
-            message
-        );
-        Ok(table)
-    }
-}
-
-/// The lone segments a pure ACK answered (`LONE_SEGMENT_COLUMNS`).
-#[derive(Default)]
-struct LoneSegments {
-    connection: Vec<i32>,
-    direction: Vec<u8>,
-    frame: Vec<i64>,
-    time_us: Vec<i64>,
-    next_peer_frame: Vec<i64>,
-    next_peer_time_us: Vec<i64>,
 }
 
 impl LoneSegments {
@@ -224,75 +164,41 @@ impl LoneSegments {
         self.next_peer_frame.push(at.frame(segment.peer_next));
         self.next_peer_time_us.push(next_peer_time_us);
     }
-
-    fn into_python(self, py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
-        let table = PyDict::new(py);
-        set_columns!(
-            table,
-            py,
-            self,
-            connection,
-            direction,
-            frame,
-            time_us,
-            next_peer_frame,
-            next_peer_time_us
-        );
-        Ok(table)
-    }
 }
 
-/// The detectors' rows as dicts of numpy arrays.
-pub struct DetectorRows<'py> {
-    pub untimed_stalls: Bound<'py, PyDict>,
-    pub lone_segments: Bound<'py, PyDict>,
-    pub payload_counts: Bound<'py, PyDict>,
-}
-
-/// The detectors' rows of every segment; `sent_max_before` and `message` are the segments'
-/// columns of those names.
-pub fn detector_rows<'py>(
-    py: Python<'py>,
+/// The detectors' rows of a finished connection (number `connection`): its stall candidates,
+/// its lone answered segments and its payload sizes counted, read from its segments (with
+/// `message`, each one's message number within the connection) and finished packets.
+pub fn detector_rows(
+    connection: u32,
     segments: &SegmentRows,
-    sent_max_before: &[i64],
     message: &[i64],
-    flows: &FlowTables,
-) -> PyResult<DetectorRows<'py>> {
+    flows: &Finished,
+    tables: (&mut UntimedStalls, &mut LoneSegments, &mut PayloadCounts),
+) {
+    let (untimed, lone, payload_counts) = tables;
     let at = Context { flows };
-    let mut untimed = UntimedStalls::default();
-    let mut lone = LoneSegments::default();
     let mut keyed_sizes = Vec::with_capacity(segments.len());
-    for index in 0..segments.len() {
-        let segment = at.segment(segments, sent_max_before[index], index);
-        untimed.take(&at, &segment, message[index]);
+    for (index, message) in message.iter().enumerate() {
+        let segment = at.segment(connection, segments, index);
+        untimed.take(&at, &segment, *message);
         lone.take(&at, &segment);
         let key = i64::from(segment.connection) * 2 + i64::from(segment.direction);
         keyed_sizes.push((key << SIZE_BITS) | segment.payload_bytes);
     }
-    Ok(DetectorRows {
-        untimed_stalls: untimed.into_python(py)?,
-        lone_segments: lone.into_python(py)?,
-        payload_counts: payload_counts(py, keyed_sizes)?,
-    })
+    count_payloads(keyed_sizes, payload_counts);
 }
 
-/// How often each (direction key, payload size) occurs, sorted by key, then size
-/// (`payloads.PayloadCounts`'s columns).
-fn payload_counts(py: Python<'_>, mut keyed_sizes: Vec<i64>) -> PyResult<Bound<'_, PyDict>> {
+/// How often each (direction key, payload size) occurs, sorted by key, then size.
+fn count_payloads(mut keyed_sizes: Vec<i64>, table: &mut PayloadCounts) {
     keyed_sizes.sort_unstable();
-    let (mut key, mut size, mut count) = (Vec::new(), Vec::new(), Vec::<i64>::new());
     for (index, keyed) in keyed_sizes.iter().enumerate() {
         if index > 0 && keyed_sizes[index - 1] == *keyed {
-            *count.last_mut().expect("a count for the run") += 1;
+            *table.count.last_mut().expect("a count for the run") += 1;
             continue;
         }
-        key.push(keyed >> SIZE_BITS);
-        size.push(keyed & ((1 << SIZE_BITS) - 1));
-        count.push(1);
+        table.key.push(keyed >> SIZE_BITS);
+        table.size.push(keyed & ((1 << SIZE_BITS) - 1));
+        table.count.push(1);
     }
-    let table = PyDict::new(py);
-    table.set_item("key", key.into_pyarray(py))?;
-    table.set_item("size", size.into_pyarray(py))?;
-    table.set_item("count", count.into_pyarray(py))?;
-    Ok(table)
 }

@@ -6,17 +6,15 @@
 //! gap's cause: the first zero window, the dup ACKs, the smallest window edge, the latest ACK.
 //! After a retransmission, the peer's first ACK that covers it is noted; D-SACKs and
 //! retransmissions are kept per connection to tell, at the end, which retransmissions were
-//! spurious.
+//! spurious. A connection's gaps are finished, their values read, when it has ended.
 
-use numpy::IntoPyArray;
-use pyo3::prelude::*;
-use pyo3::types::PyDict;
-
+use super::segments::NO_ROW;
+use super::tables::GapTable;
+use crate::flows::packets::Finished;
 use crate::flows::side::{
     ROLE_DATA, ROLE_DUP_ACK, ROLE_KEEPALIVE, ROLE_OUT_OF_ORDER, ROLE_RETRANSMISSION, ROLE_RST,
     ROLE_SYN, ROLE_ZERO_WINDOW_PROBE,
 };
-use crate::flows::tables::FlowTables;
 use crate::flows::{FLAG_SYN, Taken};
 
 /// A gap this long or longer is named (inclusive).
@@ -30,9 +28,9 @@ const KEEPALIVE: i64 = 5;
 const NO_EDGE: i64 = i64::MAX;
 const NO_ACK: i64 = i64::MIN;
 
-/// What a span's packets of one direction tell. Values are read from the finished packet
-/// table (`rows`): a packet's numbers are counted from the ISNs, and its window scaled, only
-/// once the connection is known whole.
+/// What a span's packets of one direction tell. Values are read from the finished packets
+/// (`rows`): a packet's numbers are counted from the ISNs, and its window scaled, only once
+/// the connection is known whole.
 #[derive(Clone, Copy)]
 struct Span {
     zero_frame: i64,
@@ -87,36 +85,44 @@ pub struct ConnectionGaps {
     /// how far below the packet's ACK the block begins, frame).
     retransmissions: [Vec<(usize, i64)>; 2],
     dsacks: [Vec<(usize, i64, i64)>; 2],
-    /// The rows of its gaps.
-    gap_rows: Vec<usize>,
+    /// Its gaps.
+    rows: Vec<Gap>,
 }
 
-/// The gap rows, a column each (senders where the table has directions).
-#[derive(Default)]
-pub struct GapRows {
-    pub connection: Vec<i64>,
-    pub before_frame: Vec<i64>,
-    pub after_frame: Vec<i64>,
-    pub before_time_us: Vec<i64>,
-    pub after_time_us: Vec<i64>,
-    pub before_sender: Vec<u8>,
-    pub after_sender: Vec<u8>,
-    pub before_kind: Vec<i64>,
-    pub after_kind: Vec<i64>,
-    /// Packet rows the values are read at when the table is finished (None: no such packet).
-    pub after_row: Vec<usize>,
-    pub before_row: Vec<usize>,
-    pub peer_edge_row: Vec<Option<usize>>,
-    pub peer_ack_row: Vec<Option<usize>>,
-    pub peer_latest_row: Vec<Option<usize>>,
-    pub peer_latest_at_start_row: Vec<Option<usize>>,
-    pub after_payload_bytes: Vec<i64>,
-    pub zero_frame: Vec<i64>,
-    pub peer_dup_acks: Vec<i64>,
-    pub peer_dup_frame: Vec<i64>,
-    pub cover_frame: Vec<i64>,
-    pub cover_time_us: Vec<i64>,
-    pub dsack_frame: Vec<i64>,
+/// One gap of a connection, as the pass leaves it: packets are named by their rows among
+/// the connection's packets (`NO_ROW`: none), their values read when it is finished.
+struct Gap {
+    before_time_us: i64,
+    after_time_us: i64,
+    cover_time_us: i64,
+    before_frame: u32,
+    after_frame: u32,
+    zero_frame: u32,
+    peer_dup_frame: u32,
+    cover_frame: u32,
+    dsack_frame: u32,
+    before_row: u32,
+    after_row: u32,
+    peer_edge_row: u32,
+    peer_ack_row: u32,
+    peer_latest_row: u32,
+    peer_latest_at_start_row: u32,
+    after_payload_bytes: u32,
+    peer_dup_acks: u32,
+    before_kind: u8,
+    after_kind: u8,
+    before_sender: u8,
+    after_sender: u8,
+}
+
+/// A packet row as a gap holds it.
+fn as_row(row: Option<usize>) -> u32 {
+    row.map_or(NO_ROW, |row| row as u32)
+}
+
+/// A gap's packet row, None where it names none.
+fn row_of(row: u32) -> Option<usize> {
+    (row != NO_ROW).then_some(row as usize)
 }
 
 /// The timeline kind of a packet (`gaps.event_kinds`), None for the rest.
@@ -145,16 +151,16 @@ fn kind_of(role: u8, payload_bytes: u32, flags: u16) -> Option<i64> {
 }
 
 impl ConnectionGaps {
-    /// Take one packet of the connection; a gap it ends goes to `rows` (its cover and D-SACK
-    /// columns are filled at the end, `finish`).
-    pub fn take(&mut self, packet: &Taken, rows: &mut GapRows) {
+    /// Take one packet of the connection; a gap it ends is kept (its cover and D-SACK columns
+    /// are filled at the end, `finish`).
+    pub fn take(&mut self, packet: &Taken) {
         let taken = packet;
         let sender = taken.sender;
         let peer = 1 - sender;
         let edge = packet.ack.wrapping_add(packet.window_bytes);
         let kind = kind_of(taken.role, taken.payload_bytes, packet.flags);
         let end = packet.seq + i64::from(taken.payload_bytes);
-        self.note_cover(packet, rows);
+        self.note_cover(packet);
         self.note_dsack(packet);
         if let Some(kind) = kind {
             if kind == RETRANSMISSION {
@@ -164,9 +170,8 @@ impl ConnectionGaps {
             if let Some(opener) = self.opener
                 && packet.time_us - opener.time_us >= GAP_MIN_US
             {
-                gap_row = Some(rows.connection.len());
-                self.gap_rows.push(rows.connection.len());
-                self.push_gap(&opener, packet, kind, rows);
+                gap_row = Some(self.rows.len());
+                self.push_gap(&opener, packet, kind);
             }
             self.opener = Some(Opener {
                 row: packet.row,
@@ -185,32 +190,32 @@ impl ConnectionGaps {
         self.latest_row[sender] = Some(packet.row);
     }
 
-    fn push_gap(&self, opener: &Opener, packet: &Taken, kind: i64, rows: &mut GapRows) {
+    fn push_gap(&mut self, opener: &Opener, packet: &Taken, kind: i64) {
         let peer = 1 - packet.sender;
         let span = &self.spans[peer];
-        rows.connection.push(i64::from(packet.connection));
-        rows.before_frame.push(opener.frame);
-        rows.after_frame.push(i64::from(packet.frame));
-        rows.before_time_us.push(opener.time_us);
-        rows.after_time_us.push(packet.time_us);
-        rows.before_sender.push(opener.sender as u8);
-        rows.after_sender.push(packet.sender as u8);
-        rows.before_kind.push(opener.kind);
-        rows.after_kind.push(kind);
-        rows.after_row.push(packet.row);
-        rows.before_row.push(opener.row);
-        rows.peer_edge_row.push(span.edge_row);
-        rows.peer_ack_row.push(span.ack_row);
-        rows.peer_latest_row.push(self.latest_row[peer]);
-        rows.peer_latest_at_start_row.push(opener.peer_latest_row);
-        rows.after_payload_bytes
-            .push(i64::from(packet.payload_bytes));
-        rows.zero_frame.push(span.zero_frame);
-        rows.peer_dup_acks.push(span.dup_acks);
-        rows.peer_dup_frame.push(span.dup_frame);
-        rows.cover_frame.push(0);
-        rows.cover_time_us.push(0);
-        rows.dsack_frame.push(0);
+        self.rows.push(Gap {
+            before_time_us: opener.time_us,
+            after_time_us: packet.time_us,
+            cover_time_us: 0,
+            before_frame: opener.frame as u32,
+            after_frame: packet.frame,
+            zero_frame: span.zero_frame as u32,
+            peer_dup_frame: span.dup_frame as u32,
+            cover_frame: 0,
+            dsack_frame: 0,
+            before_row: opener.row as u32,
+            after_row: packet.row as u32,
+            peer_edge_row: as_row(span.edge_row),
+            peer_ack_row: as_row(span.ack_row),
+            peer_latest_row: as_row(self.latest_row[peer]),
+            peer_latest_at_start_row: as_row(opener.peer_latest_row),
+            after_payload_bytes: packet.payload_bytes,
+            peer_dup_acks: span.dup_acks as u32,
+            before_kind: opener.kind as u8,
+            after_kind: kind as u8,
+            before_sender: opener.sender as u8,
+            after_sender: packet.sender as u8,
+        });
     }
 
     /// What this packet tells of its side's part of the current span.
@@ -237,7 +242,7 @@ impl ConnectionGaps {
 
     /// The first packet of the peer that ACKs the retransmission opening the current span
     /// (for a timeline packet: the span it closes) is the retransmission's cover.
-    fn note_cover(&mut self, packet: &Taken, rows: &mut GapRows) {
+    fn note_cover(&mut self, packet: &Taken) {
         let Some(opener) = self.opener.as_mut() else {
             return;
         };
@@ -251,8 +256,9 @@ impl ConnectionGaps {
         }
         opener.covered = true;
         if let Some(row) = opener.gap_row {
-            rows.cover_frame[row] = i64::from(packet.frame);
-            rows.cover_time_us[row] = packet.time_us;
+            let gap = &mut self.rows[row];
+            gap.cover_frame = packet.frame;
+            gap.cover_time_us = packet.time_us;
         }
     }
 
@@ -271,16 +277,16 @@ impl ConnectionGaps {
     /// The D-SACK column of this connection's gaps: a gap ending in a retransmission gets
     /// the first D-SACK within its range after it, where there are at least as many such
     /// D-SACKs as retransmissions of that range from it on (numbers from the finished table).
-    pub fn finish(&self, rows: &mut GapRows, flows: &FlowTables) {
-        for &row in &self.gap_rows {
-            if rows.after_kind[row] != RETRANSMISSION {
+    fn note_dsacks(&mut self, flows: &Finished) {
+        for gap in &mut self.rows {
+            if i64::from(gap.after_kind) != RETRANSMISSION {
                 continue;
             }
-            let side = usize::from(rows.after_sender[row]);
-            let after_row = rows.after_row[row];
+            let side = usize::from(gap.after_sender);
+            let after_row = gap.after_row as usize;
             let seq = flows.seq(after_row);
             let end = seq + flows.payload_bytes(after_row);
-            let after = rows.after_frame[row];
+            let after = i64::from(gap.after_frame);
             let within = |value: i64| seq <= value && value < end;
             let reported: Vec<i64> = self.dsacks[side]
                 .iter()
@@ -294,120 +300,72 @@ impl ConnectionGaps {
                 .filter(|(at, frame)| within(flows.seq(*at)) && *frame >= after)
                 .count();
             if !reported.is_empty() && reported.len() >= again {
-                rows.dsack_frame[row] = reported.iter().copied().min().unwrap_or(0);
+                gap.dsack_frame = reported.iter().copied().min().unwrap_or(0) as u32;
             }
         }
     }
-}
 
-impl GapRows {
-    pub fn len(&self) -> usize {
-        self.connection.len()
-    }
-
-    /// Keep the first `count` gaps.
-    pub fn truncate(&mut self, count: usize) {
-        macro_rules! cut {
-            ($($column:ident),*) => { $(self.$column.truncate(count);)* };
-        }
-        cut!(
-            connection,
-            before_frame,
-            after_frame,
-            before_time_us,
-            after_time_us,
-            before_sender,
-            after_sender,
-            before_kind,
-            after_kind,
-            after_row,
-            before_row,
-            peer_edge_row,
-            peer_ack_row,
-            peer_latest_row,
-            peer_latest_at_start_row,
-            after_payload_bytes,
-            zero_frame,
-            peer_dup_acks,
-            peer_dup_frame,
-            cover_frame,
-            cover_time_us,
-            dsack_frame
-        );
-    }
-
-    /// The gaps as `GapsBySlice.gaps` gives them: a dict of int64 columns, in connection then
-    /// frame order, the sides as directions (0: from the client).
-    pub fn into_python<'py>(
-        self,
-        py: Python<'py>,
-        flows: &FlowTables,
-    ) -> PyResult<Bound<'py, PyDict>> {
-        let mut order: Vec<usize> = (0..self.len()).collect();
-        order.sort_by_key(|&row| (self.connection[row], self.after_frame[row]));
-        let direction = |senders: &[u8]| -> Vec<i64> {
-            order
-                .iter()
-                .map(|&row| {
-                    let client = flows.client(self.connection[row] as u32);
-                    i64::from(senders[row] != client)
-                })
-                .collect()
-        };
-        let before_direction = direction(&self.before_sender);
-        let after_direction = direction(&self.after_sender);
-        let table = PyDict::new(py);
-        let put = |name: &str, column: &[i64]| -> PyResult<()> {
-            let ordered: Vec<i64> = order.iter().map(|&row| column[row]).collect();
-            table.set_item(name, ordered.into_pyarray(py))
-        };
-        put("connection", &self.connection)?;
-        put("before_frame", &self.before_frame)?;
-        put("after_frame", &self.after_frame)?;
-        put("before_time_us", &self.before_time_us)?;
-        put("after_time_us", &self.after_time_us)?;
-        table.set_item("before_direction", before_direction.into_pyarray(py))?;
-        table.set_item("after_direction", after_direction.into_pyarray(py))?;
-        put("before_kind", &self.before_kind)?;
-        put("after_kind", &self.after_kind)?;
-        let at = |rows: &[usize], value: &dyn Fn(usize) -> i64| -> Vec<i64> {
-            rows.iter().map(|&row| value(row)).collect()
-        };
-        let maybe = |rows: &[Option<usize>], value: &dyn Fn(usize) -> i64, none: i64| -> Vec<i64> {
-            rows.iter().map(|row| row.map_or(none, value)).collect()
-        };
+    /// The connection (number `connection`) has ended: its gaps, their values read from its
+    /// finished packets `flows`, go to `table`.
+    pub fn finish(mut self, connection: u32, flows: &Finished, table: &mut GapTable) {
+        self.note_dsacks(flows);
         let edge = |row: usize| flows.ack(row).wrapping_add(flows.window_bytes(row));
         let end = |row: usize| flows.seq(row) + flows.payload_bytes(row);
         let frame = |row: usize| i64::from(flows.frame(row));
-        put("after_seq", &at(&self.after_row, &|row| flows.seq(row)))?;
-        put("after_end", &at(&self.after_row, &end))?;
-        put("after_payload_bytes", &self.after_payload_bytes)?;
-        put("zero_frame", &self.zero_frame)?;
-        put("peer_dup_acks", &self.peer_dup_acks)?;
-        put("peer_dup_frame", &self.peer_dup_frame)?;
-        put("peer_edge", &maybe(&self.peer_edge_row, &edge, NO_EDGE))?;
-        put("peer_edge_frame", &maybe(&self.peer_edge_row, &frame, 0))?;
-        put(
-            "peer_edge_window",
-            &maybe(&self.peer_edge_row, &|row| flows.window_bytes(row), 0),
-        )?;
-        put(
-            "peer_ack",
-            &maybe(&self.peer_ack_row, &|row| flows.ack(row), NO_ACK),
-        )?;
-        put("peer_ack_frame", &maybe(&self.peer_ack_row, &frame, 0))?;
-        put(
-            "peer_window_before",
-            &maybe(&self.peer_latest_row, &|row| flows.window_bytes(row), -1),
-        )?;
-        put("before_end", &at(&self.before_row, &end))?;
-        put(
-            "peer_edge_at_start",
-            &maybe(&self.peer_latest_at_start_row, &edge, -1),
-        )?;
-        put("cover_frame", &self.cover_frame)?;
-        put("cover_time_us", &self.cover_time_us)?;
-        put("dsack_frame", &self.dsack_frame)?;
-        Ok(table)
+        let maybe =
+            |row: u32, value: &dyn Fn(usize) -> i64, none: i64| row_of(row).map_or(none, value);
+        for gap in &self.rows {
+            let after_row = gap.after_row as usize;
+            table.connection.push(i64::from(connection));
+            table.before_frame.push(i64::from(gap.before_frame));
+            table.after_frame.push(i64::from(gap.after_frame));
+            table.before_time_us.push(gap.before_time_us);
+            table.after_time_us.push(gap.after_time_us);
+            table
+                .before_direction
+                .push(i64::from(flows.direction(gap.before_sender)));
+            table
+                .after_direction
+                .push(i64::from(flows.direction(gap.after_sender)));
+            table.before_kind.push(i64::from(gap.before_kind));
+            table.after_kind.push(i64::from(gap.after_kind));
+            table.after_seq.push(flows.seq(after_row));
+            table.after_end.push(end(after_row));
+            table
+                .after_payload_bytes
+                .push(i64::from(gap.after_payload_bytes));
+            table.zero_frame.push(i64::from(gap.zero_frame));
+            table.peer_dup_acks.push(i64::from(gap.peer_dup_acks));
+            table.peer_dup_frame.push(i64::from(gap.peer_dup_frame));
+            table
+                .peer_edge
+                .push(maybe(gap.peer_edge_row, &edge, NO_EDGE));
+            table
+                .peer_edge_frame
+                .push(maybe(gap.peer_edge_row, &frame, 0));
+            table.peer_edge_window.push(maybe(
+                gap.peer_edge_row,
+                &|row| flows.window_bytes(row),
+                0,
+            ));
+            table
+                .peer_ack
+                .push(maybe(gap.peer_ack_row, &|row| flows.ack(row), NO_ACK));
+            table
+                .peer_ack_frame
+                .push(maybe(gap.peer_ack_row, &frame, 0));
+            table.peer_window_before.push(maybe(
+                gap.peer_latest_row,
+                &|row| flows.window_bytes(row),
+                -1,
+            ));
+            table.before_end.push(end(gap.before_row as usize));
+            table
+                .peer_edge_at_start
+                .push(maybe(gap.peer_latest_at_start_row, &edge, -1));
+            table.cover_frame.push(i64::from(gap.cover_frame));
+            table.cover_time_us.push(gap.cover_time_us);
+            table.dsack_frame.push(i64::from(gap.dsack_frame));
+        }
     }
 }

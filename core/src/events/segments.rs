@@ -3,10 +3,12 @@
 //! of its direction, the peer's latest packet before it and next packet after it, its own
 //! direction's next data packet, the highest sequence end sent before it, and what came between
 //! it and the previous one (the peer's data packets, its own retransmissions). Context packets
-//! are named by their row in the packet table; a segment waits for the packets after it only
-//! until they come.
+//! are named by their row among the connection's packets; a segment waits for the packets
+//! after it only until they come.
 
+use super::tables::SegmentContext;
 use crate::flows::Taken;
+use crate::flows::packets::{ConnectionPackets, Finished};
 use crate::flows::side::{ROLE_DATA, ROLE_OUT_OF_ORDER, ROLE_RETRANSMISSION};
 
 /// No such packet (or no value), as the numpy path marks it.
@@ -36,40 +38,80 @@ pub struct DirectionContext {
     awaiting_own_data: Option<usize>,
 }
 
-/// The segments found so far, a column each (rows are packet rows, NO_ROW where none).
-#[derive(Default)]
-pub struct SegmentRows {
-    pub row: Vec<u32>,
-    pub connection: Vec<u32>,
-    pub sender: Vec<u8>,
-    pub previous_data: Vec<u32>,
-    pub peer_latest: Vec<u32>,
-    pub peer_next: Vec<u32>,
-    pub own_next_data: Vec<u32>,
+/// A segment in its context: packets named by their rows among the connection's packets
+/// (NO_ROW where none).
+pub struct SegmentRow {
     /// The highest end sent before, counted from the side's first packet (NOTHING_SENT:
     /// nothing sent before).
-    pub sent_max_u: Vec<i64>,
-    pub peer_data_between: Vec<u32>,
-    pub own_retransmissions_between: Vec<u32>,
+    pub sent_max_u: i64,
+    pub row: u32,
+    pub previous_data: u32,
+    pub peer_latest: u32,
+    pub peer_next: u32,
+    pub own_next_data: u32,
+    pub peer_data_between: u32,
+    pub own_retransmissions_between: u32,
+    pub sender: u8,
+}
+
+/// A connection's segments found so far.
+#[derive(Default)]
+pub struct SegmentRows {
+    pub rows: Vec<SegmentRow>,
 }
 
 impl SegmentRows {
     pub fn len(&self) -> usize {
-        self.row.len()
+        self.rows.len()
     }
 
-    /// Keep the first `count` segments.
-    pub fn truncate(&mut self, count: usize) {
-        self.row.truncate(count);
-        self.connection.truncate(count);
-        self.sender.truncate(count);
-        self.previous_data.truncate(count);
-        self.peer_latest.truncate(count);
-        self.peer_next.truncate(count);
-        self.own_next_data.truncate(count);
-        self.sent_max_u.truncate(count);
-        self.peer_data_between.truncate(count);
-        self.own_retransmissions_between.truncate(count);
+    /// The highest sequence end sent before segment `index`, counted from the ISN (NONE:
+    /// nothing sent before).
+    pub fn sent_max_before(&self, index: usize, flows: &Finished) -> i64 {
+        let sent = self.rows[index].sent_max_u;
+        if sent == NOTHING_SENT {
+            NONE
+        } else {
+            (sent + flows.seq_offset(self.rows[index].sender)).max(NONE)
+        }
+    }
+
+    /// The connection (number `connection`) has ended: its segments in context go to `table`,
+    /// their packets named by their rows of the run's packet table (`packets.table_row`);
+    /// `message` is each segment's message number within the connection.
+    pub fn finish_context(
+        &self,
+        connection: u32,
+        flows: &Finished,
+        packets: &ConnectionPackets,
+        message: &[i64],
+        table: &mut SegmentContext,
+    ) {
+        let table_row = |row: u32| {
+            if row == NO_ROW {
+                NONE
+            } else {
+                i64::from(packets.table_row[row as usize])
+            }
+        };
+        for (index, (segment, message)) in self.rows.iter().zip(message).enumerate() {
+            table.row.push(table_row(segment.row));
+            table.previous_data.push(table_row(segment.previous_data));
+            table.peer_latest.push(table_row(segment.peer_latest));
+            table.peer_next.push(table_row(segment.peer_next));
+            table.own_next_data.push(table_row(segment.own_next_data));
+            table
+                .sent_max_before
+                .push(self.sent_max_before(index, flows));
+            table
+                .peer_data_between
+                .push(i64::from(segment.peer_data_between));
+            table
+                .own_retransmissions_between
+                .push(i64::from(segment.own_retransmissions_between));
+            table.message.push(*message);
+            table.connection.push(connection);
+        }
     }
 }
 
@@ -77,21 +119,9 @@ fn as_row(row: Option<usize>) -> u32 {
     row.map_or(NO_ROW, |row| row as u32)
 }
 
-/// The segments' indices in connection order, each connection's in the order they came.
-pub fn in_connection_order(segments: &SegmentRows) -> Vec<usize> {
-    let mut order: Vec<usize> = (0..segments.len()).collect();
-    order.sort_by_key(|index| segments.connection[*index]);
-    order
-}
-
 /// A row of the segments' columns as the tables give it (NONE where none).
 pub fn wide(row: u32) -> i64 {
     if row == NO_ROW { NONE } else { i64::from(row) }
-}
-
-/// A column of rows as the tables give it (NONE where none).
-pub fn wide_rows(rows: &[u32]) -> Vec<i64> {
-    rows.iter().map(|row| wide(*row)).collect()
 }
 
 /// Take one packet of a connection whose two directions' context is `sides` (by sender).
@@ -99,11 +129,11 @@ pub fn take(sides: &mut [DirectionContext; 2], packet: &Taken, segments: &mut Se
     let own = packet.sender;
     let peer = 1 - own;
     for waiting in sides[peer].awaiting_peer.drain(..) {
-        segments.peer_next[waiting] = packet.row as u32;
+        segments.rows[waiting].peer_next = packet.row as u32;
     }
     let carries_data = packet.payload_bytes > 0;
     if carries_data && let Some(waiting) = sides[own].awaiting_own_data.take() {
-        segments.own_next_data[waiting] = packet.row as u32;
+        segments.rows[waiting].own_next_data = packet.row as u32;
     }
     if packet.role == ROLE_DATA && carries_data {
         new_data_segment(sides, packet, segments);
@@ -134,20 +164,17 @@ fn new_data_segment(sides: &mut [DirectionContext; 2], packet: &Taken, segments:
         None => (peer_data_packets, 0),
     };
     let index = segments.len();
-    segments.row.push(packet.row as u32);
-    segments.connection.push(packet.connection);
-    segments.sender.push(own as u8);
-    segments.previous_data.push(as_row(previous));
-    segments.peer_latest.push(as_row(peer_latest));
-    segments.peer_next.push(NO_ROW);
-    segments.own_next_data.push(NO_ROW);
-    segments
-        .sent_max_u
-        .push(side.max_end_u.unwrap_or(NOTHING_SENT));
-    segments.peer_data_between.push(peer_data_between as u32);
-    segments
-        .own_retransmissions_between
-        .push(own_retransmissions_between as u32);
+    segments.rows.push(SegmentRow {
+        sent_max_u: side.max_end_u.unwrap_or(NOTHING_SENT),
+        row: packet.row as u32,
+        previous_data: as_row(previous),
+        peer_latest: as_row(peer_latest),
+        peer_next: NO_ROW,
+        own_next_data: NO_ROW,
+        peer_data_between: peer_data_between as u32,
+        own_retransmissions_between: own_retransmissions_between as u32,
+        sender: own as u8,
+    });
     side.awaiting_peer.push(index);
     side.awaiting_own_data = Some(index);
     side.last_new_data_row = Some(packet.row);

@@ -4,15 +4,26 @@
 //! ACK numbers relative to the ISNs, its role, and the connection table. The rules are those
 //! of `nagledetect/flows/` (`connections.py`, `roles.py`, `handshake.py`, `vantage.py`); the
 //! tables equal `build_flows`'s (tests/test_core_flows.py).
+//!
+//! A connection's state is kept while it is live. It ends when a new SYN starts a new
+//! conversation on its 4-tuple, when its capture ends, or when it has been silent for long
+//! enough after its close (a FIN each way, or a RST: `CLOSED_LINGER_US`) or without one
+//! (`IDLE_RELEASE_US`): then
+//! its row of the connection table is made and its state let go (`end_connection`), so that
+//! memory follows the live connections, not the packets. A packet that comes on a 4-tuple
+//! after its connection was let go for silence begins a new connection of the same
+//! conversation.
 
 pub mod ack_lag;
 pub mod connection;
+pub mod packets;
 pub mod side;
 pub mod tables;
 
 use crate::decode::TcpPacket;
-use connection::Connection;
-use tables::PacketRows;
+use connection::{Connection, NO_ACK};
+use packets::Finishing;
+use tables::{ConnectionRecord, PacketRows};
 
 pub const FLAG_FIN: u16 = 0x01;
 pub const FLAG_SYN: u16 = 0x02;
@@ -20,6 +31,19 @@ pub const FLAG_RST: u16 = 0x04;
 pub const FLAG_ACK: u16 = 0x10;
 /// A SYN with a new ISN after this long a silence starts a new conversation on its 4-tuple.
 const PORT_REUSE_SILENCE_US: i64 = 300 * 1_000_000;
+/// A connection closed both ways (or reset) is let go after this long a silence: Linux holds a
+/// closed connection's 4-tuple in TIME_WAIT for 60 s, and a late retransmission of the close
+/// comes within it. A half-closed connection is not closed: its other side may send for long.
+const CLOSED_LINGER_US: i64 = 120 * 1_000_000;
+/// A connection not closed is let go after this long a silence: longer than Linux's default
+/// keepalive time (2 h), so that a connection kept alive is never split.
+const IDLE_RELEASE_US: i64 = 3 * 3600 * 1_000_000;
+/// ... and only once this many TCP packets of the capture have come since its last: a damaged
+/// or edited capture's timestamps can leap years ahead and back, and a silence counted by them
+/// alone would end connections that go on.
+const RELEASE_AFTER_PACKETS: u64 = 10_000;
+/// Silent connections are looked for at most this often (capture time).
+const SWEEP_INTERVAL_US: i64 = 10 * 1_000_000;
 
 /// An endpoint: its address as four words (IPv4 mapped as ::ffff:a.b.c.d) and its port.
 pub type Endpoint = ([u32; 4], u16);
@@ -33,7 +57,12 @@ struct Pair {
     syn_seq: Option<u32>,
     /// A FIN or RST since its latest SYN (or since its first packet, without one).
     closed: bool,
+    /// Since its latest SYN, by endpoint: whether it sent a FIN; and whether either sent a RST.
+    fin_sent: [bool; 2],
+    reset: bool,
     last_us: i64,
+    /// The capture's count of TCP packets at its latest packet.
+    last_packet: u64,
 }
 
 /// A packet as the tracker takes it.
@@ -51,29 +80,67 @@ pub struct Packet<'a> {
 #[derive(Clone, Copy)]
 pub struct Mark {
     packets: usize,
-    pub connections: usize,
+    connections: usize,
+    records: usize,
 }
 
-#[derive(Default)]
 pub struct FlowTracker {
     /// Keyed with foldhash, seeded per process: fast, and a capture crafted to collide keys
     /// cannot know the seed.
     pairs: foldhash::HashMap<[Endpoint; 2], Pair>,
     streams: u32,
-    connections: Vec<Connection>,
+    /// The TCP packets of the capture so far.
+    tcp_packets: u64,
+    /// The capture's connections ended for their silence so far.
+    pub ended_silent: u64,
+    /// By connection number, its state while it is live (None once it has ended).
+    live: Vec<Option<Box<Connection>>>,
+    /// Connections whose end was found and which are not yet finished.
+    ended: Vec<u32>,
+    next_sweep_us: i64,
+    /// The ended connections' rows of the connection table, in the order they ended.
+    records: Vec<ConnectionRecord>,
+    /// Whether the packet table is kept; then also, by connection number, what its packets
+    /// are finished with.
+    keep_packets: bool,
     packets: PacketRows,
+    finishing: Vec<Finishing>,
+}
+
+impl Default for FlowTracker {
+    fn default() -> FlowTracker {
+        FlowTracker {
+            pairs: foldhash::HashMap::default(),
+            streams: 0,
+            tcp_packets: 0,
+            ended_silent: 0,
+            live: Vec::new(),
+            ended: Vec::new(),
+            next_sweep_us: i64::MIN,
+            records: Vec::new(),
+            keep_packets: true,
+            packets: PacketRows::default(),
+            finishing: Vec::new(),
+        }
+    }
 }
 
 /// A packet taken into its connection: where it went and what the events read of it.
+#[derive(Clone, Copy)]
 pub struct Taken {
     pub connection: u32,
     pub sender: usize,
-    /// Its row in the packet table.
+    /// Its row among its connection's packets (set as its connection's events keep it).
     pub row: usize,
+    /// Its row in the packet table, where one is kept.
+    pub table_row: usize,
     pub role: u8,
     pub payload_bytes: u32,
-    /// Its sequence number counted from its side's first packet.
+    /// Its sequence and ACK numbers counted from its side's first packet (the ACK `NO_ACK`
+    /// without the ACK flag), and its raw window.
     pub seq_u: i64,
+    pub ack_u: i64,
+    pub window_raw: u16,
     pub frame: u32,
     pub time_us: i64,
     pub flags: u16,
@@ -99,32 +166,56 @@ impl FlowTracker {
         } else {
             ([dst, src], 1)
         };
+        self.tcp_packets += 1;
+        self.sweep(packet.time_us);
         let FlowTracker {
             pairs,
             streams,
-            connections,
+            tcp_packets,
+            live,
+            ended,
             packets,
+            keep_packets,
+            ..
         } = self;
-        let pair = lifetime_of(pairs, streams, endpoints, tcp, packet.time_us);
+        let pair = lifetime_of(
+            pairs,
+            streams,
+            (endpoints, sender),
+            tcp,
+            packet.time_us,
+            ended,
+        );
+        pair.last_packet = *tcp_packets;
         if !packet.accepted {
             return None;
         }
         let stream = pair.stream;
         let connection = *pair.connection.get_or_insert_with(|| {
-            connections.push(Connection::new(stream, endpoints, packet.frame, sender));
-            (connections.len() - 1) as u32
+            live.push(Some(Box::new(Connection::new(
+                stream,
+                endpoints,
+                packet.frame,
+                sender,
+            ))));
+            (live.len() - 1) as u32
         });
-        let state = &mut connections[connection as usize];
+        let state = live[connection as usize]
+            .as_mut()
+            .expect("a 4-tuple's connection is live");
         let numbered = state.take(packet.frame, packet.time_us, tcp, sender);
         let (seq, ack, window_bytes) = state.counted(sender, &numbered, tcp);
         let options = &tcp.options;
         let taken = Taken {
             connection,
             sender,
-            row: packets.len(),
+            row: 0,
+            table_row: packets.len(),
             role: numbered.role,
             payload_bytes: tcp.payload_bytes,
             seq_u: numbered.seq_u,
+            ack_u: numbered.ack_u.unwrap_or(NO_ACK),
+            window_raw: tcp.window,
             frame: packet.frame,
             time_us: packet.time_us,
             flags: tcp.flags,
@@ -134,53 +225,146 @@ impl FlowTracker {
             window_bytes,
             first_sack_left_raw: (options.sack_block_count > 0).then(|| options.sack_blocks[0].0),
         };
-        packets.push(packet, connection, sender, &numbered);
+        if *keep_packets {
+            packets.push(packet, connection, sender, &numbered);
+        }
         Some(taken)
     }
 
-    /// Keep only the packet columns the events read (see `PacketRows`).
-    pub fn events_only(&mut self) {
-        self.packets.events_only = true;
+    /// Keep no packet table: the caller reads only the connections and the events.
+    pub fn without_packet_table(&mut self) {
+        self.keep_packets = false;
+    }
+
+    /// Note the connections silent long enough to let go (see the module's comment), looking
+    /// at most once every `SWEEP_INTERVAL_US` of capture time.
+    fn sweep(&mut self, now_us: i64) {
+        if now_us < self.next_sweep_us {
+            return;
+        }
+        self.next_sweep_us = now_us.saturating_add(SWEEP_INTERVAL_US);
+        for pair in self.pairs.values_mut() {
+            let Some(connection) = pair.connection else {
+                continue;
+            };
+            let linger = if pair.reset || pair.fin_sent == [true, true] {
+                CLOSED_LINGER_US
+            } else {
+                IDLE_RELEASE_US
+            };
+            let silent_packets = self.tcp_packets - pair.last_packet;
+            if now_us.saturating_sub(pair.last_us) > linger
+                && silent_packets > RELEASE_AFTER_PACKETS
+            {
+                pair.connection = None;
+                self.ended.push(connection);
+                self.ended_silent += 1;
+            }
+        }
+    }
+
+    /// The next connection found ended, to finish (`end_connection`): the lowest numbered
+    /// first, so that the tables, kept in connection order, are mostly made in that order.
+    pub fn next_ended(&mut self) -> Option<u32> {
+        if self.ended.len() > 1 && !self.ended.is_sorted_by(|a, b| a >= b) {
+            self.ended.sort_unstable_by(|a, b| b.cmp(a));
+        }
+        self.ended.pop()
+    }
+
+    /// Make connection `connection`'s row of the connection table and let its state go; what
+    /// its packets are finished with.
+    pub fn end_connection(&mut self, connection: u32) -> Finishing {
+        let state = self.live[connection as usize]
+            .take()
+            .expect("a connection ends once");
+        let (record, finishing) = ConnectionRecord::of(connection, &state);
+        self.records.push(record);
+        if self.keep_packets {
+            let index = connection as usize;
+            if self.finishing.len() <= index {
+                self.finishing.resize(index + 1, finishing);
+            }
+            self.finishing[index] = finishing;
+        }
+        finishing
+    }
+
+    /// The capture's end: every live connection has ended.
+    pub fn end_capture(&mut self) {
+        for pair in self.pairs.values_mut() {
+            if let Some(connection) = pair.connection.take() {
+                self.ended.push(connection);
+            }
+        }
     }
 
     /// Start on the next capture of a run read together: its conversations and connections
     /// are its own (numbered from 0, and on from the earlier captures' respectively).
     pub fn next_capture(&mut self) {
         self.pairs.clear();
+        self.ended.clear();
         self.streams = 0;
+        self.tcp_packets = 0;
+        self.ended_silent = 0;
+        self.next_sweep_us = i64::MIN;
     }
 
     /// Where the tables stand, to go back to if a capture's read fails (`truncate`).
     pub fn mark(&self) -> Mark {
         Mark {
             packets: self.packets.len(),
-            connections: self.connections.len(),
+            connections: self.live.len(),
+            records: self.records.len(),
         }
+    }
+
+    /// How many connections the run has numbered.
+    pub fn connections(&self) -> usize {
+        self.live.len()
     }
 
     /// Drop what was taken since `mark`: a capture whose read failed adds nothing.
     pub fn truncate(&mut self, mark: Mark) {
         self.packets.truncate(mark.packets);
-        self.connections.truncate(mark.connections);
+        self.live.truncate(mark.connections);
+        self.records.truncate(mark.records);
+        self.finishing.truncate(mark.connections);
         self.next_capture();
     }
 
-    /// The packet and connection tables.
+    /// The packet and connection tables (every connection finished).
     pub fn finish(self) -> tables::FlowTables {
-        tables::FlowTables::new(self.packets, &self.connections)
+        tables::FlowTables::new(self.packets, self.records, &self.finishing)
     }
 }
 
 /// The state of the 4-tuple `endpoints` with the packet `tcp` taken: its conversation number
 /// (`stream`) is its current one, or a new one where this packet starts one (a SYN with a new
 /// ISN after a FIN or RST since the 4-tuple's previous SYN, or after a long silence);
-/// conversations are numbered in order of their first packet.
+/// conversations are numbered in order of their first packet. A connection this packet ends
+/// (its conversation's) goes to `ended`. `sender` is the packet's endpoint.
 fn lifetime_of<'a>(
+    pairs: &'a mut foldhash::HashMap<[Endpoint; 2], Pair>,
+    streams: &mut u32,
+    (endpoints, sender): ([Endpoint; 2], usize),
+    tcp: &TcpPacket,
+    time_us: i64,
+    ended: &mut Vec<u32>,
+) -> &'a mut Pair {
+    let pair = conversation_of(pairs, streams, endpoints, tcp, time_us, ended);
+    pair.fin_sent[sender] |= tcp.flags & FLAG_FIN != 0;
+    pair.reset |= tcp.flags & FLAG_RST != 0;
+    pair
+}
+
+fn conversation_of<'a>(
     pairs: &'a mut foldhash::HashMap<[Endpoint; 2], Pair>,
     streams: &mut u32,
     endpoints: [Endpoint; 2],
     tcp: &TcpPacket,
     time_us: i64,
+    ended: &mut Vec<u32>,
 ) -> &'a mut Pair {
     let syn_only = tcp.flags & (FLAG_SYN | FLAG_ACK) == FLAG_SYN;
     let closing = tcp.flags & (FLAG_FIN | FLAG_RST) != 0;
@@ -193,7 +377,10 @@ fn lifetime_of<'a>(
             connection: None,
             syn_seq: syn_only.then_some(tcp.seq),
             closed: !syn_only && closing,
+            fin_sent: [false, false],
+            reset: false,
             last_us: time_us,
+            last_packet: 0,
         }
     });
     if first {
@@ -204,11 +391,13 @@ fn lifetime_of<'a>(
         let silence = time_us - pair.last_us > PORT_REUSE_SILENCE_US;
         if new_isn && (pair.closed || silence) {
             pair.stream = *streams;
-            pair.connection = None;
+            ended.extend(pair.connection.take());
             *streams += 1;
         }
         pair.syn_seq = Some(tcp.seq);
         pair.closed = false;
+        pair.fin_sent = [false, false];
+        pair.reset = false;
     } else if closing {
         pair.closed = true;
     }

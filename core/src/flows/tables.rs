@@ -1,21 +1,20 @@
-//! The packet and connection tables of `build_flows`, made at the end of the pass (the
-//! direction, the bases the numbers count from and the MSS are known only then), and handed
-//! to Python as numpy arrays of the same dtypes.
+//! The packet and connection tables of `build_flows`, made at the end of the pass (a packet's
+//! direction, the bases its numbers count from and its connection's MSS are known only once
+//! the connection has ended), and handed to Python as numpy arrays of the same dtypes.
 
 use numpy::IntoPyArray;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
-use crate::flows::connection::{Connection, MAX_WINDOW_SCALE, NO_ACK, Row};
+use crate::flows::Packet;
+use crate::flows::connection::{Connection, NO_ACK, Row};
+use crate::flows::packets::Finishing;
 use crate::flows::side::Numbered;
-use crate::flows::{FLAG_SYN, Packet};
 
-/// The analysed packets, in file order, as the pass leaves them. With `events_only`, only the
-/// columns the events and the finishing read are kept (the rest stay empty): the caller wants
-/// no packet table.
+/// The analysed packets, in file order, as the pass leaves them, kept only where the caller
+/// wants the packet table.
 #[derive(Default)]
 pub struct PacketRows {
-    pub events_only: bool,
     frame: Vec<u32>,
     time_us: Vec<i64>,
     connection: Vec<i32>,
@@ -98,9 +97,6 @@ impl PacketRows {
         self.ack_u.push(numbered.ack_u.unwrap_or(NO_ACK));
         self.window_raw.push(tcp.window);
         self.role.push(numbered.role);
-        if self.events_only {
-            return;
-        }
         self.seq_raw.push(tcp.seq);
         self.ack_raw.push(tcp.ack);
         let options = &tcp.options;
@@ -119,20 +115,8 @@ impl PacketRows {
     }
 }
 
-/// The per-connection values the packet columns are finished with.
-struct Finishing {
-    client: u8,
-    offsets: [(i64, i64); 2],
-    /// Window scale shift by direction (0 where scaling was not agreed).
-    shift: [u32; 2],
-    effective_mss: i64,
-    single_frame_bytes: i64,
-}
-
 pub struct FlowTables {
     packets: PacketRows,
-    /// By connection, what its packets are finished with.
-    finishing: Vec<Finishing>,
     direction: Vec<u8>,
     window_bytes: Vec<i64>,
     wire_segments: Vec<u32>,
@@ -141,135 +125,49 @@ pub struct FlowTables {
 }
 
 impl FlowTables {
-    pub fn new(mut packets: PacketRows, connections: &[Connection]) -> FlowTables {
-        let rows: Vec<(Row, u8)> = connections
-            .iter()
-            .map(|connection| {
-                let ip_version = ip_version(&connection.endpoints[0].0);
-                (connection.row(ip_version), ip_version)
-            })
-            .collect();
-        let finishing: Vec<Finishing> = connections
-            .iter()
-            .zip(&rows)
-            .map(|(connection, (row, _))| finishing(connection, row))
-            .collect();
+    /// The tables of `packets` (the run's packet rows, where kept) and of the finished
+    /// connections `records`, in any order; `finishing` holds, by connection, what its packets
+    /// are finished with (needed only where packet rows were kept).
+    pub fn new(
+        mut packets: PacketRows,
+        mut records: Vec<ConnectionRecord>,
+        finishing: &[Finishing],
+    ) -> FlowTables {
+        records.sort_by_key(|record| record.id);
         let count = packets.frame.len();
         let mut tables = FlowTables {
             direction: Vec::with_capacity(count),
             window_bytes: Vec::with_capacity(count),
             wire_segments: Vec::with_capacity(count),
             super_segment: Vec::with_capacity(count),
-            connections: ConnectionColumns::of(connections, &rows),
+            connections: ConnectionColumns::of(&records),
             packets: PacketRows::default(),
-            finishing: Vec::new(),
         };
         for index in 0..count {
             let at = &finishing[packets.connection[index] as usize];
             tables.finish_packet(&mut packets, index, at);
         }
         tables.packets = packets;
-        tables.finishing = finishing;
         tables
     }
 
     fn finish_packet(&mut self, packets: &mut PacketRows, index: usize, at: &Finishing) {
-        let sender = usize::from(packets.sender[index]);
-        let direction = u8::from(packets.sender[index] != at.client);
+        let sender = packets.sender[index];
+        let direction = at.direction(sender);
         self.direction.push(direction);
-        let (seq_offset, ack_offset) = at.offsets[sender];
+        let (seq_offset, ack_offset) = at.offsets[usize::from(sender)];
         packets.seq_u[index] += seq_offset;
         if packets.ack_u[index] != NO_ACK {
             packets.ack_u[index] += ack_offset;
         }
-        let shift = if packets.flags[index] & FLAG_SYN != 0 {
-            0
-        } else {
-            at.shift[usize::from(direction)]
-        };
-        self.window_bytes
-            .push(i64::from(packets.window_raw[index]) << shift);
-        let payload = i64::from(packets.payload_bytes[index]);
-        let unknown = at.effective_mss <= 0;
-        let mss = at.effective_mss.max(1);
-        let super_segment = payload > at.single_frame_bytes;
-        let wire = if super_segment {
-            if unknown {
-                1
-            } else {
-                (payload + mss - 1) / mss
-            }
-        } else {
-            i64::from(payload > 0 || unknown)
-        };
+        self.window_bytes.push(at.window_bytes(
+            packets.window_raw[index],
+            packets.flags[index],
+            direction,
+        ));
+        let (wire, super_segment) = at.wire_segments(packets.payload_bytes[index]);
         self.super_segment.push(super_segment);
-        self.wire_segments.push(wire as u32);
-    }
-
-    /// The finished packet table's values at `row`: frame, sequence and ACK numbers counted
-    /// from the ISNs (`NO_ACK` without the ACK flag), payload, window in bytes.
-    pub fn frame(&self, row: usize) -> u32 {
-        self.packets.frame[row]
-    }
-
-    pub fn seq(&self, row: usize) -> i64 {
-        self.packets.seq_u[row]
-    }
-
-    pub fn ack(&self, row: usize) -> i64 {
-        self.packets.ack_u[row]
-    }
-
-    pub fn time_us(&self, row: usize) -> i64 {
-        self.packets.time_us[row]
-    }
-
-    pub fn wire_segments(&self, row: usize) -> u32 {
-        self.wire_segments[row]
-    }
-
-    /// The effective MSS of `connection` (the table's `effective_mss`).
-    pub fn effective_mss(&self, connection: u32) -> i64 {
-        self.finishing[connection as usize].effective_mss
-    }
-
-    pub fn payload_bytes(&self, row: usize) -> i64 {
-        i64::from(self.packets.payload_bytes[row])
-    }
-
-    pub fn window_bytes(&self, row: usize) -> i64 {
-        self.window_bytes[row]
-    }
-
-    /// The packet's role (a code of `roles.ROLES`).
-    pub fn role(&self, row: usize) -> u8 {
-        self.packets.role[row]
-    }
-
-    /// The direction of endpoint `sender`'s packets in `connection` (0: the client's).
-    pub fn direction(&self, connection: u32, sender: u8) -> u8 {
-        u8::from(sender != self.client(connection))
-    }
-
-    /// Which endpoint of `connection` is its client (0: the low one).
-    pub fn client(&self, connection: u32) -> u8 {
-        self.finishing[connection as usize].client
-    }
-
-    /// What to add to a `seq_u` value of endpoint `sender` of `connection` to count it from
-    /// the ISN.
-    pub fn seq_offset(&self, connection: u32, sender: usize) -> i64 {
-        self.finishing[connection as usize].offsets[sender].0
-    }
-
-    /// Let the packet table go (its rows when kept: none), once the events have been read
-    /// from it: a caller that wants no packet rows then holds none.
-    pub fn without_packets(&mut self) {
-        self.packets.truncate(0);
-        self.direction = Vec::new();
-        self.window_bytes = Vec::new();
-        self.wire_segments = Vec::new();
-        self.super_segment = Vec::new();
+        self.wire_segments.push(wire);
     }
 
     /// The tables as dicts of numpy arrays: `packets` (the columns of `build.PACKET_COLUMNS`,
@@ -320,20 +218,55 @@ impl FlowTables {
     }
 }
 
-fn finishing(connection: &Connection, row: &Row) -> Finishing {
-    let scale = |shift: i8| {
-        if row.window_scaling {
-            shift.clamp(0, MAX_WINDOW_SCALE) as u32
-        } else {
-            0
-        }
-    };
-    Finishing {
-        client: row.client as u8,
-        offsets: connection.offsets(),
-        shift: [scale(row.syn.window_scale), scale(row.syn_ack.window_scale)],
-        effective_mss: row.effective_mss,
-        single_frame_bytes: row.effective_mss.max(1).max(row.frame_payload_limit_bytes),
+/// A finished connection's row of the connection table: what is left of it once its packets
+/// have been read (its state while live is let go).
+pub struct ConnectionRecord {
+    /// Its number in the run (the table's order).
+    pub id: u32,
+    stream: u32,
+    first_frame: u32,
+    endpoints: [crate::flows::Endpoint; 2],
+    ip_version: u8,
+    start_us: i64,
+    end_us: i64,
+    /// By direction (0: the client's).
+    packets: [i64; 2],
+    payload_bytes: [i64; 2],
+    row: Row,
+}
+
+impl ConnectionRecord {
+    /// Connection `id`'s record, and what its packets are finished with.
+    pub fn of(id: u32, connection: &Connection) -> (ConnectionRecord, Finishing) {
+        let ip_version = ip_version(&connection.endpoints[0].0);
+        let row = connection.row(ip_version);
+        let finishing = Finishing::of(connection, &row);
+        let sides = [
+            &connection.sides[row.client],
+            &connection.sides[1 - row.client],
+        ];
+        let record = ConnectionRecord {
+            id,
+            stream: connection.stream,
+            first_frame: connection.first_frame,
+            endpoints: connection.endpoints,
+            ip_version,
+            start_us: sides
+                .iter()
+                .filter_map(|side| side.first_us)
+                .min()
+                .unwrap_or(i64::MAX),
+            end_us: sides
+                .iter()
+                .filter(|side| side.packets > 0)
+                .map(|side| side.last_us)
+                .max()
+                .unwrap_or(i64::MIN),
+            packets: sides.map(|side| side.packets),
+            payload_bytes: sides.map(|side| side.payload_bytes),
+            row,
+        };
+        (record, finishing)
     }
 }
 
@@ -375,21 +308,22 @@ struct ConnectionColumns {
 }
 
 impl ConnectionColumns {
-    fn of(connections: &[Connection], rows: &[(Row, u8)]) -> ConnectionColumns {
+    fn of(records: &[ConnectionRecord]) -> ConnectionColumns {
         let mut columns = ConnectionColumns::default();
-        for (connection, (row, ip_version)) in connections.iter().zip(rows) {
-            columns.push(connection, row, *ip_version);
+        for record in records {
+            columns.push(record);
         }
         columns
     }
 
-    fn push(&mut self, connection: &Connection, row: &Row, ip_version: u8) {
+    fn push(&mut self, record: &ConnectionRecord) {
+        let row = &record.row;
         let client = row.client;
         let server = 1 - client;
-        self.stream.push(i64::from(connection.stream));
-        self.first_frame.push(i64::from(connection.first_frame));
+        self.stream.push(i64::from(record.stream));
+        self.first_frame.push(i64::from(record.first_frame));
         for (index, words) in [client, server].into_iter().enumerate() {
-            let (address, port) = connection.endpoints[words];
+            let (address, port) = record.endpoints[words];
             let columns = if index == 0 {
                 &mut self.client_words
             } else {
@@ -405,26 +339,12 @@ impl ConnectionColumns {
             };
             ports.push(i64::from(port));
         }
-        self.ip_version.push(i64::from(ip_version));
-        let sides = [&connection.sides[client], &connection.sides[server]];
-        self.start_us.push(
-            sides
-                .iter()
-                .filter_map(|s| s.first_us)
-                .min()
-                .unwrap_or(i64::MAX),
-        );
-        self.end_us.push(
-            sides
-                .iter()
-                .filter(|s| s.packets > 0)
-                .map(|s| s.last_us)
-                .max()
-                .unwrap_or(i64::MIN),
-        );
-        for (direction, side) in sides.iter().enumerate() {
-            self.packets[direction].push(side.packets);
-            self.payload_bytes[direction].push(side.payload_bytes);
+        self.ip_version.push(i64::from(record.ip_version));
+        self.start_us.push(record.start_us);
+        self.end_us.push(record.end_us);
+        for direction in 0..2 {
+            self.packets[direction].push(record.packets[direction]);
+            self.payload_bytes[direction].push(record.payload_bytes[direction]);
         }
         self.client_guessed.push(row.client_guessed);
         for (index, options) in [row.syn, row.syn_ack].iter().enumerate() {

@@ -1,0 +1,333 @@
+//! The event tables as the finished connections fill them: values, not packet rows, so that a
+//! connection's packets can be let go once it is finished. Connections finish in the order they
+//! end, so each table is put in its order (by connection, or by frame) when it is handed to
+//! Python, a column at a time.
+
+use numpy::IntoPyArray;
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+
+/// A table of named columns of one length: `len`, `truncate` and `into_python`, which hands
+/// its columns to Python under their names, in the order declared, rows taken in `order`.
+macro_rules! event_table {
+    ($(#[$meta:meta])* $name:ident {
+        $(#[$first_meta:meta])* $first:ident: $first_type:ty
+        $(, $(#[$field_meta:meta])* $field:ident: $field_type:ty)* $(,)?
+    }) => {
+        $(#[$meta])*
+        #[derive(Default)]
+        pub struct $name {
+            $(#[$first_meta])* pub $first: Vec<$first_type>,
+            $($(#[$field_meta])* pub $field: Vec<$field_type>,)*
+        }
+
+        impl $name {
+            pub fn len(&self) -> usize {
+                self.$first.len()
+            }
+
+            pub fn truncate(&mut self, count: usize) {
+                self.$first.truncate(count);
+                $(self.$field.truncate(count);)*
+            }
+
+            pub fn into_python<'py>(
+                self,
+                py: Python<'py>,
+                order: &Order,
+            ) -> PyResult<Bound<'py, PyDict>> {
+                let table = PyDict::new(py);
+                table.set_item(stringify!($first), order.apply(self.$first).into_pyarray(py))?;
+                $(table.set_item(stringify!($field), order.apply(self.$field).into_pyarray(py))?;)*
+                Ok(table)
+            }
+        }
+    };
+}
+
+/// The order a table's rows are handed over in: as they are, or by a key (stably).
+pub enum Order {
+    AsTheyAre,
+    Rows(Vec<usize>),
+}
+
+impl Order {
+    /// The rows by `key` (ties in the order they are), or as they are where they already are.
+    pub fn by<K: Ord + Copy>(key: &[K]) -> Order {
+        if key.is_sorted() {
+            return Order::AsTheyAre;
+        }
+        let mut rows: Vec<usize> = (0..key.len()).collect();
+        rows.sort_by_key(|row| key[*row]);
+        Order::Rows(rows)
+    }
+
+    pub fn apply<T: Copy>(&self, column: Vec<T>) -> Vec<T> {
+        match self {
+            Order::AsTheyAre => column,
+            Order::Rows(rows) => rows.iter().map(|row| column[*row]).collect(),
+        }
+    }
+}
+
+event_table!(
+    /// The gaps (`GapsBySlice.gaps`'s columns), the sides as directions (0: from the client).
+    GapTable {
+        connection: i64,
+        before_frame: i64,
+        after_frame: i64,
+        before_time_us: i64,
+        after_time_us: i64,
+        before_direction: i64,
+        after_direction: i64,
+        before_kind: i64,
+        after_kind: i64,
+        after_seq: i64,
+        after_end: i64,
+        after_payload_bytes: i64,
+        zero_frame: i64,
+        peer_dup_acks: i64,
+        peer_dup_frame: i64,
+        peer_edge: i64,
+        peer_edge_frame: i64,
+        peer_edge_window: i64,
+        peer_ack: i64,
+        peer_ack_frame: i64,
+        peer_window_before: i64,
+        before_end: i64,
+        peer_edge_at_start: i64,
+        cover_frame: i64,
+        cover_time_us: i64,
+        dsack_frame: i64,
+    }
+);
+
+event_table!(
+    /// The messages (`messages.messages`'s columns). `message` holds the number within its
+    /// connection until the run's numbers are known (`Found::number_messages`).
+    MessageTable {
+        connection: i32,
+        direction: u8,
+        bytes: i64,
+        packets: i64,
+        mss: i64,
+        median_payload_bytes: f64,
+        segments_needed: i64,
+        message: i64,
+        first_frame: i64,
+        last_frame: i64,
+        start_us: i64,
+        end_us: i64,
+        wire_segments: i64,
+        last_segment_full: bool,
+        odd_segments: bool,
+    }
+);
+
+event_table!(
+    /// The write bursts, with only the columns the tinygram detector reads
+    /// (`tinygram_flood.BURST_COLUMNS`).
+    BurstTable {
+        connection: i32,
+        direction: u8,
+        bytes: i64,
+        packets: i64,
+        mss: i64,
+        median_payload_bytes: f64,
+        segments_needed: i64,
+    }
+);
+
+event_table!(
+    /// The small segments that passed the stall's packet tests (`UNTIMED_STALL_COLUMNS`);
+    /// `message` as in `MessageTable`.
+    UntimedStalls {
+        connection: i32,
+        direction: u8,
+        frame: i64,
+        time_us: i64,
+        payload_bytes: i64,
+        tail_bytes: i64,
+        mss: i64,
+        prev_frame: i64,
+        prev_time_us: i64,
+        prev_payload_bytes: i64,
+        peer_frame: i64,
+        peer_time_us: i64,
+        peer_window_bytes: i64,
+        message: i64,
+    }
+);
+
+event_table!(
+    /// The lone segments a pure ACK answered (`LONE_SEGMENT_COLUMNS`).
+    LoneSegments {
+        connection: i32,
+        direction: u8,
+        frame: i64,
+        time_us: i64,
+        next_peer_frame: i64,
+        next_peer_time_us: i64,
+    }
+);
+
+event_table!(
+    /// How often each (direction key, payload size) occurs (`payloads.PayloadCounts`).
+    PayloadCounts {
+        key: i64,
+        size: i64,
+        count: i64,
+    }
+);
+
+event_table!(
+    /// The segments in context, their context packets named by their rows of the run's packet
+    /// table (`segments.NONE` where none): made only where that table is kept. `message` as
+    /// in `MessageTable`; `connection` only says where the message numbers count from.
+    SegmentContext {
+        row: i64,
+        previous_data: i64,
+        peer_latest: i64,
+        peer_next: i64,
+        own_next_data: i64,
+        sent_max_before: i64,
+        peer_data_between: i64,
+        own_retransmissions_between: i64,
+        message: i64,
+        connection: u32,
+    }
+);
+
+/// The event tables of the finished connections.
+#[derive(Default)]
+pub struct Found {
+    pub gaps: GapTable,
+    pub messages: MessageTable,
+    pub bursts: BurstTable,
+    pub untimed_stalls: UntimedStalls,
+    pub lone_segments: LoneSegments,
+    pub payload_counts: PayloadCounts,
+    pub segments: SegmentContext,
+    /// By connection number, how many messages it has (where it has finished).
+    pub message_counts: Vec<u32>,
+}
+
+/// Where the tables stand, to go back to.
+#[derive(Clone, Copy)]
+pub struct Mark {
+    lengths: [usize; 7],
+    connections: usize,
+}
+
+/// The event tables as dicts of numpy arrays.
+pub struct EventTables<'py> {
+    pub segments: Bound<'py, PyDict>,
+    pub gaps: Bound<'py, PyDict>,
+    pub messages: Bound<'py, PyDict>,
+    pub bursts: Bound<'py, PyDict>,
+    pub untimed_stalls: Bound<'py, PyDict>,
+    pub lone_segments: Bound<'py, PyDict>,
+    pub payload_counts: Bound<'py, PyDict>,
+}
+
+impl Found {
+    fn lengths(&self) -> [usize; 7] {
+        [
+            self.gaps.len(),
+            self.messages.len(),
+            self.bursts.len(),
+            self.untimed_stalls.len(),
+            self.lone_segments.len(),
+            self.payload_counts.len(),
+            self.segments.len(),
+        ]
+    }
+
+    pub fn mark(&self, connections: usize) -> Mark {
+        Mark {
+            lengths: self.lengths(),
+            connections,
+        }
+    }
+
+    /// Drop what was found since `mark` (a capture whose read failed adds nothing).
+    pub fn truncate(&mut self, mark: Mark) {
+        let [gaps, messages, bursts, untimed, lone, payloads, segments] = mark.lengths;
+        self.gaps.truncate(gaps);
+        self.messages.truncate(messages);
+        self.bursts.truncate(bursts);
+        self.untimed_stalls.truncate(untimed);
+        self.lone_segments.truncate(lone);
+        self.payload_counts.truncate(payloads);
+        self.segments.truncate(segments);
+        self.message_counts
+            .truncate(mark.connections.min(self.message_counts.len()));
+    }
+
+    /// Connection `connection` finished with `messages` messages.
+    pub fn count_messages(&mut self, connection: u32, messages: u32) {
+        let index = connection as usize;
+        if self.message_counts.len() <= index {
+            self.message_counts.resize(index + 1, 0);
+        }
+        self.message_counts[index] = messages;
+    }
+
+    /// Messages are numbered in connection order (a connection's first, then the next
+    /// connection's...): a message's number is its number within its connection plus the
+    /// messages of the connections before it.
+    fn number_messages(&mut self) {
+        let mut first = Vec::with_capacity(self.message_counts.len());
+        let mut total = 0i64;
+        for count in &self.message_counts {
+            first.push(total);
+            total += i64::from(*count);
+        }
+        let renumber = |numbers: &mut [i64], connection: &dyn Fn(usize) -> usize| {
+            for (row, number) in numbers.iter_mut().enumerate() {
+                *number += first[connection(row)];
+            }
+        };
+        let messages = &self.messages.connection;
+        renumber(&mut self.messages.message, &|row| messages[row] as usize);
+        let stalls = &self.untimed_stalls.connection;
+        renumber(&mut self.untimed_stalls.message, &|row| {
+            stalls[row] as usize
+        });
+        let segments = &self.segments.connection;
+        renumber(&mut self.segments.message, &|row| segments[row] as usize);
+    }
+
+    /// The tables as dicts of numpy arrays, in the orders the tables of a pass over the whole
+    /// capture have: gaps by connection then frame, messages, bursts and payload counts by
+    /// connection, the segments' rows by frame.
+    pub fn into_python(mut self, py: Python<'_>) -> PyResult<EventTables<'_>> {
+        self.number_messages();
+        let gap_keys: Vec<(i64, i64)> = self
+            .gaps
+            .connection
+            .iter()
+            .zip(&self.gaps.after_frame)
+            .map(|(connection, frame)| (*connection, *frame))
+            .collect();
+        let gap_order = Order::by(&gap_keys);
+        drop(gap_keys);
+        let message_order = Order::by(&self.messages.connection);
+        let burst_order = Order::by(&self.bursts.connection);
+        let untimed_order = Order::by(&self.untimed_stalls.frame);
+        let lone_order = Order::by(&self.lone_segments.frame);
+        let payload_order = Order::by(&self.payload_counts.key);
+        let segment_order = Order::by(&self.segments.row);
+        let segments = self.segments.into_python(py, &segment_order)?;
+        segments.del_item("connection")?;
+        Ok(EventTables {
+            segments,
+            gaps: self.gaps.into_python(py, &gap_order)?,
+            messages: self.messages.into_python(py, &message_order)?,
+            bursts: self.bursts.into_python(py, &burst_order)?,
+            untimed_stalls: self.untimed_stalls.into_python(py, &untimed_order)?,
+            lone_segments: self.lone_segments.into_python(py, &lone_order)?,
+            payload_counts: self.payload_counts.into_python(py, &payload_order)?,
+        })
+    }
+}
