@@ -26,7 +26,8 @@ from pathlib import Path
 import pytest
 
 from nagledetect.analysis import analyze_capture
-from nagledetect.read.compressed import capture_bytes
+from nagledetect.errors import InputError
+from nagledetect.read.compressed import DecompressedCopy, capture_bytes
 from nagledetect.read.libpcap import CaptureReader
 from nagledetect.report.document import build_document
 from tests.conftest import SAMPLE_TRACES
@@ -161,3 +162,17 @@ def test_a_folder_s_compressed_captures_are_captures(tmp_path) -> None:
     assert document["not_analysed"] == [{
         "path": str(folder / "notes.txt.gz"),
         "reason": "compressed with gzip, not a pcap or pcapng capture inside", "error": False}]
+
+
+def test_a_damaged_stream_leaves_no_decompressed_copy(tmp_path, monkeypatch) -> None:
+    """A gzip stream damaged from its first block (the magic, then zeros) cannot be copied: the
+    error names it, and the empty copy begun in the temporary folder is removed (every damaged
+    compressed capture read by the numpy path used to leave one behind)."""
+    path = tmp_path / "damaged.pcap.gz"
+    path.write_bytes(b"\x1f\x8b" + bytes(40))
+    copies = tmp_path / "copies"
+    copies.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(copies))
+    with pytest.raises(InputError, match="damaged gzip data"):
+        DecompressedCopy(str(path), "gzip")
+    assert list(copies.iterdir()) == []

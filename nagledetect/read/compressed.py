@@ -130,7 +130,7 @@ class DecompressedCopy:
         try:
             with os.fdopen(handle, "wb") as copy:
                 self._copy(path, compression, copy)
-        except OSError:
+        except BaseException:  # a damaged stream, a full disk, Ctrl-C: leave no copy behind
             self.remove()
             raise
 
