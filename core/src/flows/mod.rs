@@ -42,7 +42,9 @@ const IDLE_RELEASE_US: i64 = 3 * 3600 * 1_000_000;
 /// or edited capture's timestamps can leap years ahead and back, and a silence counted by them
 /// alone would end connections that go on.
 const RELEASE_AFTER_PACKETS: u64 = 10_000;
-/// Silent connections are looked for at most this often (capture time).
+/// Silent connections are looked for at most this often (capture time), and only once as many
+/// packets have come since the last look as there were live connections then, so that looking
+/// costs a bounded share of the pass.
 const SWEEP_INTERVAL_US: i64 = 10 * 1_000_000;
 
 /// An endpoint: its address as four words (IPv4 mapped as ::ffff:a.b.c.d) and its port.
@@ -98,6 +100,9 @@ pub struct FlowTracker {
     /// Connections whose end was found and which are not yet finished.
     ended: Vec<u32>,
     next_sweep_us: i64,
+    next_sweep_packet: u64,
+    /// The 4-tuples that had a live connection at the last look, and those given one since.
+    live_pairs: Vec<[Endpoint; 2]>,
     /// The ended connections' rows of the connection table, in the order they ended.
     records: Vec<ConnectionRecord>,
     /// Whether the packet table is kept; then also, by connection number, what its packets
@@ -117,6 +122,8 @@ impl Default for FlowTracker {
             live: Vec::new(),
             ended: Vec::new(),
             next_sweep_us: i64::MIN,
+            next_sweep_packet: 0,
+            live_pairs: Vec::new(),
             records: Vec::new(),
             keep_packets: true,
             packets: PacketRows::default(),
@@ -173,6 +180,7 @@ impl FlowTracker {
             streams,
             tcp_packets,
             live,
+            live_pairs,
             ended,
             packets,
             keep_packets,
@@ -192,6 +200,7 @@ impl FlowTracker {
         }
         let stream = pair.stream;
         let connection = *pair.connection.get_or_insert_with(|| {
+            live_pairs.push(endpoints);
             live.push(Some(Box::new(Connection::new(
                 stream,
                 endpoints,
@@ -239,28 +248,40 @@ impl FlowTracker {
     /// Note the connections silent long enough to let go (see the module's comment), looking
     /// at most once every `SWEEP_INTERVAL_US` of capture time.
     fn sweep(&mut self, now_us: i64) {
-        if now_us < self.next_sweep_us {
+        if now_us < self.next_sweep_us || self.tcp_packets < self.next_sweep_packet {
             return;
         }
-        self.next_sweep_us = now_us.saturating_add(SWEEP_INTERVAL_US);
-        for pair in self.pairs.values_mut() {
+        let FlowTracker {
+            pairs,
+            live_pairs,
+            ended,
+            ended_silent,
+            tcp_packets,
+            ..
+        } = self;
+        live_pairs.retain(|endpoints| {
+            let Some(pair) = pairs.get_mut(endpoints) else {
+                return false;
+            };
             let Some(connection) = pair.connection else {
-                continue;
+                return false;
             };
             let linger = if pair.reset || pair.fin_sent == [true, true] {
                 CLOSED_LINGER_US
             } else {
                 IDLE_RELEASE_US
             };
-            let silent_packets = self.tcp_packets - pair.last_packet;
-            if now_us.saturating_sub(pair.last_us) > linger
-                && silent_packets > RELEASE_AFTER_PACKETS
-            {
+            let silent = now_us.saturating_sub(pair.last_us) > linger
+                && *tcp_packets - pair.last_packet > RELEASE_AFTER_PACKETS;
+            if silent {
                 pair.connection = None;
-                self.ended.push(connection);
-                self.ended_silent += 1;
+                ended.push(connection);
+                *ended_silent += 1;
             }
-        }
+            !silent
+        });
+        self.next_sweep_us = now_us.saturating_add(SWEEP_INTERVAL_US);
+        self.next_sweep_packet = self.tcp_packets + self.live_pairs.len() as u64;
     }
 
     /// The next connection found ended, to finish (`end_connection`): the lowest numbered
@@ -308,6 +329,8 @@ impl FlowTracker {
         self.tcp_packets = 0;
         self.ended_silent = 0;
         self.next_sweep_us = i64::MIN;
+        self.next_sweep_packet = 0;
+        self.live_pairs.clear();
     }
 
     /// Where the tables stand, to go back to if a capture's read fails (`truncate`).
