@@ -47,9 +47,11 @@ def analyze_capture(path: str, bpf_filter: str | None = None,
                     spill: SpillFile | None = None,
                     parts_memory_bytes: int = PARTS_MEMORY_BYTES) -> Analysis:
     """Read and analyse one capture: whole when its whole analysis fits in
-    `parts_memory_bytes` (`WHOLE_MEMORY_PER_CAPTURE_BYTE`) or it is no larger than a part,
-    else in parts of `PART_BYTES`; given `part_bytes`, in parts of that size whenever it is
-    larger than one. `workers` processes take the parts in parallel. `keep_tables` keeps the
+    `parts_memory_bytes` (`WHOLE_MEMORY_PER_CAPTURE_BYTE`) or it is no larger than a part;
+    else, where no table or chart is wanted, in one pass a batch of finished connections at a
+    time (`streamed`), unless its live connections hold more than fits; else in parts of
+    `PART_BYTES`. Given `part_bytes`, in parts of that size whenever it is larger than one.
+    `workers` processes take the parts in parallel. `keep_tables` keeps the
     packet and message tables (for --tables): held whole for a capture of one part, spilled
     part by part for a larger one.
     `progress` hears how the read gets on, `stages` how the parts and the host step of a capture
@@ -58,6 +60,7 @@ def analyze_capture(path: str, bpf_filter: str | None = None,
     own; a run over many captures shares one, or hands one over to another process).
     `parts_memory_bytes`: about what the parts analysed at once may take (`--memory`)."""
     size = capture_bytes(path)
+    in_batches = part_bytes is None and not (keep_tables or charts)
     if part_bytes is None:
         part_bytes = (max(size, 1) if size * WHOLE_MEMORY_PER_CAPTURE_BYTE <= parts_memory_bytes
                       else PART_BYTES)
@@ -65,6 +68,13 @@ def analyze_capture(path: str, bpf_filter: str | None = None,
     if parts == 1:
         capture = read_capture(path, bpf_filter, progress, packets=keep_tables or charts)
         return run_detectors(capture, charts, keep_segments=False)
+    if in_batches:
+        from nagledetect.streamed import analyze_in_batches
+
+        analysis = analyze_in_batches(path, bpf_filter, parts_memory_bytes, progress, stages,
+                                      spill, size)
+        if analysis is not None:
+            return analysis
     from nagledetect.parts import analyze_in_parts
 
     return analyze_in_parts(path, bpf_filter, progress, parts, workers,

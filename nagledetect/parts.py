@@ -166,7 +166,7 @@ def analyze_in_parts(path: str, bpf_filter: str | None, progress: ProgressCallba
     stages = stages or _no_stages
     accounting, batches = decoded_batches(path, bpf_filter, progress)
     partitioned = PartitionedPackets(parts)
-    collected = _Collected(max(1, parts * max(1, workers) // PARTS_PER_HOST_BUCKET), workers,
+    collected = CollectedParts(max(1, parts * max(1, workers) // PARTS_PER_HOST_BUCKET), workers,
                            wanted, spill or SpillFile())
     try:
         with closing(batches), freed_memory_kept():
@@ -331,22 +331,30 @@ def part_result(files: tuple[str, str, np.dtype], buckets: int, wanted: Wanted,
     read as they are read: `passes_of` for each of its packets in all."""
     with collector_paused():
         level, written = _part_level(files, wanted, passes_read)
-        charts = level.charts
-        if charts is None and wanted.charts:
-            charts = connection_charts(level.packets, level.connections, level.messages,
-                                       level.findings)
-        tables = ((as_frame(level.packets) if written is None else written,
-                   as_frame(level.messages)) if wanted.tables else None)
-        connections, parity, findings = level.connections, level.parity, level.findings
-        samples = level.samples
-        del level
-        rows = np.zeros(len(samples), dtype=SAMPLE_ROW)
-        for name in SAMPLE_ROW.names[1:]:
-            rows[name] = np.asarray(samples[name])
-        sample_bucket = host_buckets(np.asarray(samples["host"]), buckets)
-        del samples
-        return PartResult(connections, parity, rows, sample_bucket, pickle_findings(findings),
-                          charts, tables)
+        return result_of_level(level, buckets, wanted, written)
+
+
+def result_of_level(level: ConnectionLevel, buckets: int, wanted: Wanted,
+                    written: WrittenChunks | None = None) -> PartResult:
+    """What a part (or a batch of whole connections) sends on, from its connection level,
+    which is let go on the way; its packet table as `written` where it was written a chunk
+    at a time."""
+    charts = level.charts
+    if charts is None and wanted.charts:
+        charts = connection_charts(level.packets, level.connections, level.messages,
+                                   level.findings)
+    tables = ((as_frame(level.packets) if written is None else written,
+               as_frame(level.messages)) if wanted.tables else None)
+    connections, parity, findings = level.connections, level.parity, level.findings
+    samples = level.samples
+    del level
+    rows = np.zeros(len(samples), dtype=SAMPLE_ROW)
+    for name in SAMPLE_ROW.names[1:]:
+        rows[name] = np.asarray(samples[name])
+    sample_bucket = host_buckets(np.asarray(samples["host"]), buckets)
+    del samples
+    return PartResult(connections, parity, rows, sample_bucket, pickle_findings(findings),
+                      charts, tables)
 
 
 def _part_level(files: tuple[str, str, np.dtype], wanted: Wanted,
@@ -459,7 +467,7 @@ class _FindingColumns:
         return np.concatenate(pieces) if pieces else np.zeros(0, dtype=np.int64)
 
 
-class _Collected:
+class CollectedParts:
     """The parts' results as they arrive: connection tables in memory, findings and samples
     spilled."""
 
@@ -587,7 +595,7 @@ class _HostStep:
     with each bucket's samples in the order of a one-part run: by the frame of their data
     segment (a host's sums then add the same values in the same order, to the last bit)."""
 
-    def __init__(self, collected: _Collected, global_id: np.ndarray, part_offset: np.ndarray,
+    def __init__(self, collected: CollectedParts, global_id: np.ndarray, part_offset: np.ndarray,
                  connections: Table, stall_seconds: Callable[[str], np.ndarray]) -> None:
         self._collected = collected
         self._global_id = global_id

@@ -26,6 +26,13 @@ from tests.conftest import PROJECT, SAMPLE_TRACES
 
 REPLICA_PACKETS = 600_000
 IN_PARTS = ["--memory", "256M"]
+
+
+def _in_parts(tmp_path: Path) -> list[str]:
+    """What makes a capture over 42 MB run in parts, in worker processes: `--memory 256M`
+    with `--tables` (analysed for its report alone, a capture that large is read a batch of
+    connections at a time in one process, `streamed`)."""
+    return [*IN_PARTS, "--tables", str(tmp_path / "tables")]
 """Memory the replicas' whole analysis (up to 6 bytes a capture byte: 320 MB) does not fit in,
 so that they are analysed in parts (`part_sizes.WHOLE_MEMORY_PER_CAPTURE_BYTE`)."""
 POLL_S = 0.002
@@ -144,8 +151,8 @@ def test_a_killed_part_worker_is_one_line_naming_the_capture_and_its_parts(repli
     replica's 570,960 TCP packets (`tcpdump -n -r FILE tcp | wc -l`; the other 29,280 of its
     600,240 are not TCP) are split between the two, so the larger holds at least half."""
     temporary = tmp_path / "tmp"
-    process = _start(["analyze", *IN_PARTS, "--format", "json", str(replicas[0])], temporary,
-                     tmp_path / "out.json")
+    process = _start(["analyze", *_in_parts(tmp_path), "--format", "json", str(replicas[0])],
+                     temporary, tmp_path / "out.json")
     os.kill(_first_child(process), signal.SIGKILL)
     stderr = _stderr_within_a_minute(process)
     assert process.returncode == 2, stderr
@@ -185,8 +192,8 @@ def test_a_killed_worker_of_a_huge_connection_says_what_it_needed(
     capture = tmp_path / "huge.pcap"
     _replica(capture, "--connections", str(connections), packets=packets)
     temporary = tmp_path / "tmp"
-    process = _start(["analyze", "--format", "json", str(capture)], temporary,
-                     tmp_path / "out.json")
+    process = _start(["analyze", "--tables", str(tmp_path / "tables"), "--format", "json",
+                      str(capture)], temporary, tmp_path / "out.json")
     os.kill(_first_child(process), signal.SIGKILL)
     _assert_one_line_and_clean(
         process, f"{capture}: a worker process was killed (out of memory, or by a signal) while "
@@ -224,8 +231,8 @@ def test_a_killed_host_step_worker_is_one_line_not_a_hang(tmp_path) -> None:
     capture = tmp_path / "hosts.pcap"
     _replica(capture, "--connections", "100000", packets=1_200_000)
     temporary = tmp_path / "tmp"
-    process = _start(["analyze", *IN_PARTS, "--format", "json", str(capture)], temporary,
-                     tmp_path / "out.json")
+    process = _start(["analyze", *_in_parts(tmp_path), "--format", "json", str(capture)],
+                     temporary, tmp_path / "out.json")
     victim = _first_of_second_set(process)
     time.sleep(HOST_STEP_KILL_AFTER_S)
     os.kill(victim, signal.SIGKILL)
@@ -242,8 +249,8 @@ def test_sigterm_stops_the_run_its_workers_and_removes_its_files(replicas, tmp_p
     reports a process SIGTERM ended, its workers end too, and its 48 MB of part files per
     capture go: they were left in TMPDIR, and the workers went on."""
     temporary = tmp_path / "tmp"
-    process = _start(["analyze", *IN_PARTS, "--format", "json", *map(str, replicas[:captures])],
-                     temporary, tmp_path / "out.json")
+    process = _start(["analyze", *_in_parts(tmp_path), "--format", "json",
+                      *map(str, replicas[:captures])], temporary, tmp_path / "out.json")
     workers = [_first_child(process, lambda: any(temporary.iterdir()))]
     workers += _children(process.pid)
     process.send_signal(signal.SIGTERM)

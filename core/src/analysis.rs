@@ -5,13 +5,15 @@
 
 use std::collections::BTreeMap;
 use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::Mutex;
 
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
 use crate::bpf::FilterError;
 use crate::decode;
-use crate::events::Events;
+use crate::events::{EventTables, Events};
+use crate::flows::tables::{FlowTables, PacketRows};
 use crate::flows::{FlowTracker, Packet};
 use crate::reader;
 use crate::skips;
@@ -37,7 +39,14 @@ struct Stages {
 impl Stages {
     /// Finish the connections found ended: their rows of the connection table and their events.
     fn finish_ended(&mut self) {
-        while let Some(connection) = self.flows.next_ended() {
+        self.finish_ended_until(usize::MAX);
+    }
+
+    /// As `finish_ended`, stopping once the event tables hold `rows` rows or more.
+    fn finish_ended_until(&mut self, rows: usize) {
+        while self.events.rows() < rows
+            && let Some(connection) = self.flows.next_ended()
+        {
             let finishing = self.flows.end_connection(connection);
             self.events.finish_connection(connection, &finishing);
         }
@@ -52,7 +61,22 @@ fn one_pass(
     frame_offset: u64,
 ) -> Result<Counts, FilterError> {
     let mut counts = Counts::default();
-    stream.judge_all(&mut |record, accepted| {
+    take_records(stream, stages, &mut counts, frame_offset, usize::MAX)?;
+    stages.flows.end_capture();
+    stages.finish_ended();
+    Ok(counts)
+}
+
+/// Read at most `limit` records of the capture into `stages`, counted in `counts`: how many
+/// were read (fewer than `limit` once the capture has ended).
+fn take_records(
+    stream: &mut reader::Stream,
+    stages: &mut Stages,
+    counts: &mut Counts,
+    frame_offset: u64,
+    limit: usize,
+) -> Result<usize, FilterError> {
+    stream.judge_some(limit, &mut |record, accepted| {
         counts.packets_read += 1;
         counts.linktype.get_or_insert(record.linktype);
         let code = match decode::decode(record.linktype, record.data) {
@@ -76,10 +100,7 @@ fn one_pass(
         if code != skips::KEPT {
             *counts.skipped.entry(code).or_insert(0) += 1;
         }
-    })?;
-    stages.flows.end_capture();
-    stages.finish_ended();
-    Ok(counts)
+    })
 }
 
 /// One capture read into `tracker`: its accounting as a dict (`packets_read`, `skipped`:
@@ -113,15 +134,27 @@ fn read_capture<'py>(
         }
         Err(_) => return Err(reader::internal_error(path)),
     };
+    let capture = accounting(py, &counts, &stream, stages, frame_offset)?;
+    Ok((capture, counts.packets_read))
+}
+
+/// A capture's accounting as `read_capture` gives it.
+fn accounting<'py>(
+    py: Python<'py>,
+    counts: &Counts,
+    stream: &reader::Stream,
+    stages: &Stages,
+    frame_offset: u64,
+) -> PyResult<Bound<'py, PyDict>> {
     let capture = PyDict::new(py);
     capture.set_item("packets_read", counts.packets_read)?;
-    capture.set_item("skipped", counts.skipped)?;
+    capture.set_item("skipped", counts.skipped.clone())?;
     capture.set_item("linktype", counts.linktype.or(stream.linktype()))?;
     capture.set_item("warnings", stream.warnings().to_vec())?;
     capture.set_item("cut_short", stream.cut_short())?;
     capture.set_item("frame_offset", frame_offset)?;
     capture.set_item("connections_ended_silent", stages.flows.ended_silent)?;
-    Ok((capture, counts.packets_read))
+    Ok(capture)
 }
 
 /// Read the captures at `paths` one after another, each with the BPF filter `bpf_filter` if
@@ -150,7 +183,7 @@ pub fn flow_tables<'py>(
     let mut frame_offset = 0u64;
     for path in &paths {
         let connections = stages.flows.connections();
-        let marks = (stages.flows.mark(), stages.events.mark(connections));
+        let marks = (stages.flows.mark(), stages.events.mark());
         match read_capture(py, path, bpf_filter, &mut stages, frame_offset) {
             Ok((capture, packets_read)) => {
                 frame_offset += packets_read;
@@ -165,6 +198,12 @@ pub fn flow_tables<'py>(
     }
     let events = stages.events.into_python(py)?;
     let result = stages.flows.finish().into_python(py)?;
+    put_events(&result, events)?;
+    result.set_item("captures", captures)?;
+    Ok(result)
+}
+
+fn put_events<'py>(result: &Bound<'py, PyDict>, events: EventTables<'py>) -> PyResult<()> {
     result.set_item("segments", events.segments)?;
     result.set_item("gaps", events.gaps)?;
     result.set_item("messages", events.messages)?;
@@ -172,6 +211,179 @@ pub fn flow_tables<'py>(
     result.set_item("untimed_stalls", events.untimed_stalls)?;
     result.set_item("lone_segments", events.lone_segments)?;
     result.set_item("payload_counts", events.payload_counts)?;
-    result.set_item("captures", captures)?;
-    Ok(result)
+    Ok(())
+}
+
+/// Records read between looks at the tables, in a pass a batch at a time.
+const RECORDS_PER_LOOK: usize = 4096;
+
+/// One capture's pass, a batch of finished connections at a time (`FlowBatches`).
+struct BatchPass {
+    stream: reader::Stream,
+    stages: Stages,
+    counts: Counts,
+    /// The capture has been read to its end (its live connections have ended).
+    read_whole: bool,
+}
+
+/// The capture at `path` read in one pass (with the BPF filter `bpf_filter` if one is
+/// given) and handed over a batch of finished connections at a time: each item is a dict as
+/// `flow_tables` gives with `packets=False` (no packet table), of the connections finished
+/// since the last (their events held once `batch_rows` rows or more), numbered 0 on in the
+/// order of their first packet, the events naming them so, the messages numbered within the
+/// batch. Memory follows the live connections and one batch; where the live connections come
+/// to hold more than `live_packets_limit` packets, the iteration ends early with `over_budget`
+/// set (the batches given are then not the whole capture's). `capture` is the accounting
+/// (`read_capture`'s) once the iteration has ended; `packets_read` and `bytes_read` say how
+/// far the read has got. A file that is not a capture raises
+/// `CaptureError` here, a filter that does not compile `FilterError` from the iteration.
+#[pyclass(module = "nagledetect._core")]
+pub struct FlowBatches {
+    path: String,
+    bpf_filter: Option<String>,
+    batch_rows: usize,
+    /// None once read to its end, or after an error.
+    pass: Mutex<Option<BatchPass>>,
+    capture: Option<Py<PyDict>>,
+    /// The most packets the live connections may hold: beyond it the pass stops
+    /// (`over_budget`), for the caller to analyse the capture another way.
+    live_packets_limit: usize,
+    #[pyo3(get)]
+    over_budget: bool,
+    /// Records and bytes (decompressed) read so far.
+    #[pyo3(get)]
+    packets_read: u64,
+    #[pyo3(get)]
+    bytes_read: u64,
+}
+
+#[pymethods]
+impl FlowBatches {
+    #[new]
+    #[pyo3(signature = (path, bpf_filter = None, batch_rows = 1 << 20, live_packets_limit = usize::MAX))]
+    fn new(
+        py: Python<'_>,
+        path: &str,
+        bpf_filter: Option<&str>,
+        batch_rows: usize,
+        live_packets_limit: usize,
+    ) -> PyResult<FlowBatches> {
+        let mut stages = Stages::default();
+        stages.flows.without_packet_table();
+        Ok(FlowBatches {
+            path: path.to_string(),
+            bpf_filter: bpf_filter.map(str::to_string),
+            batch_rows: batch_rows.max(1),
+            pass: Mutex::new(Some(BatchPass {
+                stream: reader::open(py, path, bpf_filter)?,
+                stages,
+                counts: Counts::default(),
+                read_whole: false,
+            })),
+            capture: None,
+            live_packets_limit,
+            over_budget: false,
+            packets_read: 0,
+            bytes_read: 0,
+        })
+    }
+
+    fn __iter__(slf: PyRef<'_, Self>) -> PyRef<'_, Self> {
+        slf
+    }
+
+    fn __next__<'py>(&mut self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyDict>>> {
+        let slot = self
+            .pass
+            .get_mut()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let Some(pass) = slot.as_mut() else {
+            return Ok(None);
+        };
+        let (rows, limit) = (self.batch_rows, self.live_packets_limit);
+        let outcome = py.detach(|| catch_unwind(AssertUnwindSafe(|| pass.fill(rows, limit))));
+        match outcome {
+            Ok(Ok(())) => {}
+            Ok(Err(error)) => {
+                *slot = None;
+                let expression = self.bpf_filter.as_deref().unwrap_or_default();
+                return Err(reader::filter_error(py, expression, error));
+            }
+            Err(_) => {
+                *slot = None;
+                return Err(reader::internal_error(&self.path));
+            }
+        }
+        self.packets_read = pass.counts.packets_read;
+        self.bytes_read = pass.stream.bytes_read();
+        if pass.stages.events.live_packets() > limit {
+            self.over_budget = true;
+            *slot = None;
+            return Ok(None);
+        }
+        let done = pass.done();
+        if done && pass.stages.flows.finished_count() == 0 {
+            self.capture = Some(pass.accounting(py)?.unbind());
+            *slot = None;
+            return Ok(None);
+        }
+        let batch = pass.batch(py)?;
+        if done {
+            self.capture = Some(pass.accounting(py)?.unbind());
+            *slot = None;
+        }
+        Ok(Some(batch))
+    }
+
+    /// The capture's accounting (None until the iteration has ended).
+    #[getter]
+    fn capture(&self, py: Python<'_>) -> Option<Py<PyDict>> {
+        self.capture.as_ref().map(|capture| capture.clone_ref(py))
+    }
+}
+
+impl BatchPass {
+    /// Read on until the event tables hold `rows` rows or more, the capture's connections
+    /// are all finished, or the live connections hold more than `live_limit` packets.
+    fn fill(&mut self, rows: usize, live_limit: usize) -> Result<(), FilterError> {
+        loop {
+            self.stages.finish_ended_until(rows);
+            let events = &self.stages.events;
+            if events.rows() >= rows || events.live_packets() > live_limit || self.read_whole {
+                return Ok(());
+            }
+            let read = take_records(
+                &mut self.stream,
+                &mut self.stages,
+                &mut self.counts,
+                0,
+                RECORDS_PER_LOOK,
+            )?;
+            if read < RECORDS_PER_LOOK {
+                self.stages.flows.end_capture();
+                self.read_whole = true;
+            }
+        }
+    }
+
+    /// Read whole, every connection finished and handed over but the batch in hand.
+    fn done(&self) -> bool {
+        self.read_whole && !self.stages.flows.has_ended()
+    }
+
+    /// The connections finished since the last batch, with their events.
+    fn batch<'py>(&mut self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let records = self.stages.flows.take_records();
+        let mut ids: Vec<u32> = records.iter().map(|record| record.id).collect();
+        ids.sort_unstable();
+        let events = self.stages.events.take_batch(py, &ids)?;
+        let tables = FlowTables::new(PacketRows::default(), records, &[]);
+        let result = tables.into_python(py)?;
+        put_events(&result, events)?;
+        Ok(result)
+    }
+
+    fn accounting<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        accounting(py, &self.counts, &self.stream, &self.stages, 0)
+    }
 }

@@ -1,7 +1,8 @@
 //! nagledetect's compiled core, in the pipeline's order: reading captures (`source`,
 //! `capture`, `bpf`, `decode`, `reader`: the decoded columns of `decode_file` and `Reader`),
 //! then one pass that rebuilds connections (`flows`) and finds events (`events`) as packets
-//! come (`analysis`: `flow_tables`).
+//! come (`analysis`: `flow_tables`, and `FlowBatches` a batch of finished connections at a
+//! time).
 
 mod analysis;
 mod bpf;
@@ -65,6 +66,7 @@ fn decode_file<'py>(
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(decode_file, m)?)?;
     m.add_function(wrap_pyfunction!(analysis::flow_tables, m)?)?;
+    m.add_class::<analysis::FlowBatches>()?;
     m.add_class::<reader::Reader>()?;
     live::register(m)?;
     m.add("CaptureError", m.py().get_type::<CaptureError>())?;

@@ -31,6 +31,11 @@ pub struct Stream {
 
 impl Stream {
     /// Why the read ended early (complete once it has ended).
+    /// The capture's bytes read so far (decompressed).
+    pub fn bytes_read(&self) -> u64 {
+        self.capture.bytes_read()
+    }
+
     pub fn warnings(&self) -> &[String] {
         self.capture.warnings()
     }
@@ -209,16 +214,18 @@ impl Reader {
 }
 
 impl Stream {
-    /// Hand every record to `sink` in file order with the filter's verdict on it (true without
-    /// a filter); a filter libpcap does not compile for the capture's link type ends the read
+    /// Hand at most `limit` records to `sink` in file order with the filter's verdict on each
+    /// (true without a filter): how many were read (fewer than `limit` once the capture has
+    /// ended). A filter libpcap does not compile for the capture's link type ends the read
     /// with its error.
-    pub fn judge_all(
+    pub fn judge_some(
         &mut self,
+        limit: usize,
         sink: &mut dyn FnMut(&Record<'_>, bool),
-    ) -> Result<(), FilterError> {
+    ) -> Result<usize, FilterError> {
         let mut refused = None;
         let filter = &mut self.filter;
-        self.capture.read(usize::MAX, &mut |record| {
+        let read = self.capture.read(limit, &mut |record| {
             if refused.is_some() {
                 return;
             }
@@ -239,8 +246,11 @@ impl Stream {
         if let Some(error) = refused {
             return Err(error);
         }
-        self.filter
-            .as_ref()
-            .map_or(Ok(()), bpf::Filter::check_unused)
+        if read < limit {
+            self.filter
+                .as_ref()
+                .map_or(Ok(()), bpf::Filter::check_unused)?;
+        }
+        Ok(read)
     }
 }

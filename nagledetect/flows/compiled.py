@@ -5,6 +5,7 @@ module only names the skips, formats the addresses and builds the tables."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -19,7 +20,7 @@ from nagledetect.flows.tables import (
     connection_endpoints,
 )
 from nagledetect.read import skips
-from nagledetect.read.capture import Accounting
+from nagledetect.read.capture import Accounting, ProgressCallback
 from nagledetect.table import Table
 
 HANDSHAKE_COLUMNS = (
@@ -64,13 +65,56 @@ def compiled_flows_together(paths: list[str], bpf_filter: str | None = None,
     draws no charts and writes no tables then holds no row per packet."""
     made = _core.flow_tables(paths, bpf_filter, packets)
     reads = [_capture_read(path, read) for path, read in zip(paths, made["captures"])]
+    return _flow_tables(made, filtered=bpf_filter is not None), reads
+
+
+class CompiledBatches:
+    """One capture read by the compiled core in one pass and handed over a batch of finished
+    connections at a time (`_core.FlowBatches`): iterating gives each batch's flow tables, its
+    connections numbered from 0 by first packet and its events naming them so, its messages
+    numbered within it, and no packet table. `accounting` is the capture's once the iteration
+    has ended; `progress` hears the packets and bytes read after each batch. Where the live
+    connections come to hold more than `live_packets_limit` packets, the iteration ends early
+    and `over_budget` is True. A file that is not a capture, or a filter that does not
+    compile, raises `InputError` (from the constructor or the iteration)."""
+
+    def __init__(self, path: str, bpf_filter: str | None, batch_rows: int,
+                 live_packets_limit: int, progress: ProgressCallback | None = None) -> None:
+        self.path = path
+        self._filtered = bpf_filter is not None
+        self._progress = progress
+        try:
+            self._batches = _core.FlowBatches(path, bpf_filter, batch_rows, live_packets_limit)
+        except _core.CaptureError as error:
+            raise InputError(str(error)) from None
+
+    def __iter__(self) -> Iterator[FlowTables]:
+        try:
+            for made in self._batches:
+                if self._progress is not None:
+                    self._progress(self._batches.packets_read, self._batches.bytes_read)
+                yield _flow_tables(made, self._filtered)
+        except (_core.CaptureError, _core.FilterError) as error:
+            raise InputError(str(error)) from None
+
+    @property
+    def over_budget(self) -> bool:
+        return bool(self._batches.over_budget)
+
+    @property
+    def accounting(self) -> Accounting:
+        return _accounting(self.path, self._batches.capture)
+
+
+def _flow_tables(made: dict, filtered: bool) -> FlowTables:
+    """The core's tables as `Table`s (`filtered`: read under a filter)."""
     columns = {name: made["packets"][name] for name in PACKET_COLUMNS}
     columns["role"] = columns["role"].astype(np.int8)  # codes as a pandas categorical holds them
     packets = Table(columns, {"role": ROLES})
-    connections = _connection_table(made["connections"], filtered=bpf_filter is not None)
+    connections = _connection_table(made["connections"], filtered)
     found = FoundEvents(made["segments"], made["gaps"], made["messages"], made["bursts"],
                         made["untimed_stalls"], made["lone_segments"], made["payload_counts"])
-    return FlowTables(packets, connections, Table(made["sack_blocks"]), found), reads
+    return FlowTables(packets, connections, Table(made["sack_blocks"]), found)
 
 
 def _capture_read(path: str, read: dict | Exception) -> CaptureRead | InputError:
@@ -78,13 +122,17 @@ def _capture_read(path: str, read: dict | Exception) -> CaptureRead | InputError
         return InputError(str(read))
     if isinstance(read, Exception):
         raise read
+    return CaptureRead(_accounting(path, read), read["frame_offset"])
+
+
+def _accounting(path: str, read: dict) -> Accounting:
     accounting = Accounting(path=path, linktype=read["linktype"] or 0,
                             packets_read=read["packets_read"], warnings=list(read["warnings"]),
                             cut_short=read["cut_short"])
     for code, count in read["skipped"].items():
         accounting.add_skipped({skips.reason_text(code): count})
     accounting.tcp_packets = accounting.packets_read - sum(read["skipped"].values())
-    return CaptureRead(accounting, read["frame_offset"])
+    return accounting
 
 
 def _connection_table(columns: dict[str, np.ndarray], filtered: bool) -> Table:

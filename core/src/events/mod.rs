@@ -52,6 +52,8 @@ pub struct Events {
     /// Whether the run's packet table is kept: then the segments in context are made too,
     /// their packets named by its rows.
     context: bool,
+    /// The packets the live connections hold.
+    live_packets: usize,
 }
 
 impl Events {
@@ -67,6 +69,7 @@ impl Events {
         }
         let events = self.live[connection].get_or_insert_with(Box::default);
         let row = events.packets.push(packet, self.context);
+        self.live_packets += 1;
         let packet = &Taken { row, ..*packet };
         segments::take(&mut events.directions, packet, &mut events.segments);
         if packet.role == ROLE_DATA && packet.payload_bytes > 0 {
@@ -86,6 +89,7 @@ impl Events {
         else {
             return;
         };
+        self.live_packets -= events.packets.len();
         let ConnectionEvents {
             packets,
             segments,
@@ -125,14 +129,20 @@ impl Events {
         }
     }
 
-    pub fn mark(&self, connections: usize) -> Mark {
-        self.found.mark(connections)
+    pub fn mark(&self) -> Mark {
+        self.found.mark()
     }
 
     /// Drop what was found since `mark` (a capture whose read failed adds nothing).
     pub fn truncate(&mut self, mark: Mark, connections: usize) {
         self.found.truncate(mark);
         self.live.truncate(connections);
+        self.live_packets = self
+            .live
+            .iter()
+            .flatten()
+            .map(|events| events.packets.len())
+            .sum();
     }
 
     /// The event tables as dicts of numpy arrays (every connection finished): the segments
@@ -142,6 +152,27 @@ impl Events {
     /// `own_retransmissions_between`; `message`), empty columns without `with_context`; the
     /// gaps, the messages, the write bursts and the detectors' rows.
     pub fn into_python(self, py: pyo3::Python<'_>) -> pyo3::PyResult<EventTables<'_>> {
-        self.found.into_python(py)
+        self.found.into_python(py, None)
+    }
+
+    /// How many packets the live connections hold.
+    pub fn live_packets(&self) -> usize {
+        self.live_packets
+    }
+
+    /// How many rows the event tables hold.
+    pub fn rows(&self) -> usize {
+        self.found.rows()
+    }
+
+    /// The event tables of the connections finished since the last batch (numbered `ids`,
+    /// sorted), as `into_python` gives them, the connections named by their positions in
+    /// `ids`; the tables are emptied.
+    pub fn take_batch<'py>(
+        &mut self,
+        py: pyo3::Python<'py>,
+        ids: &[u32],
+    ) -> pyo3::PyResult<EventTables<'py>> {
+        std::mem::take(&mut self.found).into_python(py, Some(ids))
     }
 }

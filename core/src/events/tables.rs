@@ -208,15 +208,15 @@ pub struct Found {
     pub lone_segments: LoneSegments,
     pub payload_counts: PayloadCounts,
     pub segments: SegmentContext,
-    /// By connection number, how many messages it has (where it has finished).
-    pub message_counts: Vec<u32>,
+    /// The finished connections' numbers, each with how many messages it has.
+    pub message_counts: Vec<(u32, u32)>,
 }
 
 /// Where the tables stand, to go back to.
 #[derive(Clone, Copy)]
 pub struct Mark {
     lengths: [usize; 7],
-    connections: usize,
+    finished: usize,
 }
 
 /// The event tables as dicts of numpy arrays.
@@ -231,6 +231,11 @@ pub struct EventTables<'py> {
 }
 
 impl Found {
+    /// How many rows the tables hold.
+    pub fn rows(&self) -> usize {
+        self.lengths().iter().sum()
+    }
+
     fn lengths(&self) -> [usize; 7] {
         [
             self.gaps.len(),
@@ -243,10 +248,10 @@ impl Found {
         ]
     }
 
-    pub fn mark(&self, connections: usize) -> Mark {
+    pub fn mark(&self) -> Mark {
         Mark {
             lengths: self.lengths(),
-            connections,
+            finished: self.message_counts.len(),
         }
     }
 
@@ -260,28 +265,28 @@ impl Found {
         self.lone_segments.truncate(lone);
         self.payload_counts.truncate(payloads);
         self.segments.truncate(segments);
-        self.message_counts
-            .truncate(mark.connections.min(self.message_counts.len()));
+        self.message_counts.truncate(mark.finished);
     }
 
     /// Connection `connection` finished with `messages` messages.
     pub fn count_messages(&mut self, connection: u32, messages: u32) {
-        let index = connection as usize;
-        if self.message_counts.len() <= index {
-            self.message_counts.resize(index + 1, 0);
-        }
-        self.message_counts[index] = messages;
+        self.message_counts.push((connection, messages));
     }
 
     /// Messages are numbered in connection order (a connection's first, then the next
     /// connection's...): a message's number is its number within its connection plus the
-    /// messages of the connections before it.
-    fn number_messages(&mut self) {
-        let mut first = Vec::with_capacity(self.message_counts.len());
+    /// messages of the connections before it among `ids` (sorted).
+    fn number_messages(&mut self, ids: &[u32]) {
+        let size = ids.last().map_or(0, |last| *last as usize + 1);
+        let mut counts = vec![0i64; size];
+        for (id, count) in &self.message_counts {
+            counts[*id as usize] = i64::from(*count);
+        }
+        let mut first = vec![0i64; size];
         let mut total = 0i64;
-        for count in &self.message_counts {
-            first.push(total);
-            total += i64::from(*count);
+        for id in ids {
+            first[*id as usize] = total;
+            total += counts[*id as usize];
         }
         let renumber = |numbers: &mut [i64], connection: &dyn Fn(usize) -> usize| {
             for (row, number) in numbers.iter_mut().enumerate() {
@@ -298,11 +303,53 @@ impl Found {
         renumber(&mut self.segments.message, &|row| segments[row] as usize);
     }
 
+    /// Name the connections by their positions in `ids` (sorted), as the batch's connection
+    /// table has them.
+    fn renumber_connections(&mut self, ids: &[u32]) {
+        let mut position = vec![0u32; ids.last().map_or(0, |last| *last as usize + 1)];
+        for (at, id) in ids.iter().enumerate() {
+            position[*id as usize] = at as u32;
+        }
+        let local = |id: i64| i64::from(position[id as usize]);
+        for connection in &mut self.gaps.connection {
+            *connection = local(*connection);
+        }
+        for column in [
+            &mut self.messages.connection,
+            &mut self.bursts.connection,
+            &mut self.untimed_stalls.connection,
+            &mut self.lone_segments.connection,
+        ] {
+            for connection in column.iter_mut() {
+                *connection = local(i64::from(*connection)) as i32;
+            }
+        }
+        for key in &mut self.payload_counts.key {
+            *key = local(*key / 2) * 2 + *key % 2;
+        }
+    }
+
     /// The tables as dicts of numpy arrays, in the orders the tables of a pass over the whole
-    /// capture have: gaps by connection then frame, messages, bursts and payload counts by
+    /// capture have (`batch`: see below): gaps by connection then frame, messages, bursts and payload counts by
     /// connection, the segments' rows by frame.
-    pub fn into_python(mut self, py: Python<'_>) -> PyResult<EventTables<'_>> {
-        self.number_messages();
+    /// With `batch` (the numbers of the connections finished, sorted), the messages are
+    /// numbered among them and the connections named by their positions in it.
+    pub fn into_python<'py>(
+        mut self,
+        py: Python<'py>,
+        batch: Option<&[u32]>,
+    ) -> PyResult<EventTables<'py>> {
+        match batch {
+            Some(ids) => {
+                self.number_messages(ids);
+                self.renumber_connections(ids);
+            }
+            None => {
+                let mut all: Vec<u32> = self.message_counts.iter().map(|(id, _)| *id).collect();
+                all.sort_unstable();
+                self.number_messages(&all);
+            }
+        }
         let gap_keys: Vec<(i64, i64)> = self
             .gaps
             .connection

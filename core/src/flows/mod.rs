@@ -311,6 +311,21 @@ impl FlowTracker {
         finishing
     }
 
+    /// Whether connections found ended wait to be finished.
+    pub fn has_ended(&self) -> bool {
+        !self.ended.is_empty()
+    }
+
+    /// How many connections were finished since the records were last taken.
+    pub fn finished_count(&self) -> usize {
+        self.records.len()
+    }
+
+    /// The rows of the connections finished since the records were last taken.
+    pub fn take_records(&mut self) -> Vec<ConnectionRecord> {
+        std::mem::take(&mut self.records)
+    }
+
     /// The capture's end: every live connection has ended.
     pub fn end_capture(&mut self) {
         for pair in self.pairs.values_mut() {

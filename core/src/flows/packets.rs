@@ -97,6 +97,10 @@ pub struct ConnectionPackets {
 }
 
 impl ConnectionPackets {
+    pub fn len(&self) -> usize {
+        self.rows.len()
+    }
+
     /// Keep `packet`; its row here.
     pub fn push(&mut self, packet: &Taken, keep_table_row: bool) -> usize {
         self.rows.push(PacketRow {

@@ -1,0 +1,78 @@
+"""A capture too large to analyse whole is analysed in one pass a batch of finished connections
+at a time (`streamed`), and its document is the whole analysis's, byte for byte; where its
+live connections would hold more packets than the memory allows, the pass stops and the
+capture is analysed in parts, with the same document again.
+
+The captures are real traffic replicated (`benchmarks/make_large_capture.py`): the sample
+traces one copy after another with new addresses (69,354 packets over 351 s, capinfos), and
+seed003's exchange repeated end to end in one connection of 400,000 packets (35 MB, more
+than a part: a capture of one part is analysed whole).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from nagledetect.analysis import analyze_capture
+from nagledetect.flows.compiled import CompiledBatches
+from nagledetect.report.document import build_document
+from nagledetect.streamed import BYTES_PER_EVENT_ROW, BYTES_PER_LIVE_PACKET, analyze_in_batches
+from tests.conftest import PROJECT, SAMPLE_TRACES
+
+MEMORY_BYTES = 16_000_000
+"""Batches of 8,000 event rows, and up to 40,000 live packets."""
+
+
+def _replica(target: Path, *arguments: str) -> Path:
+    subprocess.run([sys.executable, str(PROJECT / "benchmarks" / "make_large_capture.py"),
+                    *arguments, str(target)], check=True, capture_output=True)
+    return target
+
+
+@pytest.fixture(scope="module")
+def copies(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("streamed")
+    return _replica(folder / "copies.pcap", str(SAMPLE_TRACES), "--packets", "60000")
+
+
+def _text(document: dict) -> str:
+    return json.dumps(document, sort_keys=True, default=list)
+
+
+def test_a_capture_in_batches_of_connections_has_the_whole_document(copies: Path) -> None:
+    batches = CompiledBatches(str(copies), None, MEMORY_BYTES // 2 // BYTES_PER_EVENT_ROW,
+                              MEMORY_BYTES // 2 // BYTES_PER_LIVE_PACKET)
+    connections = [len(flows.connections) for flows in batches]
+    assert not batches.over_budget
+    assert len(connections) == 4 and sum(connections) == 144  # 87 let go before the end
+    whole = analyze_capture(str(copies), charts=False)
+    batched = analyze_in_batches(str(copies), None, MEMORY_BYTES)
+    assert batched is not None and batched.findings
+    assert _text(build_document([batched])) == _text(build_document([whole]))
+
+
+def test_a_filtered_capture_in_batches_keeps_wiresharks_stream_ids(copies: Path) -> None:
+    """Under a filter the connections keep the unfiltered capture's tcp.stream ids, and the
+    batches give them as the whole pass does."""
+    bpf_filter = "tcp[tcpflags] & tcp-syn == 0"
+    whole = analyze_capture(str(copies), bpf_filter, charts=False)
+    batched = analyze_in_batches(str(copies), bpf_filter, MEMORY_BYTES)
+    assert batched is not None
+    assert _text(build_document([batched])) == _text(build_document([whole]))
+
+
+def test_live_connections_over_the_memory_fall_back_to_parts(tmp_path: Path) -> None:
+    """One connection of 400,000 packets is live to the end: more than the 40,000 live
+    packets allowed, so the pass stops, and `analyze_capture` analyses it in parts."""
+    huge = _replica(tmp_path / "huge.pcap", str(SAMPLE_TRACES / "seed003-nagle.pcap"),
+                    "--packets", "400000", "--connections", "1")
+    assert analyze_in_batches(str(huge), None, MEMORY_BYTES) is None
+    whole = analyze_capture(str(huge), charts=False)
+    fallen_back = analyze_capture(str(huge), charts=False, parts_memory_bytes=MEMORY_BYTES)
+    assert not fallen_back.tables_kept and whole.tables_kept
+    assert _text(build_document([fallen_back])) == _text(build_document([whole]))
