@@ -4,7 +4,7 @@
 //! A connection numbers its own messages from 0; the run's numbers (in connection order) are
 //! given when the tables are handed over (`tables::Found`).
 
-use super::tables::{BurstTable, MessageTable};
+use super::tables::{MessageDetails, MessageSizes};
 use crate::flows::Taken;
 use crate::flows::packets::Finished;
 
@@ -41,6 +41,16 @@ struct Sizes {
 }
 
 impl Sizes {
+    fn push(&self, connection: u32, table: &mut MessageSizes) {
+        table.connection.push(connection as i32);
+        table.direction.push(self.direction);
+        table.bytes.push(self.bytes);
+        table.packets.push(self.packets);
+        table.mss.push(self.mss);
+        table.median_payload_bytes.push(self.median_payload_bytes);
+        table.segments_needed.push(self.segments_needed);
+    }
+
     fn of(message: &Message, rows: &[usize], flows: &Finished) -> Sizes {
         let mut payloads: Vec<i64> = rows.iter().map(|row| flows.payload_bytes(*row)).collect();
         let bytes: i64 = payloads.iter().sum();
@@ -116,58 +126,46 @@ impl ConnectionMessages {
         })
     }
 
-    /// The connection (number `connection`) has ended: its messages go to `table`.
+    /// The connection (number `connection`) has ended: its messages go to `sizes` and
+    /// `details` (`rows`: its segments' packet rows, in order).
     pub fn finish_messages(
         &self,
         connection: u32,
         rows: &[usize],
         flows: &Finished,
-        table: &mut MessageTable,
+        (sizes, details): (&mut MessageSizes, &mut MessageDetails),
     ) {
         for (number, (message, rows)) in self.with_rows(rows).enumerate() {
-            let sizes = Sizes::of(message, rows, flows);
+            let of = Sizes::of(message, rows, flows);
+            of.push(connection, sizes);
             let (first, last) = (rows[0], rows[rows.len() - 1]);
-            table.connection.push(connection as i32);
-            table.direction.push(sizes.direction);
-            table.bytes.push(sizes.bytes);
-            table.packets.push(sizes.packets);
-            table.mss.push(sizes.mss);
-            table.median_payload_bytes.push(sizes.median_payload_bytes);
-            table.segments_needed.push(sizes.segments_needed);
-            table.message.push(number as i64);
-            table.first_frame.push(i64::from(flows.frame(first)));
-            table.last_frame.push(i64::from(flows.frame(last)));
-            table.start_us.push(flows.time_us(first));
-            table.end_us.push(flows.time_us(last));
-            table.wire_segments.push(
+            details.message.push(number as i64);
+            details.first_frame.push(i64::from(flows.frame(first)));
+            details.last_frame.push(i64::from(flows.frame(last)));
+            details.start_us.push(flows.time_us(first));
+            details.end_us.push(flows.time_us(last));
+            details.wire_segments.push(
                 rows.iter()
                     .map(|row| i64::from(flows.wire_segments(*row)))
                     .sum(),
             );
-            table
+            details
                 .last_segment_full
-                .push(sizes.bytes % sizes.mss.max(1) == 0);
-            table.odd_segments.push(sizes.segments_needed % 2 == 1);
+                .push(of.bytes % of.mss.max(1) == 0);
+            details.odd_segments.push(of.segments_needed % 2 == 1);
         }
     }
 
-    /// The connection (number `connection`) has ended: its write bursts go to `table`.
+    /// The connection (number `connection`) has ended: its write bursts go to `sizes`.
     pub fn finish_bursts(
         &self,
         connection: u32,
         rows: &[usize],
         flows: &Finished,
-        table: &mut BurstTable,
+        sizes: &mut MessageSizes,
     ) {
         for (message, rows) in self.with_rows(rows) {
-            let sizes = Sizes::of(message, rows, flows);
-            table.connection.push(connection as i32);
-            table.direction.push(sizes.direction);
-            table.bytes.push(sizes.bytes);
-            table.packets.push(sizes.packets);
-            table.mss.push(sizes.mss);
-            table.median_payload_bytes.push(sizes.median_payload_bytes);
-            table.segments_needed.push(sizes.segments_needed);
+            Sizes::of(message, rows, flows).push(connection, sizes);
         }
     }
 }

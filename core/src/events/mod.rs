@@ -109,7 +109,12 @@ impl Events {
             .iter()
             .map(|segment| segment.row as usize)
             .collect();
-        messages.finish_messages(connection, &rows, &flows, &mut found.messages);
+        messages.finish_messages(
+            connection,
+            &rows,
+            &flows,
+            (&mut found.messages, &mut found.message_details),
+        );
         bursts.finish_bursts(connection, &rows, &flows, &mut found.bursts);
         found.count_messages(connection, messages.count());
         let numbers = messages.numbers();

@@ -22,6 +22,7 @@ macro_rules! event_table {
         }
 
         impl $name {
+            #[allow(dead_code)] // not every table's length is read
             pub fn len(&self) -> usize {
                 self.$first.len()
             }
@@ -103,9 +104,9 @@ event_table!(
 );
 
 event_table!(
-    /// The messages (`messages.messages`'s columns). `message` holds the number within its
-    /// connection until the run's numbers are known (`Found::number_messages`).
-    MessageTable {
+    /// Messages (or write bursts) by their sizes: the columns the tinygram detector reads of
+    /// write bursts (`tinygram_flood.BURST_COLUMNS`), and the first of the message table.
+    MessageSizes {
         connection: i32,
         direction: u8,
         bytes: i64,
@@ -113,6 +114,13 @@ event_table!(
         mss: i64,
         median_payload_bytes: f64,
         segments_needed: i64,
+    }
+);
+
+event_table!(
+    /// The rest of the message table (`messages.messages`'s columns). `message` holds the
+    /// number within its connection until the run's numbers are known (`number_messages`).
+    MessageDetails {
         message: i64,
         first_frame: i64,
         last_frame: i64,
@@ -125,22 +133,8 @@ event_table!(
 );
 
 event_table!(
-    /// The write bursts, with only the columns the tinygram detector reads
-    /// (`tinygram_flood.BURST_COLUMNS`).
-    BurstTable {
-        connection: i32,
-        direction: u8,
-        bytes: i64,
-        packets: i64,
-        mss: i64,
-        median_payload_bytes: f64,
-        segments_needed: i64,
-    }
-);
-
-event_table!(
     /// The small segments that passed the stall's packet tests (`UNTIMED_STALL_COLUMNS`);
-    /// `message` as in `MessageTable`.
+    /// `message` as in `MessageDetails`.
     UntimedStalls {
         connection: i32,
         direction: u8,
@@ -183,7 +177,7 @@ event_table!(
 event_table!(
     /// The segments in context, their context packets named by their rows of the run's packet
     /// table (`segments.NONE` where none): made only where that table is kept. `message` as
-    /// in `MessageTable`; `connection` only says where the message numbers count from.
+    /// in `MessageDetails`; `connection` only says where the message numbers count from.
     SegmentContext {
         row: i64,
         previous_data: i64,
@@ -202,8 +196,9 @@ event_table!(
 #[derive(Default)]
 pub struct Found {
     pub gaps: GapTable,
-    pub messages: MessageTable,
-    pub bursts: BurstTable,
+    pub messages: MessageSizes,
+    pub message_details: MessageDetails,
+    pub bursts: MessageSizes,
     pub untimed_stalls: UntimedStalls,
     pub lone_segments: LoneSegments,
     pub payload_counts: PayloadCounts,
@@ -260,6 +255,7 @@ impl Found {
         let [gaps, messages, bursts, untimed, lone, payloads, segments] = mark.lengths;
         self.gaps.truncate(gaps);
         self.messages.truncate(messages);
+        self.message_details.truncate(messages);
         self.bursts.truncate(bursts);
         self.untimed_stalls.truncate(untimed);
         self.lone_segments.truncate(lone);
@@ -294,7 +290,9 @@ impl Found {
             }
         };
         let messages = &self.messages.connection;
-        renumber(&mut self.messages.message, &|row| messages[row] as usize);
+        renumber(&mut self.message_details.message, &|row| {
+            messages[row] as usize
+        });
         let stalls = &self.untimed_stalls.connection;
         renumber(&mut self.untimed_stalls.message, &|row| {
             stalls[row] as usize
@@ -370,7 +368,12 @@ impl Found {
         Ok(EventTables {
             segments,
             gaps: self.gaps.into_python(py, &gap_order)?,
-            messages: self.messages.into_python(py, &message_order)?,
+            messages: {
+                let messages = self.messages.into_python(py, &message_order)?;
+                let details = self.message_details.into_python(py, &message_order)?;
+                messages.update(details.as_mapping())?;
+                messages
+            },
             bursts: self.bursts.into_python(py, &burst_order)?,
             untimed_stalls: self.untimed_stalls.into_python(py, &untimed_order)?,
             lone_segments: self.lone_segments.into_python(py, &lone_order)?,
