@@ -2,9 +2,11 @@
 analysis finds in it so far, and hand the file to the same report `analyze` prints.
 
 The capture runs in a thread of its own (the compiled core lets the Python lock go while it
-waits for packets), so that the view's analysis, which reads the whole file written so far,
-does not stop it. The view is analysed again no sooner than twice the last analysis took
-after it, so that analysing never takes more than about a third of the time.
+waits for packets). Each packet goes through the core's one pass as it is captured; the view
+takes the connections it has finished since the last look, runs the detectors on them and
+keeps their totals (`StallTally`), and looks at the live connections as if they ended now.
+The view is refreshed no sooner than twice the last look took after it, so that looking never
+takes more than about a third of the time.
 """
 
 from __future__ import annotations
@@ -21,11 +23,13 @@ from dataclasses import dataclass, field
 from typing import TextIO
 
 from nagledetect import _core
-from nagledetect.analysis import Analysis, analyze_capture
+from nagledetect.analysis import Analysis
 from nagledetect.detectors.kinds import NAGLE_FAMILY
 from nagledetect.detectors.model import Finding
-from nagledetect.errors import InputError
-from nagledetect.part_sizes import PARTS_MEMORY_BYTES
+from nagledetect.flows.compiled import flow_tables_of
+from nagledetect.flows.tables import FlowTables
+from nagledetect.part_sizes import BYTES_PER_LIVE_PACKET, PARTS_MEMORY_BYTES
+from nagledetect.pipeline import connection_level
 from nagledetect.read.inputs import CaptureList
 from nagledetect.table import Table
 
@@ -37,6 +41,8 @@ VIEW_INTERVAL_S = 1.0
 ANALYSIS_SHARE_WAIT = 2.0
 """After an analysis that took T, the next starts no sooner than this many T later."""
 WORST_CONNECTIONS = 5
+STOPPED_LOOKING_TEXT = ("the view stopped: the live connections hold more packets than half of "
+                        "--memory; the report at the end covers every packet")
 NO_LIMIT_TEXT = ("needs --duration or --packets when not run on a terminal (nothing could "
                  "end it but a signal)")
 
@@ -54,7 +60,8 @@ class LiveOptions:
     snaplen: int
     write_path: str | None
     memory_bytes: int = PARTS_MEMORY_BYTES
-    """What an analysis of the file written (the view's, the report's) may take (`--memory`)."""
+    """What the analysis of the file written may take (`--memory`); the view's pass stops when
+    its live connections would take more than half of it."""
 
 
 @dataclass
@@ -121,12 +128,15 @@ def capture_live(options: LiveOptions) -> Captured:
     """Capture until --duration, --packets or Ctrl-C, showing the view on a terminal."""
     check_limits(options)
     path = written_path(options)
+    looked_at = sys.stdout.isatty() or sys.stderr.isatty()  # as the view is shown
+    live_packets = options.memory_bytes // 2 // BYTES_PER_LIVE_PACKET if looked_at else None
     try:
-        capture = _core.LiveCapture(options.interface, options.snaplen, options.bpf_filter, path)
+        capture = _core.LiveCapture(options.interface, options.snaplen, options.bpf_filter, path,
+                                    live_packets)
     except (_core.LiveCaptureError, _core.FilterError) as error:
         raise LiveError(str(error)) from None
     worker = _CaptureThread(capture, options)
-    view = LiveView(options.interface, path, memory_bytes=options.memory_bytes)
+    view = LiveView(options.interface, capture)
     with _stop_on_interrupt(worker.stop):
         worker.start()
         while not worker.finished.wait(view.next_wait_s()):
@@ -205,11 +215,10 @@ class LiveView:
     connections. Off a terminal, a progress line on stderr when stderr is one (as
     `analyze`'s), else nothing."""
 
-    def __init__(self, interface: str, path: str, screen: TextIO | None = None,
-                 line: TextIO | None = None, memory_bytes: int = PARTS_MEMORY_BYTES) -> None:
+    def __init__(self, interface: str, capture: _core.LiveCapture, screen: TextIO | None = None,
+                 line: TextIO | None = None) -> None:
         self.interface = interface
-        self.path = path
-        self.memory_bytes = memory_bytes
+        self.capture = capture
         self.screen = screen or sys.stdout
         self.line = line or sys.stderr
         self.on_screen = self.screen.isatty()
@@ -217,21 +226,23 @@ class LiveView:
         self.start_s = time.monotonic()
         self.next_s = self.start_s + VIEW_INTERVAL_S
         self.drawn_lines = 0
+        self.finished = StallTally()
         self.found: list[str] = ["waiting for packets"]
 
     def next_wait_s(self) -> float:
         return max(0.05, self.next_s - time.monotonic())
 
     def refresh(self, counts: dict[str, int]) -> None:
-        """Draw the view when it is due, analysing the file so far when that is due too."""
+        """Draw the view when it is due, looking at what the pass has found when that is due
+        too."""
         now = time.monotonic()
         if now < self.next_s:
             return
         if not (self.on_screen or self.on_line):
             self.next_s = now + VIEW_INTERVAL_S
             return
-        analysed_s = self._analyse() if counts["packets"] else 0.0
-        self.next_s = time.monotonic() + max(VIEW_INTERVAL_S, ANALYSIS_SHARE_WAIT * analysed_s)
+        looked_s = self._look() if counts["packets"] else 0.0
+        self.next_s = time.monotonic() + max(VIEW_INTERVAL_S, ANALYSIS_SHARE_WAIT * looked_s)
         self._draw(self._header(counts), self.found)
 
     def _header(self, counts: dict[str, int]) -> str:
@@ -240,19 +251,27 @@ class LiveView:
                 f"dropped: {counts['dropped']:,} kernel, {counts['interface_dropped']:,} "
                 "interface")
 
-    def _analyse(self) -> float:
-        """The lines of what the file so far shows; returns how long its analysis took."""
+    def _look(self) -> float:
+        """The lines of what the pass shows so far: the connections it finished since the last
+        look added to the tally, the live ones looked at as if they ended now; returns how
+        long it took."""
         started_s = time.monotonic()
+        if not self.capture.looking:
+            self.found = [STOPPED_LOOKING_TEXT]
+            return 0.0
         try:
-            analysis = analyze_capture(self.path, charts=False,
-                                       parts_memory_bytes=self.memory_bytes)
-        except InputError as error:
-            self.found = [f"nothing to analyse yet ({error})"]
+            finished = self.capture.finished()
+            if finished is not None:
+                self.finished.add(flow_tables_of(finished, filtered=False))
+            shown = self.finished.copy()
+            live = self.capture.peek()
+            if live is not None:
+                shown.add(flow_tables_of(live, filtered=False))
         except Exception as error:  # noqa: BLE001 - the view must never stop the capture
             self.found = [f"the view's analysis failed ({type(error).__name__}: {error}); "
                           "the capture goes on"]
         else:
-            self.found = view_lines(analysis)
+            self.found = shown.lines()
         return time.monotonic() - started_s
 
     def _draw(self, header: str, found: list[str]) -> None:
@@ -277,43 +296,86 @@ class LiveView:
             self.screen.flush()
 
 
+@dataclass(frozen=True)
+class ConnectionStalls:
+    """One connection's Nagle-family stalls as the view names them."""
+
+    sender: str
+    receiver: str
+    stalls: int
+    kinds: tuple[str, ...]
+    lost_s: float
+
+
+@dataclass
+class StallTally:
+    """The Nagle-family stalls found so far: totals, the time of the last, and the connections
+    that lost the most to them (only those few are kept, so a capture that runs for hours
+    keeps no more)."""
+
+    connections: int = 0
+    stalls: int = 0
+    lost_s: float = 0.0
+    last_s: float | None = None
+    worst: list[ConnectionStalls] = field(default_factory=list)
+
+    def add(self, flows: FlowTables) -> None:
+        """Add the connections of a batch of the core's pass (their flow tables)."""
+        level = connection_level(flows, keep_packets=False, keep_segments=False)
+        self.add_findings(len(level.connections), level.findings)
+
+    def add_findings(self, connections: int, findings: Sequence[Finding]) -> None:
+        """Add `connections` connections with these findings."""
+        stalls = [finding for finding in findings if finding.kind in NAGLE_FAMILY]
+        self.connections += connections
+        self.stalls += sum(finding.count for finding in stalls)
+        self.lost_s += sum(finding.time_lost_s for finding in stalls)
+        starts_s = [float(row["start_s"]) for finding in stalls
+                    for row in finding.events.rows[-1:] if "start_s" in row.dtype.names]
+        if starts_s:
+            self.last_s = max([*starts_s, *([] if self.last_s is None else [self.last_s])])
+        self.worst = sorted([*self.worst, *_by_connection(stalls)],
+                            key=lambda found: -found.lost_s)[:WORST_CONNECTIONS]
+
+    def copy(self) -> StallTally:
+        return StallTally(self.connections, self.stalls, self.lost_s, self.last_s,
+                          list(self.worst))
+
+    def lines(self) -> list[str]:
+        """The view's lines: connections, the stalls with the time of the last, and the
+        connections that lost the most to them."""
+        count, connections = self.stalls, self.connections
+        lines = [f"{connections:,} connection{'' if connections == 1 else 's'}; {count:,} "
+                 f"Nagle-family stall{'' if count == 1 else 's'}, "
+                 f"{self.lost_s * 1000:,.1f} ms lost{_last_stall_text(self.last_s)}"]
+        return lines + [f"  {found.sender} -> {found.receiver}: {found.stalls:,} stalls "
+                        f"({', '.join(found.kinds)}), {found.lost_s * 1000:,.1f} ms lost"
+                        for found in self.worst]
+
+
 def view_lines(analysis: Analysis) -> list[str]:
-    """The view's lines for an analysis: connections, the Nagle-family stalls with the time
-    of the last, and the connections that lost the most to them."""
-    stalls = [finding for finding in analysis.findings if finding.kind in NAGLE_FAMILY]
-    connections = len(analysis.capture.connections)
-    count = sum(finding.count for finding in stalls)
-    lost_s = sum(finding.time_lost_s for finding in stalls)
-    lines = [f"{connections:,} connection{'' if connections == 1 else 's'}; {count:,} "
-             f"Nagle-family stall{'' if count == 1 else 's'}, "
-             f"{lost_s * 1000:,.1f} ms lost{_last_stall_text(stalls)}"]
-    return lines + _worst_connections(stalls)
+    """The view's lines for an analysis (`StallTally.lines`)."""
+    tally = StallTally()
+    tally.add_findings(len(analysis.capture.connections), analysis.findings)
+    return tally.lines()
 
 
-def _worst_connections(stalls: Sequence[Finding]) -> list[str]:
-    """A line for each of the connections that lost the most to stalls, its findings'
-    kinds summed, named by its first finding's sender and receiver."""
+def _by_connection(stalls: Sequence[Finding]) -> list[ConnectionStalls]:
+    """Each connection's stalls, its findings' kinds summed, named by its first finding's
+    sender and receiver."""
     by_connection: dict[int, list[Finding]] = {}
     for finding in stalls:
         by_connection.setdefault(finding.connection, []).append(finding)
-    ranked = sorted(by_connection.values(),
-                    key=lambda found: -sum(finding.time_lost_s for finding in found))
-    lines = []
-    for found in ranked[:WORST_CONNECTIONS]:
-        kinds = ", ".join(dict.fromkeys(finding.kind for finding in found))
-        lost_ms = sum(finding.time_lost_s for finding in found) * 1000
-        lines.append(f"  {found[0].sender} -> {found[0].receiver}: "
-                     f"{sum(finding.count for finding in found):,} stalls ({kinds}), "
-                     f"{lost_ms:,.1f} ms lost")
-    return lines
+    return [ConnectionStalls(found[0].sender, found[0].receiver,
+                             sum(finding.count for finding in found),
+                             tuple(dict.fromkeys(finding.kind for finding in found)),
+                             sum(finding.time_lost_s for finding in found))
+            for found in by_connection.values()]
 
 
-def _last_stall_text(stalls: Sequence[Finding]) -> str:
-    starts_s = [float(row["start_s"]) for finding in stalls
-                for row in finding.events.rows[-1:] if "start_s" in row.dtype.names]
-    if not starts_s:
+def _last_stall_text(last_s: float | None) -> str:
+    if last_s is None:
         return ""
-    last_s = max(starts_s)
     return (f"; last at {time.strftime('%H:%M:%S', time.localtime(last_s))}"
             f".{int(last_s % 1 * 1000):03d}")
 

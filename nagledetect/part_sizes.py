@@ -20,6 +20,16 @@ traffic, 0.8 on one bulk connection; about 5 at the smallest records, 70 bytes, 
 the packet table that charts and `--tables` keep. A capture whose whole analysis fits in the
 parts' memory is analysed whole: in one pass, it is faster than in parts and takes less memory
 than their workers do (docs/performance.md)."""
+BYTES_PER_EVENT_ROW = 1_000
+"""What a batch's analysis takes a row of the core's event tables (gaps, messages, bursts,
+stall candidates, answered segments, payload counts), in a capture analysed a batch of finished
+connections at a time (`streamed`): its columns as numpy arrays, about 150 bytes, and the
+detectors' work on them."""
+BYTES_PER_LIVE_PACKET = 200
+"""What the core's pass holds a packet of a live connection: its 40-byte row, its share of the
+segments' context (40 bytes a data segment) and of the gaps, and the allocator's slack
+(`s1m_1k`, 1,000 connections live to the end: 270 MB for 1 M packets in the pass). Half of
+`--memory` goes to the live connections, in `streamed` and in `live`'s view."""
 MAX_PARTS = 400
 """Two open files per part: stay well inside the usual limit of 1,024 (parts grow instead)."""
 StageCallback = Callable[[str, int, int], None]

@@ -12,20 +12,16 @@ from __future__ import annotations
 
 from nagledetect.collector import collector_paused
 from nagledetect.flows.compiled import CompiledBatches
-from nagledetect.part_sizes import PART_BYTES, StageCallback
+from nagledetect.part_sizes import (
+    BYTES_PER_EVENT_ROW,
+    BYTES_PER_LIVE_PACKET,
+    PART_BYTES,
+    StageCallback,
+)
 from nagledetect.parts import PARTS_PER_HOST_BUCKET, CollectedParts, result_of_level
 from nagledetect.pipeline import Analysis, Wanted, connection_level, without_tcp
 from nagledetect.read.capture import ProgressCallback
 from nagledetect.stored import SpillFile
-
-BYTES_PER_EVENT_ROW = 1_000
-"""What a batch's analysis takes a row of the core's event tables (gaps, messages, bursts,
-stall candidates, answered segments, payload counts): its columns as numpy arrays, about 150
-bytes, and the detectors' work on them."""
-BYTES_PER_LIVE_PACKET = 200
-"""What the core holds a packet of a live connection: its 40-byte row, its share of the
-segments' context (40 bytes a data segment) and of the gaps, and the allocator's slack
-(`s1m_1k`, 1,000 connections live to the end: 270 MB for 1 M packets in the pass)."""
 
 
 def analyze_in_batches(path: str, bpf_filter: str | None, memory_bytes: int,

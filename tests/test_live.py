@@ -13,9 +13,11 @@ import os
 import shlex
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -24,8 +26,10 @@ from pathlib import Path
 
 import pytest
 
+from nagledetect import _core
 from nagledetect.analysis import analyze_capture
 from nagledetect.detectors.kinds import NAGLE_DELACK_STALL
+from nagledetect.flows.compiled import flow_tables_of
 from nagledetect.lab.netns import lab_network
 from nagledetect.lab.runner import (
     _finish,
@@ -37,7 +41,7 @@ from nagledetect.lab.runner import (
     shortened,
 )
 from nagledetect.lab.scenarios import SCENARIOS, Scenario
-from nagledetect.live import Captured, DropWindow, add_capture_warnings, view_lines
+from nagledetect.live import Captured, DropWindow, StallTally, add_capture_warnings, view_lines
 from tests.conftest import SAMPLE_TRACES, lab_available
 
 PROJECT = Path(__file__).resolve().parent.parent
@@ -298,3 +302,83 @@ def test_on_a_terminal_the_view_shows_the_stalls_found_so_far() -> None:
     assert "nagle-delack-stall" in frames[-1]
     # Then the view is cleared and the text report follows.
     assert report and "Nagle/delayed-ACK stalls cost" in report
+
+
+def _header_body_exchanges(port: int, exchanges: int) -> None:
+    """A client that writes a 100-byte header and a 100-byte body (Nagle on) and waits for a
+    10-byte answer, `exchanges` times, against a server that answers once it has both."""
+    with socket.create_connection(("127.0.0.1", port)) as client:
+        for _ in range(exchanges):
+            client.sendall(b"h" * 100)
+            client.sendall(b"b" * 100)
+            answer = b""
+            while len(answer) < 10:
+                answer += client.recv(10 - len(answer))
+
+
+def _answering_server(listener: socket.socket, exchanges: int) -> None:
+    connection, _ = listener.accept()
+    with connection:
+        for _ in range(exchanges):
+            request = b""
+            while len(request) < 200:
+                request += connection.recv(200 - len(request))
+            connection.sendall(b"a" * 10)
+
+
+@needs_root
+def test_the_pass_over_packets_as_captured_gives_the_files_analysis(tmp_path: Path) -> None:
+    """Each packet goes through the core's pass as it is captured; the view looks at the live
+    connection as if it ended now (`peek`). On lo, 8 header-body-answer exchanges: the body
+    waits for the server's delayed ACK, a Nagle stall. Read with tshark on one run: the first
+    body went at once (frames 4-6: the header ACKed at once, in quick-ACK mode), each later
+    one after about 42 ms (frame 10 at 0.000168 s, the ACK in frame 11 at 0.041745 s, the body
+    in frame 12); the report said 7 stalls. The view's lines from the look equal those of the
+    written file's analysis, and no connection has ended yet (it is closed but has not been
+    silent for 2 minutes)."""
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        port = listener.getsockname()[1]
+        written = tmp_path / "lo.pcap"
+        capture = _core.LiveCapture("lo", 262_144, f"tcp port {port}", str(written), 1_000_000)
+        server = threading.Thread(target=_answering_server, args=(listener, 8))
+        client = threading.Thread(target=_header_body_exchanges, args=(port, 8))
+        server.start()
+        client.start()
+        while client.is_alive():
+            capture.capture(100)
+        client.join()
+        server.join()
+        capture.capture(300)
+        looked = capture.peek()
+        assert capture.finished() is None
+        capture.close()
+    tally = StallTally()
+    tally.add(flow_tables_of(looked, filtered=False))
+    expected = view_lines(analyze_capture(str(written), charts=False))
+    assert tally.stalls > 0 and tally.connections == 1
+    assert tally.lines() == expected
+
+
+@needs_root
+def test_the_pass_stops_when_its_live_connections_outgrow_the_limit(tmp_path: Path) -> None:
+    """The same exchanges, the pass allowed 10 live packets: it stops at the eleventh, and the
+    view has nothing more to look at; the file is written whole all the same."""
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        port = listener.getsockname()[1]
+        written = tmp_path / "lo.pcap"
+        capture = _core.LiveCapture("lo", 262_144, f"tcp port {port}", str(written), 10)
+        assert capture.looking
+        server = threading.Thread(target=_answering_server, args=(listener, 8))
+        client = threading.Thread(target=_header_body_exchanges, args=(port, 8))
+        server.start()
+        client.start()
+        while client.is_alive():
+            capture.capture(100)
+        client.join()
+        server.join()
+        counts = capture.capture(300)
+        assert not capture.looking
+        assert capture.peek() is None and capture.finished() is None
+        capture.close()
+    read = analyze_capture(str(written), charts=False).capture.accounting
+    assert read.packets_read == counts["packets"] > 10

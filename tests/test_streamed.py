@@ -20,8 +20,9 @@ import pytest
 
 from nagledetect.analysis import analyze_capture
 from nagledetect.flows.compiled import CompiledBatches
+from nagledetect.part_sizes import BYTES_PER_EVENT_ROW, BYTES_PER_LIVE_PACKET
 from nagledetect.report.document import build_document
-from nagledetect.streamed import BYTES_PER_EVENT_ROW, BYTES_PER_LIVE_PACKET, analyze_in_batches
+from nagledetect.streamed import analyze_in_batches
 from tests.conftest import PROJECT, SAMPLE_TRACES
 
 MEMORY_BYTES = 16_000_000

@@ -1,7 +1,9 @@
-//! The Python face of the one-pass analysis: `flow_tables(paths, bpf_filter)` reads captures
-//! one after another, decodes each packet and rebuilds its connections (`flows`) as it goes,
-//! and returns the tables `build_flows` makes of them, as one set (frames offset capture by
-//! capture, connections numbered on), with the accounting of every packet read.
+//! The Python face of the one-pass analysis (`Pass`: each packet decoded, taken into its
+//! connection, `flows`, and into its events, `events`, as it comes): `flow_tables(paths,
+//! bpf_filter)` reads captures one after another and returns the tables `build_flows` makes
+//! of them, as one set (frames offset capture by capture, connections numbered on), with the
+//! accounting of every packet read; `FlowBatches` reads one capture and hands its finished
+//! connections over a batch at a time; a live capture (`live`) takes packets as they come.
 
 use std::collections::BTreeMap;
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -12,8 +14,9 @@ use pyo3::types::PyDict;
 
 use crate::bpf::FilterError;
 use crate::decode;
-use crate::events::{EventTables, Events};
-use crate::flows::tables::{FlowTables, PacketRows};
+use crate::events::{EventTables, Events, Found};
+use crate::flows::packets::Finishing;
+use crate::flows::tables::{ConnectionRecord, FlowTables, PacketRows};
 use crate::flows::{FlowTracker, Packet};
 use crate::reader;
 use crate::skips;
@@ -53,38 +56,66 @@ impl Stages {
     }
 }
 
-/// Read one capture to its end (or to the damage that ends it) into `stages`, its frames
-/// numbered on from `frame_offset`.
-fn one_pass(
-    stream: &mut reader::Stream,
-    stages: &mut Stages,
-    frame_offset: u64,
-) -> Result<Counts, FilterError> {
-    let mut counts = Counts::default();
-    take_records(stream, stages, &mut counts, frame_offset, usize::MAX)?;
-    stages.flows.end_capture();
-    stages.finish_ended();
-    Ok(counts)
+/// One pass over packets as they come, from a file or an interface: the stages they go
+/// through, and what the current capture's pass counted.
+#[derive(Default)]
+pub struct Pass {
+    stages: Stages,
+    counts: Counts,
 }
 
-/// Read at most `limit` records of the capture into `stages`, counted in `counts`: how many
-/// were read (fewer than `limit` once the capture has ended).
-fn take_records(
-    stream: &mut reader::Stream,
-    stages: &mut Stages,
-    counts: &mut Counts,
-    frame_offset: u64,
-    limit: usize,
-) -> Result<usize, FilterError> {
-    stream.judge_some(limit, &mut |record, accepted| {
+/// Connections finished (or, for a look at the live ones, finished as if they ended now):
+/// their rows of the connection table and their events.
+pub struct ConnectionsBatch {
+    records: Vec<ConnectionRecord>,
+    found: Found,
+}
+
+impl ConnectionsBatch {
+    /// A dict as `flow_tables` gives with `packets=False`, the connections numbered 0 on in
+    /// the order of their first packet, the events naming them so, the messages numbered
+    /// within the batch.
+    pub fn into_python(self, py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
+        let mut ids: Vec<u32> = self.records.iter().map(|record| record.id).collect();
+        ids.sort_unstable();
+        let events = self.found.into_python(py, Some(&ids))?;
+        let tables = FlowTables::new(PacketRows::default(), self.records, &[]);
+        let result = tables.into_python(py)?;
+        put_events(&result, events)?;
+        Ok(result)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.records.is_empty()
+    }
+}
+
+impl Pass {
+    /// A pass that keeps no packet table (its events and connections are all it gives).
+    pub fn without_packet_table() -> Pass {
+        let mut pass = Pass::default();
+        pass.stages.flows.without_packet_table();
+        pass
+    }
+
+    /// Take one record of the capture (of link type `linktype`, its frame numbered on from
+    /// `frame_offset`), `accepted` or not by the filter.
+    pub fn take_record(
+        &mut self,
+        (linktype, time_us, data): (u32, i64, &[u8]),
+        frame_offset: u64,
+        accepted: bool,
+    ) {
+        let counts = &mut self.counts;
+        let stages = &mut self.stages;
         counts.packets_read += 1;
-        counts.linktype.get_or_insert(record.linktype);
-        let code = match decode::decode(record.linktype, record.data) {
+        counts.linktype.get_or_insert(linktype);
+        let code = match decode::decode(linktype, data) {
             Ok(tcp) => {
                 let packet = Packet {
                     frame: (frame_offset + counts.packets_read) as u32,
-                    time_us: record.time_us,
-                    captured_bytes: record.data.len() as u32,
+                    time_us,
+                    captured_bytes: data.len() as u32,
                     tcp: &tcp,
                     accepted,
                 };
@@ -100,6 +131,68 @@ fn take_records(
         if code != skips::KEPT {
             *counts.skipped.entry(code).or_insert(0) += 1;
         }
+    }
+
+    /// How many packets the live connections hold.
+    pub fn live_packets(&self) -> usize {
+        self.stages.events.live_packets()
+    }
+
+    /// The capture has ended: every live connection ends and is finished.
+    pub fn end_capture(&mut self) {
+        self.stages.flows.end_capture();
+        self.stages.finish_ended();
+    }
+
+    /// The connections finished since they were last taken.
+    pub fn take_finished(&mut self) -> ConnectionsBatch {
+        ConnectionsBatch {
+            records: self.stages.flows.take_records(),
+            found: self.stages.events.take_found(),
+        }
+    }
+
+    /// The live connections finished as if they ended now, their state left as it is.
+    pub fn peek(&self) -> ConnectionsBatch {
+        let live = self.stages.flows.peek();
+        let finishing: Vec<(u32, Finishing)> = live
+            .iter()
+            .map(|(record, finishing)| (record.id, *finishing))
+            .collect();
+        ConnectionsBatch {
+            found: self.stages.events.peek(&finishing),
+            records: live.into_iter().map(|(record, _)| record).collect(),
+        }
+    }
+}
+
+/// Read one capture to its end (or to the damage that ends it) into `pass`, its frames
+/// numbered on from `frame_offset`: what it counted.
+fn one_pass(
+    stream: &mut reader::Stream,
+    pass: &mut Pass,
+    frame_offset: u64,
+) -> Result<Counts, FilterError> {
+    pass.counts = Counts::default();
+    take_records(stream, pass, frame_offset, usize::MAX)?;
+    pass.end_capture();
+    Ok(std::mem::take(&mut pass.counts))
+}
+
+/// Read at most `limit` records of the capture into `pass`: how many were read (fewer than
+/// `limit` once the capture has ended).
+fn take_records(
+    stream: &mut reader::Stream,
+    pass: &mut Pass,
+    frame_offset: u64,
+    limit: usize,
+) -> Result<usize, FilterError> {
+    stream.judge_some(limit, &mut |record, accepted| {
+        pass.take_record(
+            (record.linktype, record.time_us, record.data),
+            frame_offset,
+            accepted,
+        );
     })
 }
 
@@ -113,14 +206,14 @@ fn read_capture<'py>(
     py: Python<'py>,
     path: &str,
     bpf_filter: Option<&str>,
-    stages: &mut Stages,
+    pass: &mut Pass,
     frame_offset: u64,
 ) -> PyResult<(Bound<'py, PyDict>, u64)> {
     let mut stream = reader::open(py, path, bpf_filter)?;
-    stages.flows.next_capture();
+    pass.stages.flows.next_capture();
     let outcome = py.detach(|| {
         catch_unwind(AssertUnwindSafe(|| {
-            one_pass(&mut stream, stages, frame_offset)
+            one_pass(&mut stream, pass, frame_offset)
         }))
     });
     let counts = match outcome {
@@ -134,7 +227,7 @@ fn read_capture<'py>(
         }
         Err(_) => return Err(reader::internal_error(path)),
     };
-    let capture = accounting(py, &counts, &stream, stages, frame_offset)?;
+    let capture = accounting(py, &counts, &stream, &pass.stages, frame_offset)?;
     Ok((capture, counts.packets_read))
 }
 
@@ -173,31 +266,34 @@ pub fn flow_tables<'py>(
     bpf_filter: Option<&str>,
     packets: bool,
 ) -> PyResult<Bound<'py, PyDict>> {
-    let mut stages = Stages::default();
+    let mut pass = if packets {
+        Pass::default()
+    } else {
+        Pass::without_packet_table()
+    };
+    let stages = &mut pass.stages;
     if packets {
         stages.events.with_context();
-    } else {
-        stages.flows.without_packet_table();
     }
     let mut captures = Vec::with_capacity(paths.len());
     let mut frame_offset = 0u64;
     for path in &paths {
-        let connections = stages.flows.connections();
-        let marks = (stages.flows.mark(), stages.events.mark());
-        match read_capture(py, path, bpf_filter, &mut stages, frame_offset) {
+        let connections = pass.stages.flows.connections();
+        let marks = (pass.stages.flows.mark(), pass.stages.events.mark());
+        match read_capture(py, path, bpf_filter, &mut pass, frame_offset) {
             Ok((capture, packets_read)) => {
                 frame_offset += packets_read;
                 captures.push(capture.into_any());
             }
             Err(error) => {
-                stages.flows.truncate(marks.0);
-                stages.events.truncate(marks.1, connections);
+                pass.stages.flows.truncate(marks.0);
+                pass.stages.events.truncate(marks.1, connections);
                 captures.push(error.into_value(py).into_bound(py).into_any());
             }
         }
     }
-    let events = stages.events.into_python(py)?;
-    let result = stages.flows.finish().into_python(py)?;
+    let events = pass.stages.events.into_python(py)?;
+    let result = pass.stages.flows.finish().into_python(py)?;
     put_events(&result, events)?;
     result.set_item("captures", captures)?;
     Ok(result)
@@ -220,8 +316,7 @@ const RECORDS_PER_LOOK: usize = 4096;
 /// One capture's pass, a batch of finished connections at a time (`FlowBatches`).
 struct BatchPass {
     stream: reader::Stream,
-    stages: Stages,
-    counts: Counts,
+    pass: Pass,
     /// The capture has been read to its end (its live connections have ended).
     read_whole: bool,
 }
@@ -268,16 +363,13 @@ impl FlowBatches {
         batch_rows: usize,
         live_packets_limit: usize,
     ) -> PyResult<FlowBatches> {
-        let mut stages = Stages::default();
-        stages.flows.without_packet_table();
         Ok(FlowBatches {
             path: path.to_string(),
             bpf_filter: bpf_filter.map(str::to_string),
             batch_rows: batch_rows.max(1),
             pass: Mutex::new(Some(BatchPass {
                 stream: reader::open(py, path, bpf_filter)?,
-                stages,
-                counts: Counts::default(),
+                pass: Pass::without_packet_table(),
                 read_whole: false,
             })),
             capture: None,
@@ -314,20 +406,20 @@ impl FlowBatches {
                 return Err(reader::internal_error(&self.path));
             }
         }
-        self.packets_read = pass.counts.packets_read;
+        self.packets_read = pass.pass.counts.packets_read;
         self.bytes_read = pass.stream.bytes_read();
-        if pass.stages.events.live_packets() > limit {
+        if pass.pass.stages.events.live_packets() > limit {
             self.over_budget = true;
             *slot = None;
             return Ok(None);
         }
         let done = pass.done();
-        if done && pass.stages.flows.finished_count() == 0 {
+        if done && pass.pass.stages.flows.finished_count() == 0 {
             self.capture = Some(pass.accounting(py)?.unbind());
             *slot = None;
             return Ok(None);
         }
-        let batch = pass.batch(py)?;
+        let batch = pass.pass.take_finished().into_python(py)?;
         if done {
             self.capture = Some(pass.accounting(py)?.unbind());
             *slot = None;
@@ -347,20 +439,15 @@ impl BatchPass {
     /// are all finished, or the live connections hold more than `live_limit` packets.
     fn fill(&mut self, rows: usize, live_limit: usize) -> Result<(), FilterError> {
         loop {
-            self.stages.finish_ended_until(rows);
-            let events = &self.stages.events;
+            let stages = &mut self.pass.stages;
+            stages.finish_ended_until(rows);
+            let events = &stages.events;
             if events.rows() >= rows || events.live_packets() > live_limit || self.read_whole {
                 return Ok(());
             }
-            let read = take_records(
-                &mut self.stream,
-                &mut self.stages,
-                &mut self.counts,
-                0,
-                RECORDS_PER_LOOK,
-            )?;
+            let read = take_records(&mut self.stream, &mut self.pass, 0, RECORDS_PER_LOOK)?;
             if read < RECORDS_PER_LOOK {
-                self.stages.flows.end_capture();
+                self.pass.stages.flows.end_capture();
                 self.read_whole = true;
             }
         }
@@ -368,22 +455,10 @@ impl BatchPass {
 
     /// Read whole, every connection finished and handed over but the batch in hand.
     fn done(&self) -> bool {
-        self.read_whole && !self.stages.flows.has_ended()
-    }
-
-    /// The connections finished since the last batch, with their events.
-    fn batch<'py>(&mut self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let records = self.stages.flows.take_records();
-        let mut ids: Vec<u32> = records.iter().map(|record| record.id).collect();
-        ids.sort_unstable();
-        let events = self.stages.events.take_batch(py, &ids)?;
-        let tables = FlowTables::new(PacketRows::default(), records, &[]);
-        let result = tables.into_python(py)?;
-        put_events(&result, events)?;
-        Ok(result)
+        self.read_whole && !self.pass.stages.flows.has_ended()
     }
 
     fn accounting<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        accounting(py, &self.counts, &self.stream, &self.stages, 0)
+        accounting(py, &self.pass.counts, &self.stream, &self.pass.stages, 0)
     }
 }

@@ -2,9 +2,11 @@
 //! written to a pcap file as it comes (libpcap writes the file, so its format is tcpdump's),
 //! and libpcap's statistics say how many the kernel or the interface dropped.
 //!
-//! The analysis reads the file written so far (`LiveCapture.capture` flushes it before it
-//! returns); the capture itself only counts. libpcap is called directly, as in `bpf`, and
-//! every unsafe block says why it is sound.
+//! Each packet also goes, as it comes, through the same one pass a file's packets go through
+//! (`analysis::Pass`): the view takes the connections finished so far, and a look at the live
+//! ones as if they ended now (`finished`, `peek`). The report at the end reads the file
+//! written, as `analyze` would. libpcap is called directly, as in `bpf`, and every unsafe
+//! block says why it is sound.
 
 use crate::pcap_types::{
     ERRBUF_BYTES, OPTIMIZE, PacketHeader, PcapHandle, RawProgram, pcap_close, pcap_compile,
@@ -20,6 +22,7 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
+use crate::analysis::Pass;
 use crate::bpf::FilterError;
 use crate::reader::filter_error;
 
@@ -137,6 +140,12 @@ struct Session {
     fd: c_int,
     packets: u64,
     bytes: u64,
+    /// The handle's link type, as the file's records are decoded with it.
+    linktype: u32,
+    /// The one pass the packets go through as they come, while its live connections hold no
+    /// more than `live_packets_limit` packets (None: no pass, or stopped at that limit).
+    pass: Option<Pass>,
+    live_packets_limit: usize,
 }
 
 // SAFETY: a libpcap handle and its dumper belong to no thread: libpcap only asks that one
@@ -168,14 +177,22 @@ impl Session {
                 1 => {
                     // SAFETY: on 1 libpcap set `header` to a valid packet header and `data`
                     // to its `caplen` captured bytes; pcap_dump reads them and writes to the
-                    // dumper, which is the `user` argument libpcap's pcap_dump expects.
-                    let wire_bytes = unsafe {
+                    // dumper, which is the `user` argument libpcap's pcap_dump expects. The
+                    // slice of those bytes is read by the pass below, before the next call on
+                    // this handle reuses libpcap's buffer.
+                    let (wire_bytes, time_us, record) = unsafe {
                         pcap_dump(self.dumper.as_ptr().cast(), header, data);
-                        (*header).len
+                        let header = &*header;
+                        #[allow(clippy::useless_conversion)] // c_long is 32-bit elsewhere
+                        let time_us =
+                            i64::from(header.ts.tv_sec) * 1_000_000 + i64::from(header.ts.tv_usec);
+                        let record = std::slice::from_raw_parts(data, header.caplen as usize);
+                        (header.len, time_us, record)
                     };
                     taken += 1;
                     self.packets += 1;
                     self.bytes += u64::from(wire_bytes);
+                    self.take_into_pass((self.linktype, time_us, record));
                 }
                 0 => {
                     let left = deadline.saturating_duration_since(Instant::now());
@@ -195,6 +212,18 @@ impl Session {
             return Err("cannot write the capture file (disk full?)".into());
         }
         Ok(())
+    }
+
+    /// Take a captured record into the pass, which stops once its live connections hold more
+    /// packets than allowed.
+    fn take_into_pass(&mut self, record: (u32, i64, &[u8])) {
+        let Some(pass) = self.pass.as_mut() else {
+            return;
+        };
+        pass.take_record(record, 0, true);
+        if pass.live_packets() > self.live_packets_limit {
+            self.pass = None;
+        }
     }
 
     /// Wait up to `left` for packets to read (less when a signal comes: the caller goes on
@@ -361,6 +390,10 @@ fn open_session(
             fd,
             packets: 0,
             bytes: 0,
+            // SAFETY: the handle is activated.
+            linktype: unsafe { pcap_datalink(handle.as_ptr()) } as u32,
+            pass: None,
+            live_packets_limit: 0,
         },
         warnings,
     ))
@@ -413,12 +446,14 @@ fn c_string(text: &str, what: &str) -> PyResult<CString> {
 
 /// A live capture on one interface, its packets written to a pcap file as they come.
 ///
-/// `LiveCapture(interface, snaplen, bpf_filter, write_path)` starts it (not promiscuous) or
-/// raises `LiveCaptureError` (no such interface, no permission, the interface down, the file
-/// not writable) or `FilterError` ("invalid filter 'EXPRESSION': " and libpcap's message).
-/// `capture(max_ms, max_packets)` takes packets for a while with the Python lock let go and
-/// returns the counts so far (see `counts`); `close()` ends the capture, the file complete,
-/// and returns the final counts.
+/// `LiveCapture(interface, snaplen, bpf_filter, write_path, live_packets_limit=None)` starts
+/// it (not promiscuous) or raises `LiveCaptureError` (no such interface, no permission, the
+/// interface down, the file not writable) or `FilterError` ("invalid filter 'EXPRESSION': "
+/// and libpcap's message). With `live_packets_limit`, the packets also go through the one
+/// pass as they come, until its live connections hold more than that (`looking`, `finished`,
+/// `peek`). `capture(max_ms, max_packets)` takes packets for a while with the Python lock let
+/// go and returns the counts so far (see `counts`); `close()` ends the capture, the file
+/// complete, and returns the final counts.
 #[pyclass(module = "nagledetect._core")]
 pub struct LiveCapture {
     interface: String,
@@ -467,13 +502,14 @@ impl Counts {
 #[pymethods]
 impl LiveCapture {
     #[new]
-    #[pyo3(signature = (interface, snaplen, bpf_filter, write_path))]
+    #[pyo3(signature = (interface, snaplen, bpf_filter, write_path, live_packets_limit=None))]
     fn new(
         py: Python<'_>,
         interface: &str,
         snaplen: i32,
         bpf_filter: Option<&str>,
         write_path: &str,
+        live_packets_limit: Option<usize>,
     ) -> PyResult<LiveCapture> {
         if snaplen < 1 {
             return Err(LiveCaptureError::new_err(
@@ -487,13 +523,17 @@ impl LiveCapture {
         let c_path = c_string(write_path, "file name")?;
         let opened =
             py.detach(|| open_session(&c_interface, snaplen, c_filter.as_deref(), &c_path));
-        let (session, warnings) = match opened {
+        let (mut session, warnings) = match opened {
             Ok(opened) => opened,
             Err(LiveFailure::Capture(message)) => return Err(LiveCaptureError::new_err(message)),
             Err(LiveFailure::Filter(error)) => {
                 return Err(filter_error(py, bpf_filter.unwrap_or_default(), error));
             }
         };
+        if let Some(limit) = live_packets_limit {
+            session.pass = Some(Pass::without_packet_table());
+            session.live_packets_limit = limit;
+        }
         // SAFETY: the session's handle is activated and live.
         let (linktype, snaplen) = unsafe {
             (
@@ -536,6 +576,42 @@ impl LiveCapture {
             Ok(counts) => counts.into_python(py),
             Err(message) => Err(LiveCaptureError::new_err(message)),
         }
+    }
+
+    /// The connections finished since this was last asked (a dict as `_core.FlowBatches`
+    /// gives a batch), or None where none has (or without a pass); the packets analysed as
+    /// they were captured.
+    fn finished<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyDict>>> {
+        let batch = py.detach(|| {
+            let mut slot = self.session.lock().unwrap_or_else(|p| p.into_inner());
+            slot.as_mut()
+                .and_then(|session| session.pass.as_mut())
+                .map(Pass::take_finished)
+        });
+        match batch {
+            Some(batch) if !batch.is_empty() => batch.into_python(py).map(Some),
+            _ => Ok(None),
+        }
+    }
+
+    /// The live connections as if they ended now (a dict as `finished` gives), their state
+    /// left as it is; None once the capture is closed, or without a pass.
+    fn peek<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyDict>>> {
+        let batch = py.detach(|| {
+            let slot = self.session.lock().unwrap_or_else(|p| p.into_inner());
+            slot.as_ref()
+                .and_then(|session| session.pass.as_ref())
+                .map(Pass::peek)
+        });
+        batch.map(|batch| batch.into_python(py)).transpose()
+    }
+
+    /// Whether the packets go through the pass: asked for, and its live connections have
+    /// never held more than the limit.
+    #[getter]
+    fn looking(&self) -> bool {
+        let slot = self.session.lock().unwrap_or_else(|p| p.into_inner());
+        slot.as_ref().is_some_and(|session| session.pass.is_some())
     }
 
     /// The counts so far: `packets` written and their `bytes` on the wire, and libpcap's

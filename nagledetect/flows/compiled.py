@@ -65,7 +65,7 @@ def compiled_flows_together(paths: list[str], bpf_filter: str | None = None,
     draws no charts and writes no tables then holds no row per packet."""
     made = _core.flow_tables(paths, bpf_filter, packets)
     reads = [_capture_read(path, read) for path, read in zip(paths, made["captures"])]
-    return _flow_tables(made, filtered=bpf_filter is not None), reads
+    return flow_tables_of(made, filtered=bpf_filter is not None), reads
 
 
 class CompiledBatches:
@@ -93,7 +93,7 @@ class CompiledBatches:
             for made in self._batches:
                 if self._progress is not None:
                     self._progress(self._batches.packets_read, self._batches.bytes_read)
-                yield _flow_tables(made, self._filtered)
+                yield flow_tables_of(made, self._filtered)
         except (_core.CaptureError, _core.FilterError) as error:
             raise InputError(str(error)) from None
 
@@ -106,7 +106,7 @@ class CompiledBatches:
         return _accounting(self.path, self._batches.capture)
 
 
-def _flow_tables(made: dict, filtered: bool) -> FlowTables:
+def flow_tables_of(made: dict, filtered: bool) -> FlowTables:
     """The core's tables as `Table`s (`filtered`: read under a filter)."""
     columns = {name: made["packets"][name] for name in PACKET_COLUMNS}
     columns["role"] = columns["role"].astype(np.int8)  # codes as a pandas categorical holds them

@@ -74,7 +74,7 @@ struct Opener {
 }
 
 /// One connection's timeline state.
-#[derive(Default)]
+#[derive(Clone, Default)]
 pub struct ConnectionGaps {
     opener: Option<Opener>,
     /// By sending endpoint, what the current span's packets of that side tell.
@@ -91,6 +91,7 @@ pub struct ConnectionGaps {
 
 /// One gap of a connection, as the pass leaves it: packets are named by their rows among
 /// the connection's packets (`NO_ROW`: none), their values read when it is finished.
+#[derive(Clone)]
 struct Gap {
     before_time_us: i64,
     after_time_us: i64,

@@ -16,12 +16,14 @@ pub const BURST_GAP_US: i64 = 1_000;
 /// A message: its side and how many segments it holds. A connection's messages follow one
 /// another, so its segments, taken in order, are its messages' one after another: their rows
 /// are found at the end from the connection's segments, not kept a message at a time.
+#[derive(Clone)]
 struct Message {
     sender: u8,
     segments: u32,
 }
 
 /// One connection's messages (or write bursts).
+#[derive(Clone)]
 pub struct ConnectionMessages {
     /// A pause longer than this begins a new message.
     gap_us: i64,

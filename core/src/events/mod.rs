@@ -17,10 +17,10 @@ use crate::flows::side::ROLE_DATA;
 use gaps::ConnectionGaps;
 use messages::{BURST_GAP_US, ConnectionMessages, IDLE_GAP_US};
 use segments::{DirectionContext, SegmentRows};
-use tables::Found;
-pub use tables::{EventTables, Mark};
+pub use tables::{EventTables, Found, Mark};
 
 /// One live connection's events so far.
+#[derive(Clone)]
 struct ConnectionEvents {
     packets: ConnectionPackets,
     /// Its two directions' context (by sending endpoint).
@@ -40,6 +40,54 @@ impl Default for ConnectionEvents {
             timeline: ConnectionGaps::default(),
             messages: ConnectionMessages::cut_at(IDLE_GAP_US),
             bursts: ConnectionMessages::cut_at(BURST_GAP_US),
+        }
+    }
+}
+
+impl ConnectionEvents {
+    /// The connection (number `connection`) has ended: its events, read with `finishing`, go
+    /// to `found` (with the segments in context where `context`).
+    fn finish(self, connection: u32, finishing: &Finishing, found: &mut Found, context: bool) {
+        let ConnectionEvents {
+            packets,
+            segments,
+            timeline,
+            messages,
+            bursts,
+            ..
+        } = self;
+        let flows = Finished {
+            packets: &packets,
+            at: finishing,
+        };
+        timeline.finish(connection, &flows, &mut found.gaps);
+        let rows: Vec<usize> = segments
+            .rows
+            .iter()
+            .map(|segment| segment.row as usize)
+            .collect();
+        messages.finish_messages(
+            connection,
+            &rows,
+            &flows,
+            (&mut found.messages, &mut found.message_details),
+        );
+        bursts.finish_bursts(connection, &rows, &flows, &mut found.bursts);
+        found.count_messages(connection, messages.count());
+        let numbers = messages.numbers();
+        detector_rows::detector_rows(
+            connection,
+            &segments,
+            &numbers,
+            &flows,
+            (
+                &mut found.untimed_stalls,
+                &mut found.lone_segments,
+                &mut found.payload_counts,
+            ),
+        );
+        if context {
+            segments.finish_context(connection, &flows, &packets, &numbers, &mut found.segments);
         }
     }
 }
@@ -90,48 +138,25 @@ impl Events {
             return;
         };
         self.live_packets -= events.packets.len();
-        let ConnectionEvents {
-            packets,
-            segments,
-            timeline,
-            messages,
-            bursts,
-            ..
-        } = *events;
-        let flows = Finished {
-            packets: &packets,
-            at: finishing,
-        };
-        let found = &mut self.found;
-        timeline.finish(connection, &flows, &mut found.gaps);
-        let rows: Vec<usize> = segments
-            .rows
-            .iter()
-            .map(|segment| segment.row as usize)
-            .collect();
-        messages.finish_messages(
-            connection,
-            &rows,
-            &flows,
-            (&mut found.messages, &mut found.message_details),
-        );
-        bursts.finish_bursts(connection, &rows, &flows, &mut found.bursts);
-        found.count_messages(connection, messages.count());
-        let numbers = messages.numbers();
-        detector_rows::detector_rows(
-            connection,
-            &segments,
-            &numbers,
-            &flows,
-            (
-                &mut found.untimed_stalls,
-                &mut found.lone_segments,
-                &mut found.payload_counts,
-            ),
-        );
-        if self.context {
-            segments.finish_context(connection, &flows, &packets, &numbers, &mut found.segments);
+        events.finish(connection, finishing, &mut self.found, self.context);
+    }
+
+    /// The live connections' events finished as if the connections (numbered, each with what
+    /// its packets are finished with) ended now, their state left as it is.
+    pub fn peek(&self, live: &[(u32, Finishing)]) -> Found {
+        let mut found = Found::default();
+        for (connection, finishing) in live {
+            if let Some(Some(events)) = self.live.get(*connection as usize) {
+                let copy: ConnectionEvents = (**events).clone();
+                copy.finish(*connection, finishing, &mut found, false);
+            }
         }
+        found
+    }
+
+    /// The event tables of the connections finished since they were last taken.
+    pub fn take_found(&mut self) -> Found {
+        std::mem::take(&mut self.found)
     }
 
     pub fn mark(&self) -> Mark {
@@ -168,16 +193,5 @@ impl Events {
     /// How many rows the event tables hold.
     pub fn rows(&self) -> usize {
         self.found.rows()
-    }
-
-    /// The event tables of the connections finished since the last batch (numbered `ids`,
-    /// sorted), as `into_python` gives them, the connections named by their positions in
-    /// `ids`; the tables are emptied.
-    pub fn take_batch<'py>(
-        &mut self,
-        py: pyo3::Python<'py>,
-        ids: &[u32],
-    ) -> pyo3::PyResult<EventTables<'py>> {
-        std::mem::take(&mut self.found).into_python(py, Some(ids))
     }
 }

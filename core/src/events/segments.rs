@@ -20,7 +20,7 @@ pub const NO_ROW: u32 = u32::MAX;
 pub const NOTHING_SENT: i64 = i64::MIN;
 
 /// One direction's running context.
-#[derive(Default)]
+#[derive(Clone, Default)]
 pub struct DirectionContext {
     latest_row: Option<usize>,
     last_new_data_row: Option<usize>,
@@ -40,6 +40,7 @@ pub struct DirectionContext {
 
 /// A segment in its context: packets named by their rows among the connection's packets
 /// (NO_ROW where none).
+#[derive(Clone)]
 pub struct SegmentRow {
     /// The highest end sent before, counted from the side's first packet (NOTHING_SENT:
     /// nothing sent before).
@@ -55,7 +56,7 @@ pub struct SegmentRow {
 }
 
 /// A connection's segments found so far.
-#[derive(Default)]
+#[derive(Clone, Default)]
 pub struct SegmentRows {
     pub rows: Vec<SegmentRow>,
 }

@@ -326,6 +326,20 @@ impl FlowTracker {
         std::mem::take(&mut self.records)
     }
 
+    /// Each live connection's row of the connection table and what its packets are finished
+    /// with, as if it ended now (its state left as it is).
+    pub fn peek(&self) -> Vec<(ConnectionRecord, Finishing)> {
+        self.live
+            .iter()
+            .enumerate()
+            .filter_map(|(id, state)| {
+                state
+                    .as_ref()
+                    .map(|state| ConnectionRecord::of(id as u32, state))
+            })
+            .collect()
+    }
+
     /// The capture's end: every live connection has ended.
     pub fn end_capture(&mut self) {
         for pair in self.pairs.values_mut() {

@@ -75,6 +75,7 @@ impl Finishing {
 }
 
 /// One packet as its connection's events read it.
+#[derive(Clone)]
 struct PacketRow {
     time_us: i64,
     seq_u: i64,
@@ -89,7 +90,7 @@ struct PacketRow {
 
 /// A connection's packets in the order they came: one vector of rows, so that each live
 /// connection grows one allocation.
-#[derive(Default)]
+#[derive(Clone, Default)]
 pub struct ConnectionPackets {
     rows: Vec<PacketRow>,
     /// Each packet's row in the run's packet table, where one is kept.
