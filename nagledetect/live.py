@@ -22,6 +22,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TextIO
 
+import numpy as np
+
 from nagledetect import _core
 from nagledetect.analysis import Analysis
 from nagledetect.detectors.kinds import NAGLE_FAMILY
@@ -31,6 +33,7 @@ from nagledetect.flows.tables import FlowTables
 from nagledetect.part_sizes import BYTES_PER_LIVE_PACKET, PARTS_MEMORY_BYTES
 from nagledetect.pipeline import connection_level
 from nagledetect.read.inputs import CaptureList
+from nagledetect.stored import RecordTable
 from nagledetect.table import Table
 
 DEFAULT_SNAPLEN = 262_144
@@ -41,6 +44,8 @@ VIEW_INTERVAL_S = 1.0
 ANALYSIS_SHARE_WAIT = 2.0
 """After an analysis that took T, the next starts no sooner than this many T later."""
 WORST_CONNECTIONS = 5
+DROPS_TEXT = ("the capture dropped packets while this connection was open: stalls may be "
+              "missing or misjudged")
 STOPPED_LOOKING_TEXT = ("the view stopped: the live connections hold more packets than half of "
                         "--memory; the report at the end covers every packet")
 NO_LIMIT_TEXT = ("needs --duration or --packets when not run on a terminal (nothing could "
@@ -383,7 +388,7 @@ def _last_stall_text(last_s: float | None) -> str:
 def add_capture_warnings(analysis: Analysis, captured: Captured) -> None:
     """Say in the report's accounting what libpcap warned of and how many packets it dropped,
     and on each finding whose connection was open while drops happened that its evidence may
-    be incomplete."""
+    be incomplete (on the findings of a large capture, read from disk, as they are read)."""
     kernel, interface = captured.counts["dropped"], captured.counts["interface_dropped"]
     warnings = analysis.capture.accounting.warnings
     warnings += captured.warnings
@@ -392,13 +397,27 @@ def add_capture_warnings(analysis: Analysis, captured: Captured) -> None:
     if interface:
         warnings.append(f"{interface:,} packets dropped by the interface during the capture")
     touched = _connections_open_during(analysis.capture.connections, captured.drops)
-    if not touched or not isinstance(analysis.findings, list):
+    if not touched:
         return
-    for finding in analysis.findings:
-        if finding.connection in touched:
-            finding.details.setdefault("warnings", []).append(
-                "the capture dropped packets while this connection was open: stalls may be "
-                "missing or misjudged")
+    note = DropNote(frozenset(touched))
+    if isinstance(analysis.findings, RecordTable):
+        analysis.findings.also_fix(note)
+    else:
+        note(np.arange(len(analysis.findings)), list(analysis.findings))
+
+
+@dataclass(frozen=True)
+class DropNote:
+    """Says on each finding of a connection open while packets were dropped that its evidence
+    may be incomplete (a class, so that findings read from disk can be mended as they are
+    read, and handed over)."""
+
+    touched: frozenset[int]
+
+    def __call__(self, positions: np.ndarray, findings: list[Finding]) -> None:
+        for finding in findings:
+            if finding.connection in self.touched:
+                finding.details.setdefault("warnings", []).append(DROPS_TEXT)
 
 
 def _connections_open_during(connections: object, drops: list[DropWindow]) -> set[int]:

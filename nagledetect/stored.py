@@ -238,6 +238,10 @@ class RecordTable(ChunkedSequence):
     def items(self, start: int, stop: int) -> list[Any]:
         return self._read(np.arange(start, stop))
 
+    def also_fix(self, fix: RecordFix) -> None:
+        """Mend each chunk read with `fix` as well, after the fix it has."""
+        self._fix = fix if self._fix is None else ChainedFix(self._fix, fix)
+
     def __reduce__(self) -> tuple:
         if self._spill.sent_by_reference:
             return by_reference(self)
@@ -256,6 +260,18 @@ class RecordTable(ChunkedSequence):
         if self._fix is not None:
             self._fix(positions, records)
         return records
+
+
+@dataclass(frozen=True)
+class ChainedFix:
+    """Two fixes, one after the other (a class, so that a table handed over pickles)."""
+
+    first: RecordFix
+    then: RecordFix
+
+    def __call__(self, positions: np.ndarray, records: list[Any]) -> None:
+        self.first(positions, records)
+        self.then(positions, records)
 
 
 @dataclass

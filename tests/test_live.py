@@ -42,6 +42,8 @@ from nagledetect.lab.runner import (
 )
 from nagledetect.lab.scenarios import SCENARIOS, Scenario
 from nagledetect.live import Captured, DropWindow, StallTally, add_capture_warnings, view_lines
+from nagledetect.stored import RecordTable
+from nagledetect.streamed import analyze_in_batches
 from tests.conftest import SAMPLE_TRACES, lab_available
 
 PROJECT = Path(__file__).resolve().parent.parent
@@ -250,6 +252,29 @@ def test_drops_are_said_in_the_accounting_and_on_the_findings_they_touch() -> No
     stall = next(f for f in analysis.findings if f.kind == NAGLE_DELACK_STALL)
     assert any("dropped packets while this connection was open" in warning
                for warning in stall.details["warnings"])
+
+
+def test_drops_are_said_on_the_findings_of_a_capture_read_from_disk(tmp_path: Path) -> None:
+    """A capture too large to analyse whole has its findings on disk, read as the report
+    needs them: those of a connection open during the drops say so as they are read. Three
+    copies of seed003's connection one after another (`make_large_capture.py`), analysed a
+    batch at a time; tshark gives the copies' tcp.streams 0, 1, 2 the spans 1795370344.707649
+    to 1795370346.736009, then the same 3 and 6 s later: a window at 1795370348.0 touches only
+    stream 1."""
+    copies = tmp_path / "three.pcap"
+    subprocess.run([sys.executable, str(PROJECT / "benchmarks" / "make_large_capture.py"),
+                    str(SAMPLE_TRACES / "seed003-nagle.pcap"), str(copies), "--packets", "700"],
+                   check=True, capture_output=True)
+    analysis = analyze_in_batches(str(copies), None, 16_000_000)
+    assert analysis is not None and isinstance(analysis.findings, RecordTable)
+    counts = {"packets": 738, "bytes": 0, "received": 743, "dropped": 5, "interface_dropped": 0}
+    add_capture_warnings(analysis, Captured(str(copies), "veth0", counts,
+                                            [DropWindow(1795370348.0, 1795370348.1, 5)]))
+    warned = {finding.connection for finding in analysis.findings
+              if any("dropped packets" in warning
+                     for warning in finding.details.get("warnings", []))}
+    assert warned == {1}
+    assert {finding.connection for finding in analysis.findings} == {0, 1, 2}
 
 
 @needs_lab
