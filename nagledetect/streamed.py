@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from nagledetect.collector import collector_paused
 from nagledetect.flows.compiled import CompiledBatches
+from nagledetect.memory import freed_memory_kept
 from nagledetect.part_sizes import (
     BYTES_PER_EVENT_ROW,
     BYTES_PER_LIVE_PACKET,
@@ -38,10 +39,11 @@ def analyze_in_batches(path: str, bpf_filter: str | None, memory_bytes: int,
                               max(1, memory_bytes // 2 // BYTES_PER_LIVE_PACKET), progress)
     buckets = max(1, capture_bytes // PART_BYTES // PARTS_PER_HOST_BUCKET)
     collected = CollectedParts(buckets, 1, Wanted(), spill or SpillFile())
-    for index, flows in enumerate(batches):
-        level = connection_level(flows, fingerprint=False, keep_packets=False,
-                                 keep_segments=False)
-        collected.add(index, result_of_level(level, buckets, Wanted()))
+    with freed_memory_kept():  # each batch reuses what the last one freed (`memory`)
+        for index, flows in enumerate(batches):
+            level = connection_level(flows, fingerprint=False, keep_packets=False,
+                                     keep_segments=False)
+            collected.add(index, result_of_level(level, buckets, Wanted()))
     if batches.over_budget:
         return None
     accounting = batches.accounting

@@ -277,7 +277,7 @@ impl ConnectionGaps {
 
     /// The D-SACK column of this connection's gaps: a gap ending in a retransmission gets
     /// the first D-SACK within its range after it, where there are at least as many such
-    /// D-SACKs as retransmissions of that range from it on (numbers from the finished table).
+    /// D-SACKs as retransmissions of that range from it on (numbers from the finished packets).
     fn note_dsacks(&mut self, flows: &Finished) {
         for gap in &mut self.rows {
             if i64::from(gap.after_kind) != RETRANSMISSION {
