@@ -15,9 +15,10 @@ PARTS_MEMORY_BYTES = PART_FILE_BYTES_IN_FLIGHT * WORK_PER_PART_FILE_BYTE
 """What the parts analysed at once may take by default (`--memory`): about 800 MB."""
 WHOLE_MEMORY_PER_CAPTURE_BYTE = 6
 """The whole analysis by the compiled core takes up to about this many bytes of memory a byte
-of capture: 3.8 measured on records of 88 bytes (seed003's, replicated), 2.4 on the mix of real
-traffic, 0.8 on one bulk connection; about 5 at the smallest records, 70 bytes, and more with
-the packet table that charts and `--tables` keep. A capture whose whole analysis fits in the
+of capture: 3.7 measured on records of 88 bytes (seed003's, replicated), 1.7 on the mix of real
+traffic, 0.8 on one bulk connection; more with the packet table that charts and `--tables`
+keep. Not a bound: connections of two packets each (a scan answered by RSTs, 70-byte records)
+take about 17, their state about 2 KB a connection. A capture whose whole analysis fits in the
 parts' memory is analysed whole: in one pass, it is faster than in parts and takes less memory
 than their workers do (docs/performance.md)."""
 BYTES_PER_EVENT_ROW = 1_000

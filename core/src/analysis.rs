@@ -14,7 +14,7 @@ use pyo3::types::PyDict;
 
 use crate::bpf::FilterError;
 use crate::decode;
-use crate::events::{EventTables, Events, Found};
+use crate::events::{EventTables, Events, EventsSnapshot, Found};
 use crate::flows::packets::Finishing;
 use crate::flows::tables::{ConnectionRecord, FlowTables, PacketRows};
 use crate::flows::{FlowTracker, Packet};
@@ -40,14 +40,21 @@ struct Stages {
 }
 
 impl Stages {
+    /// The rows of the connections finished and not yet taken: their event tables' and their
+    /// own (a batch of connections without events is cut by these).
+    fn finished_rows(&self) -> usize {
+        self.events.rows() + self.flows.finished_count()
+    }
+
     /// Finish the connections found ended: their rows of the connection table and their events.
     fn finish_ended(&mut self) {
         self.finish_ended_until(usize::MAX);
     }
 
-    /// As `finish_ended`, stopping once the event tables hold `rows` rows or more.
+    /// As `finish_ended`, stopping once the finished connections and their events hold `rows`
+    /// rows or more.
     fn finish_ended_until(&mut self, rows: usize) {
-        while self.events.rows() < rows
+        while self.finished_rows() < rows
             && let Some(connection) = self.flows.next_ended()
         {
             let finishing = self.flows.end_connection(connection);
@@ -133,9 +140,9 @@ impl Pass {
         }
     }
 
-    /// How many packets the live connections hold.
-    pub fn live_packets(&self) -> usize {
-        self.stages.events.live_packets()
+    /// What the live connections hold, counted in packets (`Events::live_load`).
+    pub fn live_load(&self) -> usize {
+        self.stages.events.live_load()
     }
 
     /// The capture has ended: every live connection ends and is finished.
@@ -152,16 +159,34 @@ impl Pass {
         }
     }
 
-    /// The live connections finished as if they ended now, their state left as it is.
-    pub fn peek(&self) -> ConnectionsBatch {
+    /// A copy of the live connections' state, to finish as if they ended now
+    /// (`LiveSnapshot::finish`) while the pass goes on.
+    pub fn snapshot(&self) -> LiveSnapshot {
         let live = self.stages.flows.peek();
         let finishing: Vec<(u32, Finishing)> = live
             .iter()
             .map(|(record, finishing)| (record.id, *finishing))
             .collect();
-        ConnectionsBatch {
-            found: self.stages.events.peek(&finishing),
+        LiveSnapshot {
+            events: self.stages.events.snapshot(&finishing),
             records: live.into_iter().map(|(record, _)| record).collect(),
+        }
+    }
+}
+
+/// Live connections copied (`Pass::snapshot`): their rows of the connection table as they
+/// stand, and their events.
+pub struct LiveSnapshot {
+    records: Vec<ConnectionRecord>,
+    events: EventsSnapshot,
+}
+
+impl LiveSnapshot {
+    /// The copied connections finished as if they ended now.
+    pub fn finish(self) -> ConnectionsBatch {
+        ConnectionsBatch {
+            records: self.records,
+            found: self.events.finish(),
         }
     }
 }
@@ -324,10 +349,11 @@ struct BatchPass {
 /// The capture at `path` read in one pass (with the BPF filter `bpf_filter` if one is
 /// given) and handed over a batch of finished connections at a time: each item is a dict as
 /// `flow_tables` gives with `packets=False` (no packet table), of the connections finished
-/// since the last (their events held once `batch_rows` rows or more), numbered 0 on in the
+/// since the last (once they and their events hold `batch_rows` rows or more), numbered 0 on in the
 /// order of their first packet, the events naming them so, the messages numbered within the
 /// batch. Memory follows the live connections and one batch; where the live connections come
-/// to hold more than `live_packets_limit` packets, the iteration ends early with `over_budget`
+/// to hold more than `live_packets_limit` packets (each connection counted as 10 packets too,
+/// `Events::live_load`), the iteration ends early with `over_budget`
 /// set (the batches given are then not the whole capture's). `capture` is the accounting
 /// (`read_capture`'s) once the iteration has ended; `packets_read` and `bytes_read` say how
 /// far the read has got. A file that is not a capture raises
@@ -408,7 +434,7 @@ impl FlowBatches {
         }
         self.packets_read = pass.pass.counts.packets_read;
         self.bytes_read = pass.stream.bytes_read();
-        if pass.pass.stages.events.live_packets() > limit {
+        if pass.pass.live_load() > limit {
             self.over_budget = true;
             *slot = None;
             return Ok(None);
@@ -441,8 +467,8 @@ impl BatchPass {
         loop {
             let stages = &mut self.pass.stages;
             stages.finish_ended_until(rows);
-            let events = &stages.events;
-            if events.rows() >= rows || events.live_packets() > live_limit || self.read_whole {
+            let full = stages.finished_rows() >= rows;
+            if full || stages.events.live_load() > live_limit || self.read_whole {
                 return Ok(());
             }
             let read = take_records(&mut self.stream, &mut self.pass, 0, RECORDS_PER_LOOK)?;

@@ -159,13 +159,13 @@ impl CaptureReader {
         Ok(())
     }
 
-    /// Hand up to `limit` records to `sink`, in file order; returns how many (0: the capture
-    /// has been read to its end, or to the damage that ended it).
     /// The capture's bytes consumed so far (decompressed).
     pub fn bytes_read(&self) -> u64 {
         self.source.position()
     }
 
+    /// Hand up to `limit` records to `sink`, in file order; returns how many (0: the capture
+    /// has been read to its end, or to the damage that ended it).
     pub fn read(&mut self, limit: usize, sink: &mut dyn FnMut(Record<'_>)) -> usize {
         let mut given = 0;
         while given < limit && !self.finished {

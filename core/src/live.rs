@@ -22,7 +22,7 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
-use crate::analysis::Pass;
+use crate::analysis::{LiveSnapshot, Pass};
 use crate::bpf::FilterError;
 use crate::reader::filter_error;
 
@@ -221,7 +221,7 @@ impl Session {
             return;
         };
         pass.take_record(record, 0, true);
-        if pass.live_packets() > self.live_packets_limit {
+        if pass.live_load() > self.live_packets_limit {
             self.pass = None;
         }
     }
@@ -595,13 +595,17 @@ impl LiveCapture {
     }
 
     /// The live connections as if they ended now (a dict as `finished` gives), their state
-    /// left as it is; None once the capture is closed, or without a pass.
+    /// left as it is; None once the capture is closed, or without a pass. The capture waits
+    /// only while the live connections are copied; they are finished after.
     fn peek<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyDict>>> {
         let batch = py.detach(|| {
-            let slot = self.session.lock().unwrap_or_else(|p| p.into_inner());
-            slot.as_ref()
-                .and_then(|session| session.pass.as_ref())
-                .map(Pass::peek)
+            let snapshot = {
+                let slot = self.session.lock().unwrap_or_else(|p| p.into_inner());
+                slot.as_ref()
+                    .and_then(|session| session.pass.as_ref())
+                    .map(Pass::snapshot)
+            };
+            snapshot.map(LiveSnapshot::finish)
         });
         batch.map(|batch| batch.into_python(py)).transpose()
     }

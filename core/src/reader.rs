@@ -30,12 +30,12 @@ pub struct Stream {
 }
 
 impl Stream {
-    /// Why the read ended early (complete once it has ended).
     /// The capture's bytes read so far (decompressed).
     pub fn bytes_read(&self) -> u64 {
         self.capture.bytes_read()
     }
 
+    /// Why the read ended early (complete once it has ended).
     pub fn warnings(&self) -> &[String] {
         self.capture.warnings()
     }

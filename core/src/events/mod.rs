@@ -19,6 +19,9 @@ use messages::{BURST_GAP_US, ConnectionMessages, IDLE_GAP_US};
 use segments::{DirectionContext, SegmentRows};
 pub use tables::{EventTables, Found, Mark};
 
+/// What a live connection's own state costs, counted in packets (`Events::live_load`).
+const CONNECTION_COST_PACKETS: usize = 10;
+
 /// One live connection's events so far.
 #[derive(Clone)]
 struct ConnectionEvents {
@@ -92,6 +95,20 @@ impl ConnectionEvents {
     }
 }
 
+/// Live connections' events copied (`Events::snapshot`).
+pub struct EventsSnapshot(Vec<(u32, Finishing, ConnectionEvents)>);
+
+impl EventsSnapshot {
+    /// The copied events finished as if their connections ended now.
+    pub fn finish(self) -> Found {
+        let mut found = Found::default();
+        for (connection, finishing, events) in self.0 {
+            events.finish(connection, &finishing, &mut found, false);
+        }
+        found
+    }
+}
+
 #[derive(Default)]
 pub struct Events {
     /// By connection number, its events while it is live (None once finished).
@@ -100,8 +117,9 @@ pub struct Events {
     /// Whether the run's packet table is kept: then the segments in context are made too,
     /// their packets named by its rows.
     context: bool,
-    /// The packets the live connections hold.
+    /// The packets the live connections hold, and how many they are.
     live_packets: usize,
+    live_connections: usize,
 }
 
 impl Events {
@@ -114,6 +132,9 @@ impl Events {
         let connection = packet.connection as usize;
         if connection >= self.live.len() {
             self.live.resize_with(connection + 1, || None);
+        }
+        if self.live[connection].is_none() {
+            self.live_connections += 1;
         }
         let events = self.live[connection].get_or_insert_with(Box::default);
         let row = events.packets.push(packet, self.context);
@@ -138,20 +159,22 @@ impl Events {
             return;
         };
         self.live_packets -= events.packets.len();
+        self.live_connections -= 1;
         events.finish(connection, finishing, &mut self.found, self.context);
     }
 
-    /// The live connections' events finished as if the connections (numbered, each with what
-    /// its packets are finished with) ended now, their state left as it is.
-    pub fn peek(&self, live: &[(u32, Finishing)]) -> Found {
-        let mut found = Found::default();
-        for (connection, finishing) in live {
-            if let Some(Some(events)) = self.live.get(*connection as usize) {
-                let copy: ConnectionEvents = (**events).clone();
-                copy.finish(*connection, finishing, &mut found, false);
-            }
-        }
-        found
+    /// A copy of the live connections' events (numbered, each with what its packets are
+    /// finished with), to finish as if the connections ended now (`EventsSnapshot::finish`)
+    /// while the pass goes on.
+    pub fn snapshot(&self, live: &[(u32, Finishing)]) -> EventsSnapshot {
+        EventsSnapshot(
+            live.iter()
+                .filter_map(|(connection, finishing)| {
+                    let events = self.live.get(*connection as usize)?.as_ref()?;
+                    Some((*connection, *finishing, (**events).clone()))
+                })
+                .collect(),
+        )
     }
 
     /// The event tables of the connections finished since they were last taken.
@@ -185,9 +208,11 @@ impl Events {
         self.found.into_python(py, None)
     }
 
-    /// How many packets the live connections hold.
-    pub fn live_packets(&self) -> usize {
-        self.live_packets
+    /// What the live connections hold, counted in packets: each packet, and each connection
+    /// as `CONNECTION_COST_PACKETS` (its state takes about 2 KB whatever its packets, as much
+    /// as 10 packets' share of rows, segments and gaps).
+    pub fn live_load(&self) -> usize {
+        self.live_packets + self.live_connections * CONNECTION_COST_PACKETS
     }
 
     /// How many rows the event tables hold.

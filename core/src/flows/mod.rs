@@ -97,8 +97,10 @@ pub struct FlowTracker {
     pub ended_silent: u64,
     /// By connection number, its state while it is live (None once it has ended).
     live: Vec<Option<Box<Connection>>>,
-    /// Connections whose end was found and which are not yet finished.
+    /// Connections whose end was found and which are not yet finished, and whether they are
+    /// in descending order (the next to finish last).
     ended: Vec<u32>,
+    ended_in_order: bool,
     next_sweep_us: i64,
     next_sweep_packet: u64,
     /// The 4-tuples that had a live connection at the last look, and those given one since.
@@ -121,6 +123,7 @@ impl Default for FlowTracker {
             ended_silent: 0,
             live: Vec::new(),
             ended: Vec::new(),
+            ended_in_order: true,
             next_sweep_us: i64::MIN,
             next_sweep_packet: 0,
             live_pairs: Vec::new(),
@@ -182,10 +185,12 @@ impl FlowTracker {
             live,
             live_pairs,
             ended,
+            ended_in_order,
             packets,
             keep_packets,
             ..
         } = self;
+        let before = ended.len();
         let pair = lifetime_of(
             pairs,
             streams,
@@ -194,6 +199,9 @@ impl FlowTracker {
             packet.time_us,
             ended,
         );
+        if ended.len() != before {
+            *ended_in_order = false;
+        }
         pair.last_packet = *tcp_packets;
         if !packet.accepted {
             return None;
@@ -255,6 +263,7 @@ impl FlowTracker {
             pairs,
             live_pairs,
             ended,
+            ended_in_order,
             ended_silent,
             tcp_packets,
             ..
@@ -277,18 +286,24 @@ impl FlowTracker {
                 pair.connection = None;
                 ended.push(connection);
                 *ended_silent += 1;
+                *ended_in_order = false;
             }
             !silent
         });
+        // A 4-tuple whose connection a SYN replaced is listed again: once is enough.
+        live_pairs.sort_unstable();
+        live_pairs.dedup();
         self.next_sweep_us = now_us.saturating_add(SWEEP_INTERVAL_US);
         self.next_sweep_packet = self.tcp_packets + self.live_pairs.len() as u64;
     }
 
     /// The next connection found ended, to finish (`end_connection`): the lowest numbered
     /// first, so that the tables, kept in connection order, are mostly made in that order.
+    /// The connections found ended since the last call are put in order once.
     pub fn next_ended(&mut self) -> Option<u32> {
-        if self.ended.len() > 1 && !self.ended.is_sorted_by(|a, b| a >= b) {
+        if !self.ended_in_order {
             self.ended.sort_unstable_by(|a, b| b.cmp(a));
+            self.ended_in_order = true;
         }
         self.ended.pop()
     }
@@ -345,6 +360,7 @@ impl FlowTracker {
         for pair in self.pairs.values_mut() {
             if let Some(connection) = pair.connection.take() {
                 self.ended.push(connection);
+                self.ended_in_order = false;
             }
         }
     }
@@ -354,6 +370,7 @@ impl FlowTracker {
     pub fn next_capture(&mut self) {
         self.pairs.clear();
         self.ended.clear();
+        self.ended_in_order = true;
         self.streams = 0;
         self.tcp_packets = 0;
         self.ended_silent = 0;
