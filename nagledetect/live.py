@@ -46,6 +46,10 @@ ANALYSIS_SHARE_WAIT = 2.0
 WORST_CONNECTIONS = 5
 DROPS_TEXT = ("the capture dropped packets while this connection was open: stalls may be "
               "missing or misjudged")
+PEEKED_LIVE_LOAD = 1_000_000
+"""The view looks at the live connections as if they ended now only while they hold no more
+packets than this (each connection counted as 10 too): a look copies and finishes them all,
+about 0.1 s a million packets, while the capture competes for the same cores."""
 STOPPED_LOOKING_TEXT = ("the view stopped: the live connections hold more packets than half of "
                         "--memory; the report at the end covers every packet")
 NO_LIMIT_TEXT = ("needs --duration or --packets when not run on a terminal (nothing could "
@@ -269,7 +273,8 @@ class LiveView:
             if finished is not None:
                 self.finished.add(flow_tables_of(finished, filtered=False))
             shown = self.finished.copy()
-            live = self.capture.peek()
+            load = self.capture.live_load
+            live = self.capture.peek() if load <= PEEKED_LIVE_LOAD else None
             if live is not None:
                 shown.add(flow_tables_of(live, filtered=False))
         except Exception as error:  # noqa: BLE001 - the view must never stop the capture
@@ -277,6 +282,9 @@ class LiveView:
                           "the capture goes on"]
         else:
             self.found = shown.lines()
+            if load > PEEKED_LIVE_LOAD:
+                self.found[0] += (f" (finished connections only: the live ones hold {load:,} "
+                                  "packets, too many to look at each time)")
         return time.monotonic() - started_s
 
     def _draw(self, header: str, found: list[str]) -> None:

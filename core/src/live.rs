@@ -610,6 +610,16 @@ impl LiveCapture {
         batch.map(|batch| batch.into_python(py)).transpose()
     }
 
+    /// What the pass's live connections hold, counted in packets (each connection as 10
+    /// too); 0 without a pass.
+    #[getter]
+    fn live_load(&self) -> usize {
+        let slot = self.session.lock().unwrap_or_else(|p| p.into_inner());
+        slot.as_ref()
+            .and_then(|session| session.pass.as_ref())
+            .map_or(0, Pass::live_load)
+    }
+
     /// Whether the packets go through the pass: asked for, and its live connections have
     /// never held more than the limit.
     #[getter]
