@@ -351,6 +351,30 @@ def _answering_server(listener: socket.socket, exchanges: int) -> None:
             connection.sendall(b"a" * 10)
 
 
+@contextmanager
+def _capturing_exchanges(written: Path, live_packets: int) -> Iterator[_core.LiveCapture]:
+    """A capture on lo into `written`, its pass allowed `live_packets`, of 8 header-body
+    exchanges and their last ACKs; closed after the block."""
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        port = listener.getsockname()[1]
+        capture = _core.LiveCapture("lo", 262_144, f"tcp port {port}", str(written),
+                                    live_packets)
+        assert capture.looking
+        server = threading.Thread(target=_answering_server, args=(listener, 8))
+        client = threading.Thread(target=_header_body_exchanges, args=(port, 8))
+        server.start()
+        client.start()
+        while client.is_alive():
+            capture.capture(100)
+        client.join()
+        server.join()
+        capture.capture(300)
+        try:
+            yield capture
+        finally:
+            capture.close()
+
+
 @needs_root
 def test_the_pass_over_packets_as_captured_gives_the_files_analysis(tmp_path: Path) -> None:
     """Each packet goes through the core's pass as it is captured; the view looks at the live
@@ -361,22 +385,10 @@ def test_the_pass_over_packets_as_captured_gives_the_files_analysis(tmp_path: Pa
     in frame 12); the report said 7 stalls. The view's lines from the look equal those of the
     written file's analysis, and no connection has ended yet (it is closed but has not been
     silent for 2 minutes)."""
-    with socket.create_server(("127.0.0.1", 0)) as listener:
-        port = listener.getsockname()[1]
-        written = tmp_path / "lo.pcap"
-        capture = _core.LiveCapture("lo", 262_144, f"tcp port {port}", str(written), 1_000_000)
-        server = threading.Thread(target=_answering_server, args=(listener, 8))
-        client = threading.Thread(target=_header_body_exchanges, args=(port, 8))
-        server.start()
-        client.start()
-        while client.is_alive():
-            capture.capture(100)
-        client.join()
-        server.join()
-        capture.capture(300)
+    written = tmp_path / "lo.pcap"
+    with _capturing_exchanges(written, 1_000_000) as capture:
         looked = capture.peek()
         assert capture.finished() is None
-        capture.close()
     tally = StallTally()
     tally.add(flow_tables_of(looked, filtered=False))
     expected = view_lines(analyze_capture(str(written), charts=False))
@@ -388,22 +400,10 @@ def test_the_pass_over_packets_as_captured_gives_the_files_analysis(tmp_path: Pa
 def test_the_pass_stops_when_its_live_connections_outgrow_the_limit(tmp_path: Path) -> None:
     """The same exchanges, the pass allowed 10 live packets: it stops at the eleventh, and the
     view has nothing more to look at; the file is written whole all the same."""
-    with socket.create_server(("127.0.0.1", 0)) as listener:
-        port = listener.getsockname()[1]
-        written = tmp_path / "lo.pcap"
-        capture = _core.LiveCapture("lo", 262_144, f"tcp port {port}", str(written), 10)
-        assert capture.looking
-        server = threading.Thread(target=_answering_server, args=(listener, 8))
-        client = threading.Thread(target=_header_body_exchanges, args=(port, 8))
-        server.start()
-        client.start()
-        while client.is_alive():
-            capture.capture(100)
-        client.join()
-        server.join()
-        counts = capture.capture(300)
+    written = tmp_path / "lo.pcap"
+    with _capturing_exchanges(written, 10) as capture:
+        counts = capture.counts()
         assert not capture.looking
         assert capture.peek() is None and capture.finished() is None
-        capture.close()
     read = analyze_capture(str(written), charts=False).capture.accounting
     assert read.packets_read == counts["packets"] > 10
