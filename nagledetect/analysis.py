@@ -72,7 +72,7 @@ def analyze_capture(path: str, bpf_filter: str | None = None,
         from nagledetect.streamed import analyze_in_batches
 
         analysis = analyze_in_batches(path, bpf_filter, parts_memory_bytes, progress, stages,
-                                      spill, size)
+                                      spill, size, workers)
         if analysis is not None:
             return analysis
     from nagledetect.parts import analyze_in_parts

@@ -28,17 +28,17 @@ from nagledetect.stored import SpillFile
 def analyze_in_batches(path: str, bpf_filter: str | None, memory_bytes: int,
                        progress: ProgressCallback | None = None,
                        stages: StageCallback | None = None,
-                       spill: SpillFile | None = None, capture_bytes: int = 0
-                       ) -> Analysis | None:
+                       spill: SpillFile | None = None, capture_bytes: int = 0,
+                       workers: int = 1) -> Analysis | None:
     """The analysis of the capture at `path`, a batch of finished connections at a time, the
     live connections and each batch's events taking about half of `memory_bytes` each
     (`--memory`); None where the live connections need more. `capture_bytes`, its size, sets
-    how many host buckets the host step takes. Findings and samples go to `spill` (by default
-    a new unnamed file)."""
+    how many host buckets the host step takes, `workers` how many forked processes take them.
+    Findings and samples go to `spill` (by default a new unnamed file)."""
     batches = CompiledBatches(path, bpf_filter, max(1, memory_bytes // 2 // BYTES_PER_EVENT_ROW),
                               max(1, memory_bytes // 2 // BYTES_PER_LIVE_PACKET), progress)
     buckets = max(1, capture_bytes // PART_BYTES // PARTS_PER_HOST_BUCKET)
-    collected = CollectedParts(buckets, 1, Wanted(), spill or SpillFile())
+    collected = CollectedParts(buckets, workers, Wanted(), spill or SpillFile())
     with freed_memory_kept():  # each batch reuses what the last one freed (`memory`)
         for index, flows in enumerate(batches):
             level = connection_level(flows, fingerprint=False, keep_packets=False,
