@@ -609,23 +609,24 @@ class _HostStep:
         """Every bucket, in `workers` forked processes when there are several (results taken in
         bucket order, so the outcome does not depend on them)."""
         columns = HostColumns(self._collected.spill)
-        addresses: list[str] = []
-        timers: list[float | None] = []
-        samples: list[int] = []
+        addresses: list[np.ndarray] = [np.zeros(0, dtype=object)]
+        timers: list[np.ndarray] = [np.zeros(0)]
+        samples: list[np.ndarray] = [np.zeros(0, dtype=np.int64)]
         buckets = self._collected.buckets
         for done, found in enumerate(_forked_map(self.bucket_hosts, range(buckets), workers),
                                      start=1):
             stages(HOST_STAGE, done, buckets)
-            addresses += found.rows.columns["address"]
-            timers += found.timers_ms
-            samples += found.rows.columns["delack_samples"]
+            addresses.append(np.array(found.rows.columns["address"], dtype=object))
+            timers.append(np.array([np.nan if t is None else t for t in found.timers_ms],
+                                   dtype=np.float64))
+            samples.append(np.array(found.rows.columns["delack_samples"], dtype=np.int64))
             self.phase_findings += found.phase_findings
             columns.add(found.rows)
-        by_address = np.array(addresses, dtype=object)
+        by_address = np.concatenate(addresses)
         order = name_order(by_address)
-        timer_ms = np.array([np.nan if t is None else t for t in timers], dtype=np.float64)
-        return columns.by_address(), _HostTimers(by_address[order], timer_ms[order],
-                                                 np.array(samples, dtype=np.int64)[order])
+        return columns.by_address(), _HostTimers(by_address[order],
+                                                 np.concatenate(timers)[order],
+                                                 np.concatenate(samples)[order])
 
     def with_samples(self, profiles: list[HostProfile]) -> list[HostProfile]:
         """Stored profiles with their per-sample arrays, fingerprinted again from their own

@@ -351,18 +351,19 @@ class StoredFindings(RecordTable):
 
 
 class HostColumns:
-    """Host profiles gathered as columns (a million profiles pickled one by one would cost
-    seconds); each phase-lock test, a dict, is pickled into the spill file."""
+    """Host profiles gathered as columns, a numpy array per column and bucket (a million
+    profiles pickled one by one would cost seconds, and held as Python values take hundreds of
+    MB); each phase-lock test, a dict, is pickled into the spill file."""
 
     def __init__(self, spill: SpillFile) -> None:
         self._spill = spill
-        self._columns: dict[str, list[Any]] = {name: [] for name in _HOST_COLUMNS}
+        self._columns: dict[str, list[np.ndarray]] = {name: [] for name in _HOST_COLUMNS}
         self._lock_offsets: list[np.ndarray] = []
         self._lock_lengths: list[np.ndarray] = []
 
     def add(self, rows: HostRows) -> None:
         for name in _HOST_COLUMNS:
-            self._columns[name] += rows.columns[name]
+            self._columns[name].append(_host_column(name, rows.columns[name]))
         offsets = self._spill.append_each(rows.lock_records)
         lock_offsets = np.full(len(rows.has_lock), -1, dtype=np.int64)
         lock_lengths = np.zeros(len(rows.has_lock), dtype=np.int64)
@@ -372,16 +373,25 @@ class HostColumns:
 
     def by_address(self) -> StoredHosts:
         """The profiles, in address order."""
-        address = np.array(self._columns["address"], dtype=object)
+        column = {name: _joined(pieces, _host_column(name, []).dtype)
+                  for name, pieces in self._columns.items()}
+        address = column["address"]
         order = name_order(address)
-        numbers = {name: _as_float(self._columns[name])[order]
-                   for name in ("delack_timer_ms", "delack_spread_ms")}
         return StoredHosts(
-            self._spill, address[order], numbers["delack_timer_ms"],
-            numbers["delack_spread_ms"],
-            np.array(self._columns["delack_samples"], dtype=np.int64)[order],
-            np.array(self._columns["stack_family"], dtype=object)[order],
+            self._spill, address[order], column["delack_timer_ms"][order],
+            column["delack_spread_ms"][order], column["delack_samples"][order],
+            column["stack_family"][order],
             _joined(self._lock_offsets)[order], _joined(self._lock_lengths)[order])
+
+
+def _host_column(name: str, values: list[Any]) -> np.ndarray:
+    """A column of host values as an array: the timers as floats (NaN: none), the sample
+    counts as integers, the rest as objects."""
+    if name in ("delack_timer_ms", "delack_spread_ms"):
+        return _as_float(values)
+    if name == "delack_samples":
+        return np.array(values, dtype=np.int64)
+    return np.array(values, dtype=object)
 
 
 _HOST_COLUMNS = tuple(field.name for field in dataclasses.fields(HostValues)
@@ -412,8 +422,8 @@ def _as_float(values: list[float | None]) -> np.ndarray:
     return np.array([np.nan if value is None else value for value in values], dtype=np.float64)
 
 
-def _joined(pieces: list[np.ndarray]) -> np.ndarray:
-    return np.concatenate(pieces) if pieces else np.zeros(0, dtype=np.int64)
+def _joined(pieces: list[np.ndarray], dtype: np.dtype | type = np.int64) -> np.ndarray:
+    return np.concatenate(pieces) if pieces else np.zeros(0, dtype=dtype)
 
 
 def host_values(hosts: Sequence[HostProfile] | StoredHosts, start: int, stop: int
