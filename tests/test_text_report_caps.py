@@ -15,7 +15,7 @@ import sys
 
 from nagledetect.analysis import analyze_capture
 from nagledetect.detectors import kinds
-from nagledetect.report.document import build_document
+from nagledetect.report.document import build_document, stall_summary
 from nagledetect.report.text import CONNECTIONS_SHOWN, FINDINGS_SHOWN, diagnosis
 from tests.conftest import SAMPLE_TRACES, corpus_file
 
@@ -171,8 +171,12 @@ def test_the_findings_shown_are_the_documents_entries_at_their_ranks() -> None:
     assert [rank for rank, _ in picked.shown] == list(range(1, 11))
     family = [finding for finding in every if kinds.is_nagle_family(finding["kind"])]
     assert every[:len(family)] == family
-    assert picked.stalls == [{key: value for key, value in finding.items() if key != "events"}
-                             for finding in family]
+    # Kept for every Nagle-family finding, each is cut to what the headline and the
+    # connection tables read.
+    assert picked.stalls == [stall_summary(finding) for finding in family]
+    assert [(stall["sender"], stall["count"], stall["time_lost_s"]) for stall in picked.stalls] \
+        == [(finding["sender"], finding["count"], finding["time_lost_s"]) for finding in family]
+    assert "display_filter" not in picked.stalls[0] and "confidence" not in picked.stalls[0]
     assert {finding["capture"] for finding in family} == {0, 1}
     for line in picked.folded:
         folded = [every[rank - 1] for rank in line.ranks]

@@ -404,14 +404,14 @@ class FindingEntries(ChunkedSequence):
         return self._captures.tolist()
 
     def nagle_family(self) -> list[dict[str, Any]]:
-        """The Nagle family's findings, in document order, without their evidence rows: read
-        once (a chunk at a time) for the headline, and kept for the reports' connection
-        tables; the rows of a connection with millions of stalls are not kept."""
+        """The Nagle family's findings, in document order, each cut to what the headline and
+        the reports' connection tables read (`stall_summary`): read once (a chunk at a time)
+        and kept."""
         if self._nagle_family is None:
             wanted = [position for position, kind in enumerate(self.kinds())
                       if kinds.is_nagle_family(kind)]
             self._nagle_family = [
-                {key: value for key, value in entry.items() if key != "events"}
+                stall_summary(entry)
                 for start in range(0, len(wanted), RECORDS_PER_CHUNK)
                 for entry in self.take(wanted[start:start + RECORDS_PER_CHUNK])]
         return self._nagle_family
@@ -449,6 +449,23 @@ class FindingEntries(ChunkedSequence):
                 made[slot] = _finding_entry(finding, index,
                                             self._ids.shown(index, finding.connection))
         return [made[slot] for slot in range(len(positions))]
+
+
+STALL_SUMMARY_KEYS = ("kind", "subkind", "capture", "connection", "sender", "receiver", "count",
+                      "time_lost_s", "advice")
+"""What the headline and the reports' connection tables read of a Nagle-family finding."""
+
+
+def stall_summary(entry: dict[str, Any]) -> dict[str, Any]:
+    """A Nagle-family finding's entry cut to what the headline and the connection tables read
+    (`STALL_SUMMARY_KEYS`, and whether its time lost is an upper bound): kept for every such
+    finding, a whole entry (its display filter, confidence, details) would take gigabytes on
+    a capture of a million stalled connections."""
+    summary = {key: entry[key] for key in STALL_SUMMARY_KEYS if key in entry}
+    bound = entry.get("details", {}).get("time_lost_upper_bound")
+    if bound is not None:
+        summary["details"] = {"time_lost_upper_bound": bound}
+    return summary
 
 
 DIAGNOSIS_GROUPS = {
