@@ -1,13 +1,14 @@
 """From a capture to findings: the one place that chooses how a capture is analysed.
 
 A capture whose whole analysis fits in the memory given is read whole by the compiled core and
-every step of `pipeline` runs on it. A larger one is analysed in parts that each hold whole
-connections (see `parts`); the result equals a whole run, except that the segment and sample
-tables are not kept, and the packet and message tables only on disk when they are wanted
-(`part_tables`). Small captures of a run over many are analysed together in groups
-(`capture_groups`, see `batch`). Results that travel between processes carry what the
-reporters read (`for_another_process`), and a run over many captures keeps each one's
-findings on disk (`kept_on_disk`).
+every step of `pipeline` runs on it. A larger one is read in one pass a batch of finished
+connections at a time (`streamed`), or, where charts or tables are wanted or its live
+connections would not fit, analysed in parts that each hold whole connections (`parts`); the
+result equals a whole run, except that the segment and sample tables are not kept, and the
+packet and message tables only on disk when they are wanted (`part_tables`). Small captures
+of a run over many are analysed together in groups (`capture_groups`, see `batch`). Results
+that travel between processes carry what the reporters read (`for_another_process`), and a
+run over many captures keeps each one's findings on disk (`kept_on_disk`).
 """
 
 from __future__ import annotations

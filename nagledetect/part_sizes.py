@@ -35,3 +35,7 @@ MAX_PARTS = 400
 """Two open files per part: stay well inside the usual limit of 1,024 (parts grow instead)."""
 StageCallback = Callable[[str, int, int], None]
 """Told how a stage after the read gets on: its name, the units done, the units in all."""
+
+
+def no_stages(name: str, done: int, total: int) -> None:
+    """Where nobody is told how the stages get on."""

@@ -57,6 +57,7 @@ from nagledetect.part_sizes import (
     PARTS_MEMORY_BYTES,
     WORK_PER_PART_FILE_BYTE,
     StageCallback,
+    no_stages,
 )
 from nagledetect.part_tables import PartTables, SpilledTables, WrittenChunks
 from nagledetect.pipeline import (
@@ -163,7 +164,7 @@ def analyze_in_parts(path: str, bpf_filter: str | None, progress: ProgressCallba
     findings, keeping what else is `wanted` (the tables spilled, see `part_tables`). `progress`
     hears how the read gets on, `stages` how the parts and the host step do. Findings, samples
     and tables go to `spill` (by default a new unnamed file)."""
-    stages = stages or _no_stages
+    stages = stages or no_stages
     accounting, batches = decoded_batches(path, bpf_filter, progress)
     partitioned = PartitionedPackets(parts)
     collected = CollectedParts(max(1, parts * max(1, workers) // PARTS_PER_HOST_BUCKET), workers,
@@ -194,10 +195,6 @@ def analyze_in_parts(path: str, bpf_filter: str | None, progress: ProgressCallba
         return without_tcp(path, accounting, wanted.charts)
     with collector_paused():
         return collected.analysis(path, accounting, stages)
-
-
-def _no_stages(name: str, done: int, total: int) -> None:
-    """Where nobody is told how the stages get on."""
 
 
 def _parts_in_parallel(files: list[tuple[str, str, np.dtype]], buckets: int, workers: int,

@@ -357,7 +357,8 @@ class HostColumns:
 
     def __init__(self, spill: SpillFile) -> None:
         self._spill = spill
-        self._columns: dict[str, list[np.ndarray]] = {name: [] for name in _HOST_COLUMNS}
+        self._columns: dict[str, list[np.ndarray]] = {name: [_host_column(name, [])]
+                                                      for name in _HOST_COLUMNS}
         self._lock_offsets: list[np.ndarray] = []
         self._lock_lengths: list[np.ndarray] = []
 
@@ -373,8 +374,7 @@ class HostColumns:
 
     def by_address(self) -> StoredHosts:
         """The profiles, in address order."""
-        column = {name: _joined(pieces, _host_column(name, []).dtype)
-                  for name, pieces in self._columns.items()}
+        column = {name: np.concatenate(pieces) for name, pieces in self._columns.items()}
         address = column["address"]
         order = name_order(address)
         return StoredHosts(
@@ -422,8 +422,8 @@ def _as_float(values: list[float | None]) -> np.ndarray:
     return np.array([np.nan if value is None else value for value in values], dtype=np.float64)
 
 
-def _joined(pieces: list[np.ndarray], dtype: np.dtype | type = np.int64) -> np.ndarray:
-    return np.concatenate(pieces) if pieces else np.zeros(0, dtype=dtype)
+def _joined(pieces: list[np.ndarray]) -> np.ndarray:
+    return np.concatenate(pieces) if pieces else np.zeros(0, dtype=np.int64)
 
 
 def host_values(hosts: Sequence[HostProfile] | StoredHosts, start: int, stop: int

@@ -18,6 +18,7 @@ from nagledetect.part_sizes import (
     BYTES_PER_LIVE_PACKET,
     PART_BYTES,
     StageCallback,
+    no_stages,
 )
 from nagledetect.parts import PARTS_PER_HOST_BUCKET, CollectedParts, result_of_level
 from nagledetect.pipeline import Analysis, Wanted, connection_level, without_tcp
@@ -50,8 +51,4 @@ def analyze_in_batches(path: str, bpf_filter: str | None, memory_bytes: int,
     if not collected.connections:
         return without_tcp(path, accounting)
     with collector_paused():
-        return collected.analysis(path, accounting, stages or _no_stages)
-
-
-def _no_stages(name: str, done: int, total: int) -> None:
-    """Where nobody is told how the stages get on."""
+        return collected.analysis(path, accounting, stages or no_stages)

@@ -54,7 +54,9 @@ impl Stages {
     /// As `finish_ended`, stopping once the finished connections and their events hold `rows`
     /// rows or more.
     fn finish_ended_until(&mut self, rows: usize) {
-        while self.finished_rows() < rows
+        // Checked first, as cheaply as can be: most packets end no connection.
+        while self.flows.has_ended()
+            && self.finished_rows() < rows
             && let Some(connection) = self.flows.next_ended()
         {
             let finishing = self.flows.end_connection(connection);

@@ -32,43 +32,31 @@ pub struct ConnectionMessages {
     messages: Vec<Message>,
 }
 
-/// What both tables read of a message: its sizes and the MSS.
-struct Sizes {
-    direction: u8,
-    bytes: i64,
-    packets: i64,
-    mss: i64,
-    median_payload_bytes: f64,
-    segments_needed: i64,
-}
-
-impl Sizes {
-    fn push(&self, connection: u32, table: &mut MessageSizes) {
-        table.connection.push(connection as i32);
-        table.direction.push(self.direction);
-        table.bytes.push(self.bytes);
-        table.packets.push(self.packets);
-        table.mss.push(self.mss);
-        table.median_payload_bytes.push(self.median_payload_bytes);
-        table.segments_needed.push(self.segments_needed);
-    }
-
-    fn of(message: &Message, rows: &[usize], flows: &Finished) -> Sizes {
-        let mut payloads: Vec<i64> = rows.iter().map(|row| flows.payload_bytes(*row)).collect();
-        let bytes: i64 = payloads.iter().sum();
-        payloads.sort_unstable();
-        let lower = payloads[(payloads.len() - 1) / 2];
-        let upper = payloads[payloads.len() / 2];
-        let mss = flows.effective_mss();
-        Sizes {
-            direction: flows.direction(message.sender),
-            bytes,
-            packets: payloads.len() as i64,
-            mss,
-            median_payload_bytes: (lower as f64 + upper as f64) / 2.0,
-            segments_needed: (bytes + mss.max(1) - 1) / mss.max(1),
-        }
-    }
+/// A message's row of `table`: its direction, its sizes and the MSS; its bytes and the
+/// segments they need, which the message table reads again.
+fn push_sizes(
+    table: &mut MessageSizes,
+    connection: u32,
+    (message, rows): (&Message, &[usize]),
+    flows: &Finished,
+) -> (i64, i64) {
+    let mut payloads: Vec<i64> = rows.iter().map(|row| flows.payload_bytes(*row)).collect();
+    let bytes: i64 = payloads.iter().sum();
+    payloads.sort_unstable();
+    let lower = payloads[(payloads.len() - 1) / 2];
+    let upper = payloads[payloads.len() / 2];
+    let mss = flows.effective_mss();
+    table.connection.push(connection as i32);
+    table.direction.push(flows.direction(message.sender));
+    table.bytes.push(bytes);
+    table.packets.push(payloads.len() as i64);
+    table.mss.push(mss);
+    table
+        .median_payload_bytes
+        .push((lower as f64 + upper as f64) / 2.0);
+    let needed = (bytes + mss.max(1) - 1) / mss.max(1);
+    table.segments_needed.push(needed);
+    (bytes, needed)
 }
 
 impl ConnectionMessages {
@@ -138,8 +126,7 @@ impl ConnectionMessages {
         (sizes, details): (&mut MessageSizes, &mut MessageDetails),
     ) {
         for (number, (message, rows)) in self.with_rows(rows).enumerate() {
-            let of = Sizes::of(message, rows, flows);
-            of.push(connection, sizes);
+            let (bytes, needed) = push_sizes(sizes, connection, (message, rows), flows);
             let (first, last) = (rows[0], rows[rows.len() - 1]);
             details.message.push(number as i64);
             details.first_frame.push(i64::from(flows.frame(first)));
@@ -151,10 +138,9 @@ impl ConnectionMessages {
                     .map(|row| i64::from(flows.wire_segments(*row)))
                     .sum(),
             );
-            details
-                .last_segment_full
-                .push(of.bytes % of.mss.max(1) == 0);
-            details.odd_segments.push(of.segments_needed % 2 == 1);
+            let mss = flows.effective_mss().max(1);
+            details.last_segment_full.push(bytes % mss == 0);
+            details.odd_segments.push(needed % 2 == 1);
         }
     }
 
@@ -166,8 +152,8 @@ impl ConnectionMessages {
         flows: &Finished,
         sizes: &mut MessageSizes,
     ) {
-        for (message, rows) in self.with_rows(rows) {
-            Sizes::of(message, rows, flows).push(connection, sizes);
+        for message in self.with_rows(rows) {
+            push_sizes(sizes, connection, message, flows);
         }
     }
 }
