@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from nagledetect.flows.compiled import compiled_flows
 from nagledetect.flows.tables import FoundEvents
-from nagledetect.read.capture import Accounting, ProgressCallback
+from nagledetect.read.accounting import Accounting, ProgressCallback
 from nagledetect.read.compressed import capture_bytes
 from nagledetect.sent_tables import TableRows, sent_fields
 from nagledetect.table import Table

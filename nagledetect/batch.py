@@ -44,7 +44,7 @@ from nagledetect.pipeline import (
     shared_empty_tables,
     without_tcp,
 )
-from nagledetect.read.capture import Accounting
+from nagledetect.read.accounting import Accounting
 from nagledetect.sent_tables import Rows, TableRows, rows_table
 from nagledetect.stored import without_samples
 from nagledetect.table import Table
@@ -183,14 +183,18 @@ class _Cut:
 
 
 def _given_back(finding: Finding, first: int, frame_offset: int) -> Finding:
-    """A finding with its capture's connection id and frame numbers."""
+    """The finding, made for this batch alone, given its capture's connection id and frame
+    numbers (0 stays 0: no such packet). Its events are copied first: a detector's findings
+    share one block of rows."""
+    finding.connection -= first
     rows = finding.events.rows
-    if len(rows):
+    if len(rows) and frame_offset:
         rows = rows.copy()
         for name in EVENT_FRAMES:
-            rows[name] = np.where(rows[name] > 0, rows[name] - frame_offset, rows[name])
-    return dataclasses.replace(finding, connection=finding.connection - first,
-                               events=StallEvents(rows) if len(rows) else finding.events)
+            frames = rows[name]
+            np.subtract(frames, frame_offset, out=frames, where=frames > 0)
+        finding.events = StallEvents(rows)
+    return finding
 
 
 def _fingerprints_by_capture(samples: list[Rows], captures: int) -> list[HostFingerprints]:

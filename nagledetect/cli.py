@@ -30,6 +30,7 @@ import click
 from nagledetect import __version__
 from nagledetect.analysis import (
     Analysis,
+    RunKeeping,
     Wanted,
     analyze_capture,
     analyze_together,
@@ -37,7 +38,6 @@ from nagledetect.analysis import (
     capture_sizes,
     for_another_process,
     handed_over,
-    kept_on_disk,
     spills_read_by,
 )
 from nagledetect.detectors.kinds import ALL_KINDS
@@ -689,7 +689,7 @@ def _analyze_on_dask(captures: list[str], bpf_filter: str | None, address: str,
                                  [bpf_filter] * len(groups), [wanted] * len(groups),
                                  [parts_memory] * len(groups), pure=False)
             group_of = {future.key: group for future, group in zip(futures, groups)}
-            spill = SpillFile()
+            keeping = RunKeeping(SpillFile())
             results: dict[int, Analysis | InputError] = {}
             for future in as_completed(futures):
                 group = group_of[future.key]
@@ -700,7 +700,7 @@ def _analyze_on_dask(captures: list[str], bpf_filter: str | None, address: str,
                         f"{_first_and_others([captures[index] for index in group])}: the Dask "
                         f"workers analysing {'it' if len(group) == 1 else 'them'} died (out of "
                         "memory, or by a signal)") from None
-                results.update((index, _kept(result, spill))
+                results.update((index, _kept(result, keeping))
                                for index, result in zip(group, found, strict=True))
     except OSError as error:
         _fail(f"cannot reach the Dask scheduler at {address}: {error}")
@@ -860,16 +860,16 @@ def _read_baseline(path: Path) -> dict:
 def _analyze_one_by_one(captures: list[str], bpf_filter: str | None, wanted: Wanted,
                         parts_memory: int = PARTS_MEMORY_BYTES, sizes: list[int] | None = None
                         ) -> list[Analysis | InputError]:
-    """Each group of captures in turn (`capture_groups`), in this process; their findings and
-    tables kept in one spill file (not one open file per capture in parts, nor every capture's
-    findings in memory). A capture that fails is its error, in its place."""
-    spill = SpillFile()
-    alone = partial(_analyze_one, bpf_filter=bpf_filter, wanted=wanted, spill=spill,
+    """Each group of captures in turn (`capture_groups`), in this process; their results kept
+    as `RunKeeping` keeps them, in one spill file (not one open file per capture in parts).
+    A capture that fails is its error, in its place."""
+    keeping = RunKeeping(SpillFile())
+    alone = partial(_analyze_one, bpf_filter=bpf_filter, wanted=wanted, spill=keeping.spill,
                     parts_memory=parts_memory)
     results: dict[int, Analysis | InputError] = {}
     for group in capture_groups(captures, 1, sizes):
         found = _analyze_group([captures[index] for index in group], bpf_filter, wanted, alone)
-        results.update((index, _kept(result, spill))
+        results.update((index, _kept(result, keeping))
                        for index, result in zip(group, found, strict=True))
     return [results[index] for index in range(len(captures))]
 
@@ -914,16 +914,17 @@ def _analyze_in_processes(captures: list[str], bpf_filter: str | None, wanted: W
                                    [captures[index] for index in group], bpf_filter, wanted,
                                    handover, parts_memory): group
                        for group in capture_groups(captures, workers, sizes)}
-            _take_results(pending, spill, results)
+            _take_results(pending, RunKeeping(spill), results)
     except BrokenExecutor:
         raise InputError(KILLED_WORKER_TEXT) from None
     return [results[index] for index in range(len(captures))]
 
 
-def _take_results(pending: dict[Future, list[int]], spill: SpillFile,
+def _take_results(pending: dict[Future, list[int]], keeping: RunKeeping,
                   results: dict[int, Analysis | InputError]) -> None:
     """Each group's results as they come (a group's positions among the captures, each its
-    analysis or its failure), kept on disk, the captures done counted on the progress line."""
+    analysis or its failure), kept (`RunKeeping`), the captures done counted on the progress
+    line."""
     total = sum(len(group) for group in pending.values())
     done_captures = 0
     progress = ProgressLine(f"{total} captures")
@@ -933,7 +934,7 @@ def _take_results(pending: dict[Future, list[int]], spill: SpillFile,
             done, _ = wait(pending, timeout=PROGRESS_TICK_S, return_when=FIRST_COMPLETED)
             for future in done:
                 group = pending.pop(future)
-                results.update((index, _kept(result, spill))
+                results.update((index, _kept(result, keeping))
                                for index, result in zip(group, future.result(), strict=True))
                 done_captures += len(group)
             progress.stage("analysed", done_captures, total)
@@ -941,10 +942,9 @@ def _take_results(pending: dict[Future, list[int]], spill: SpillFile,
         progress.done()
 
 
-def _kept(result: Analysis | InputError, spill: SpillFile) -> Analysis | InputError:
-    """A capture's result as the run keeps it: an analysis with its findings and tables on
-    disk, or the capture's error."""
-    return result if isinstance(result, InputError) else kept_on_disk(result, spill)
+def _kept(result: Analysis | InputError, keeping: RunKeeping) -> Analysis | InputError:
+    """A capture's result as the run keeps it (`RunKeeping`), or the capture's error."""
+    return result if isinstance(result, InputError) else keeping.kept(result)
 
 
 def _temporaries_in(folder: str) -> None:

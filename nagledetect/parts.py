@@ -70,7 +70,8 @@ from nagledetect.pipeline import (
     without_packets,
     without_tcp,
 )
-from nagledetect.read.capture import Accounting, ProgressCallback, decoded_batches
+from nagledetect.read.accounting import Accounting, ProgressCallback
+from nagledetect.read.capture import decoded_batches
 from nagledetect.sliced_level import connection_level_by_slices
 from nagledetect.stored import (
     HostColumns,

@@ -38,7 +38,7 @@ from nagledetect.events.payloads import PAYLOAD_SIZES, CountedPayloads, PayloadC
 from nagledetect.events.segments import SEGMENT_PACKET_COLUMNS, data_segments
 from nagledetect.flows.compiled import empty_flow_tables
 from nagledetect.flows.tables import FlowTables, FoundEvents
-from nagledetect.read.capture import Accounting
+from nagledetect.read.accounting import Accounting
 from nagledetect.sent_tables import TableRows, sent_fields, shared_table
 from nagledetect.table import Table, as_table
 

@@ -22,7 +22,7 @@ from nagledetect.part_sizes import (
 )
 from nagledetect.parts import PARTS_PER_HOST_BUCKET, CollectedParts, result_of_level
 from nagledetect.pipeline import Analysis, Wanted, connection_level, without_tcp
-from nagledetect.read.capture import ProgressCallback
+from nagledetect.read.accounting import ProgressCallback
 from nagledetect.stored import SpillFile
 
 

@@ -39,6 +39,16 @@ class Table:
             raise ValueError(f"columns of different lengths: {sorted(lengths)}")
 
     @classmethod
+    def _of_columns(cls, columns: dict[str, np.ndarray], coded: dict[str, tuple[str, ...]]
+                    ) -> Table:
+        """A table of columns made from this class's own (arrays of one length already, and
+        their vocabularies): rows taken or columns picked need no checking again."""
+        table = cls.__new__(cls)
+        table._columns = columns
+        table._coded = {name: words for name, words in coded.items() if name in columns}
+        return table
+
+    @classmethod
     def of_pandas(cls, frame: pd.DataFrame) -> Table:
         """A DataFrame's columns (categoricals as their codes and categories), not copied."""
         columns: dict[str, np.ndarray] = {}
@@ -100,23 +110,22 @@ class Table:
 
     def select(self, names: Iterable[str]) -> Table:
         """These columns, in this order."""
-        names = list(names)
-        return Table({name: self._columns[name] for name in names}, self._coded)
+        return Table._of_columns({name: self._columns[name] for name in names}, self._coded)
 
     def without(self, names: Iterable[str]) -> Table:
         dropped = set(names)
-        return Table({name: values for name, values in self._columns.items()
-                      if name not in dropped}, self._coded)
+        return Table._of_columns({name: values for name, values in self._columns.items()
+                                  if name not in dropped}, self._coded)
 
     def take(self, rows: np.ndarray | slice) -> Table:
         """The rows at these positions (or where a boolean mask holds, or a slice), in that
         order."""
-        return Table({name: values[rows] for name, values in self._columns.items()},
-                     self._coded)
+        return Table._of_columns({name: values[rows] for name, values in self._columns.items()},
+                                 self._coded)
 
     def assign(self, **columns: Any) -> Table:
         """A table with these columns added or replaced (the others shared)."""
-        table = Table(self._columns, self._coded)
+        table = Table._of_columns(dict(self._columns), self._coded)
         for name, values in columns.items():
             table[name] = values
         return table

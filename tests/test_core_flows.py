@@ -42,7 +42,7 @@ from nagledetect.flows.build import FlowTables
 from nagledetect.flows.compiled import compiled_flows
 from nagledetect.flows.connections import direction_key
 from nagledetect.flows.tables import FoundEvents
-from nagledetect.read.capture import Accounting
+from nagledetect.read.accounting import Accounting
 from nagledetect.table import Table, as_frame
 from tests.conftest import PROJECT, SAMPLE_TRACES, corpus_file
 

@@ -20,7 +20,7 @@ from nagledetect.flows.tables import (
     connection_endpoints,
 )
 from nagledetect.read import skips
-from nagledetect.read.capture import Accounting, ProgressCallback
+from nagledetect.read.accounting import Accounting, ProgressCallback
 from nagledetect.table import Table
 
 HANDSHAKE_COLUMNS = (

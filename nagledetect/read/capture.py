@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from concurrent.futures import Future
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
 from nagledetect.read import skips
+from nagledetect.read.accounting import Accounting, ProgressCallback
 from nagledetect.read.compressed import capture_bytes
 from nagledetect.read.decode import DecodedBatch, decode_batch
 from nagledetect.read.libpcap import CaptureReader
@@ -22,33 +23,8 @@ MOST_EXPECTED_PACKETS = 1 << 28
 """A cap on the estimate, so room reserved for a huge file stays within what Linux lends."""
 
 
-@dataclass(slots=True)
-class Accounting:
-    """Packets read = TCP packets used + packets skipped, by reason; nothing is dropped silently."""
-
-    path: str
-    linktype: int
-    packets_read: int = 0
-    tcp_packets: int = 0
-    skipped: dict[str, int] = field(default_factory=dict)
-    warnings: list[str] = field(default_factory=list)
-    cut_short: str | None = None
-    """Why the read ended before the file's end (a damaged or cut record, a compressed stream
-    cut short), the packets before it analysed; None when the file was read to its end."""
-
-    def add_skipped(self, reasons: dict[str, int]) -> None:
-        for reason, count in reasons.items():
-            self.skipped[reason] = self.skipped.get(reason, 0) + count
-
-    @property
-    def balanced(self) -> bool:
-        return self.packets_read == self.tcp_packets + sum(self.skipped.values())
-
-
 DecodedColumns = tuple[dict[str, np.ndarray], dict[str, np.ndarray]]
 
-
-ProgressCallback = Callable[[int, int], None]
 
 
 def expected_tcp_packets(path: str) -> int:

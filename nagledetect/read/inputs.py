@@ -20,8 +20,9 @@ from typing import BinaryIO, TextIO
 
 from nagledetect.errors import InputError
 from nagledetect.read.compressed import OPENERS, UNREAD_COMPRESSION, held_start
-from nagledetect.read.libpcap import PCAPNG_MAGIC
 
+PCAPNG_MAGIC = b"\x0a\x0d\x0d\x0a"
+"""The first bytes of a pcapng file (its section header block's type, in either byte order)."""
 CAPTURE_MAGICS = (
     b"\xd4\xc3\xb2\xa1", b"\xa1\xb2\xc3\xd4",
     b"\x4d\x3c\xb2\xa1", b"\xa1\xb2\x3c\x4d",

@@ -23,6 +23,7 @@ from nagledetect.read.compressed import (
     first_bytes,
 )
 from nagledetect.read.decode import pad_batch
+from nagledetect.read.inputs import PCAPNG_MAGIC
 from nagledetect.read.pcapng import PcapngReader
 from nagledetect.read.raw import RawBatch
 from nagledetect.read.threads import THREADED_MIN_BYTES, executor
@@ -30,8 +31,6 @@ from nagledetect.read.threads import THREADED_MIN_BYTES, executor
 BATCH_PACKETS = 65_536
 FILTER_SNAPLEN = 262_144
 UINT32_MASK = 0xFFFF_FFFF
-PCAPNG_MAGIC = b"\x0a\x0d\x0d\x0a"
-"""The first bytes of a pcapng file (its section header block's type, in either byte order)."""
 
 
 def _open(path: str, source: str) -> object:
