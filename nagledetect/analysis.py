@@ -155,16 +155,17 @@ and reads them back (a fifth of the time of a run over the corpora went to that)
 @dataclasses.dataclass
 class RunKeeping:
     """What a run over many captures keeps of each capture's result while the others are
-    analysed: its findings in memory while the run holds fewer than `FINDINGS_KEPT_IN_MEMORY`,
-    else (and whenever it has tables, or reads a spill file already) on disk in `spill`."""
+    analysed: its findings in memory while the run holds no more than `findings_room`, else
+    (and whenever it has tables, or reads a spill file already) on disk in `spill`."""
 
     spill: SpillFile
+    findings_room: int = FINDINGS_KEPT_IN_MEMORY
     findings_in_memory: int = 0
 
     def kept(self, analysis: Analysis) -> Analysis:
         findings = analysis.findings
         held = self.findings_in_memory + len(findings)
-        if (held <= FINDINGS_KEPT_IN_MEMORY and analysis.part_tables is None
+        if (held <= self.findings_room and analysis.part_tables is None
                 and not spills_read_by(analysis)):
             self.findings_in_memory = held
             return analysis

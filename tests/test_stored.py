@@ -86,6 +86,27 @@ def test_findings_put_on_disk_read_back_as_the_same_document() -> None:
     assert kept[2].findings is kept[3].findings
 
 
+def test_a_run_keeps_findings_in_memory_until_its_room_is_full() -> None:
+    """A run over many captures keeps each result's findings in memory while they fit in its
+    room, then on disk; either way the document is the same. seed003 has 3 findings (a stall,
+    idle time, stop-and-wait) and mixed.pcap 17 (`nagledetect --format json`, the documents'
+    `findings` listed and counted by hand)."""
+    from nagledetect.analysis import RunKeeping, analyze_capture
+    from nagledetect.report.document import build_document
+    from nagledetect.stored import StoredFindings
+    from tests.conftest import SAMPLE_TRACES
+
+    analyses = [analyze_capture(str(SAMPLE_TRACES / name))
+                for name in ("seed003-nagle.pcap", "mixed.pcap", "seed003-nagle.pcap")]
+    assert [len(analysis.findings) for analysis in analyses] == [3, 17, 3]
+    keeping = RunKeeping(SpillFile(), findings_room=20)
+    kept = [keeping.kept(analysis) for analysis in analyses]
+    assert [isinstance(analysis.findings, StoredFindings) for analysis in kept] == [
+        False, False, True]
+    assert keeping.findings_in_memory == 20
+    assert build_document(kept) == build_document(analyses)
+
+
 def _open_files() -> int:
     """Open descriptors once the collector has run, so that a file an earlier test left in a
     reference cycle cannot close in the middle of a count."""
