@@ -84,7 +84,7 @@ from nagledetect.stored import (
     host_rows,
     pickle_findings,
 )
-from nagledetect.table import Table, as_frame, concatenated
+from nagledetect.table import Table, as_frame, as_table, concatenated
 
 BYTES_PER_PART_PACKET = 240
 """About what a worker holds for each packet of the part it analyses: a part is its
@@ -562,17 +562,22 @@ class CollectedParts:
         numbers them; with the capture-wide id of each part-local one (`global_id`, from
         `part_offset[part]` on)."""
         order = sorted(self.connections)
-        tables = [self.connections.pop(index) for index in order]
-        first_frames = np.concatenate([np.asarray(table["first_frame"]) for table in tables])
-        global_id = np.empty(len(first_frames), dtype=np.int64)
-        global_id[np.argsort(first_frames, kind="stable")] = np.arange(len(first_frames))
+        tables = [as_table(self.connections.pop(index)) for index in order]
+        names, coded = tables[0].columns, tables[0].coded
+        pieces = {name: [table[name] for table in tables] for name in names}
         part_offset = np.zeros(max(order) + 1, dtype=np.int64)
         part_offset[order] = np.cumsum([0] + [len(table) for table in tables])[:-1]
-        connections = concatenated([
-            table.assign(id=global_id[part_offset[index] + np.asarray(table["id"])])
-            for index, table in zip(order, tables)])
-        return (connections.take(np.argsort(connections["id"], kind="stable")), global_id,
-                part_offset)
+        del tables
+        first_frames = np.concatenate(pieces["first_frame"])
+        by_first_packet = np.argsort(first_frames, kind="stable")
+        global_id = np.empty(len(first_frames), dtype=np.int64)
+        global_id[by_first_packet] = np.arange(len(first_frames))
+        # A part's ids are its rows, so joined row j is capture-wide connection global_id[j];
+        # each column is joined and put in id order alone, its parts' pieces let go at once
+        # (joined whole, then sorted, the table was held three times over).
+        columns = {name: np.concatenate(pieces.pop(name))[by_first_packet] for name in names}
+        columns["id"] = np.arange(len(first_frames), dtype=columns["id"].dtype)
+        return Table(columns, coded), global_id, part_offset
 
     def _add_phase_findings(self, columns: _FindingColumns, findings: list[Finding]) -> None:
         """Host-level findings join the spilled ones, in address order as a one-part run makes
