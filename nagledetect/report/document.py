@@ -412,7 +412,8 @@ class FindingEntries(ChunkedSequence):
                       if kinds.is_nagle_family(kind)]
             summaries = StallSummaries()
             for start in range(0, len(wanted), RECORDS_PER_CHUNK):
-                summaries.add(self.take(wanted[start:start + RECORDS_PER_CHUNK]))
+                chunk = np.asarray(wanted[start:start + RECORDS_PER_CHUNK], dtype=np.int64)
+                summaries.add(self._entries(self._order[chunk], _summary_entry))
             self._nagle_family = summaries.done()
         return self._nagle_family
 
@@ -437,17 +438,19 @@ class FindingEntries(ChunkedSequence):
         """The entries at these positions of the document, in that order."""
         return self._entries(self._order[np.asarray(positions, dtype=np.int64)])
 
-    def _entries(self, positions: np.ndarray) -> list[dict[str, Any]]:
+    def _entries(self, positions: np.ndarray,
+                 entry: Callable[[Finding, int, int], dict[str, Any]] | None = None
+                 ) -> list[dict[str, Any]]:
         """The entries of the findings at these positions of the captures' findings laid end to
-        end, in that order."""
+        end, in that order, as `entry` makes them (by default, whole)."""
+        entry = entry or _finding_entry
         capture = np.searchsorted(self._bounds, positions, side="right") - 1
         made: dict[int, dict[str, Any]] = {}
         for index in np.unique(capture).tolist():
             wanted = np.flatnonzero(capture == index)
             within = positions[wanted] - self._bounds[index]
             for slot, finding in zip(wanted.tolist(), take(self._findings[index], within)):
-                made[slot] = _finding_entry(finding, index,
-                                            self._ids.shown(index, finding.connection))
+                made[slot] = entry(finding, index, self._ids.shown(index, finding.connection))
         return [made[slot] for slot in range(len(positions))]
 
 
@@ -591,6 +594,15 @@ def _finding_entry(finding: Finding, capture_index: int, connection: int) -> dic
         "advice": finding.advice,
         "details": finding.details,
     }
+
+
+def _summary_entry(finding: Finding, capture_index: int, connection: int) -> dict[str, Any]:
+    """What `StallSummaries` keeps of a finding's entry (`_finding_entry`), without making the
+    rest: its display filter alone took more time than the rest of the document's headline."""
+    return {"kind": finding.kind, "subkind": finding.subkind, "capture": capture_index,
+            "connection": connection, "sender": finding.sender, "receiver": finding.receiver,
+            "count": finding.count, "time_lost_s": round(finding.time_lost_s, 6),
+            "advice": finding.advice, "details": finding.details}
 
 
 def _host_entries(values: HostValues, capture_index: int, shown: Callable[[int], int]
