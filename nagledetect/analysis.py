@@ -2,8 +2,8 @@
 
 A capture whose whole analysis fits in the memory given is read whole by the compiled core and
 every step of `pipeline` runs on it. A larger one is read in one pass a batch of finished
-connections at a time (`streamed`), or, where charts or tables are wanted or its live
-connections would not fit, analysed in parts that each hold whole connections (`parts`); the
+connections at a time (`streamed`), or, where tables are wanted or its live connections
+would not fit, analysed in parts that each hold whole connections (`parts`); the
 result equals a whole run, except that the segment and sample tables are not kept, and the
 packet and message tables only on disk when they are wanted (`part_tables`). Small captures
 of a run over many are analysed together in groups (`capture_groups`, see `batch`). Results
@@ -50,8 +50,8 @@ def analyze_capture(path: str, bpf_filter: str | None = None,
                     parts_memory_bytes: int = PARTS_MEMORY_BYTES) -> Analysis:
     """Read and analyse one capture: whole when its whole analysis fits in
     `parts_memory_bytes` (`WHOLE_MEMORY_PER_CAPTURE_BYTE`) or it is no larger than a part;
-    else, where no table or chart is wanted, in one pass a batch of finished connections at a
-    time (`streamed`), unless its live connections hold more than fits; else in parts of
+    else, where no table is wanted, in one pass a batch of finished connections at a time
+    (`streamed`), unless its live connections hold more than fits; else in parts of
     `PART_BYTES`. Given `part_bytes`, in parts of that size whenever it is larger than one.
     `workers` processes take the parts in parallel. `keep_tables` keeps the
     packet and message tables (for --tables): held whole for a capture of one part, spilled
@@ -62,7 +62,7 @@ def analyze_capture(path: str, bpf_filter: str | None = None,
     own; a run over many captures shares one, or hands one over to another process).
     `parts_memory_bytes`: about what the parts analysed at once may take (`--memory`)."""
     size = capture_bytes(path)
-    in_batches = part_bytes is None and not (keep_tables or charts)
+    in_batches = part_bytes is None and not keep_tables
     if part_bytes is None:
         part_bytes = (max(size, 1) if size * WHOLE_MEMORY_PER_CAPTURE_BYTE <= parts_memory_bytes
                       else PART_BYTES)
@@ -74,7 +74,7 @@ def analyze_capture(path: str, bpf_filter: str | None = None,
         from nagledetect.streamed import analyze_in_batches
 
         analysis = analyze_in_batches(path, bpf_filter, parts_memory_bytes, progress, stages,
-                                      spill, size, workers)
+                                      spill, size, workers, charts)
         if analysis is not None:
             return analysis
     from nagledetect.parts import analyze_in_parts

@@ -10,6 +10,7 @@ huge connections), the pass stops and the caller analyses the capture in parts i
 
 from __future__ import annotations
 
+from nagledetect.chart_data import connection_charts
 from nagledetect.collector import collector_paused
 from nagledetect.flows.compiled import CompiledBatches
 from nagledetect.memory import freed_memory_kept
@@ -24,27 +25,36 @@ from nagledetect.parts import PARTS_PER_HOST_BUCKET, CollectedParts, result_of_l
 from nagledetect.pipeline import Analysis, Wanted, connection_level, without_tcp
 from nagledetect.read.accounting import ProgressCallback
 from nagledetect.stored import SpillFile
+from nagledetect.table import Table
 
 
 def analyze_in_batches(path: str, bpf_filter: str | None, memory_bytes: int,
                        progress: ProgressCallback | None = None,
                        stages: StageCallback | None = None,
                        spill: SpillFile | None = None, capture_bytes: int = 0,
-                       workers: int = 1) -> Analysis | None:
+                       workers: int = 1, charts: bool = False) -> Analysis | None:
     """The analysis of the capture at `path`, a batch of finished connections at a time, the
     live connections and each batch's events taking about half of `memory_bytes` each
     (`--memory`); None where the live connections need more. `capture_bytes`, its size, sets
     how many host buckets the host step takes, `workers` how many forked processes take them.
-    Findings and samples go to `spill` (by default a new unnamed file)."""
+    Findings and samples go to `spill` (by default a new unnamed file). With `charts`, what the
+    HTML report draws is gathered too: each batch's counts and worst connections, from what the
+    core gives of its packets (`FoundEvents.chart_packets`), as a part's are."""
     batches = CompiledBatches(path, bpf_filter, max(1, memory_bytes // 2 // BYTES_PER_EVENT_ROW),
-                              max(1, memory_bytes // 2 // BYTES_PER_LIVE_PACKET), progress)
+                              max(1, memory_bytes // 2 // BYTES_PER_LIVE_PACKET), progress,
+                              chart_packets=charts)
     buckets = max(1, capture_bytes // PART_BYTES // PARTS_PER_HOST_BUCKET)
-    collected = CollectedParts(buckets, workers, Wanted(), spill or SpillFile())
+    wanted = Wanted(charts=charts)
+    collected = CollectedParts(buckets, workers, wanted, spill or SpillFile())
     with freed_memory_kept():  # each batch reuses what the last one freed (`memory`)
         for index, flows in enumerate(batches):
-            level = connection_level(flows, fingerprint=False, keep_packets=False,
+            chart_packets = Table(flows.found_events.chart_packets) if charts else None
+            level = connection_level(flows, fingerprint=False, keep_packets=charts,
                                      keep_segments=False)
-            collected.add(index, result_of_level(level, buckets, Wanted()))
+            if chart_packets is not None:
+                level.charts = connection_charts(chart_packets, level.connections,
+                                                 level.messages, level.findings)
+            collected.add(index, result_of_level(level, buckets, wanted))
     if batches.over_budget:
         return None
     accounting = batches.accounting

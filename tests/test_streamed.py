@@ -57,6 +57,21 @@ def test_a_capture_in_batches_of_connections_has_the_whole_document(copies: Path
     assert _text(build_document([batched])) == _text(build_document([whole]))
 
 
+def test_the_reports_charts_in_batches_are_the_whole_analysiss(copies: Path) -> None:
+    """The HTML report's charts gathered a batch at a time, from the packets the core gives of
+    each batch's connections, are those of the capture analysed whole: the page is the same,
+    byte for byte, and it draws the time-sequence graphs of the worst connections and the
+    payload sizes of every packet with a payload (tshark -Y 'tcp.len > 0' counts 52,350)."""
+    from nagledetect.report.html import render_html
+
+    whole = analyze_capture(str(copies))
+    batched = analyze_in_batches(str(copies), None, MEMORY_BYTES, charts=True)
+    assert batched is not None and batched.charts is not None and whole.charts is not None
+    assert batched.charts.worst and batched.charts.payload_bytes.total == 52_350
+    assert render_html(build_document([batched]), [batched]) == render_html(
+        build_document([whole]), [whole])
+
+
 def test_a_filtered_capture_in_batches_keeps_wiresharks_stream_ids(copies: Path) -> None:
     """Under a filter the connections keep the unfiltered capture's tcp.stream ids, and the
     batches give them as the whole pass does."""

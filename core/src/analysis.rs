@@ -334,6 +334,7 @@ fn put_events<'py>(result: &Bound<'py, PyDict>, events: EventTables<'py>) -> PyR
     result.set_item("untimed_stalls", events.untimed_stalls)?;
     result.set_item("lone_segments", events.lone_segments)?;
     result.set_item("payload_counts", events.payload_counts)?;
+    result.set_item("chart_packets", events.chart_packets)?;
     Ok(())
 }
 
@@ -356,7 +357,9 @@ struct BatchPass {
 /// batch. Memory follows the live connections and one batch; where the live connections come
 /// to hold more than `live_packets_limit` packets (each connection counted as 10 packets too,
 /// `Events::live_load`), the iteration ends early with `over_budget`
-/// set (the batches given are then not the whole capture's). `capture` is the accounting
+/// set (the batches given are then not the whole capture's). With `chart_packets`, each batch
+/// also gives its connections' packets as the report's charts read them (`chart_packets`, by
+/// frame; counted among its rows). `capture` is the accounting
 /// (`read_capture`'s) once the iteration has ended; `packets_read` and `bytes_read` say how
 /// far the read has got. A file that is not a capture raises
 /// `CaptureError` here, a filter that does not compile `FilterError` from the iteration.
@@ -383,21 +386,26 @@ pub struct FlowBatches {
 #[pymethods]
 impl FlowBatches {
     #[new]
-    #[pyo3(signature = (path, bpf_filter = None, batch_rows = 1 << 20, live_packets_limit = usize::MAX))]
+    #[pyo3(signature = (path, bpf_filter = None, batch_rows = 1 << 20, live_packets_limit = usize::MAX, chart_packets = false))]
     fn new(
         py: Python<'_>,
         path: &str,
         bpf_filter: Option<&str>,
         batch_rows: usize,
         live_packets_limit: usize,
+        chart_packets: bool,
     ) -> PyResult<FlowBatches> {
+        let mut pass = Pass::without_packet_table();
+        if chart_packets {
+            pass.stages.events.with_chart_packets();
+        }
         Ok(FlowBatches {
             path: path.to_string(),
             bpf_filter: bpf_filter.map(str::to_string),
             batch_rows: batch_rows.max(1),
             pass: Mutex::new(Some(BatchPass {
                 stream: reader::open(py, path, bpf_filter)?,
-                pass: Pass::without_packet_table(),
+                pass,
                 read_whole: false,
             })),
             capture: None,

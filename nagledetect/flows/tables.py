@@ -43,7 +43,9 @@ class FoundEvents:
     detector reads, `tinygram_flood.BURST_COLUMNS`), and the rows the detectors read of the
     segments: those that passed the stall's packet tests (`nagle_stall.untimed_stalls`), the
     lone segments a pure ACK answered (`delack_timer.LONE_SEGMENT_COLUMNS`) and each
-    direction's payload sizes counted (`payloads.PayloadCounts`' columns)."""
+    direction's payload sizes counted (`payloads.PayloadCounts`' columns); and, where charts
+    are drawn without a packet table, what they read of each packet (the packet table's
+    columns of those names, by frame; else no rows)."""
 
     segment_context: dict[str, np.ndarray]
     gap_rows: dict[str, np.ndarray]
@@ -52,6 +54,7 @@ class FoundEvents:
     untimed_stalls: dict[str, np.ndarray]
     lone_segments: dict[str, np.ndarray]
     payload_counts: dict[str, np.ndarray]
+    chart_packets: dict[str, np.ndarray]
 
 
 def connection_endpoints(endpoints: np.ndarray, client_is_low: np.ndarray,

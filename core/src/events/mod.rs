@@ -17,6 +17,7 @@ use crate::flows::side::ROLE_DATA;
 use gaps::ConnectionGaps;
 use messages::{BURST_GAP_US, ConnectionMessages, IDLE_GAP_US};
 use segments::{DirectionContext, SegmentRows};
+use tables::ChartPackets;
 pub use tables::{EventTables, Found, Mark};
 
 /// What a live connection's own state costs, counted in packets (`Events::live_load`).
@@ -49,8 +50,9 @@ impl Default for ConnectionEvents {
 
 impl ConnectionEvents {
     /// The connection (number `connection`) has ended: its events, read with `finishing`, go
-    /// to `found` (with the segments in context where `context`).
-    fn finish(self, connection: u32, finishing: &Finishing, found: &mut Found, context: bool) {
+    /// to `found` (with the segments in context where `made.context`, its packets' chart
+    /// values where `made.chart_packets`).
+    fn finish(self, connection: u32, finishing: &Finishing, found: &mut Found, made: Made) {
         let ConnectionEvents {
             packets,
             segments,
@@ -89,9 +91,34 @@ impl ConnectionEvents {
                 &mut found.payload_counts,
             ),
         );
-        if context {
+        if made.context {
             segments.finish_context(connection, &flows, &packets, &numbers, &mut found.segments);
         }
+        if made.chart_packets {
+            chart_packets(connection, &flows, &mut found.chart_packets);
+        }
+    }
+}
+
+/// What is made of each finished connection beside its events.
+#[derive(Clone, Copy, Default)]
+struct Made {
+    /// The segments in context, their packets named by rows of the run's packet table.
+    context: bool,
+    /// What the charts read of each packet (`tables::ChartPackets`).
+    chart_packets: bool,
+}
+
+/// A finished connection's packets as the charts read them, with the packet table's values.
+fn chart_packets(connection: u32, flows: &Finished, table: &mut ChartPackets) {
+    for row in 0..flows.packets.len() {
+        table.frame.push(flows.frame(row));
+        table.time_us.push(flows.time_us(row));
+        table.connection.push(connection as i32);
+        table.direction.push(flows.direction(flows.sender(row)));
+        table.payload_bytes.push(flows.payload_bytes(row) as u32);
+        table.rel_seq.push(flows.seq(row));
+        table.rel_ack.push(flows.ack(row));
     }
 }
 
@@ -103,7 +130,7 @@ impl EventsSnapshot {
     pub fn finish(self) -> Found {
         let mut found = Found::default();
         for (connection, finishing, events) in self.0 {
-            events.finish(connection, &finishing, &mut found, false);
+            events.finish(connection, &finishing, &mut found, Made::default());
         }
         found
     }
@@ -114,9 +141,9 @@ pub struct Events {
     /// By connection number, its events while it is live (None once finished).
     live: Vec<Option<Box<ConnectionEvents>>>,
     found: Found,
-    /// Whether the run's packet table is kept: then the segments in context are made too,
-    /// their packets named by its rows.
-    context: bool,
+    /// What is made beside the events: the segments in context where the run's packet table
+    /// is kept (their packets named by its rows), or the packets' chart values.
+    made: Made,
     /// The packets the live connections hold, and how many they are.
     live_packets: usize,
     live_connections: usize,
@@ -125,7 +152,12 @@ pub struct Events {
 impl Events {
     /// Make the segments in context, naming packets by their rows of the run's packet table.
     pub fn with_context(&mut self) {
-        self.context = true;
+        self.made.context = true;
+    }
+
+    /// Give each finished connection's packets as the charts read them (`ChartPackets`).
+    pub fn with_chart_packets(&mut self) {
+        self.made.chart_packets = true;
     }
 
     pub fn take(&mut self, packet: &Taken) {
@@ -137,7 +169,7 @@ impl Events {
             self.live_connections += 1;
         }
         let events = self.live[connection].get_or_insert_with(Box::default);
-        let row = events.packets.push(packet, self.context);
+        let row = events.packets.push(packet, self.made.context);
         self.live_packets += 1;
         let packet = &Taken { row, ..*packet };
         segments::take(&mut events.directions, packet, &mut events.segments);
@@ -160,7 +192,7 @@ impl Events {
         };
         self.live_packets -= events.packets.len();
         self.live_connections -= 1;
-        events.finish(connection, finishing, &mut self.found, self.context);
+        events.finish(connection, finishing, &mut self.found, self.made);
     }
 
     /// A copy of the live connections' events (numbered, each with what its packets are

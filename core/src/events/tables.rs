@@ -192,6 +192,21 @@ event_table!(
     }
 );
 
+event_table!(
+    /// What the report's charts read of every packet (`chart_data.connection_charts`: the
+    /// packet table's columns of these names), made only where charts are drawn and no packet
+    /// table is kept (a capture read a batch of connections at a time).
+    ChartPackets {
+        frame: u32,
+        time_us: i64,
+        connection: i32,
+        direction: u8,
+        payload_bytes: u32,
+        rel_seq: i64,
+        rel_ack: i64,
+    }
+);
+
 /// The event tables of the finished connections.
 #[derive(Default)]
 pub struct Found {
@@ -203,6 +218,7 @@ pub struct Found {
     pub lone_segments: LoneSegments,
     pub payload_counts: PayloadCounts,
     pub segments: SegmentContext,
+    pub chart_packets: ChartPackets,
     /// The finished connections' numbers, each with how many messages it has.
     pub message_counts: Vec<(u32, u32)>,
 }
@@ -210,7 +226,7 @@ pub struct Found {
 /// Where the tables stand, to go back to.
 #[derive(Clone, Copy)]
 pub struct Mark {
-    lengths: [usize; 7],
+    lengths: [usize; 8],
     finished: usize,
 }
 
@@ -223,6 +239,7 @@ pub struct EventTables<'py> {
     pub untimed_stalls: Bound<'py, PyDict>,
     pub lone_segments: Bound<'py, PyDict>,
     pub payload_counts: Bound<'py, PyDict>,
+    pub chart_packets: Bound<'py, PyDict>,
 }
 
 impl Found {
@@ -231,7 +248,7 @@ impl Found {
         self.lengths().iter().sum()
     }
 
-    fn lengths(&self) -> [usize; 7] {
+    fn lengths(&self) -> [usize; 8] {
         [
             self.gaps.len(),
             self.messages.len(),
@@ -240,6 +257,7 @@ impl Found {
             self.lone_segments.len(),
             self.payload_counts.len(),
             self.segments.len(),
+            self.chart_packets.len(),
         ]
     }
 
@@ -252,7 +270,16 @@ impl Found {
 
     /// Drop what was found since `mark` (a capture whose read failed adds nothing).
     pub fn truncate(&mut self, mark: Mark) {
-        let [gaps, messages, bursts, untimed, lone, payloads, segments] = mark.lengths;
+        let [
+            gaps,
+            messages,
+            bursts,
+            untimed,
+            lone,
+            payloads,
+            segments,
+            charts,
+        ] = mark.lengths;
         self.gaps.truncate(gaps);
         self.messages.truncate(messages);
         self.message_details.truncate(messages);
@@ -261,6 +288,7 @@ impl Found {
         self.lone_segments.truncate(lone);
         self.payload_counts.truncate(payloads);
         self.segments.truncate(segments);
+        self.chart_packets.truncate(charts);
         self.message_counts.truncate(mark.finished);
     }
 
@@ -317,6 +345,7 @@ impl Found {
             &mut self.bursts.connection,
             &mut self.untimed_stalls.connection,
             &mut self.lone_segments.connection,
+            &mut self.chart_packets.connection,
         ] {
             for connection in column.iter_mut() {
                 *connection = local(i64::from(*connection)) as i32;
@@ -328,8 +357,8 @@ impl Found {
     }
 
     /// The tables as dicts of numpy arrays, in the orders the tables of a pass over the whole
-    /// capture have (`batch`: see below): gaps by connection then frame, messages, bursts and payload counts by
-    /// connection, the segments' rows by frame.
+    /// capture have (`batch`: see below): gaps by connection then frame, messages, bursts and
+    /// payload counts by connection, the segments' rows and the chart packets by frame.
     /// With `batch` (the numbers of the connections finished, sorted), the messages are
     /// numbered among them and the connections named by their positions in it.
     pub fn into_python<'py>(
@@ -363,6 +392,7 @@ impl Found {
         let lone_order = Order::by(&self.lone_segments.frame);
         let payload_order = Order::by(&self.payload_counts.key);
         let segment_order = Order::by(&self.segments.row);
+        let chart_order = Order::by(&self.chart_packets.frame);
         let segments = self.segments.into_python(py, &segment_order)?;
         segments.del_item("connection")?;
         Ok(EventTables {
@@ -378,6 +408,7 @@ impl Found {
             untimed_stalls: self.untimed_stalls.into_python(py, &untimed_order)?,
             lone_segments: self.lone_segments.into_python(py, &lone_order)?,
             payload_counts: self.payload_counts.into_python(py, &payload_order)?,
+            chart_packets: self.chart_packets.into_python(py, &chart_order)?,
         })
     }
 }

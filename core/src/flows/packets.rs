@@ -172,6 +172,11 @@ impl Finished<'_> {
             .0
     }
 
+    /// The endpoint that sent the packet (0: the low one).
+    pub fn sender(&self, row: usize) -> u8 {
+        self.packets.rows[row].sender
+    }
+
     /// The packet's role (a code of `roles.ROLES`).
     pub fn role(&self, row: usize) -> u8 {
         self.packets.rows[row].role
