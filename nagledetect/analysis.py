@@ -2,10 +2,10 @@
 
 A capture whose whole analysis fits in the memory given is read whole by the compiled core and
 every step of `pipeline` runs on it. A larger one is read in one pass a batch of finished
-connections at a time (`streamed`), or, where tables are wanted or its live connections
-would not fit, analysed in parts that each hold whole connections (`parts`); the
-result equals a whole run, except that the segment and sample tables are not kept, and the
-packet and message tables only on disk when they are wanted (`part_tables`). Small captures
+connections at a time (`streamed`), or, where its live connections would not fit, analysed in
+parts that each hold whole connections (`parts`); the result equals a whole run, except that
+the segment and sample tables are not kept, and the packet and message tables only on disk
+when they are wanted (`part_tables`). Small captures
 of a run over many are analysed together in groups (`capture_groups`, see `batch`). Results
 that travel between processes carry what the reporters read (`for_another_process`), and a
 run over many captures keeps each one's findings on disk once it holds a few thousand in memory
@@ -50,19 +50,19 @@ def analyze_capture(path: str, bpf_filter: str | None = None,
                     parts_memory_bytes: int = PARTS_MEMORY_BYTES) -> Analysis:
     """Read and analyse one capture: whole when its whole analysis fits in
     `parts_memory_bytes` (`WHOLE_MEMORY_PER_CAPTURE_BYTE`) or it is no larger than a part;
-    else, where no table is wanted, in one pass a batch of finished connections at a time
-    (`streamed`), unless its live connections hold more than fits; else in parts of
-    `PART_BYTES`. Given `part_bytes`, in parts of that size whenever it is larger than one.
-    `workers` processes take the parts in parallel. `keep_tables` keeps the
-    packet and message tables (for --tables): held whole for a capture of one part, spilled
-    part by part for a larger one.
+    else in one pass a batch of finished connections at a time (`streamed`), unless its live
+    connections hold more than fits; else in parts of `PART_BYTES`. Given `part_bytes`, in
+    parts of that size whenever it is larger than one. `workers` processes take the parts (or
+    the host step's buckets) in parallel. `keep_tables` keeps the packet and message tables
+    (for --tables): held whole for a capture analysed whole, else spilled batch by batch (or
+    part by part).
     `progress` hears how the read gets on, `stages` how the parts and the host step of a capture
     in parts do. `charts`: also gather what the HTML report draws (a few per cent of the time
     of a large capture). `spill`: where a capture in parts spills (by default a file of its
     own; a run over many captures shares one, or hands one over to another process).
     `parts_memory_bytes`: about what the parts analysed at once may take (`--memory`)."""
     size = capture_bytes(path)
-    in_batches = part_bytes is None and not keep_tables
+    in_batches = part_bytes is None
     if part_bytes is None:
         part_bytes = (max(size, 1) if size * WHOLE_MEMORY_PER_CAPTURE_BYTE <= parts_memory_bytes
                       else PART_BYTES)
@@ -70,17 +70,17 @@ def analyze_capture(path: str, bpf_filter: str | None = None,
     if parts == 1:
         capture = read_capture(path, bpf_filter, progress, packets=keep_tables or charts)
         return run_detectors(capture, charts, keep_segments=False)
+    wanted = Wanted(tables=keep_tables, charts=charts)
     if in_batches:
         from nagledetect.streamed import analyze_in_batches
 
         analysis = analyze_in_batches(path, bpf_filter, parts_memory_bytes, progress, stages,
-                                      spill, size, workers, charts)
+                                      spill, size, workers, wanted)
         if analysis is not None:
             return analysis
     from nagledetect.parts import analyze_in_parts
 
-    return analyze_in_parts(path, bpf_filter, progress, parts, workers,
-                            Wanted(tables=keep_tables, charts=charts), stages, spill,
+    return analyze_in_parts(path, bpf_filter, progress, parts, workers, wanted, stages, spill,
                             parts_memory_bytes)
 
 

@@ -32,28 +32,33 @@ def analyze_in_batches(path: str, bpf_filter: str | None, memory_bytes: int,
                        progress: ProgressCallback | None = None,
                        stages: StageCallback | None = None,
                        spill: SpillFile | None = None, capture_bytes: int = 0,
-                       workers: int = 1, charts: bool = False) -> Analysis | None:
+                       workers: int = 1, wanted: Wanted | None = None) -> Analysis | None:
     """The analysis of the capture at `path`, a batch of finished connections at a time, the
     live connections and each batch's events taking about half of `memory_bytes` each
     (`--memory`); None where the live connections need more. `capture_bytes`, its size, sets
     how many host buckets the host step takes, `workers` how many forked processes take them.
-    Findings and samples go to `spill` (by default a new unnamed file). With `charts`, what the
-    HTML report draws is gathered too: each batch's counts and worst connections, from what the
-    core gives of its packets (`FoundEvents.chart_packets`), as a part's are."""
+    Findings and samples go to `spill` (by default a new unnamed file). Where charts are
+    `wanted`, what the HTML report draws is gathered too: each batch's counts and worst
+    connections, as a part's are, from what the core gives of its packets
+    (`FoundEvents.chart_packets`); where tables are, each batch's packet and message tables
+    are spilled as a part's are, to be read back in the order of a whole run
+    (`part_tables`)."""
+    wanted = wanted or Wanted()
+    chart_packets = wanted.charts and not wanted.tables  # the packet table serves both
     batches = CompiledBatches(path, bpf_filter, max(1, memory_bytes // 2 // BYTES_PER_EVENT_ROW),
                               max(1, memory_bytes // 2 // BYTES_PER_LIVE_PACKET), progress,
-                              chart_packets=charts)
+                              chart_packets=chart_packets, packet_table=wanted.tables)
     buckets = max(1, capture_bytes // PART_BYTES // PARTS_PER_HOST_BUCKET)
-    wanted = Wanted(charts=charts)
     collected = CollectedParts(buckets, workers, wanted, spill or SpillFile())
     with freed_memory_kept():  # each batch reuses what the last one freed (`memory`)
         for index, flows in enumerate(batches):
-            chart_packets = Table(flows.found_events.chart_packets) if charts else None
-            level = connection_level(flows, fingerprint=False, keep_packets=charts,
+            charted = Table(flows.found_events.chart_packets) if chart_packets else None
+            level = connection_level(flows, fingerprint=False,
+                                     keep_packets=wanted.charts or wanted.tables,
                                      keep_segments=False)
-            if chart_packets is not None:
-                level.charts = connection_charts(chart_packets, level.connections,
-                                                 level.messages, level.findings)
+            if charted is not None:
+                level.charts = connection_charts(charted, level.connections, level.messages,
+                                                 level.findings)
             collected.add(index, result_of_level(level, buckets, wanted))
     if batches.over_budget:
         return None

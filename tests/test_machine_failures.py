@@ -4,9 +4,12 @@ a traceback, and the temporary files are gone afterwards; so are they when the r
 stopped by SIGTERM.
 
 The captures are replicas of the lab's seed003-nagle.pcap made with the benchmark's own tool,
-large enough (53 MB) to be analysed in parts under `--memory 256M`, with worker processes to
-kill. The workers are found and killed for real (SIGKILL), from outside, while the command
-runs.
+large enough (53 MB) not to be analysed whole under `--memory 256M`. A capture too large to
+analyse whole is read a batch of finished connections at a time in one process; it is analysed
+in parts, in worker processes to kill, where its connections stay open to its end and hold
+more packets than the batches may keep live (`streamed`): the replicas of a few connections
+(`--connections N`, each the lab's exchange repeated end to end, with no teardown) are such.
+The workers are found and killed for real (SIGKILL), from outside, while the command runs.
 """
 
 from __future__ import annotations
@@ -25,16 +28,11 @@ import pytest
 from tests.conftest import PROJECT, SAMPLE_TRACES
 
 REPLICA_PACKETS = 600_000
-IN_PARTS = ["--memory", "256M"]
-
-
-def _in_parts(tmp_path: Path) -> list[str]:
-    """What makes a capture over 42 MB run in parts, in worker processes: `--memory 256M`
-    with `--tables` (analysed for its report alone, a capture that large is read a batch of
-    connections at a time in one process, `streamed`)."""
-    return [*IN_PARTS, "--tables", str(tmp_path / "tables")]
-"""Memory the replicas' whole analysis (up to 6 bytes a capture byte: 320 MB) does not fit in,
-so that they are analysed in parts (`part_sizes.WHOLE_MEMORY_PER_CAPTURE_BYTE`)."""
+IN_PARTS = ["--memory", "200M"]
+"""Memory the replicas' whole analysis (up to 6 bytes a capture byte: 320 MB) does not fit in
+(`part_sizes.WHOLE_MEMORY_PER_CAPTURE_BYTE`), and in which the batches keep at most 524,288
+live packets (`part_sizes.BYTES_PER_LIVE_PACKET`): a replica of 600,000 packets in connections
+open to its end is analysed in parts."""
 POLL_S = 0.002
 HOST_STEP_KILL_AFTER_S = 0.02
 
@@ -45,6 +43,17 @@ def replicas(tmp_path_factory) -> list[Path]:
     paths = [folder / "first.pcap", folder / "second.pcap"]
     for path in paths:
         _replica(path)
+    return paths
+
+
+@pytest.fixture(scope="module")
+def open_to_the_end(tmp_path_factory) -> list[Path]:
+    """Two replicas of 4 connections, each open to the capture's end: 600,000 packets, all
+    TCP (`tcpdump -n -r FILE tcp | wc -l`), 53 MB, two parts each."""
+    folder = tmp_path_factory.mktemp("replicas")
+    paths = [folder / "first.pcap", folder / "second.pcap"]
+    for path in paths:
+        _replica(path, "--connections", "4")
     return paths
 
 
@@ -143,26 +152,27 @@ def test_a_killed_worker_of_a_parallel_run_is_one_line_and_leaves_no_files(repli
                                "signal); fewer jobs (-j) need less memory", temporary)
 
 
-def test_a_killed_part_worker_is_one_line_naming_the_capture_and_its_parts(replicas,
+def test_a_killed_part_worker_is_one_line_naming_the_capture_and_its_parts(open_to_the_end,
                                                                            tmp_path) -> None:
     """One capture in parts: its two parts (53 MB of capture over 32 MB a part) run at once in
     two worker processes, submitted together once the capture is routed; the first worker is
     killed. The line counts the parts that were running and the larger one's packets: the
-    replica's 570,960 TCP packets (`tcpdump -n -r FILE tcp | wc -l`; the other 29,280 of its
-    600,240 are not TCP) are split between the two, so the larger holds at least half."""
+    replica's 600,000 TCP packets are split between the two, so the larger holds at least
+    half."""
+    capture = open_to_the_end[0]
     temporary = tmp_path / "tmp"
-    process = _start(["analyze", *_in_parts(tmp_path), "--format", "json", str(replicas[0])],
+    process = _start(["analyze", *IN_PARTS, "--format", "json", str(capture)],
                      temporary, tmp_path / "out.json")
     os.kill(_first_child(process), signal.SIGKILL)
     stderr = _stderr_within_a_minute(process)
     assert process.returncode == 2, stderr
-    found = re.fullmatch(rf"nagledetect: error: {re.escape(str(replicas[0]))}: a worker process "
+    found = re.fullmatch(rf"nagledetect: error: {re.escape(str(capture))}: a worker process "
                          r"was killed \(out of memory, or by a signal\) while analysing 2 parts "
                          r"of up to ([\d,]+) packets; fewer jobs \(-j\) or a smaller --memory "
                          r"need less memory\n",
                          stderr)
     assert found, stderr
-    assert 570_960 // 2 <= int(found.group(1).replace(",", "")) <= 570_960
+    assert 600_000 // 2 <= int(found.group(1).replace(",", "")) <= 600_000
     assert list(temporary.iterdir()) == []
 
 
@@ -188,12 +198,13 @@ def test_a_killed_worker_of_a_huge_connection_says_what_it_needed(
     240 bytes each (1,600,000: 0.4 GB); read a slice at a time (more than 2 M packets), its
     events, up to about 190 bytes each (2,300,000: 0.44 GB). It suggests pieces of a quarter of
     them, rounded down to 100,000s (2,300,000 / 4 = 575,000 -> 500,000; 1,600,000 / 4 =
-    400,000)."""
+    400,000). Under `--memory 512M` the batches may keep 1,342,177 live packets: these
+    connections, open to the end, hold more, so the capture goes to parts."""
     capture = tmp_path / "huge.pcap"
     _replica(capture, "--connections", str(connections), packets=packets)
     temporary = tmp_path / "tmp"
-    process = _start(["analyze", "--tables", str(tmp_path / "tables"), "--format", "json",
-                      str(capture)], temporary, tmp_path / "out.json")
+    process = _start(["analyze", "--memory", "512M", "--format", "json", str(capture)],
+                     temporary, tmp_path / "out.json")
     os.kill(_first_child(process), signal.SIGKILL)
     _assert_one_line_and_clean(
         process, f"{capture}: a worker process was killed (out of memory, or by a signal) while "
@@ -224,14 +235,16 @@ def test_a_killed_writing_worker_is_one_line_saying_the_output_is_incomplete(man
 
 def test_a_killed_host_step_worker_is_one_line_not_a_hang(tmp_path) -> None:
     """100,000 connections between 200,000 hosts in 1,200,000 packets (101 MB: four parts, so
-    two host buckets, fingerprinted in two forked workers once the parts' workers are gone).
+    two host buckets, fingerprinted in two forked workers once the parts' workers are gone;
+    in parts, as under `--memory 60M` the batches may keep 157,286 live packets, and these
+    connections, released 3 hours of capture time after their last packet, hold more).
     The first worker of that second set is killed 20 ms after it starts, holding its bucket
     (the pair of workers lives about 0.26 s): the host step ran on a `multiprocessing.Pool`,
     which waited for ever for the killed worker's bucket."""
     capture = tmp_path / "hosts.pcap"
     _replica(capture, "--connections", "100000", packets=1_200_000)
     temporary = tmp_path / "tmp"
-    process = _start(["analyze", *_in_parts(tmp_path), "--format", "json", str(capture)],
+    process = _start(["analyze", "--memory", "60M", "--format", "json", str(capture)],
                      temporary, tmp_path / "out.json")
     victim = _first_of_second_set(process)
     time.sleep(HOST_STEP_KILL_AFTER_S)
@@ -242,15 +255,15 @@ def test_a_killed_host_step_worker_is_one_line_not_a_hang(tmp_path) -> None:
 
 
 @pytest.mark.parametrize("captures", [1, 2])
-def test_sigterm_stops_the_run_its_workers_and_removes_its_files(replicas, tmp_path,
+def test_sigterm_stops_the_run_its_workers_and_removes_its_files(open_to_the_end, tmp_path,
                                                                  captures: int) -> None:
     """SIGTERM (a CI job's time limit, `timeout`) to the command, not to its workers, while
     they run: one capture's two parts, or two captures at once. It ends with 143, as the shell
     reports a process SIGTERM ended, its workers end too, and its 48 MB of part files per
     capture go: they were left in TMPDIR, and the workers went on."""
     temporary = tmp_path / "tmp"
-    process = _start(["analyze", *_in_parts(tmp_path), "--format", "json",
-                      *map(str, replicas[:captures])], temporary, tmp_path / "out.json")
+    process = _start(["analyze", *IN_PARTS, "--format", "json",
+                      *map(str, open_to_the_end[:captures])], temporary, tmp_path / "out.json")
     workers = [_first_child(process, lambda: any(temporary.iterdir()))]
     workers += _children(process.pid)
     process.send_signal(signal.SIGTERM)

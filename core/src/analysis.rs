@@ -78,17 +78,21 @@ pub struct Pass {
 pub struct ConnectionsBatch {
     records: Vec<ConnectionRecord>,
     found: Found,
+    /// Their packet rows (numbered as the batch numbers them) and what each connection's are
+    /// finished with, where the pass keeps a packet table.
+    packets: (PacketRows, Vec<Finishing>),
 }
 
 impl ConnectionsBatch {
-    /// A dict as `flow_tables` gives with `packets=False`, the connections numbered 0 on in
-    /// the order of their first packet, the events naming them so, the messages numbered
-    /// within the batch.
+    /// A dict as `flow_tables` gives (with its packet table where the pass keeps one, else
+    /// as with `packets=False`), the connections numbered 0 on in the order of their first
+    /// packet, the events and packets naming them so, the messages numbered within the batch.
     pub fn into_python(self, py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
         let mut ids: Vec<u32> = self.records.iter().map(|record| record.id).collect();
         ids.sort_unstable();
         let events = self.found.into_python(py, Some(&ids))?;
-        let tables = FlowTables::new(PacketRows::default(), self.records, &[]);
+        let (packets, finishing) = self.packets;
+        let tables = FlowTables::new(packets, self.records, &finishing);
         let result = tables.into_python(py)?;
         put_events(&result, events)?;
         Ok(result)
@@ -155,9 +159,12 @@ impl Pass {
 
     /// The connections finished since they were last taken.
     pub fn take_finished(&mut self) -> ConnectionsBatch {
+        let records = self.stages.flows.take_records();
+        let packets = self.stages.flows.take_packets_of(&records);
         ConnectionsBatch {
-            records: self.stages.flows.take_records(),
+            records,
             found: self.stages.events.take_found(),
+            packets,
         }
     }
 
@@ -189,6 +196,7 @@ impl LiveSnapshot {
         ConnectionsBatch {
             records: self.records,
             found: self.events.finish(),
+            packets: Default::default(),
         }
     }
 }
@@ -359,7 +367,8 @@ struct BatchPass {
 /// `Events::live_load`), the iteration ends early with `over_budget`
 /// set (the batches given are then not the whole capture's). With `chart_packets`, each batch
 /// also gives its connections' packets as the report's charts read them (`chart_packets`, by
-/// frame; counted among its rows). `capture` is the accounting
+/// frame; counted among its rows); with `packet_table`, each batch has its connections' rows
+/// of the packet table and their SACK blocks, by frame. `capture` is the accounting
 /// (`read_capture`'s) once the iteration has ended; `packets_read` and `bytes_read` say how
 /// far the read has got. A file that is not a capture raises
 /// `CaptureError` here, a filter that does not compile `FilterError` from the iteration.
@@ -386,7 +395,7 @@ pub struct FlowBatches {
 #[pymethods]
 impl FlowBatches {
     #[new]
-    #[pyo3(signature = (path, bpf_filter = None, batch_rows = 1 << 20, live_packets_limit = usize::MAX, chart_packets = false))]
+    #[pyo3(signature = (path, bpf_filter = None, batch_rows = 1 << 20, live_packets_limit = usize::MAX, chart_packets = false, packet_table = false))]
     fn new(
         py: Python<'_>,
         path: &str,
@@ -394,8 +403,13 @@ impl FlowBatches {
         batch_rows: usize,
         live_packets_limit: usize,
         chart_packets: bool,
+        packet_table: bool,
     ) -> PyResult<FlowBatches> {
-        let mut pass = Pass::without_packet_table();
+        let mut pass = if packet_table {
+            Pass::default()
+        } else {
+            Pass::without_packet_table()
+        };
         if chart_packets {
             pass.stages.events.with_chart_packets();
         }

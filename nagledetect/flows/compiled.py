@@ -72,8 +72,9 @@ class CompiledBatches:
     """One capture read by the compiled core in one pass and handed over a batch of finished
     connections at a time (`_core.FlowBatches`): iterating gives each batch's flow tables, its
     connections numbered from 0 by first packet and its events naming them so, its messages
-    numbered within it, and no packet table (with `chart_packets`, what the charts read of each
-    of its packets, `FoundEvents.chart_packets`). `accounting` is the capture's once the
+    numbered within it, and no packet table (with `packet_table`, its connections' rows of
+    it, by frame; with `chart_packets`, what the charts read of each of its packets,
+    `FoundEvents.chart_packets`). `accounting` is the capture's once the
     iteration has ended; `progress` hears the packets and bytes read after each batch. Where the
     live connections come to hold more than `live_packets_limit` packets, the iteration ends
     early and `over_budget` is True. A file that is not a capture, or a filter that does not
@@ -81,13 +82,13 @@ class CompiledBatches:
 
     def __init__(self, path: str, bpf_filter: str | None, batch_rows: int,
                  live_packets_limit: int, progress: ProgressCallback | None = None,
-                 chart_packets: bool = False) -> None:
+                 chart_packets: bool = False, packet_table: bool = False) -> None:
         self.path = path
         self._filtered = bpf_filter is not None
         self._progress = progress
         try:
             self._batches = _core.FlowBatches(path, bpf_filter, batch_rows, live_packets_limit,
-                                              chart_packets)
+                                              chart_packets, packet_table)
         except _core.CaptureError as error:
             raise InputError(str(error)) from None
 

@@ -341,6 +341,30 @@ impl FlowTracker {
         std::mem::take(&mut self.records)
     }
 
+    /// The kept packet rows of the connections `records` (finished), taken out of the packet
+    /// table, their connections named by their positions among the records' numbers (sorted),
+    /// with what each position's packets are finished with; none where no packet table is kept.
+    pub fn take_packets_of(
+        &mut self,
+        records: &[ConnectionRecord],
+    ) -> (PacketRows, Vec<Finishing>) {
+        if !self.keep_packets {
+            return (PacketRows::default(), Vec::new());
+        }
+        let mut ids: Vec<u32> = records.iter().map(|record| record.id).collect();
+        ids.sort_unstable();
+        let mut finished = vec![false; self.live.len()];
+        let mut position = vec![0u32; self.live.len()];
+        for (at, id) in ids.iter().enumerate() {
+            finished[*id as usize] = true;
+            position[*id as usize] = at as u32;
+        }
+        let mut rows = self.packets.split_off_finished(&finished);
+        rows.renumber_connections(|id| position[id as usize]);
+        let finishing = ids.iter().map(|id| self.finishing[*id as usize]).collect();
+        (rows, finishing)
+    }
+
     /// Each live connection's row of the connection table and what its packets are finished
     /// with, as if it ended now (its state left as it is).
     pub fn peek(&self) -> Vec<(ConnectionRecord, Finishing)> {

@@ -79,6 +79,46 @@ impl PacketRows {
         self.sack_right_raw.truncate(blocks);
     }
 
+    /// The rows of the connections `finished` marks (by connection number), in their order,
+    /// with their SACK blocks, taken out; the others stay, in theirs.
+    pub fn split_off_finished(&mut self, finished: &[bool]) -> PacketRows {
+        let done = |connection: i32| finished.get(connection as usize).copied() == Some(true);
+        let taken: Vec<bool> = self.connection.iter().map(|c| done(*c)).collect();
+        let mut blocks_taken = Vec::with_capacity(self.sack_frame.len());
+        let mut row = 0;
+        for frame in &self.sack_frame {
+            // Both are in frame order, and a packet's blocks carry its frame.
+            while self.frame[row] != *frame {
+                row += 1;
+            }
+            blocks_taken.push(taken[row]);
+        }
+        let mut out = PacketRows::default();
+        macro_rules! split {
+            ($flags:expr; $($column:ident),*) => {$(
+                let (moved, kept) = std::mem::take(&mut self.$column)
+                    .into_iter()
+                    .zip($flags)
+                    .partition::<Vec<_>, _>(|(_, take)| *take);
+                out.$column = moved.into_iter().map(|(value, _)| value).collect();
+                self.$column = kept.into_iter().map(|(value, _)| value).collect();
+            )*};
+        }
+        split!(taken.iter().copied(); frame, time_us, connection, sender, flags, payload_bytes,
+            seq_u, ack_u, seq_raw, ack_raw, window_raw, role, opt_has_timestamp,
+            opt_timestamp_value, opt_timestamp_echo, opt_sack_block_count, captured_bytes,
+            payload_from_capture);
+        split!(blocks_taken.iter().copied(); sack_frame, sack_left_raw, sack_right_raw);
+        out
+    }
+
+    /// Name each row's connection by `local` of its number.
+    pub fn renumber_connections(&mut self, local: impl Fn(u32) -> u32) {
+        for connection in &mut self.connection {
+            *connection = local(*connection as u32) as i32;
+        }
+    }
+
     pub fn push(
         &mut self,
         packet: &Packet<'_>,
