@@ -8,6 +8,8 @@ separated by commas, the syntax Wireshark 3.6 and later accept (4.0 rejects blan
 
 from __future__ import annotations
 
+import numpy as np
+
 from nagledetect.detectors.model import StallEvents
 
 MAX_FRAME_RUNS = 64
@@ -29,9 +31,10 @@ def display_filter(connection: int, events: StallEvents) -> str:
         first = int(min(events.last_data_frame.min(), events.ack_frame.min()))
         last = int(max(events.released_frame.max(), events.ack_frame.max()))
         return f"{stream} && frame.number in {{{first}..{last}}}"
-    frames = sorted({int(frame) for column in (events.last_data_frame, events.ack_frame,
-                                               events.released_frame)
-                     for frame in column.tolist() if frame > 0})
+    frames = sorted(set(np.concatenate((events.last_data_frame, events.ack_frame,
+                                        events.released_frame)).tolist()))
+    while frames and frames[0] <= 0:  # 0: no such packet (sorted first)
+        frames.pop(0)
     if not frames:
         return stream
     starts, ends = _runs(frames)
