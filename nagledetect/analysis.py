@@ -8,8 +8,8 @@ the segment and sample tables are not kept, and the packet and message tables on
 when they are wanted (`part_tables`). Small captures
 of a run over many are analysed together in groups (`capture_groups`, see `batch`). Results
 that travel between processes carry what the reporters read (`for_another_process`), and a
-run over many captures keeps each one's findings on disk once it holds a few thousand in memory
-(`RunKeeping`).
+run over many captures keeps each one's findings on disk once it holds about 32 MB of them in
+memory (`RunKeeping`).
 """
 
 from __future__ import annotations
@@ -146,29 +146,33 @@ def _handed_over(analysis: Analysis, spill: SpillFile) -> Analysis:
         part_tables=_on_disk(tables, spill) if in_memory else tables)
 
 
-FINDINGS_KEPT_IN_MEMORY = 10_000
-"""Findings a run over many captures keeps in memory (a few KB each) before it keeps each
-further capture's on disk: an archive of small captures, a few findings each, then never writes
-and reads them back (a fifth of the time of a run over the corpora went to that)."""
+FINDINGS_KEPT_IN_MEMORY_BYTES = 32 << 20
+"""About what a run over many captures keeps of findings in memory before it keeps each further
+capture's on disk: an archive of small captures, a few findings each, then never writes and
+reads them back (a fifth of the time of a run over the corpora went to that). A finding is
+counted as FINDING_BYTES and its evidence rows as they lie (a capture of a few huge stalled
+connections has hundreds of thousands)."""
+FINDING_BYTES = 2_048
 
 
 @dataclasses.dataclass
 class RunKeeping:
     """What a run over many captures keeps of each capture's result while the others are
-    analysed: its findings in memory while the run holds no more than `findings_room`, else
-    (and whenever it has tables, or reads a spill file already) on disk in `spill`."""
+    analysed: its findings in memory while the run holds no more than `room_bytes` of them
+    (`FINDING_BYTES` each and their evidence rows), else (and whenever it has tables, or reads a
+    spill file already) on disk in `spill`."""
 
     spill: SpillFile
-    findings_room: int = FINDINGS_KEPT_IN_MEMORY
-    findings_in_memory: int = 0
+    room_bytes: int = FINDINGS_KEPT_IN_MEMORY_BYTES
+    held_bytes: int = 0
 
     def kept(self, analysis: Analysis) -> Analysis:
-        findings = analysis.findings
-        held = self.findings_in_memory + len(findings)
-        if (held <= self.findings_room and analysis.part_tables is None
-                and not spills_read_by(analysis)):
-            self.findings_in_memory = held
-            return analysis
+        if analysis.part_tables is None and not spills_read_by(analysis):
+            held = self.held_bytes + sum(FINDING_BYTES + finding.events.rows.nbytes
+                                         for finding in analysis.findings)
+            if held <= self.room_bytes:
+                self.held_bytes = held
+                return analysis
         return kept_on_disk(analysis, self.spill)
 
 

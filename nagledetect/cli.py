@@ -117,10 +117,12 @@ MEMORY_OPTION = click.option(
     "--memory", "parts_memory", type=ByteSize(), default=PARTS_MEMORY_BYTES, metavar="SIZE",
     help=f"About what the analysis of a capture may take (default {PARTS_MEMORY_BYTES >> 20}M), "
          "with -j each capture analysed at once. A capture whose whole analysis fits (about 6 "
-         "bytes a byte of capture) is analysed whole, a larger one in parts. More lets the "
-         "parts of a few huge connections run at once, each counted at about 240 bytes a "
-         "packet of its connections (read a slice at a time, such a part takes up to about "
-         "190, a bulk transfer almost nothing).")
+         "bytes a byte of capture) is analysed whole; a larger one a batch of finished "
+         "connections at a time, half of it for the batch, half for the connections still "
+         "open (about 200 bytes a packet they hold), or in parts where those need more. More "
+         "lets the parts of a few huge connections run at once, each counted at about 240 "
+         "bytes a packet of its connections (read a slice at a time, such a part takes up to "
+         "about 190, a bulk transfer almost nothing).")
 DASK_CONNECT_TIMEOUT_S = 30
 ONE_PROCESS_BYTES = 64 * 1024 * 1024
 """Captures of fewer bytes in all are analysed in this process unless -j is given: a run over
@@ -643,7 +645,11 @@ def _write_html(document: dict, analyses: list[Analysis], path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         with tempfile.NamedTemporaryFile("w", dir=path.parent, suffix=".tmp", delete=False,
                                          encoding="utf-8") as handle:
-            handle.write(render_html(document, analyses))
+            try:
+                handle.write(render_html(document, analyses))
+            except BaseException:
+                os.unlink(handle.name)
+                raise
         os.chmod(handle.name, REPORT_MODE)
         os.replace(handle.name, path)
     except OSError as error:

@@ -99,6 +99,15 @@ class SpillFile:
         other._handle, other._adopter = self._handle, self
         other._base, other.path, other._moved = base, None, True
 
+    def cut_back(self, size: int) -> None:
+        """Let go of what was appended since the file held `size` bytes (a pass that gave up
+        wrote it, and nothing reads it): a run's shared spill would otherwise keep it, and a
+        worker's would hand it over to be copied again."""
+        if self._moved:
+            raise ValueError("this spill's bytes were adopted by another spill file")
+        os.ftruncate(self._handle, self._base + size)
+        self.size = size
+
     def append(self, pieces: list[bytes]) -> int:
         """Write the pieces one after another at the end (a system call per IOV_MAX pieces, no
         joined copy); the offset of the first."""

@@ -42,14 +42,16 @@ def analyze_in_batches(path: str, bpf_filter: str | None, memory_bytes: int,
     connections, as a part's are, from what the core gives of its packets
     (`FoundEvents.chart_packets`); where tables are, each batch's packet and message tables
     are spilled as a part's are, to be read back in the order of a whole run
-    (`part_tables`)."""
+    (`part_tables`). Where the pass gives up, what it spilled is let go."""
     wanted = wanted or Wanted()
     chart_packets = wanted.charts and not wanted.tables  # the packet table serves both
     batches = CompiledBatches(path, bpf_filter, max(1, memory_bytes // 2 // BYTES_PER_EVENT_ROW),
                               max(1, memory_bytes // 2 // BYTES_PER_LIVE_PACKET), progress,
                               chart_packets=chart_packets, packet_table=wanted.tables)
     buckets = max(1, capture_bytes // PART_BYTES // PARTS_PER_HOST_BUCKET)
-    collected = CollectedParts(buckets, workers, wanted, spill or SpillFile())
+    spill = spill or SpillFile()
+    spilled_before = spill.size
+    collected = CollectedParts(buckets, workers, wanted, spill)
     with freed_memory_kept():  # each batch reuses what the last one freed (`memory`)
         for index, flows in enumerate(batches):
             charted = Table(flows.found_events.chart_packets) if chart_packets else None
@@ -61,9 +63,10 @@ def analyze_in_batches(path: str, bpf_filter: str | None, memory_bytes: int,
                                                  level.findings)
             collected.add(index, result_of_level(level, buckets, wanted))
     if batches.over_budget:
+        spill.cut_back(spilled_before)
         return None
     accounting = batches.accounting
     if not collected.connections:
-        return without_tcp(path, accounting)
+        return without_tcp(path, accounting, wanted.charts)
     with collector_paused():
         return collected.analysis(path, accounting, stages or no_stages)

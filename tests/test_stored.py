@@ -87,11 +87,11 @@ def test_findings_put_on_disk_read_back_as_the_same_document() -> None:
 
 
 def test_a_run_keeps_findings_in_memory_until_its_room_is_full() -> None:
-    """A run over many captures keeps each result's findings in memory while they fit in its
-    room, then on disk; either way the document is the same. seed003 has 3 findings (a stall,
-    idle time, stop-and-wait) and mixed.pcap 17 (`nagledetect --format json`, the documents'
-    `findings` listed and counted by hand)."""
-    from nagledetect.analysis import RunKeeping, analyze_capture
+    """A run over many captures keeps each result's findings in memory while they (and their
+    evidence rows) fit in its room, then on disk; either way the document is the same.
+    seed003 has 3 findings (a stall, idle time, stop-and-wait) and mixed.pcap 17 (`nagledetect
+    --format json`, the documents' `findings` listed and counted by hand)."""
+    from nagledetect.analysis import FINDING_BYTES, RunKeeping, analyze_capture
     from nagledetect.report.document import build_document
     from nagledetect.stored import StoredFindings
     from tests.conftest import SAMPLE_TRACES
@@ -99,11 +99,13 @@ def test_a_run_keeps_findings_in_memory_until_its_room_is_full() -> None:
     analyses = [analyze_capture(str(SAMPLE_TRACES / name))
                 for name in ("seed003-nagle.pcap", "mixed.pcap", "seed003-nagle.pcap")]
     assert [len(analysis.findings) for analysis in analyses] == [3, 17, 3]
-    keeping = RunKeeping(SpillFile(), findings_room=20)
+    sizes = [sum(FINDING_BYTES + finding.events.rows.nbytes for finding in analysis.findings)
+             for analysis in analyses]
+    keeping = RunKeeping(SpillFile(), room_bytes=sizes[0] + sizes[1])
     kept = [keeping.kept(analysis) for analysis in analyses]
     assert [isinstance(analysis.findings, StoredFindings) for analysis in kept] == [
         False, False, True]
-    assert keeping.findings_in_memory == 20
+    assert keeping.held_bytes == sizes[0] + sizes[1]
     assert build_document(kept) == build_document(analyses)
 
 

@@ -21,7 +21,9 @@ import pytest
 from nagledetect.analysis import analyze_capture
 from nagledetect.flows.compiled import CompiledBatches
 from nagledetect.part_sizes import BYTES_PER_EVENT_ROW, BYTES_PER_LIVE_PACKET
+from nagledetect.pipeline import Wanted
 from nagledetect.report.document import build_document
+from nagledetect.stored import SpillFile
 from nagledetect.streamed import analyze_in_batches
 from tests.conftest import PROJECT, SAMPLE_TRACES
 
@@ -62,7 +64,6 @@ def test_the_reports_charts_in_batches_are_the_whole_analysiss(copies: Path) -> 
     each batch's connections, are those of the capture analysed whole: the page is the same,
     byte for byte, and it draws the time-sequence graphs of the worst connections and the
     payload sizes of every packet with a payload (tshark -Y 'tcp.len > 0' counts 52,350)."""
-    from nagledetect.pipeline import Wanted
     from nagledetect.report.html import render_html
 
     whole = analyze_capture(str(copies))
@@ -80,7 +81,6 @@ def test_tables_in_batches_are_the_whole_analysiss(copies: Path, tmp_path: Path)
     packets, the other 3 being IGMP reports)."""
     import csv
 
-    from nagledetect.pipeline import Wanted
     from nagledetect.report.tables import write_tables
 
     whole = analyze_capture(str(copies), keep_tables=True)
@@ -114,8 +114,69 @@ def test_live_connections_over_the_memory_fall_back_to_parts(tmp_path: Path) -> 
     packets allowed, so the pass stops, and `analyze_capture` analyses it in parts."""
     huge = _replica(tmp_path / "huge.pcap", str(SAMPLE_TRACES / "seed003-nagle.pcap"),
                     "--packets", "400000", "--connections", "1")
-    assert analyze_in_batches(str(huge), None, MEMORY_BYTES) is None
     whole = analyze_capture(str(huge), charts=False)
     fallen_back = analyze_capture(str(huge), charts=False, parts_memory_bytes=MEMORY_BYTES)
     assert not fallen_back.tables_kept and whole.tables_kept
     assert _text(build_document([fallen_back])) == _text(build_document([whole]))
+
+
+def test_a_pass_that_gives_up_lets_go_of_what_it_spilled(copies: Path, tmp_path: Path) -> None:
+    """The copies, then one connection of 400,000 packets (`mergecap -a`): the pass hands over
+    batches of the copies' connections, spilled (with their tables), before the huge one
+    outgrows the live packets allowed; giving up, it cuts the spill back to what it held
+    before (a run's spill is shared by its captures)."""
+    huge = _replica(tmp_path / "huge.pcap", str(SAMPLE_TRACES / "seed003-nagle.pcap"),
+                    "--packets", "400000", "--connections", "1")
+    joined = tmp_path / "joined.pcap"
+    subprocess.run(["mergecap", "-a", "-F", "pcap", "-w", str(joined), str(copies), str(huge)],
+                   check=True)
+    batches = CompiledBatches(str(joined), None, MEMORY_BYTES // 2 // BYTES_PER_EVENT_ROW,
+                              MEMORY_BYTES // 2 // BYTES_PER_LIVE_PACKET)
+    assert sum(1 for _ in batches) >= 2 and batches.over_budget
+    spill = SpillFile()
+    earlier = b"a finding of an earlier capture"
+    spill.append([earlier])
+    assert analyze_in_batches(str(joined), None, MEMORY_BYTES, spill=spill,
+                              wanted=Wanted(tables=True, charts=True)) is None
+    assert spill.size == len(earlier) and spill.read(0, len(earlier)) == earlier
+
+
+def test_a_capture_whose_filter_keeps_no_tcp_has_its_report_in_batches(copies: Path) -> None:
+    """Under a filter no packet passes (tshark -Y 'tcp.port == 1' finds none in the copies),
+    the batches hand over no connection; the report still has its (empty) charts and a page,
+    as the whole analysis has."""
+    from nagledetect.report.html import render_html
+
+    batched = analyze_in_batches(str(copies), "tcp port 1", MEMORY_BYTES,
+                                 wanted=Wanted(charts=True))
+    whole = analyze_capture(str(copies), "tcp port 1")
+    assert batched is not None and batched.charts is not None
+    assert not batched.findings and not len(batched.capture.connections)
+    assert render_html(build_document([batched]), [batched]) == render_html(
+        build_document([whole]), [whole])
+
+
+def test_batches_give_each_packet_its_sack_blocks(copies: Path) -> None:
+    """With the packet table kept, each batch takes its connections' rows out of the pass's
+    table with their SACK blocks: over all batches, the packets and the blocks are the whole
+    pass's (the copies carry 18 SACK blocks: tshark -Y tcp.options.sack_le lists 18 packets,
+    one block each)."""
+    import numpy as np
+
+    from nagledetect.flows.compiled import compiled_flows
+
+    whole, _ = compiled_flows(str(copies))
+    batches = CompiledBatches(str(copies), None, MEMORY_BYTES // 2 // BYTES_PER_EVENT_ROW,
+                              MEMORY_BYTES // 2 // BYTES_PER_LIVE_PACKET, packet_table=True)
+    taken = list(batches)
+    assert len(taken) > 1  # 5: the packet rows count towards a batch's rows, an eighth each
+    frames = np.concatenate([flows.packets["frame"] for flows in taken])
+    blocks = {name: np.concatenate([flows.sack_blocks[name] for flows in taken])
+              for name in ("frame", "left_raw", "right_raw")}
+    assert sorted(frames.tolist()) == whole.packets["frame"].tolist()
+    assert len(blocks["frame"]) == 18
+    order = np.argsort(blocks["frame"], kind="stable")
+    for name, values in blocks.items():
+        assert values[order].tolist() == whole.sack_blocks[name].tolist()
+    for flows in taken:  # a batch's blocks are its own packets'
+        assert np.isin(flows.sack_blocks["frame"], flows.packets["frame"]).all()

@@ -107,11 +107,13 @@ pub struct FlowTracker {
     live_pairs: Vec<[Endpoint; 2]>,
     /// The ended connections' rows of the connection table, in the order they ended.
     records: Vec<ConnectionRecord>,
-    /// Whether the packet table is kept; then also, by connection number, what its packets
-    /// are finished with.
+    /// Whether the packet table is kept; then also, for each connection finished and not yet
+    /// taken (`take_packets_of`; or all of them, for `finish`), what its packets are finished
+    /// with, and how many rows of the table are theirs.
     keep_packets: bool,
     packets: PacketRows,
-    finishing: Vec<Finishing>,
+    finishing: Vec<(u32, Finishing)>,
+    finished_packet_rows: usize,
 }
 
 impl Default for FlowTracker {
@@ -131,6 +133,7 @@ impl Default for FlowTracker {
             keep_packets: true,
             packets: PacketRows::default(),
             finishing: Vec::new(),
+            finished_packet_rows: 0,
         }
     }
 }
@@ -315,14 +318,11 @@ impl FlowTracker {
             .take()
             .expect("a connection ends once");
         let (record, finishing) = ConnectionRecord::of(connection, &state);
-        self.records.push(record);
         if self.keep_packets {
-            let index = connection as usize;
-            if self.finishing.len() <= index {
-                self.finishing.resize(index + 1, finishing);
-            }
-            self.finishing[index] = finishing;
+            self.finishing.push((connection, finishing));
+            self.finished_packet_rows += record.packet_count();
         }
+        self.records.push(record);
         finishing
     }
 
@@ -341,9 +341,10 @@ impl FlowTracker {
         std::mem::take(&mut self.records)
     }
 
-    /// The kept packet rows of the connections `records` (finished), taken out of the packet
-    /// table, their connections named by their positions among the records' numbers (sorted),
-    /// with what each position's packets are finished with; none where no packet table is kept.
+    /// The kept packet rows of the connections `records` (those finished since the last take),
+    /// taken out of the packet table, their connections named by their positions among the
+    /// records' numbers (sorted), with what each position's packets are finished with; none
+    /// where no packet table is kept.
     pub fn take_packets_of(
         &mut self,
         records: &[ConnectionRecord],
@@ -351,18 +352,19 @@ impl FlowTracker {
         if !self.keep_packets {
             return (PacketRows::default(), Vec::new());
         }
-        let mut ids: Vec<u32> = records.iter().map(|record| record.id).collect();
-        ids.sort_unstable();
-        let mut finished = vec![false; self.live.len()];
-        let mut position = vec![0u32; self.live.len()];
-        for (at, id) in ids.iter().enumerate() {
-            finished[*id as usize] = true;
-            position[*id as usize] = at as u32;
-        }
-        let mut rows = self.packets.split_off_finished(&finished);
-        rows.renumber_connections(|id| position[id as usize]);
-        let finishing = ids.iter().map(|id| self.finishing[*id as usize]).collect();
-        (rows, finishing)
+        let mut finishing = std::mem::take(&mut self.finishing);
+        finishing.sort_unstable_by_key(|(id, _)| *id);
+        let ids: Vec<u32> = finishing.iter().map(|(id, _)| *id).collect();
+        debug_assert_eq!(ids.len(), records.len());
+        let mut rows = self.packets.split_off_finished(&ids);
+        rows.renumber_connections(|id| ids.binary_search(&id).unwrap_or(0) as u32);
+        self.finished_packet_rows = 0;
+        (rows, finishing.into_iter().map(|(_, at)| at).collect())
+    }
+
+    /// The packet table's rows of the connections finished and not yet taken.
+    pub fn finished_packet_rows(&self) -> usize {
+        self.finished_packet_rows
     }
 
     /// Each live connection's row of the connection table and what its packets are finished
@@ -422,13 +424,18 @@ impl FlowTracker {
         self.packets.truncate(mark.packets);
         self.live.truncate(mark.connections);
         self.records.truncate(mark.records);
-        self.finishing.truncate(mark.connections);
+        self.finishing
+            .retain(|(id, _)| (*id as usize) < mark.connections);
         self.next_capture();
     }
 
     /// The packet and connection tables (every connection finished).
     pub fn finish(self) -> tables::FlowTables {
-        tables::FlowTables::new(self.packets, self.records, &self.finishing)
+        let mut finishing = self.finishing;
+        finishing.sort_unstable_by_key(|(id, _)| *id);
+        // Every connection is finished: the one at position i is connection i.
+        let finishing: Vec<Finishing> = finishing.into_iter().map(|(_, at)| at).collect();
+        tables::FlowTables::new(self.packets, self.records, &finishing)
     }
 }
 

@@ -79,20 +79,20 @@ impl PacketRows {
         self.sack_right_raw.truncate(blocks);
     }
 
-    /// The rows of the connections `finished` marks (by connection number), in their order,
-    /// with their SACK blocks, taken out; the others stay, in theirs.
-    pub fn split_off_finished(&mut self, finished: &[bool]) -> PacketRows {
-        let done = |connection: i32| finished.get(connection as usize).copied() == Some(true);
-        let taken: Vec<bool> = self.connection.iter().map(|c| done(*c)).collect();
-        let mut blocks_taken = Vec::with_capacity(self.sack_frame.len());
-        let mut row = 0;
-        for frame in &self.sack_frame {
-            // Both are in frame order, and a packet's blocks carry its frame.
-            while self.frame[row] != *frame {
-                row += 1;
-            }
-            blocks_taken.push(taken[row]);
-        }
+    /// The rows of the connections numbered `finished` (sorted), in their order, with their
+    /// SACK blocks, taken out; the others stay, in theirs.
+    pub fn split_off_finished(&mut self, finished: &[u32]) -> PacketRows {
+        let taken: Vec<bool> = self
+            .connection
+            .iter()
+            .map(|connection| finished.binary_search(&(*connection as u32)).is_ok())
+            .collect();
+        // Rows are in frame order, and a packet's blocks carry its frame.
+        let blocks_taken: Vec<bool> = self
+            .sack_frame
+            .iter()
+            .map(|frame| self.frame.binary_search(frame).is_ok_and(|row| taken[row]))
+            .collect();
         let mut out = PacketRows::default();
         macro_rules! split {
             ($flags:expr; $($column:ident),*) => {$(
@@ -276,6 +276,11 @@ pub struct ConnectionRecord {
 }
 
 impl ConnectionRecord {
+    /// How many of its packets were taken (its rows of the packet table).
+    pub fn packet_count(&self) -> usize {
+        (self.packets[0] + self.packets[1]) as usize
+    }
+
     /// Connection `id`'s record, and what its packets are finished with.
     pub fn of(id: u32, connection: &Connection) -> (ConnectionRecord, Finishing) {
         let ip_version = ip_version(&connection.endpoints[0].0);
