@@ -31,6 +31,9 @@ BYTES_PER_LIVE_PACKET = 200
 segments' context (40 bytes a data segment) and of the gaps, and the allocator's slack
 (`s1m_1k`, 1,000 connections live to the end: 270 MB for 1 M packets in the pass). Half of
 `--memory` goes to the live connections, in `streamed` and in `live`'s view."""
+BYTES_PER_LIVE_TABLE_ROW = 65
+"""What a live connection's packet takes more where the pass keeps the packet table (for
+`--tables`): its row, the sum of the table's column widths."""
 MAX_PARTS = 400
 """Two open files per part: stay well inside the usual limit of 1,024 (parts grow instead)."""
 StageCallback = Callable[[str, int, int], None]

@@ -17,6 +17,7 @@ from nagledetect.memory import freed_memory_kept
 from nagledetect.part_sizes import (
     BYTES_PER_EVENT_ROW,
     BYTES_PER_LIVE_PACKET,
+    BYTES_PER_LIVE_TABLE_ROW,
     PART_BYTES,
     StageCallback,
     no_stages,
@@ -45,8 +46,9 @@ def analyze_in_batches(path: str, bpf_filter: str | None, memory_bytes: int,
     (`part_tables`). Where the pass gives up, what it spilled is let go."""
     wanted = wanted or Wanted()
     chart_packets = wanted.charts and not wanted.tables  # the packet table serves both
+    live_packet_bytes = BYTES_PER_LIVE_PACKET + (BYTES_PER_LIVE_TABLE_ROW if wanted.tables else 0)
     batches = CompiledBatches(path, bpf_filter, max(1, memory_bytes // 2 // BYTES_PER_EVENT_ROW),
-                              max(1, memory_bytes // 2 // BYTES_PER_LIVE_PACKET), progress,
+                              max(1, memory_bytes // 2 // live_packet_bytes), progress,
                               chart_packets=chart_packets, packet_table=wanted.tables)
     buckets = max(1, capture_bytes // PART_BYTES // PARTS_PER_HOST_BUCKET)
     spill = spill or SpillFile()
