@@ -578,14 +578,7 @@ def kinds_and_times(findings: Sequence[dict[str, Any]]) -> tuple[list[str], list
 
 def _finding_entry(finding: Finding, capture_index: int, connection: int) -> dict[str, Any]:
     return {
-        "kind": finding.kind,
-        "subkind": finding.subkind,
-        "capture": capture_index,
-        "connection": connection,
-        "sender": finding.sender,
-        "receiver": finding.receiver,
-        "count": finding.count,
-        "time_lost_s": round(finding.time_lost_s, 6),
+        **_finding_head(finding, capture_index, connection),
         "share": round(finding.share, 6),
         "confidence": {"level": finding.confidence, "reasons": finding.confidence_reasons},
         "summary": finding.summary,
@@ -599,10 +592,15 @@ def _finding_entry(finding: Finding, capture_index: int, connection: int) -> dic
 def _summary_entry(finding: Finding, capture_index: int, connection: int) -> dict[str, Any]:
     """What `StallSummaries` keeps of a finding's entry (`_finding_entry`), without making the
     rest: its display filter alone took more time than the rest of the document's headline."""
+    return {**_finding_head(finding, capture_index, connection), "advice": finding.advice,
+            "details": finding.details}
+
+
+def _finding_head(finding: Finding, capture_index: int, connection: int) -> dict[str, Any]:
+    """The first keys of a finding's entry: what it is, where, and what it cost."""
     return {"kind": finding.kind, "subkind": finding.subkind, "capture": capture_index,
             "connection": connection, "sender": finding.sender, "receiver": finding.receiver,
-            "count": finding.count, "time_lost_s": round(finding.time_lost_s, 6),
-            "advice": finding.advice, "details": finding.details}
+            "count": finding.count, "time_lost_s": round(finding.time_lost_s, 6)}
 
 
 def _host_entries(values: HostValues, capture_index: int, shown: Callable[[int], int]

@@ -44,6 +44,18 @@ impl Finishing {
         u8::from(sender != self.client)
     }
 
+    /// A packet of endpoint `sender`, its `seq_u` and `ack_u` values counted from the ISNs
+    /// (`NO_ACK` stays: the packet has no ACK).
+    pub fn counted(&self, sender: u8, seq_u: i64, ack_u: i64) -> (i64, i64) {
+        let (seq_offset, ack_offset) = self.offsets[usize::from(sender)];
+        let ack = if ack_u == NO_ACK {
+            NO_ACK
+        } else {
+            ack_u + ack_offset
+        };
+        (seq_u + seq_offset, ack)
+    }
+
     /// A packet's window in bytes: scaled by its direction's shift, except on a SYN.
     pub fn window_bytes(&self, window_raw: u16, flags: u16, direction: u8) -> i64 {
         let shift = if flags & FLAG_SYN != 0 {
@@ -138,21 +150,18 @@ impl Finished<'_> {
         self.packets.rows[row].time_us
     }
 
-    fn offsets(&self, row: usize) -> (i64, i64) {
-        self.at.offsets[usize::from(self.packets.rows[row].sender)]
+    /// The packet's sequence and ACK numbers counted from the ISNs (`Finishing::counted`).
+    fn counted(&self, row: usize) -> (i64, i64) {
+        let packet = &self.packets.rows[row];
+        self.at.counted(packet.sender, packet.seq_u, packet.ack_u)
     }
 
     pub fn seq(&self, row: usize) -> i64 {
-        self.packets.rows[row].seq_u + self.offsets(row).0
+        self.counted(row).0
     }
 
     pub fn ack(&self, row: usize) -> i64 {
-        let ack_u = self.packets.rows[row].ack_u;
-        if ack_u == NO_ACK {
-            NO_ACK
-        } else {
-            ack_u + self.offsets(row).1
-        }
+        self.counted(row).1
     }
 
     pub fn payload_bytes(&self, row: usize) -> i64 {

@@ -96,19 +96,13 @@ impl PacketRows {
         let mut out = PacketRows::default();
         macro_rules! split {
             ($flags:expr; $($column:ident),*) => {$(
-                let (moved, kept) = std::mem::take(&mut self.$column)
-                    .into_iter()
-                    .zip($flags)
-                    .partition::<Vec<_>, _>(|(_, take)| *take);
-                out.$column = moved.into_iter().map(|(value, _)| value).collect();
-                self.$column = kept.into_iter().map(|(value, _)| value).collect();
+                out.$column = split_off(&mut self.$column, $flags);
             )*};
         }
-        split!(taken.iter().copied(); frame, time_us, connection, sender, flags, payload_bytes,
-            seq_u, ack_u, seq_raw, ack_raw, window_raw, role, opt_has_timestamp,
-            opt_timestamp_value, opt_timestamp_echo, opt_sack_block_count, captured_bytes,
-            payload_from_capture);
-        split!(blocks_taken.iter().copied(); sack_frame, sack_left_raw, sack_right_raw);
+        split!(&taken; frame, time_us, connection, sender, flags, payload_bytes, seq_u, ack_u,
+            seq_raw, ack_raw, window_raw, role, opt_has_timestamp, opt_timestamp_value,
+            opt_timestamp_echo, opt_sack_block_count, captured_bytes, payload_from_capture);
+        split!(&blocks_taken; sack_frame, sack_left_raw, sack_right_raw);
         out
     }
 
@@ -155,6 +149,23 @@ impl PacketRows {
     }
 }
 
+/// The values of `column` where `taken` holds, moved out in order; the others stay, in theirs
+/// (compacted in place: the live connections' rows are most of the table).
+fn split_off<T: Copy>(column: &mut Vec<T>, taken: &[bool]) -> Vec<T> {
+    let mut moved = Vec::with_capacity(taken.iter().filter(|take| **take).count());
+    let mut kept = 0;
+    for (row, take) in taken.iter().enumerate() {
+        if *take {
+            moved.push(column[row]);
+        } else {
+            column[kept] = column[row];
+            kept += 1;
+        }
+    }
+    column.truncate(kept);
+    moved
+}
+
 pub struct FlowTables {
     packets: PacketRows,
     direction: Vec<u8>,
@@ -195,11 +206,8 @@ impl FlowTables {
         let sender = packets.sender[index];
         let direction = at.direction(sender);
         self.direction.push(direction);
-        let (seq_offset, ack_offset) = at.offsets[usize::from(sender)];
-        packets.seq_u[index] += seq_offset;
-        if packets.ack_u[index] != NO_ACK {
-            packets.ack_u[index] += ack_offset;
-        }
+        (packets.seq_u[index], packets.ack_u[index]) =
+            at.counted(sender, packets.seq_u[index], packets.ack_u[index]);
         self.window_bytes.push(at.window_bytes(
             packets.window_raw[index],
             packets.flags[index],
