@@ -6,7 +6,6 @@ progress and errors to stderr; bad input is one line on stderr and exit status 2
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import json
 import os
@@ -64,6 +63,7 @@ from nagledetect.report.annotate import FrameComments, connection_frames, write_
 from nagledetect.report.document import SCHEMA, build_document, write_json
 from nagledetect.report.text import LANGUAGES, render_text
 from nagledetect.stored import SpillFile
+from nagledetect.workers import kill_children, worker_pool
 
 if TYPE_CHECKING:
     from nagledetect.gate import RuleResult
@@ -193,13 +193,10 @@ def _terminate_cleanly(main_pid: int, run_folder: str, signum: int, frame: objec
     """SIGTERM (a CI job's time limit, `timeout`, a cancelled run): kill the worker processes,
     remove the run's temporary files (80 bytes a packet of a large capture, all in one folder),
     then end. Unwinding instead, from wherever the signal came, could stop in a lock held at a
-    fork. The workers are found in /proc, not in multiprocessing's books (a worker forked just
-    now is not in them yet), and killed outright: they have nothing of their own to remove. A
-    worker signalled before `_default_sigterm` ran in it just ends."""
+    fork. The workers are killed outright (`workers.kill_children`). A worker signalled before
+    `_default_sigterm` ran in it just ends."""
     if os.getpid() == main_pid:
-        for child in _child_processes():
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(child, signal.SIGKILL)
+        kill_children()
         shutil.rmtree(run_folder, ignore_errors=True)
     os._exit(TERMINATED_EXIT)
 
@@ -209,14 +206,6 @@ def _default_sigterm() -> None:
     handler above it would end only once it ran Python again, and one waiting on a lock would
     not, and hang its pool."""
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
-
-
-def _child_processes() -> list[int]:
-    children = []
-    for task in Path("/proc/self/task").iterdir():
-        with contextlib.suppress(OSError):
-            children += [int(pid) for pid in (task / "children").read_text().split()]
-    return children
 
 
 @main.command()
@@ -908,14 +897,13 @@ def _analyze_in_processes(captures: list[str], bpf_filter: str | None, wanted: W
     tables, if wanted) spilled to disk, so that memory here grows with the captures'
     connections and hosts, not with their findings or packets. A failing capture's result is
     its error."""
-    from concurrent.futures import ProcessPoolExecutor  # its module only where workers run
 
     results: dict[int, Analysis | InputError] = {}
     spill = SpillFile()
     try:
         with (tempfile.TemporaryDirectory(prefix=HANDOVER_PREFIX) as handover,
-              ProcessPoolExecutor(max_workers=workers, initializer=_temporaries_in,
-                                  initargs=(handover,)) as pool):
+              worker_pool(max_workers=workers, initializer=_temporaries_in,
+                          initargs=(handover,)) as pool):
             pending = {pool.submit(_analyze_group_for_parent,
                                    [captures[index] for index in group], bpf_filter, wanted,
                                    handover, parts_memory): group

@@ -21,7 +21,7 @@ import os
 import pickle
 import zlib
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import FIRST_COMPLETED, BrokenExecutor, Future, ProcessPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, BrokenExecutor, Future, wait
 from contextlib import closing
 from dataclasses import dataclass
 from typing import Any
@@ -85,6 +85,7 @@ from nagledetect.stored import (
     pickle_findings,
 )
 from nagledetect.table import Table, as_frame, as_table, concatenated
+from nagledetect.workers import worker_pool
 
 BYTES_PER_PART_PACKET = 240
 """About what a worker holds for each packet of the part it analyses: a part is its
@@ -213,7 +214,7 @@ def _parts_in_parallel(files: list[tuple[str, str, np.dtype]], buckets: int, wor
     waiting = sorted(range(len(files)), key=lambda index: -sizes[index])
     running: dict[Future, int] = {}
     counter = multiprocessing.get_context("fork").Value("q", 0)
-    with collector_paused(), ProcessPoolExecutor(
+    with collector_paused(), worker_pool(
             max_workers=min(workers, len(files)), mp_context=multiprocessing.get_context("fork"),
             initializer=_worker_started, initargs=(counter,)) as pool:
         while waiting or running:
@@ -743,8 +744,8 @@ def _forked_map(work: Callable[[int], Any], items: range, workers: int) -> Itera
     global _FORKED_WORK
     _FORKED_WORK = work
     try:
-        with ProcessPoolExecutor(min(workers, len(items)),
-                                 mp_context=multiprocessing.get_context("fork")) as pool:
+        with worker_pool(max_workers=min(workers, len(items)),
+                         mp_context=multiprocessing.get_context("fork")) as pool:
             yield from pool.map(_forked_call, items)
     finally:
         _FORKED_WORK = None
