@@ -44,7 +44,7 @@ from nagledetect.flows.connections import direction_key
 from nagledetect.flows.tables import FoundEvents
 from nagledetect.read.accounting import Accounting
 from nagledetect.table import Table, as_frame
-from tests.conftest import PROJECT, SAMPLE_TRACES, corpus_file
+from tests.conftest import PROJECT, SAMPLE_TRACES, corpus_file, require_tool
 
 SAMPLES = sorted(path.name for path in SAMPLE_TRACES.iterdir()
                  if path.suffix in (".pcap", ".pcapng", ".gz"))
@@ -199,3 +199,75 @@ def test_connections_finished_while_the_pass_goes_on_give_the_same_tables(
 _FOUND = {"gaps": "gap_rows", "messages": "message_rows", "bursts": "burst_rows",
           "untimed_stalls": "untimed_stalls", "lone_segments": "lone_segments",
           "payload_counts": "payload_counts"}
+
+
+def _event_tables(made: dict) -> dict[str, np.ndarray]:
+    """The event tables and the connection table of a `flow_tables` result, by column."""
+    return {f"{table}.{column}": np.asarray(values)
+            for table, columns in made.items() if isinstance(columns, dict)
+            for column, values in columns.items()}
+
+
+def _assert_same_tables(got: dict, expected: dict) -> None:
+    got_columns, expected_columns = _event_tables(got), _event_tables(expected)
+    assert sorted(got_columns) == sorted(expected_columns)
+    for name, values in expected_columns.items():
+        np.testing.assert_array_equal(got_columns[name], values, err_msg=name)
+
+
+@pytest.mark.parametrize("name", SAMPLES)
+def test_connections_finished_as_they_go_give_the_same_tables(name: str) -> None:
+    """Where a live connection's events are finished as it goes and its packets let go (every
+    packet, or every 7: as often as can be), its events equal those of the connection finished
+    whole at its end, which the tests above prove equal to the numpy path's. Only connections
+    whose SYN and SYN/ACK have come let go (their finishing values are known then)."""
+    path = [str(SAMPLE_TRACES / name)]
+    whole = _core.flow_tables(path, None, False, let_go_packets=1 << 40)
+    for every in (1, 7):
+        _assert_same_tables(_core.flow_tables(path, None, False, let_go_packets=every), whole)
+
+
+@pytest.mark.parametrize("name", CORPUS_CASES[:6])
+def test_corpus_connections_finished_as_they_go_give_the_same_tables(name: str) -> None:
+    """The same on real captures of the corpora."""
+    path = [str(corpus_file(name))]
+    whole = _core.flow_tables(path, None, False, let_go_packets=1 << 40)
+    _assert_same_tables(_core.flow_tables(path, None, False, let_go_packets=1), whole)
+
+
+@pytest.fixture(scope="module")
+def long_bulk(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """trap-bulk.pcap's transfer repeated in one connection of 200,000 packets, its handshake
+    once at the start (tcpdump: 2 packets with SYN, none with FIN)."""
+    path = tmp_path_factory.mktemp("long") / "bulk200k.pcap"
+    subprocess.run([sys.executable, str(PROJECT / "benchmarks" / "make_large_capture.py"),
+                    str(SAMPLE_TRACES / "trap-bulk.pcap"), str(path), "--packets", "200000",
+                    "--connections", "1"], check=True, capture_output=True)
+    return path
+
+
+def _batches(path: Path, live_packets: int) -> tuple[_core.FlowBatches, list[dict]]:
+    batches = _core.FlowBatches(str(path), None, 1 << 20, live_packets)
+    return batches, list(batches)
+
+
+def test_a_long_connection_lets_its_packets_go_as_it_goes(long_bulk: Path) -> None:
+    """The one connection of 200,000 packets passes a pass that allows 20,000 live packets:
+    it lets its packets go as it goes. Its tables are those of the pass that holds it whole."""
+    batches, handed = _batches(long_bulk, 20_000)
+    assert not batches.over_budget and len(handed) == 1
+    assert batches.capture["packets_read"] == 200_000
+    _assert_same_tables(handed[0], _core.flow_tables([str(long_bulk)], None, False,
+                                                     let_go_packets=1 << 40))
+
+
+def test_a_long_connection_seen_without_its_handshake_keeps_its_packets(
+        long_bulk: Path, tmp_path: Path) -> None:
+    """The same capture begun after the handshake (editcap drops its first 3 frames: SYN,
+    SYN/ACK, ACK): the connection's client, the bases its numbers count from and its MSS are
+    known only at its end, so it holds its packets, and outgrows the 20,000 allowed."""
+    cut = tmp_path / "mid-connection.pcap"
+    subprocess.run([require_tool("editcap"), str(long_bulk), str(cut), "1-3"], check=True)
+    batches, handed = _batches(cut, 20_000)
+    assert batches.over_budget and not handed
+    assert 20_000 <= batches.packets_read < 200_000

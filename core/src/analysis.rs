@@ -71,6 +71,19 @@ impl Stages {
     }
 }
 
+impl Stages {
+    /// Let go what every live connection can of its packets (`Events::let_go`): whether they
+    /// then hold at most `live_limit` packets, with a quarter of it to spare, so that the
+    /// next look is a while away.
+    fn squeeze(&mut self, live_limit: usize) -> bool {
+        for connection in self.events.live_connections() {
+            let finishing = self.flows.settled_finishing(connection);
+            self.events.let_go(connection, finishing.as_ref());
+        }
+        self.events.live_load() <= live_limit - live_limit / 4
+    }
+}
+
 /// One pass over packets as they come, from a file or an interface: the stages they go
 /// through, and what the current capture's pass counted.
 #[derive(Default)]
@@ -138,8 +151,11 @@ impl Pass {
                     tcp: &tcp,
                     accepted,
                 };
-                if let Some(taken) = stages.flows.take(&packet) {
-                    stages.events.take(&taken);
+                if let Some(taken) = stages.flows.take(&packet)
+                    && stages.events.take(&taken)
+                {
+                    let finishing = stages.flows.settled_finishing(taken.connection);
+                    stages.events.let_go(taken.connection, finishing.as_ref());
                 }
                 stages.finish_ended();
                 skips::KEPT
@@ -155,6 +171,12 @@ impl Pass {
     /// What the live connections hold, counted in packets (`Events::live_load`).
     pub fn live_load(&self) -> usize {
         self.stages.events.live_load()
+    }
+
+    /// Whether the live connections hold at most `live_limit` packets, once they have let go
+    /// what they can where they held more (`Stages::squeeze`).
+    pub fn fits(&mut self, live_limit: usize) -> bool {
+        self.live_load() <= live_limit || self.stages.squeeze(live_limit)
     }
 
     /// The capture has ended: every live connection ends and is finished.
@@ -298,14 +320,17 @@ fn accounting<'py>(
 /// `captures`: per path, its accounting (see `read_capture`) or the exception that stopped
 /// its read (a capture whose read fails adds nothing to the tables). Without `packets` the
 /// packet table, the SACK blocks and the segments' context rows are left out (no rows): the
-/// events, the detectors' rows and the connections are all a caller then reads.
+/// events, the detectors' rows and the connections are all a caller then reads. A long
+/// connection's events are finished as it goes, and its packets let go, each time it holds
+/// `let_go_packets` more (`Events::let_go`; given to test that on small captures).
 #[pyfunction]
-#[pyo3(signature = (paths, bpf_filter=None, packets=true))]
+#[pyo3(signature = (paths, bpf_filter=None, packets=true, let_go_packets=None))]
 pub fn flow_tables<'py>(
     py: Python<'py>,
     paths: Vec<String>,
     bpf_filter: Option<&str>,
     packets: bool,
+    let_go_packets: Option<usize>,
 ) -> PyResult<Bound<'py, PyDict>> {
     let mut pass = if packets {
         Pass::default()
@@ -315,6 +340,9 @@ pub fn flow_tables<'py>(
     let stages = &mut pass.stages;
     if packets {
         stages.events.with_context();
+    }
+    if let Some(packets) = let_go_packets {
+        stages.events.let_go_at(packets);
     }
     let mut captures = Vec::with_capacity(paths.len());
     let mut frame_offset = 0u64;
@@ -361,6 +389,9 @@ struct BatchPass {
     pass: Pass,
     /// The capture has been read to its end (its live connections have ended).
     read_whole: bool,
+    /// The live connections came to hold more packets than allowed, and letting go of what
+    /// they could did not bring them well under it.
+    over_budget: bool,
 }
 
 /// The capture at `path` read in one pass (with the BPF filter `bpf_filter` if one is
@@ -376,7 +407,7 @@ struct BatchPass {
 /// frame; counted among its rows); with `packet_table`, each batch has its connections' rows
 /// of the packet table and their SACK blocks, by frame. `capture` is the accounting
 /// (`read_capture`'s) once the iteration has ended; `packets_read` and `bytes_read` say how
-/// far the read has got. A file that is not a capture raises
+/// far the read has got. `let_go_packets` as in `flow_tables`. A file that is not a capture raises
 /// `CaptureError` here, a filter that does not compile `FilterError` from the iteration.
 #[pyclass(module = "nagledetect._core")]
 pub struct FlowBatches {
@@ -401,7 +432,8 @@ pub struct FlowBatches {
 #[pymethods]
 impl FlowBatches {
     #[new]
-    #[pyo3(signature = (path, bpf_filter = None, batch_rows = 1 << 20, live_packets_limit = usize::MAX, chart_packets = false, packet_table = false))]
+    #[pyo3(signature = (path, bpf_filter = None, batch_rows = 1 << 20, live_packets_limit = usize::MAX, chart_packets = false, packet_table = false, let_go_packets = None))]
+    #[allow(clippy::too_many_arguments)] // Python's keywords, each with its default
     fn new(
         py: Python<'_>,
         path: &str,
@@ -410,6 +442,7 @@ impl FlowBatches {
         live_packets_limit: usize,
         chart_packets: bool,
         packet_table: bool,
+        let_go_packets: Option<usize>,
     ) -> PyResult<FlowBatches> {
         let mut pass = if packet_table {
             Pass::default()
@@ -419,6 +452,9 @@ impl FlowBatches {
         if chart_packets {
             pass.stages.events.with_chart_packets();
         }
+        if let Some(packets) = let_go_packets {
+            pass.stages.events.let_go_at(packets);
+        }
         Ok(FlowBatches {
             path: path.to_string(),
             bpf_filter: bpf_filter.map(str::to_string),
@@ -427,6 +463,7 @@ impl FlowBatches {
                 stream: reader::open(py, path, bpf_filter)?,
                 pass,
                 read_whole: false,
+                over_budget: false,
             })),
             capture: None,
             live_packets_limit,
@@ -464,7 +501,7 @@ impl FlowBatches {
         }
         self.packets_read = pass.pass.counts.packets_read;
         self.bytes_read = pass.stream.bytes_read();
-        if pass.pass.live_load() > limit {
+        if pass.over_budget {
             self.over_budget = true;
             *slot = None;
             return Ok(None);
@@ -499,13 +536,16 @@ impl FlowBatches {
 
 impl BatchPass {
     /// Read on until the event tables hold `rows` rows or more, the capture's connections
-    /// are all finished, or the live connections hold more than `live_limit` packets.
+    /// are all finished, or the live connections hold more than `live_limit` packets even
+    /// after letting go what they could (`over_budget`).
     fn fill(&mut self, rows: usize, live_limit: usize) -> Result<(), FilterError> {
         loop {
-            let stages = &mut self.pass.stages;
-            stages.finish_ended_until(rows);
-            let full = stages.finished_rows() >= rows;
-            if full || stages.events.live_load() > live_limit || self.read_whole {
+            self.pass.stages.finish_ended_until(rows);
+            if !self.pass.fits(live_limit) {
+                self.over_budget = true;
+                return Ok(());
+            }
+            if self.pass.stages.finished_rows() >= rows || self.read_whole {
                 return Ok(());
             }
             let read = take_records(&mut self.stream, &mut self.pass, 0, RECORDS_PER_LOOK)?;

@@ -215,13 +215,13 @@ impl Session {
     }
 
     /// Take a captured record into the pass, which stops once its live connections hold more
-    /// packets than allowed.
+    /// packets than allowed, even after letting go what they could.
     fn take_into_pass(&mut self, record: (u32, i64, &[u8])) {
         let Some(pass) = self.pass.as_mut() else {
             return;
         };
         pass.take_record(record, 0, true);
-        if pass.live_load() > self.live_packets_limit {
+        if !pass.fits(self.live_packets_limit) {
             self.pass = None;
         }
     }

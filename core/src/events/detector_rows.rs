@@ -5,7 +5,7 @@
 //! payload sizes counted (`events/payloads.py`). The rules are the Python ones, which the
 //! numpy path and the tests still run; `tests/test_core_flows.py` proves the rows equal.
 
-use super::segments::{NONE, SegmentRows, wide};
+use super::segments::{NO_ROW, NONE, SegmentRows, wide};
 use super::tables::{LoneSegments, PayloadCounts, UntimedStalls};
 use crate::flows::packets::Finished;
 use crate::flows::side::{ROLE_DUP_ACK, ROLE_NONE, ROLE_PURE_ACK, ROLE_WINDOW_UPDATE};
@@ -137,68 +137,199 @@ impl UntimedStalls {
     }
 }
 
-impl LoneSegments {
-    /// Keep `segment` when everything before it was acknowledged when it left, its window was
-    /// not filled by it, and the peer's next packet, a pure ACK (or a duplicate or a window
-    /// update) covering it, came before its sender's next data.
-    fn take(&mut self, at: &Context, segment: &Segment) {
+/// A lone segment whose test waits for the packets after it (`LoneSegments`): the peer's
+/// next packet, and its side's next data packet; what the test reads of it and of them.
+#[derive(Clone)]
+pub struct LoneCandidate {
+    /// The segment's number within its connection.
+    pub index: usize,
+    connection: u32,
+    direction: u8,
+    frame: i64,
+    time_us: i64,
+    end_seq: i64,
+    /// The rows of the packets after it, as they come (NO_ROW until then).
+    pub peer_next: u32,
+    pub own_next_data: u32,
+    /// The peer's next packet's time and frame, once it has come and answered the segment.
+    answer: Option<(i64, i64)>,
+    /// Its side's next data packet's time, once it has come.
+    own_next_us: Option<i64>,
+}
+
+/// What a lone segment's test comes to.
+enum Verdict {
+    Answered,
+    NotAnswered,
+    Waiting,
+}
+
+impl LoneCandidate {
+    /// `segment`, where it may have been answered: everything before it was acknowledged when
+    /// it left, and its window was not filled by it.
+    fn of(at: &Context, segment: &Segment, index: usize) -> Option<LoneCandidate> {
         let end_seq = segment.rel_seq + segment.payload_bytes;
         let peer_ack = at.ack(segment.peer_latest);
-        let next_peer_time_us = at.time_us(segment.peer_next);
-        let next_own_us = at.time_us(segment.own_next_data);
-        let answered = peer_ack >= segment.rel_seq
-            && end_seq - peer_ack < at.window_bytes(segment.peer_latest)
-            && matches!(
-                at.role(segment.peer_next),
+        let may_be = peer_ack >= segment.rel_seq
+            && end_seq - peer_ack < at.window_bytes(segment.peer_latest);
+        may_be.then(|| LoneCandidate {
+            index,
+            connection: segment.connection,
+            direction: segment.direction,
+            frame: segment.frame,
+            time_us: segment.time_us,
+            end_seq,
+            peer_next: as_row(segment.peer_next),
+            own_next_data: as_row(segment.own_next_data),
+            answer: None,
+            own_next_us: None,
+        })
+    }
+
+    /// Read the packets after it that have come (their rows held), once each: the peer's
+    /// next, a pure ACK (or a duplicate or a window update) covering it, came before its
+    /// sender's next data. `ended`: no more packets come.
+    fn verdict(&mut self, at: &Context, ended: bool) -> Verdict {
+        if self.answer.is_none() && self.peer_next != NO_ROW {
+            let peer_next = wide(self.peer_next);
+            let answers = matches!(
+                at.role(peer_next),
                 ROLE_PURE_ACK | ROLE_DUP_ACK | ROLE_WINDOW_UPDATE
-            )
-            && at.ack(segment.peer_next) >= end_seq
-            && (next_own_us < 0 || next_own_us > next_peer_time_us);
-        if !answered {
-            return;
+            ) && at.ack(peer_next) >= self.end_seq;
+            if !answers {
+                return Verdict::NotAnswered;
+            }
+            self.answer = Some((at.time_us(peer_next), at.frame(peer_next)));
         }
-        self.connection.push(segment.connection as i32);
-        self.direction.push(segment.direction);
-        self.frame.push(segment.frame);
-        self.time_us.push(segment.time_us);
-        self.next_peer_frame.push(at.frame(segment.peer_next));
-        self.next_peer_time_us.push(next_peer_time_us);
+        if self.own_next_us.is_none() && self.own_next_data != NO_ROW {
+            self.own_next_us = Some(at.time_us(wide(self.own_next_data)));
+        }
+        match (self.answer, self.own_next_us) {
+            (Some((peer_us, _)), Some(own_us)) if own_us >= 0 && own_us <= peer_us => {
+                Verdict::NotAnswered
+            }
+            (Some(_), Some(_)) => Verdict::Answered,
+            (Some(_), None) | (None, _) if !ended => Verdict::Waiting,
+            (Some(_), None) => Verdict::Answered,
+            (None, _) => Verdict::NotAnswered,
+        }
     }
 }
 
-/// The detectors' rows of a finished connection (number `connection`): its stall candidates,
-/// its lone answered segments and its payload sizes counted, read from its segments (with
-/// `message`, each one's message number within the connection) and finished packets.
+/// A packet row as a candidate holds it.
+fn as_row(row: i64) -> u32 {
+    if row < 0 { NO_ROW } else { row as u32 }
+}
+
+impl LoneSegments {
+    /// Keep `candidate`, answered.
+    fn push(&mut self, candidate: &LoneCandidate) {
+        let (peer_us, peer_frame) = candidate.answer.expect("an answered segment's answer");
+        self.connection.push(candidate.connection as i32);
+        self.direction.push(candidate.direction);
+        self.frame.push(candidate.frame);
+        self.time_us.push(candidate.time_us);
+        self.next_peer_frame.push(peer_frame);
+        self.next_peer_time_us.push(peer_us);
+    }
+
+    /// Test `candidate`: kept where answered, given back where it waits (unless `ended`).
+    fn test(
+        &mut self,
+        at: &Context,
+        mut candidate: LoneCandidate,
+        ended: bool,
+    ) -> Option<LoneCandidate> {
+        match candidate.verdict(at, ended) {
+            Verdict::Answered => self.push(&candidate),
+            Verdict::NotAnswered => {}
+            Verdict::Waiting => return Some(candidate),
+        }
+        None
+    }
+}
+
+/// Test again the lone segments `waiting` (their packets' rows held, read with `flows`): the
+/// answered go to `lone`, those still waiting stay (none where `ended`).
+pub fn test_waiting(
+    waiting: &mut Vec<LoneCandidate>,
+    flows: &Finished,
+    lone: &mut LoneSegments,
+    ended: bool,
+) {
+    let at = Context { flows };
+    let candidates = std::mem::take(waiting);
+    *waiting = candidates
+        .into_iter()
+        .filter_map(|candidate| lone.test(&at, candidate, ended))
+        .collect();
+}
+
+/// A connection's payload sizes counted so far, by direction and size: each is
+/// `(direction << SIZE_BITS) | size` with how often it came, in order.
+#[derive(Clone, Default)]
+pub struct PayloadSizes(Vec<(i64, i64)>);
+
+impl PayloadSizes {
+    /// Count the sizes `keyed` (each `(direction << SIZE_BITS) | size`).
+    fn count(&mut self, mut keyed: Vec<i64>) {
+        keyed.sort_unstable();
+        let mut merged = Vec::with_capacity(self.0.len().max(8));
+        let mut held = self.0.iter().copied().peekable();
+        let add = |merged: &mut Vec<(i64, i64)>, value: i64, seen: i64| match merged.last_mut() {
+            Some((last, count)) if *last == value => *count += seen,
+            _ => merged.push((value, seen)),
+        };
+        for value in keyed {
+            while let Some((smaller, seen)) = held.next_if(|(held, _)| *held <= value) {
+                add(&mut merged, smaller, seen);
+            }
+            add(&mut merged, value, 1);
+        }
+        for (value, seen) in held {
+            add(&mut merged, value, seen);
+        }
+        self.0 = merged;
+    }
+
+    /// The counts, of connection `connection`, go to `table` (by direction key, then size).
+    pub fn finish(&self, connection: u32, table: &mut PayloadCounts) {
+        for (keyed, seen) in &self.0 {
+            let direction = keyed >> SIZE_BITS;
+            table.key.push(i64::from(connection) * 2 + direction);
+            table.size.push(keyed & ((1 << SIZE_BITS) - 1));
+            table.count.push(*seen);
+        }
+    }
+}
+
+/// The detectors' rows of a connection's held segments (`message`: each one's message number
+/// within the connection), read with its packets `flows`: its stall candidates and its lone
+/// answered segments go to the tables, its payload sizes are counted in `sizes`. Where the
+/// connection goes on (`waiting` given), a lone segment whose test waits for packets still to
+/// come goes to `waiting`.
 pub fn detector_rows(
     connection: u32,
-    segments: &SegmentRows,
-    message: &[i64],
+    (segments, message): (&SegmentRows, &[i64]),
     flows: &Finished,
-    tables: (&mut UntimedStalls, &mut LoneSegments, &mut PayloadCounts),
+    (untimed, lone): (&mut UntimedStalls, &mut LoneSegments),
+    (sizes, mut waiting): (&mut PayloadSizes, Option<&mut Vec<LoneCandidate>>),
 ) {
-    let (untimed, lone, payload_counts) = tables;
     let at = Context { flows };
-    let mut keyed_sizes = Vec::with_capacity(segments.len());
+    let mut keyed_sizes = Vec::with_capacity(message.len());
+    let first = segments.len() - segments.rows.len();
     for (index, message) in message.iter().enumerate() {
         let segment = at.segment(connection, segments, index);
         untimed.take(&at, &segment, *message);
-        lone.take(&at, &segment);
-        let key = i64::from(segment.connection) * 2 + i64::from(segment.direction);
-        keyed_sizes.push((key << SIZE_BITS) | segment.payload_bytes);
-    }
-    count_payloads(keyed_sizes, payload_counts);
-}
-
-/// How often each (direction key, payload size) occurs, sorted by key, then size.
-fn count_payloads(mut keyed_sizes: Vec<i64>, table: &mut PayloadCounts) {
-    keyed_sizes.sort_unstable();
-    for (index, keyed) in keyed_sizes.iter().enumerate() {
-        if index > 0 && keyed_sizes[index - 1] == *keyed {
-            *table.count.last_mut().expect("a count for the run") += 1;
-            continue;
+        if let Some(candidate) = LoneCandidate::of(&at, &segment, first + index) {
+            let ended = waiting.is_none();
+            if let Some(left) = lone.test(&at, candidate, ended)
+                && let Some(waiting) = waiting.as_deref_mut()
+            {
+                waiting.push(left);
+            }
         }
-        table.key.push(keyed >> SIZE_BITS);
-        table.size.push(keyed & ((1 << SIZE_BITS) - 1));
-        table.count.push(1);
+        keyed_sizes.push((i64::from(segment.direction) << SIZE_BITS) | segment.payload_bytes);
     }
+    sizes.count(keyed_sizes);
 }

@@ -13,13 +13,108 @@ pub const IDLE_GAP_US: i64 = 1_000_000;
 /// ... and a new write burst (`messages.BURST_GAP_US`).
 pub const BURST_GAP_US: i64 = 1_000;
 
-/// A message: its side and how many segments it holds. A connection's messages follow one
-/// another, so its segments, taken in order, are its messages' one after another: their rows
-/// are found at the end from the connection's segments, not kept a message at a time.
+/// A message: its side, and how many of its segments are held. A connection's messages follow
+/// one another, so its held segments, taken in order, are its messages' one after another:
+/// their rows are found from the connection's segments, not kept a message at a time. Where a
+/// long connection's events are finished as it goes, the part of a message whose segments were
+/// let go is kept counted (`Counted`).
 #[derive(Clone)]
 struct Message {
     sender: u8,
     segments: u32,
+    counted: Option<Box<Counted>>,
+}
+
+/// What a message's segments already let go tell.
+#[derive(Clone, Default)]
+struct Counted {
+    first_frame: u32,
+    start_us: i64,
+    last_frame: u32,
+    end_us: i64,
+    bytes: i64,
+    wire_segments: i64,
+    /// The payload sizes and how often each came, by size.
+    sizes: Vec<(i64, u64)>,
+}
+
+impl Counted {
+    fn packets(&self) -> u64 {
+        self.sizes.iter().map(|(_, seen)| seen).sum()
+    }
+
+    /// Count the message's segments at `rows` (the first it held; one at least).
+    fn take(&mut self, rows: &[usize], flows: &Finished) {
+        let (Some(first), Some(last)) = (rows.first(), rows.last()) else {
+            return;
+        };
+        if self.sizes.is_empty() {
+            self.first_frame = flows.frame(*first);
+            self.start_us = flows.time_us(*first);
+        }
+        self.last_frame = flows.frame(*last);
+        self.end_us = flows.time_us(*last);
+        let payloads = sorted_payloads(rows, flows);
+        self.bytes += payloads.iter().sum::<i64>();
+        self.wire_segments += wire_segments(rows, flows);
+        let mut merged = Vec::with_capacity(self.sizes.len() + 1);
+        let mut held = self.sizes.iter().copied().peekable();
+        for (size, seen) in counts_of(&payloads) {
+            while let Some(&(smaller, _)) = held.peek().filter(|(held, _)| *held < size) {
+                merged.push((smaller, held.next().map_or(0, |(_, seen)| seen)));
+            }
+            let same = held
+                .next_if(|(held, _)| *held == size)
+                .map_or(0, |(_, seen)| seen);
+            merged.push((size, seen + same));
+        }
+        merged.extend(held);
+        self.sizes = merged;
+    }
+}
+
+/// The payloads of the segments at `rows`, sorted.
+fn sorted_payloads(rows: &[usize], flows: &Finished) -> Vec<i64> {
+    let mut payloads: Vec<i64> = rows.iter().map(|row| flows.payload_bytes(*row)).collect();
+    payloads.sort_unstable();
+    payloads
+}
+
+/// Each value of `sorted` with how often it comes.
+fn counts_of(sorted: &[i64]) -> Vec<(i64, u64)> {
+    let mut counts: Vec<(i64, u64)> = Vec::new();
+    for value in sorted {
+        match counts.last_mut() {
+            Some((last, seen)) if last == value => *seen += 1,
+            _ => counts.push((*value, 1)),
+        }
+    }
+    counts
+}
+
+fn wire_segments(rows: &[usize], flows: &Finished) -> i64 {
+    rows.iter()
+        .map(|row| i64::from(flows.wire_segments(*row)))
+        .sum()
+}
+
+/// The `k`th smallest (from 0) of the values `sorted` and those `counted` (by size) together.
+fn kth_smallest(sorted: &[i64], counted: &[(i64, u64)], k: u64) -> i64 {
+    let mut taken = 0u64;
+    let mut next = 0usize;
+    for (size, seen) in counted {
+        let smaller = sorted[next..].partition_point(|value| value < size);
+        if k < taken + smaller as u64 {
+            return sorted[next + (k - taken) as usize];
+        }
+        taken += smaller as u64;
+        next += smaller;
+        if k < taken + seen {
+            return *size;
+        }
+        taken += seen;
+    }
+    sorted[next + (k - taken) as usize]
 }
 
 /// One connection's messages (or write bursts).
@@ -29,7 +124,41 @@ pub struct ConnectionMessages {
     gap_us: i64,
     /// The latest segment's sender and time.
     latest: Option<(usize, i64)>,
+    /// How many of its messages were finished as it went (they come before `messages`).
+    finished: u32,
     messages: Vec<Message>,
+}
+
+/// What a message is, whole: its held segments' rows and the part of it let go.
+struct Whole<'a> {
+    message: &'a Message,
+    rows: &'a [usize],
+}
+
+impl Whole<'_> {
+    fn counted(&self) -> Option<&Counted> {
+        self.message.counted.as_deref()
+    }
+
+    fn first(&self, flows: &Finished) -> (u32, i64) {
+        match (self.counted(), self.rows.first()) {
+            (Some(counted), _) => (counted.first_frame, counted.start_us),
+            (None, Some(row)) => (flows.frame(*row), flows.time_us(*row)),
+            (None, None) => (0, 0),
+        }
+    }
+
+    fn last(&self, flows: &Finished) -> (u32, i64) {
+        match (self.rows.last(), self.counted()) {
+            (Some(row), _) => (flows.frame(*row), flows.time_us(*row)),
+            (None, Some(counted)) => (counted.last_frame, counted.end_us),
+            (None, None) => (0, 0),
+        }
+    }
+
+    fn wire_segments(&self, flows: &Finished) -> i64 {
+        self.counted().map_or(0, |counted| counted.wire_segments) + wire_segments(self.rows, flows)
+    }
 }
 
 /// A message's row of `table`: its direction, its sizes and the MSS; its bytes and the
@@ -37,19 +166,23 @@ pub struct ConnectionMessages {
 fn push_sizes(
     table: &mut MessageSizes,
     connection: u32,
-    (message, rows): (&Message, &[usize]),
+    message: &Whole,
     flows: &Finished,
 ) -> (i64, i64) {
-    let mut payloads: Vec<i64> = rows.iter().map(|row| flows.payload_bytes(*row)).collect();
-    let bytes: i64 = payloads.iter().sum();
-    payloads.sort_unstable();
-    let lower = payloads[(payloads.len() - 1) / 2];
-    let upper = payloads[payloads.len() / 2];
+    let payloads = sorted_payloads(message.rows, flows);
+    let counted = message.counted();
+    let bytes = payloads.iter().sum::<i64>() + counted.map_or(0, |counted| counted.bytes);
+    let packets = payloads.len() as u64 + counted.map_or(0, Counted::packets);
+    let sizes = counted.map_or(&[][..], |counted| &counted.sizes[..]);
+    let lower = kth_smallest(&payloads, sizes, (packets - 1) / 2);
+    let upper = kth_smallest(&payloads, sizes, packets / 2);
     let mss = flows.effective_mss();
     table.connection.push(connection as i32);
-    table.direction.push(flows.direction(message.sender));
+    table
+        .direction
+        .push(flows.direction(message.message.sender));
     table.bytes.push(bytes);
-    table.packets.push(payloads.len() as i64);
+    table.packets.push(packets as i64);
     table.mss.push(mss);
     table
         .median_payload_bytes
@@ -59,12 +192,34 @@ fn push_sizes(
     (bytes, needed)
 }
 
+/// A message's rows of `sizes` and `details` (numbered `number` within its connection).
+fn push_message(
+    (sizes, details): (&mut MessageSizes, &mut MessageDetails),
+    (connection, number): (u32, u32),
+    message: &Whole,
+    flows: &Finished,
+) {
+    let (bytes, needed) = push_sizes(sizes, connection, message, flows);
+    let (first_frame, start_us) = message.first(flows);
+    let (last_frame, end_us) = message.last(flows);
+    details.message.push(i64::from(number));
+    details.first_frame.push(i64::from(first_frame));
+    details.last_frame.push(i64::from(last_frame));
+    details.start_us.push(start_us);
+    details.end_us.push(end_us);
+    details.wire_segments.push(message.wire_segments(flows));
+    let mss = flows.effective_mss().max(1);
+    details.last_segment_full.push(bytes % mss == 0);
+    details.odd_segments.push(needed % 2 == 1);
+}
+
 impl ConnectionMessages {
     /// Messages cut at pauses longer than `gap_us`.
     pub fn cut_at(gap_us: i64) -> ConnectionMessages {
         ConnectionMessages {
             gap_us,
             latest: None,
+            finished: 0,
             messages: Vec::new(),
         }
     }
@@ -78,6 +233,7 @@ impl ConnectionMessages {
             self.messages.push(Message {
                 sender: packet.sender as u8,
                 segments: 0,
+                counted: None,
             });
         }
         if let Some(message) = self.messages.last_mut() {
@@ -87,37 +243,34 @@ impl ConnectionMessages {
     }
 
     pub fn count(&self) -> u32 {
-        self.messages.len() as u32
+        self.finished + self.messages.len() as u32
     }
 
-    /// Each segment's message number within the connection (the segments in order).
+    /// Each held segment's message number within the connection (the segments in order).
     pub fn numbers(&self) -> Vec<i64> {
         let mut numbers = Vec::new();
-        for (number, message) in self.messages.iter().enumerate() {
-            numbers.extend(std::iter::repeat_n(
-                number as i64,
-                message.segments as usize,
-            ));
+        for (at, message) in self.messages.iter().enumerate() {
+            let number = i64::from(self.finished) + at as i64;
+            numbers.extend(std::iter::repeat_n(number, message.segments as usize));
         }
         numbers
     }
 
-    /// Each message with the packet rows of its segments (`rows`: the connection's segments'
-    /// rows, in order).
-    fn with_rows<'a>(
-        &'a self,
-        rows: &'a [usize],
-    ) -> impl Iterator<Item = (&'a Message, &'a [usize])> {
+    /// Each held message, whole (`rows`: the connection's held segments' rows, in order).
+    fn wholes<'a>(&'a self, rows: &'a [usize]) -> impl Iterator<Item = Whole<'a>> {
         let mut taken = 0usize;
         self.messages.iter().map(move |message| {
-            let run = &rows[taken..taken + message.segments as usize];
-            taken += run.len();
-            (message, run)
+            let held = &rows[taken..taken + message.segments as usize];
+            taken += held.len();
+            Whole {
+                message,
+                rows: held,
+            }
         })
     }
 
     /// The connection (number `connection`) has ended: its messages go to `sizes` and
-    /// `details` (`rows`: its segments' packet rows, in order).
+    /// `details` (`rows`: its held segments' packet rows, in order).
     pub fn finish_messages(
         &self,
         connection: u32,
@@ -125,22 +278,9 @@ impl ConnectionMessages {
         flows: &Finished,
         (sizes, details): (&mut MessageSizes, &mut MessageDetails),
     ) {
-        for (number, (message, rows)) in self.with_rows(rows).enumerate() {
-            let (bytes, needed) = push_sizes(sizes, connection, (message, rows), flows);
-            let (first, last) = (rows[0], rows[rows.len() - 1]);
-            details.message.push(number as i64);
-            details.first_frame.push(i64::from(flows.frame(first)));
-            details.last_frame.push(i64::from(flows.frame(last)));
-            details.start_us.push(flows.time_us(first));
-            details.end_us.push(flows.time_us(last));
-            details.wire_segments.push(
-                rows.iter()
-                    .map(|row| i64::from(flows.wire_segments(*row)))
-                    .sum(),
-            );
-            let mss = flows.effective_mss().max(1);
-            details.last_segment_full.push(bytes % mss == 0);
-            details.odd_segments.push(needed % 2 == 1);
+        for (at, message) in self.wholes(rows).enumerate() {
+            let number = self.finished + at as u32;
+            push_message((sizes, details), (connection, number), &message, flows);
         }
     }
 
@@ -152,8 +292,56 @@ impl ConnectionMessages {
         flows: &Finished,
         sizes: &mut MessageSizes,
     ) {
-        for message in self.with_rows(rows) {
-            push_sizes(sizes, connection, message, flows);
+        for message in self.wholes(rows) {
+            push_sizes(sizes, connection, &message, flows);
         }
+    }
+
+    /// The connection's first held segments (their rows `rows`) are let go as it goes on: the
+    /// messages wholly among them, but the latest, are finished to `sizes` (and `details`,
+    /// for messages); the rest of them is counted in its message.
+    pub fn let_go(
+        &mut self,
+        connection: u32,
+        rows: &[usize],
+        flows: &Finished,
+        (sizes, mut details): (&mut MessageSizes, Option<&mut MessageDetails>),
+    ) {
+        let mut taken = 0usize;
+        let mut ended = 0usize;
+        let count = self.messages.len();
+        for (at, message) in self.messages.iter_mut().enumerate() {
+            let held = message.segments as usize;
+            let latest = at + 1 == count;
+            if taken + held <= rows.len() && !latest {
+                let whole = Whole {
+                    message,
+                    rows: &rows[taken..taken + held],
+                };
+                match details.as_deref_mut() {
+                    Some(details) => {
+                        let number = self.finished + at as u32;
+                        push_message((sizes, details), (connection, number), &whole, flows);
+                    }
+                    None => {
+                        push_sizes(sizes, connection, &whole, flows);
+                    }
+                }
+                taken += held;
+                ended += 1;
+                continue;
+            }
+            let part = &rows[taken..rows.len().min(taken + held)];
+            if !part.is_empty() {
+                message
+                    .counted
+                    .get_or_insert_with(Box::default)
+                    .take(part, flows);
+                message.segments -= part.len() as u32;
+            }
+            break;
+        }
+        self.messages.drain(..ended);
+        self.finished += ended as u32;
     }
 }

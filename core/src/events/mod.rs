@@ -14,6 +14,7 @@ pub mod tables;
 use crate::flows::Taken;
 use crate::flows::packets::{ConnectionPackets, Finished, Finishing};
 use crate::flows::side::ROLE_DATA;
+use detector_rows::PayloadSizes;
 use gaps::ConnectionGaps;
 use messages::{BURST_GAP_US, ConnectionMessages, IDLE_GAP_US};
 use segments::{DirectionContext, SegmentRows};
@@ -22,6 +23,10 @@ pub use tables::{EventTables, Found, Mark};
 
 /// What a live connection's own state costs, counted in packets (`Events::live_load`).
 const CONNECTION_COST_PACKETS: usize = 10;
+/// A live connection holding this many packets has what it can of its events finished, and
+/// the packets they no longer read let go (`ConnectionEvents::let_go`); then again each time
+/// it holds this many more, or twice as many as it kept.
+const LET_GO_PACKETS: usize = 1 << 16;
 
 /// One live connection's events so far.
 #[derive(Clone)]
@@ -33,10 +38,16 @@ struct ConnectionEvents {
     timeline: ConnectionGaps,
     messages: ConnectionMessages,
     bursts: ConnectionMessages,
+    /// Its payload sizes counted as its segments are finished.
+    sizes: PayloadSizes,
+    /// The rows finished while it went on, handed over with the rest when it ends.
+    early: Option<Box<Found>>,
+    /// How many packets it holds when it is next looked at to let some go.
+    let_go_at: usize,
 }
 
-impl Default for ConnectionEvents {
-    fn default() -> ConnectionEvents {
+impl ConnectionEvents {
+    fn new(let_go_at: usize) -> ConnectionEvents {
         ConnectionEvents {
             packets: ConnectionPackets::default(),
             directions: Default::default(),
@@ -44,28 +55,39 @@ impl Default for ConnectionEvents {
             timeline: ConnectionGaps::default(),
             messages: ConnectionMessages::cut_at(IDLE_GAP_US),
             bursts: ConnectionMessages::cut_at(BURST_GAP_US),
+            sizes: PayloadSizes::default(),
+            early: None,
+            let_go_at,
         }
     }
-}
 
-impl ConnectionEvents {
+    /// The rows finished early.
+    fn early_rows(&self) -> usize {
+        self.early.as_ref().map_or(0, |early| early.rows())
+    }
+
     /// The connection (number `connection`) has ended: its events, read with `finishing`, go
     /// to `found` (with the segments in context where `made.context`, its packets' chart
     /// values where `made.chart_packets`).
     fn finish(self, connection: u32, finishing: &Finishing, found: &mut Found, made: Made) {
         let ConnectionEvents {
             packets,
-            segments,
+            mut segments,
             timeline,
             messages,
             bursts,
+            mut sizes,
+            early,
             ..
         } = self;
         let flows = Finished {
             packets: &packets,
             at: finishing,
         };
-        timeline.finish(connection, &flows, &mut found.gaps);
+        if let Some(early) = early {
+            found.append(*early);
+        }
+        timeline.finish(connection, finishing, &mut found.gaps);
         let rows: Vec<usize> = segments
             .rows
             .iter()
@@ -80,23 +102,67 @@ impl ConnectionEvents {
         bursts.finish_bursts(connection, &rows, &flows, &mut found.bursts);
         found.count_messages(connection, messages.count());
         let numbers = messages.numbers();
+        let mut waiting = std::mem::take(&mut segments.waiting);
+        detector_rows::test_waiting(&mut waiting, &flows, &mut found.lone_segments, true);
         detector_rows::detector_rows(
             connection,
-            &segments,
-            &numbers,
+            (&segments, &numbers),
             &flows,
-            (
-                &mut found.untimed_stalls,
-                &mut found.lone_segments,
-                &mut found.payload_counts,
-            ),
+            (&mut found.untimed_stalls, &mut found.lone_segments),
+            (&mut sizes, None),
         );
+        sizes.finish(connection, &mut found.payload_counts);
         if made.context {
             segments.finish_context(connection, &flows, &packets, &numbers, &mut found.segments);
         }
         if made.chart_packets {
             chart_packets(connection, &flows, &mut found.chart_packets);
         }
+    }
+
+    /// The connection (number `connection`) goes on, its finishing values `finishing` known
+    /// for sure: finish its held segments (their detectors' rows, their messages and write
+    /// bursts that have ended, their payload sizes counted; a lone segment whose test waits
+    /// for packets to come is kept aside), and let go of them and of every packet but those
+    /// the next segments read: how many packets.
+    fn let_go(&mut self, connection: u32, finishing: &Finishing) -> usize {
+        let flows = Finished {
+            packets: &self.packets,
+            at: finishing,
+        };
+        let numbers = self.messages.numbers();
+        let rows: Vec<usize> = self
+            .segments
+            .rows
+            .iter()
+            .map(|segment| segment.row as usize)
+            .collect();
+        let early = self.early.get_or_insert_with(Box::default);
+        let mut waiting = std::mem::take(&mut self.segments.waiting);
+        detector_rows::test_waiting(&mut waiting, &flows, &mut early.lone_segments, false);
+        detector_rows::detector_rows(
+            connection,
+            (&self.segments, &numbers),
+            &flows,
+            (&mut early.untimed_stalls, &mut early.lone_segments),
+            (&mut self.sizes, Some(&mut waiting)),
+        );
+        self.segments.waiting = waiting;
+        self.messages.let_go(
+            connection,
+            &rows,
+            &flows,
+            (&mut early.messages, Some(&mut early.message_details)),
+        );
+        self.bursts
+            .let_go(connection, &rows, &flows, (&mut early.bursts, None));
+        self.segments.let_go_all(&mut self.directions);
+        let read: Vec<usize> = self
+            .directions
+            .iter()
+            .flat_map(DirectionContext::rows_read)
+            .collect();
+        self.packets.let_go_all_but(&read)
     }
 }
 
@@ -111,7 +177,7 @@ struct Made {
 
 /// A finished connection's packets as the charts read them, with the packet table's values.
 fn chart_packets(connection: u32, flows: &Finished, table: &mut ChartPackets) {
-    for row in 0..flows.packets.len() {
+    for row in flows.packets.held() {
         table.frame.push(flows.frame(row));
         table.time_us.push(flows.time_us(row));
         table.connection.push(connection as i32);
@@ -136,7 +202,6 @@ impl EventsSnapshot {
     }
 }
 
-#[derive(Default)]
 pub struct Events {
     /// By connection number, its events while it is live (None once finished).
     live: Vec<Option<Box<ConnectionEvents>>>,
@@ -144,23 +209,54 @@ pub struct Events {
     /// What is made beside the events: the segments in context where the run's packet table
     /// is kept (their packets named by its rows), or the packets' chart values.
     made: Made,
-    /// The packets the live connections hold, and how many they are.
+    /// The packets the live connections hold, how many they are, and the rows they finished
+    /// early.
     live_packets: usize,
     live_connections: usize,
+    early_rows: usize,
+    /// A connection holding this many packets has some let go (`LET_GO_PACKETS`); never where
+    /// a packet table or the charts read every packet as the connection ends.
+    let_go_packets: Option<usize>,
+}
+
+impl Default for Events {
+    fn default() -> Events {
+        Events {
+            live: Vec::new(),
+            found: Found::default(),
+            made: Made::default(),
+            live_packets: 0,
+            live_connections: 0,
+            early_rows: 0,
+            let_go_packets: Some(LET_GO_PACKETS),
+        }
+    }
 }
 
 impl Events {
     /// Make the segments in context, naming packets by their rows of the run's packet table.
     pub fn with_context(&mut self) {
         self.made.context = true;
+        self.let_go_packets = None;
     }
 
     /// Give each finished connection's packets as the charts read them (`ChartPackets`).
     pub fn with_chart_packets(&mut self) {
         self.made.chart_packets = true;
+        self.let_go_packets = None;
     }
 
-    pub fn take(&mut self, packet: &Taken) {
+    /// Look at a live connection to let packets go once it holds `packets` packets (to
+    /// test the letting go on small captures).
+    pub fn let_go_at(&mut self, packets: usize) {
+        if self.let_go_packets.is_some() {
+            self.let_go_packets = Some(packets.max(1));
+        }
+    }
+
+    /// Take `packet`: whether its connection is to be looked at to let packets go
+    /// (`let_go`).
+    pub fn take(&mut self, packet: &Taken) -> bool {
         let connection = packet.connection as usize;
         if connection >= self.live.len() {
             self.live.resize_with(connection + 1, || None);
@@ -168,7 +264,9 @@ impl Events {
         if self.live[connection].is_none() {
             self.live_connections += 1;
         }
-        let events = self.live[connection].get_or_insert_with(Box::default);
+        let first_look = self.let_go_packets.unwrap_or(usize::MAX);
+        let events = self.live[connection]
+            .get_or_insert_with(|| Box::new(ConnectionEvents::new(first_look)));
         let row = events.packets.push(packet, self.made.context);
         self.live_packets += 1;
         let packet = &Taken { row, ..*packet };
@@ -178,6 +276,38 @@ impl Events {
             events.bursts.segment(packet);
         }
         events.timeline.take(packet);
+        events.packets.len() >= events.let_go_at
+    }
+
+    /// Let go what live connection `connection` can of its packets, where its finishing
+    /// values are known for sure (`finishing`), and look again once it holds
+    /// `LET_GO_PACKETS` more packets, or twice as many as it kept.
+    pub fn let_go(&mut self, connection: u32, finishing: Option<&Finishing>) {
+        let Some(events) = self
+            .live
+            .get_mut(connection as usize)
+            .and_then(Option::as_mut)
+        else {
+            return;
+        };
+        if let Some(finishing) = finishing {
+            let early_before = events.early_rows();
+            self.live_packets -= events.let_go(connection, finishing);
+            self.early_rows += events.early_rows() - early_before;
+        }
+        let held = events.packets.len();
+        let step = self.let_go_packets.unwrap_or(usize::MAX);
+        events.let_go_at = held.saturating_add(step.max(held));
+    }
+
+    /// The numbers of the live connections.
+    pub fn live_connections(&self) -> Vec<u32> {
+        self.live
+            .iter()
+            .enumerate()
+            .filter(|(_, events)| events.is_some())
+            .map(|(connection, _)| connection as u32)
+            .collect()
     }
 
     /// Connection `connection` has ended: its events, read with `finishing`, go to the tables,
@@ -192,6 +322,7 @@ impl Events {
         };
         self.live_packets -= events.packets.len();
         self.live_connections -= 1;
+        self.early_rows -= events.early_rows();
         events.finish(connection, finishing, &mut self.found, self.made);
     }
 
@@ -228,6 +359,12 @@ impl Events {
             .flatten()
             .map(|events| events.packets.len())
             .sum();
+        self.early_rows = self
+            .live
+            .iter()
+            .flatten()
+            .map(|events| events.early_rows())
+            .sum();
     }
 
     /// The event tables as dicts of numpy arrays (every connection finished): the segments
@@ -240,11 +377,11 @@ impl Events {
         self.found.into_python(py, None)
     }
 
-    /// What the live connections hold, counted in packets: each packet, and each connection
-    /// as `CONNECTION_COST_PACKETS` (its state takes about 2 KB whatever its packets, as much
-    /// as 10 packets' share of rows, segments and gaps).
+    /// What the live connections hold, counted in packets: each packet, each row they
+    /// finished early, and each connection as `CONNECTION_COST_PACKETS` (its state takes about
+    /// 2 KB whatever its packets, as much as 10 packets' share of rows, segments and gaps).
     pub fn live_load(&self) -> usize {
-        self.live_packets + self.live_connections * CONNECTION_COST_PACKETS
+        self.live_packets + self.early_rows + self.live_connections * CONNECTION_COST_PACKETS
     }
 
     /// How many rows the event tables hold.

@@ -6,6 +6,7 @@
 //! are named by their row among the connection's packets; a segment waits for the packets
 //! after it only until they come.
 
+use super::detector_rows::LoneCandidate;
 use super::tables::SegmentContext;
 use crate::flows::Taken;
 use crate::flows::packets::{ConnectionPackets, Finished};
@@ -55,19 +56,75 @@ pub struct SegmentRow {
     pub sender: u8,
 }
 
-/// A connection's segments found so far.
+/// A connection's segments found so far and held: a long connection's segments may be
+/// finished as it goes and let go (`let_go_all`), but for the lone segments still waiting for
+/// the packets that tell whether they were answered (`waiting`); segments keep their numbers.
 #[derive(Clone, Default)]
 pub struct SegmentRows {
     pub rows: Vec<SegmentRow>,
+    /// The number of the first held.
+    first: usize,
+    /// Segments let go that wait for their context, by number.
+    pub waiting: Vec<LoneCandidate>,
 }
 
 impl SegmentRows {
+    /// How many segments the connection has had.
     pub fn len(&self) -> usize {
-        self.rows.len()
+        self.first + self.rows.len()
     }
 
-    /// The highest sequence end sent before segment `index`, counted from the ISN (NONE:
-    /// nothing sent before).
+    /// Segment `index`'s peer's next packet is at row `row`.
+    fn peer_next(&mut self, index: usize, row: usize) {
+        if let Some(at) = index.checked_sub(self.first) {
+            self.rows[at].peer_next = row as u32;
+        } else if let Some(waiting) = self.waiting_mut(index) {
+            waiting.peer_next = row as u32;
+        }
+    }
+
+    /// Segment `index`'s side's next data packet is at row `row`.
+    fn own_next_data(&mut self, index: usize, row: usize) {
+        if let Some(at) = index.checked_sub(self.first) {
+            self.rows[at].own_next_data = row as u32;
+        } else if let Some(waiting) = self.waiting_mut(index) {
+            waiting.own_next_data = row as u32;
+        }
+    }
+
+    fn waiting_mut(&mut self, index: usize) -> Option<&mut LoneCandidate> {
+        let at = self
+            .waiting
+            .binary_search_by_key(&index, |waiting| waiting.index)
+            .ok()?;
+        Some(&mut self.waiting[at])
+    }
+
+    /// Whether segment `index` is held or waits.
+    fn awaits_context(&self, index: usize) -> bool {
+        index >= self.first
+            || self
+                .waiting
+                .binary_search_by_key(&index, |waiting| waiting.index)
+                .is_ok()
+    }
+
+    /// Let go of every held segment (`waiting` keeps what still waits for its context), and
+    /// of what `sides` wait for among them no longer.
+    pub fn let_go_all(&mut self, sides: &mut [DirectionContext; 2]) {
+        self.first += self.rows.len();
+        self.rows = Vec::new();
+        for side in sides.iter_mut() {
+            side.awaiting_peer
+                .retain(|index| self.awaits_context(*index));
+            side.awaiting_own_data = side
+                .awaiting_own_data
+                .filter(|index| self.awaits_context(*index));
+        }
+    }
+
+    /// The highest sequence end sent before held segment `index` (counted among the held),
+    /// counted from the ISN (NONE: nothing sent before).
     pub fn sent_max_before(&self, index: usize, flows: &Finished) -> i64 {
         let sent = self.rows[index].sent_max_u;
         if sent == NOTHING_SENT {
@@ -92,7 +149,7 @@ impl SegmentRows {
             if row == NO_ROW {
                 NONE
             } else {
-                i64::from(packets.table_row[row as usize])
+                i64::from(packets.table_row(row as usize))
             }
         };
         for (index, (segment, message)) in self.rows.iter().zip(message).enumerate() {
@@ -116,6 +173,13 @@ impl SegmentRows {
     }
 }
 
+impl DirectionContext {
+    /// The packet rows the next segments may read as context.
+    pub fn rows_read(&self) -> impl Iterator<Item = usize> {
+        self.latest_row.into_iter().chain(self.last_new_data_row)
+    }
+}
+
 fn as_row(row: Option<usize>) -> u32 {
     row.map_or(NO_ROW, |row| row as u32)
 }
@@ -130,11 +194,11 @@ pub fn take(sides: &mut [DirectionContext; 2], packet: &Taken, segments: &mut Se
     let own = packet.sender;
     let peer = 1 - own;
     for waiting in sides[peer].awaiting_peer.drain(..) {
-        segments.rows[waiting].peer_next = packet.row as u32;
+        segments.peer_next(waiting, packet.row);
     }
     let carries_data = packet.payload_bytes > 0;
     if carries_data && let Some(waiting) = sides[own].awaiting_own_data.take() {
-        segments.rows[waiting].own_next_data = packet.row as u32;
+        segments.own_next_data(waiting, packet.row);
     }
     if packet.role == ROLE_DATA && carries_data {
         new_data_segment(sides, packet, segments);

@@ -15,7 +15,7 @@ macro_rules! event_table {
         $(, $(#[$field_meta:meta])* $field:ident: $field_type:ty)* $(,)?
     }) => {
         $(#[$meta])*
-        #[derive(Default)]
+        #[derive(Clone, Default)]
         pub struct $name {
             $(#[$first_meta])* pub $first: Vec<$first_type>,
             $($(#[$field_meta])* pub $field: Vec<$field_type>,)*
@@ -30,6 +30,17 @@ macro_rules! event_table {
             pub fn truncate(&mut self, count: usize) {
                 self.$first.truncate(count);
                 $(self.$field.truncate(count);)*
+            }
+
+            /// Move the rows of `other` to the end of this table (taking its columns
+            /// whole where this one is empty, rather than copying them).
+            pub fn append(&mut self, other: &mut $name) {
+                if self.$first.is_empty() {
+                    std::mem::swap(self, other);
+                    return;
+                }
+                self.$first.append(&mut other.$first);
+                $(self.$field.append(&mut other.$field);)*
             }
 
             pub fn into_python<'py>(
@@ -208,7 +219,7 @@ event_table!(
 );
 
 /// The event tables of the finished connections.
-#[derive(Default)]
+#[derive(Clone, Default)]
 pub struct Found {
     pub gaps: GapTable,
     pub messages: MessageSizes,
@@ -290,6 +301,19 @@ impl Found {
         self.segments.truncate(segments);
         self.chart_packets.truncate(charts);
         self.message_counts.truncate(mark.finished);
+    }
+
+    /// Move the rows of `other` (of connections not counted in either) to the end of these.
+    pub fn append(&mut self, mut other: Found) {
+        self.gaps.append(&mut other.gaps);
+        self.messages.append(&mut other.messages);
+        self.message_details.append(&mut other.message_details);
+        self.bursts.append(&mut other.bursts);
+        self.untimed_stalls.append(&mut other.untimed_stalls);
+        self.lone_segments.append(&mut other.lone_segments);
+        self.payload_counts.append(&mut other.payload_counts);
+        self.segments.append(&mut other.segments);
+        self.chart_packets.append(&mut other.chart_packets);
     }
 
     /// Connection `connection` finished with `messages` messages.

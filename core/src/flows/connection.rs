@@ -249,6 +249,11 @@ impl Connection {
         (client, true)
     }
 
+    /// Whether its first SYN and SYN/ACK have both come.
+    pub fn handshake_seen(&self) -> bool {
+        self.syn.is_some() && self.syn_ack.is_some()
+    }
+
     /// The connection-table row (`ip_version` of its addresses).
     pub fn row(&self, ip_version: u8) -> Row {
         let (client, client_guessed) = self.client();

@@ -381,6 +381,16 @@ impl FlowTracker {
             .collect()
     }
 
+    /// What live connection `connection`'s packets are finished with, where that is known
+    /// for sure before it ends: once its SYN and SYN/ACK have come, its client, the bases its
+    /// numbers count from, its window scaling and its MSS no longer change.
+    pub fn settled_finishing(&self, connection: u32) -> Option<Finishing> {
+        let state = self.live.get(connection as usize)?.as_ref()?;
+        state
+            .handshake_seen()
+            .then(|| ConnectionRecord::of(connection, state).1)
+    }
+
     /// The capture's end: every live connection has ended.
     pub fn end_capture(&mut self) {
         for pair in self.pairs.values_mut() {

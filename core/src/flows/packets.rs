@@ -66,6 +66,25 @@ impl Finishing {
         i64::from(window_raw) << shift
     }
 
+    /// A packet's sequence number counted from its sender's ISN.
+    pub fn seq(&self, packet: &PacketRow) -> i64 {
+        self.counted(packet.sender, packet.seq_u, packet.ack_u).0
+    }
+
+    /// A packet's ACK counted from its peer's ISN (`NO_ACK` without the ACK flag).
+    pub fn ack(&self, packet: &PacketRow) -> i64 {
+        self.counted(packet.sender, packet.seq_u, packet.ack_u).1
+    }
+
+    /// A packet's window in bytes.
+    pub fn packet_window_bytes(&self, packet: &PacketRow) -> i64 {
+        self.window_bytes(
+            packet.window_raw,
+            packet.flags,
+            self.direction(packet.sender),
+        )
+    }
+
     /// How many wire segments a payload of `payload_bytes` was, and whether it was more than
     /// one frame could carry (a segment the sender's offload split).
     pub fn wire_segments(&self, payload_bytes: u32) -> (u32, bool) {
@@ -86,37 +105,24 @@ impl Finishing {
     }
 }
 
-/// One packet as its connection's events read it.
-#[derive(Clone)]
-struct PacketRow {
-    time_us: i64,
-    seq_u: i64,
-    ack_u: i64,
-    frame: u32,
-    payload_bytes: u32,
-    flags: u16,
-    window_raw: u16,
-    sender: u8,
-    role: u8,
+/// One packet as its connection's events read it: its values as it came, which its finishing
+/// values count and scale (`Finishing::seq`, `ack`, `window_bytes`).
+#[derive(Clone, Copy)]
+pub struct PacketRow {
+    pub time_us: i64,
+    pub seq_u: i64,
+    pub ack_u: i64,
+    pub frame: u32,
+    pub payload_bytes: u32,
+    pub flags: u16,
+    pub window_raw: u16,
+    pub sender: u8,
+    pub role: u8,
 }
 
-/// A connection's packets in the order they came: one vector of rows, so that each live
-/// connection grows one allocation.
-#[derive(Clone, Default)]
-pub struct ConnectionPackets {
-    rows: Vec<PacketRow>,
-    /// Each packet's row in the run's packet table, where one is kept.
-    pub table_row: Vec<u32>,
-}
-
-impl ConnectionPackets {
-    pub fn len(&self) -> usize {
-        self.rows.len()
-    }
-
-    /// Keep `packet`; its row here.
-    pub fn push(&mut self, packet: &Taken, keep_table_row: bool) -> usize {
-        self.rows.push(PacketRow {
+impl PacketRow {
+    pub fn of(packet: &Taken) -> PacketRow {
+        PacketRow {
             time_us: packet.time_us,
             seq_u: packet.seq_u,
             ack_u: packet.ack_u,
@@ -126,11 +132,76 @@ impl ConnectionPackets {
             window_raw: packet.window_raw,
             sender: packet.sender as u8,
             role: packet.role,
-        });
+        }
+    }
+}
+
+/// A connection's packets in the order they came: one vector of rows, so that each live
+/// connection grows one allocation. A long connection's events may be finished as it goes
+/// (`Events::let_go`), and its packets then let go but the few its next events will read
+/// (`let_go_all_but`): rows keep their numbers.
+#[derive(Clone, Default)]
+pub struct ConnectionPackets {
+    rows: Vec<PacketRow>,
+    /// The number of the first row of `rows`.
+    first_row: usize,
+    /// Rows before it still read, by number.
+    kept: Vec<(usize, PacketRow)>,
+    /// Each packet's row in the run's packet table, where one is kept.
+    table_row: Vec<u32>,
+}
+
+impl ConnectionPackets {
+    /// How many packets are held.
+    pub fn len(&self) -> usize {
+        self.rows.len() + self.kept.len()
+    }
+
+    /// The rows of `rows` (those held in order).
+    pub fn held(&self) -> std::ops::Range<usize> {
+        self.first_row..self.first_row + self.rows.len()
+    }
+
+    /// Keep `packet`; its row.
+    pub fn push(&mut self, packet: &Taken, keep_table_row: bool) -> usize {
+        self.rows.push(PacketRow::of(packet));
         if keep_table_row {
             self.table_row.push(packet.table_row as u32);
         }
-        self.rows.len() - 1
+        self.first_row + self.rows.len() - 1
+    }
+
+    pub fn row(&self, row: usize) -> &PacketRow {
+        match row.checked_sub(self.first_row) {
+            Some(at) => &self.rows[at],
+            None => {
+                let at = self
+                    .kept
+                    .binary_search_by_key(&row, |(number, _)| *number)
+                    .expect("a row let go is not read");
+                &self.kept[at].1
+            }
+        }
+    }
+
+    /// The packet's row in the run's packet table.
+    pub fn table_row(&self, row: usize) -> u32 {
+        self.table_row[row - self.first_row]
+    }
+
+    /// Let go of every packet but those at rows `read` (held: the next events read them):
+    /// how many.
+    pub fn let_go_all_but(&mut self, read: &[usize]) -> usize {
+        let before = self.len();
+        let mut kept: Vec<(usize, PacketRow)> =
+            read.iter().map(|row| (*row, *self.row(*row))).collect();
+        kept.sort_unstable_by_key(|(number, _)| *number);
+        kept.dedup_by_key(|(number, _)| *number);
+        self.kept = kept;
+        self.first_row += self.rows.len();
+        self.rows = Vec::new();
+        self.table_row = Vec::new();
+        before - self.len()
     }
 }
 
@@ -143,52 +214,41 @@ pub struct Finished<'a> {
 
 impl Finished<'_> {
     pub fn frame(&self, row: usize) -> u32 {
-        self.packets.rows[row].frame
+        self.packets.row(row).frame
     }
 
     pub fn time_us(&self, row: usize) -> i64 {
-        self.packets.rows[row].time_us
-    }
-
-    /// The packet's sequence and ACK numbers counted from the ISNs (`Finishing::counted`).
-    fn counted(&self, row: usize) -> (i64, i64) {
-        let packet = &self.packets.rows[row];
-        self.at.counted(packet.sender, packet.seq_u, packet.ack_u)
+        self.packets.row(row).time_us
     }
 
     pub fn seq(&self, row: usize) -> i64 {
-        self.counted(row).0
+        self.at.seq(self.packets.row(row))
     }
 
     pub fn ack(&self, row: usize) -> i64 {
-        self.counted(row).1
+        self.at.ack(self.packets.row(row))
     }
 
     pub fn payload_bytes(&self, row: usize) -> i64 {
-        i64::from(self.packets.rows[row].payload_bytes)
+        i64::from(self.packets.row(row).payload_bytes)
     }
 
     pub fn window_bytes(&self, row: usize) -> i64 {
-        let packet = &self.packets.rows[row];
-        let direction = self.at.direction(packet.sender);
-        self.at
-            .window_bytes(packet.window_raw, packet.flags, direction)
+        self.at.packet_window_bytes(self.packets.row(row))
     }
 
     pub fn wire_segments(&self, row: usize) -> u32 {
-        self.at
-            .wire_segments(self.packets.rows[row].payload_bytes)
-            .0
+        self.at.wire_segments(self.packets.row(row).payload_bytes).0
     }
 
     /// The endpoint that sent the packet (0: the low one).
     pub fn sender(&self, row: usize) -> u8 {
-        self.packets.rows[row].sender
+        self.packets.row(row).sender
     }
 
     /// The packet's role (a code of `roles.ROLES`).
     pub fn role(&self, row: usize) -> u8 {
-        self.packets.rows[row].role
+        self.packets.row(row).role
     }
 
     /// The connection's effective MSS (the table's `effective_mss`).
