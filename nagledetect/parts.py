@@ -1,48 +1,36 @@
-"""A capture larger than memory, analysed in parts that each hold whole connections.
+"""A capture larger than memory whose live connections outgrow the batches of `streamed` (huge
+connections seen without their handshake, or whose events alone outgrow them), analysed in
+parts that each hold whole connections.
 
 Packets are routed to part files (`flows.partition`). Each part runs the connection level in a
 worker process and sends back its connections, its findings pickled, and its delayed-ACK
-samples as rows tagged with the bucket of their receiving host. As each part arrives, the main
-process writes its findings and samples to one spill file (`stored`), so it holds only the
-connection tables and the columns that rank findings: memory follows the parts in flight, not
-the capture. The host step then runs host bucket by bucket, in worker processes too (a host's
-samples all fall in its bucket), and findings are read back in rank order by the reporters,
-mended on the way: capture-wide connection ids (numbered by first packet, as a one-part run
-numbers them) and stall confidence scored again against the capture-wide host timers. The
-result equals a one-part run's.
+samples as rows tagged with the bucket of their receiving host; the main process gathers them
+as they arrive (`collected.CollectedParts`: memory follows the parts in flight, not the
+capture), then runs the host step. The result equals a one-part run's.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import gc
 import multiprocessing
 import os
 import pickle
-import zlib
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import FIRST_COMPLETED, BrokenExecutor, Future, wait
 from contextlib import closing
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import pandas as pd
 
-from nagledetect.chart_data import (
-    ChartData,
-    TimeSequence,
-    busiest_hosts,
-    connection_charts,
-    worst_first,
+from nagledetect.collected import (
+    PARTS_PER_HOST_BUCKET,
+    CollectedParts,
+    PartResult,
+    result_of_level,
 )
 from nagledetect.collector import collector_paused
-from nagledetect.detectors import nagle_stall, phase_lock
-from nagledetect.detectors.delack_timer import fingerprint_hosts, host_fingerprints
-from nagledetect.detectors.model import Finding, HostProfile
 from nagledetect.errors import InputError
 from nagledetect.flows.build import build_flows
-from nagledetect.flows.grouped import found_in_sorted
 from nagledetect.flows.partition import (
     PartitionedPackets,
     part_batches,
@@ -51,7 +39,6 @@ from nagledetect.flows.partition import (
 )
 from nagledetect.flows.streams import accepted_with_streams
 from nagledetect.memory import freed_memory_kept, give_back_free_memory, keep_freed_memory
-from nagledetect.ordering import as_text, factorize_in_name_order, name_order
 from nagledetect.part_sizes import (
     PART_BYTES,
     PARTS_MEMORY_BYTES,
@@ -59,40 +46,25 @@ from nagledetect.part_sizes import (
     StageCallback,
     no_stages,
 )
-from nagledetect.part_tables import PartTables, SpilledTables, WrittenChunks
+from nagledetect.part_tables import WrittenChunks
 from nagledetect.pipeline import (
-    PARITY_KEYS,
     Analysis,
     ConnectionLevel,
     Wanted,
     connection_level,
-    no_samples,
-    without_packets,
     without_tcp,
 )
-from nagledetect.read.accounting import Accounting, ProgressCallback
+from nagledetect.read.accounting import ProgressCallback
 from nagledetect.read.capture import decoded_batches
 from nagledetect.sliced_level import connection_level_by_slices
 from nagledetect.stored import (
-    HostColumns,
-    HostRows,
-    PickledFindings,
-    RecordTable,
     SpillFile,
-    StoredFindings,
-    StoredHosts,
-    host_rows,
-    pickle_findings,
 )
-from nagledetect.table import Table, as_frame, as_table, concatenated
 from nagledetect.workers import worker_pool
 
 BYTES_PER_PART_PACKET = 240
 """About what a worker holds for each packet of the part it analyses: a part is its
 connections whole (docs/performance.md, the eleventh round)."""
-PARTS_PER_HOST_BUCKET = 4
-"""A host bucket holds about as many samples as this many parts yield, over the number of
-workers: buckets run that many at a time, so the memory in flight stays the same."""
 COMPANION_PART_FILE_BYTES = 2 * PART_BYTES
 """Part files that may run beside a part too large for the part files in flight (a huge
 connection): the other workers go on with ordinary parts instead of waiting for it, for about
@@ -132,28 +104,6 @@ PROGRESS_POLL_S = 0.5
 """How often the main process looks at the packets its part workers have read."""
 PassesCallback = Callable[[int], None]
 """Told a count of packets read by a part's passes (`passes_of` a packet in all)."""
-HOST_STAGE = "host buckets fingerprinted"
-SAMPLE_ROW = np.dtype([("part", "<i4"), ("connection", "<i8"), ("direction", "i1"),
-                       ("ack_time_s", "<f8"), ("hold_ms", "<f8"), ("delayed", "?"),
-                       ("data_frame", "<i8")])
-"""A delayed-ACK sample as spilled: its receiving host is the connection's server for
-direction 0, its client for direction 1."""
-
-
-@dataclass
-class PartResult:
-    """What one part sends back to the main process."""
-
-    connections: pd.DataFrame
-    parity: pd.DataFrame
-    samples: np.ndarray
-    """SAMPLE_ROW rows, `part` still 0."""
-    sample_bucket: np.ndarray
-    findings: PickledFindings
-    charts: ChartData | None
-    tables: tuple[pd.DataFrame | WrittenChunks, pd.DataFrame] | None
-    """The packet and message tables, part-local ids (the packet table in a file of its own
-    for a part read a slice at a time)."""
 
 
 def analyze_in_parts(path: str, bpf_filter: str | None, progress: ProgressCallback | None,
@@ -333,29 +283,6 @@ def part_result(files: tuple[str, str, np.dtype], buckets: int, wanted: Wanted,
         return result_of_level(level, buckets, wanted, written)
 
 
-def result_of_level(level: ConnectionLevel, buckets: int, wanted: Wanted,
-                    written: WrittenChunks | None = None) -> PartResult:
-    """What a part (or a batch of whole connections) sends on, from its connection level,
-    which is let go on the way; its packet table as `written` where it was written a chunk
-    at a time."""
-    charts = level.charts
-    if charts is None and wanted.charts:
-        charts = connection_charts(level.packets, level.connections, level.messages,
-                                   level.findings)
-    tables = ((as_frame(level.packets) if written is None else written,
-               as_frame(level.messages)) if wanted.tables else None)
-    connections, parity, findings = level.connections, level.parity, level.findings
-    samples = level.samples
-    del level
-    rows = np.zeros(len(samples), dtype=SAMPLE_ROW)
-    for name in SAMPLE_ROW.names[1:]:
-        rows[name] = np.asarray(samples[name])
-    sample_bucket = host_buckets(np.asarray(samples["host"]), buckets)
-    del samples
-    return PartResult(connections, parity, rows, sample_bucket, pickle_findings(findings),
-                      charts, tables)
-
-
 def _part_level(files: tuple[str, str, np.dtype], wanted: Wanted,
                 passes_read: PassesCallback | None) -> tuple[ConnectionLevel, WrittenChunks | None]:
     """A part's connection level: read a slice at a time when it is large (`sliced_level`),
@@ -427,411 +354,3 @@ def _taken_result(path: str) -> PartResult:
         result = pickle.load(handle)
     os.unlink(path)
     return result
-
-
-def host_buckets(hosts: np.ndarray, buckets: int) -> np.ndarray:
-    """The bucket of each host address: its CRC-32 modulo `buckets` (the same in every part)."""
-    codes, addresses = pd.factorize(hosts)
-    bucket_of = [zlib.crc32(str(address).encode()) % buckets for address in addresses.tolist()]
-    return np.array(bucket_of, dtype=np.int64)[codes] if len(codes) else np.zeros(0, np.int64)
-
-
-@dataclass
-class _FindingColumns:
-    """Where each spilled finding lies and what ranks it, in part order."""
-
-    offsets: list[np.ndarray] = dataclasses.field(default_factory=list)
-    lengths: list[np.ndarray] = dataclasses.field(default_factory=list)
-    kind: list[str] = dataclasses.field(default_factory=list)
-    connection: list[np.ndarray] = dataclasses.field(default_factory=list)
-    time_lost_s: list[np.ndarray] = dataclasses.field(default_factory=list)
-    sender: list[str] = dataclasses.field(default_factory=list)
-    receiver_host: list[str | None] = dataclasses.field(default_factory=list)
-    advice: list[tuple[str, ...]] = dataclasses.field(default_factory=list)
-    evidence_rows: list[np.ndarray] = dataclasses.field(default_factory=list)
-
-    def extend(self, offsets: np.ndarray, found: PickledFindings, connection: np.ndarray) -> None:
-        self.offsets.append(offsets)
-        self.lengths.append(found.lengths)
-        self.kind += found.kind
-        self.connection.append(connection)
-        self.time_lost_s.append(found.time_lost_s)
-        self.sender += found.sender
-        self.receiver_host += found.receiver_host
-        self.advice += found.advice
-        self.evidence_rows.append(found.evidence_rows)
-
-    def column(self, name: str) -> np.ndarray:
-        pieces = getattr(self, name)
-        return np.concatenate(pieces) if pieces else np.zeros(0, dtype=np.int64)
-
-
-class CollectedParts:
-    """The parts' results as they arrive: connection tables in memory, findings and samples
-    spilled."""
-
-    def __init__(self, buckets: int, workers: int, wanted: Wanted, spill: SpillFile) -> None:
-        self.buckets = buckets
-        self.workers = workers
-        self.spill = spill
-        self.connections: dict[int, pd.DataFrame] = {}
-        self.parity: dict[int, pd.DataFrame] = {}
-        self.findings: dict[int, tuple[np.ndarray, PickledFindings]] = {}
-        self.sample_blocks: list[list[tuple[int, int]]] = [[] for _ in range(buckets)]
-        self.charts = ChartData() if wanted.charts else None
-        self.tables = SpilledTables(self.spill) if wanted.tables else None
-        self.message_counts: dict[int, np.ndarray] = {}
-        """Messages of each part-local connection, by part (to number messages capture-wide)."""
-        self.worst: list[tuple[int, TimeSequence]] = []
-        """The capture's worst connections so far, each with its part."""
-
-    def add(self, index: int, result: PartResult) -> None:
-        self.connections[index] = result.connections
-        if not result.parity.empty:
-            self.parity[index] = result.parity
-        self._spill_samples(index, result.samples, result.sample_bucket)
-        if self.charts is not None and result.charts is not None:
-            self._add_charts(self.charts, index, result.charts)
-        if self.tables is not None and result.tables is not None:
-            self._spill_tables(self.tables, index, *result.tables, len(result.connections))
-        found = result.findings
-        self.findings[index] = (self.spill.append_joined(found.records, found.lengths), found)
-        found.records = b""
-
-    def _add_charts(self, collected: ChartData, index: int, charts: ChartData) -> None:
-        """The part's counts added; its worst connections kept if they are among the
-        capture's worst so far."""
-        collected.add_counts(charts)
-        candidates = self.worst + [(index, sequence) for sequence in charts.worst]
-        kept = worst_first([sequence for _, sequence in candidates])
-        self.worst = [(part, sequence) for part, sequence in candidates
-                      if any(sequence is worst for worst in kept)]
-
-    def _spill_tables(self, tables: SpilledTables, index: int,
-                      packets: pd.DataFrame | WrittenChunks, messages: pd.DataFrame,
-                      connections: int) -> None:
-        if isinstance(packets, WrittenChunks):
-            tables.add_written(index, "packets", packets)
-        else:
-            tables.add(index, "packets", packets)
-        tables.add(index, "messages", messages)
-        self.message_counts[index] = np.bincount(
-            np.asarray(messages["connection"], dtype=np.int64), minlength=connections)
-
-    def _spill_samples(self, index: int, rows: np.ndarray, bucket: np.ndarray) -> None:
-        """One block of rows per bucket, in the part's order."""
-        rows["part"] = index
-        order = np.argsort(bucket, kind="stable")
-        bounds = np.searchsorted(bucket[order], np.arange(self.buckets + 1))
-        ordered = rows[order]
-        for bucket_index in np.flatnonzero(np.diff(bounds)).tolist():
-            block = ordered[bounds[bucket_index]:bounds[bucket_index + 1]]
-            self.sample_blocks[bucket_index].append((self.spill.append([block.tobytes()]),
-                                                     len(block)))
-
-    def analysis(self, path: str, accounting: Accounting, stages: StageCallback) -> Analysis:
-        connections, global_id, part_offset = self._numbered_connections()
-        columns = _FindingColumns()
-        for index in sorted(self.findings):
-            offsets, found = self.findings.pop(index)
-            columns.extend(offsets, found, global_id[part_offset[index] + found.connection])
-        parity = [table.assign(connection=global_id[part_offset[index]
-                                                    + np.asarray(table["connection"])])
-                  for index, table in sorted(self.parity.items())]
-        host_step = _HostStep(self, global_id, part_offset, connections,
-                              _stall_seconds_reader(self.spill, columns))
-        hosts, timers = host_step.run(self.workers, stages)
-        self._add_phase_findings(columns, host_step.phase_findings)
-        parity_table = _sorted_parity(concatenated(parity)) if parity else Table()
-        charts = self.charts
-        if charts is not None:
-            charts.worst = worst_first([
-                dataclasses.replace(sequence, connection=int(
-                    global_id[part_offset[part] + sequence.connection]))
-                for part, sequence in self.worst])
-            charts.hosts = busiest_hosts(hosts, host_step.with_samples)
-        tables = (None if self.tables is None else
-                  PartTables(self.tables, _CaptureWideIds(global_id, part_offset,
-                                                            self.message_counts)))
-        return Analysis(without_packets(path, accounting, connections), Table(),
-                        Table(), no_samples(), hosts,
-                        _ranked(self.spill, columns, timers), parity_table, tables_kept=False,
-                        charts=charts, part_tables=tables)
-
-    def _numbered_connections(self) -> tuple[Table, np.ndarray, np.ndarray]:
-        """Every part's connections in one table, numbered by first packet as a one-part run
-        numbers them; with the capture-wide id of each part-local one (`global_id`, from
-        `part_offset[part]` on)."""
-        order = sorted(self.connections)
-        tables = [as_table(self.connections.pop(index)) for index in order]
-        names, coded = tables[0].columns, tables[0].coded
-        pieces = {name: [table[name] for table in tables] for name in names}
-        part_offset = np.zeros(max(order) + 1, dtype=np.int64)
-        part_offset[order] = np.cumsum([0] + [len(table) for table in tables])[:-1]
-        del tables
-        first_frames = np.concatenate(pieces["first_frame"])
-        by_first_packet = np.argsort(first_frames, kind="stable")
-        global_id = np.empty(len(first_frames), dtype=np.int64)
-        global_id[by_first_packet] = np.arange(len(first_frames))
-        # A part's ids are its rows, so joined row j is capture-wide connection global_id[j];
-        # each column is joined and put in id order alone, its parts' pieces let go at once
-        # (joined whole, then sorted, the table was held three times over).
-        columns = {name: np.concatenate(pieces.pop(name))[by_first_packet] for name in names}
-        columns["id"] = np.arange(len(first_frames), dtype=columns["id"].dtype)
-        return Table(columns, coded), global_id, part_offset
-
-    def _add_phase_findings(self, columns: _FindingColumns, findings: list[Finding]) -> None:
-        """Host-level findings join the spilled ones, in address order as a one-part run makes
-        them."""
-        findings = sorted(findings, key=lambda finding: str(finding.receiver))
-        found = pickle_findings(findings)
-        columns.extend(self.spill.append_joined(found.records, found.lengths), found,
-                       found.connection)
-
-    def bucket_samples(self, bucket: int) -> np.ndarray:
-        blocks = [self.spill.read_rows(offset, rows, SAMPLE_ROW)
-                  for offset, rows in self.sample_blocks[bucket]]
-        return np.concatenate(blocks) if blocks else np.zeros(0, dtype=SAMPLE_ROW)
-
-
-class _HostStep:
-    """Fingerprints and phase locking, bucket by bucket (a few at once in worker processes),
-    with each bucket's samples in the order of a one-part run: by the frame of their data
-    segment (a host's sums then add the same values in the same order, to the last bit)."""
-
-    def __init__(self, collected: CollectedParts, global_id: np.ndarray, part_offset: np.ndarray,
-                 connections: Table, stall_seconds: Callable[[str], np.ndarray]) -> None:
-        self._collected = collected
-        self._global_id = global_id
-        self._part_offset = part_offset
-        self._server = as_text(np.asarray(connections["server_address"], dtype=object))
-        self._client = as_text(np.asarray(connections["client_address"], dtype=object))
-        self._stall_seconds = stall_seconds
-        self.phase_findings: list[Finding] = []
-
-    def run(self, workers: int, stages: StageCallback) -> tuple[StoredHosts, _HostTimers]:
-        """Every bucket, in `workers` forked processes when there are several (results taken in
-        bucket order, so the outcome does not depend on them)."""
-        columns = HostColumns(self._collected.spill)
-        addresses: list[np.ndarray] = [np.zeros(0, dtype=object)]
-        timers: list[np.ndarray] = [np.zeros(0)]
-        samples: list[np.ndarray] = [np.zeros(0, dtype=np.int64)]
-        buckets = self._collected.buckets
-        for done, found in enumerate(_forked_map(self.bucket_hosts, range(buckets), workers),
-                                     start=1):
-            stages(HOST_STAGE, done, buckets)
-            addresses.append(np.array(found.rows.columns["address"], dtype=object))
-            timers.append(np.array([np.nan if t is None else t for t in found.timers_ms],
-                                   dtype=np.float64))
-            samples.append(np.array(found.rows.columns["delack_samples"], dtype=np.int64))
-            self.phase_findings += found.phase_findings
-            columns.add(found.rows)
-        by_address = np.concatenate(addresses)
-        order = name_order(by_address)
-        return columns.by_address(), _HostTimers(by_address[order],
-                                                 np.concatenate(timers)[order],
-                                                 np.concatenate(samples)[order])
-
-    def with_samples(self, profiles: list[HostProfile]) -> list[HostProfile]:
-        """Stored profiles with their per-sample arrays, fingerprinted again from their own
-        samples (each host's bucket read once)."""
-        buckets = host_buckets(np.array([p.address for p in profiles], dtype=object),
-                               self._collected.buckets)
-        filled: dict[str, HostProfile] = {}
-        for bucket in np.unique(buckets).tolist():
-            samples = self._bucket_samples(bucket)
-            wanted = [p.address for p, b in zip(profiles, buckets.tolist()) if b == bucket]
-            names = np.asarray(samples.coded["host"], dtype=object)
-            filled.update(fingerprint_hosts(samples.take(np.isin(names[samples["host"]],
-                                                                 wanted))))
-        return [dataclasses.replace(profile, delays_ms=filled[profile.address].delays_ms,
-                                    ack_times_s=filled[profile.address].ack_times_s,
-                                    ack_connections=filled[profile.address].ack_connections)
-                for profile in profiles]
-
-    def bucket_hosts(self, bucket: int) -> _BucketHosts:
-        """One bucket's host profiles, their timers before phase locking refines them, and its
-        phase-lock findings."""
-        samples = self._bucket_samples(bucket)
-        fingerprints = host_fingerprints(samples)
-        timers_ms = fingerprints.timers_ms()
-        phase_findings = phase_lock.detect_hosts(fingerprints, samples, self._stall_seconds)
-        return _BucketHosts(host_rows(fingerprints.host_values()), timers_ms, phase_findings)
-
-    def _bucket_samples(self, bucket: int) -> Table:
-        rows = self._collected.bucket_samples(bucket)
-        rows = rows[np.argsort(rows["data_frame"], kind="stable")]
-        connection = self._global_id[self._part_offset[rows["part"]] + rows["connection"]]
-        direction = rows["direction"]
-        host_code, names = self._receiving_hosts(connection, direction)
-        return Table({
-            "host": host_code, "connection": connection, "direction": direction,
-            "ack_time_s": rows["ack_time_s"], "hold_ms": rows["hold_ms"],
-            "delayed": rows["delayed"]}, coded={"host": names.tolist()})
-
-    def _receiving_hosts(self, connection: np.ndarray, direction: np.ndarray
-                         ) -> tuple[np.ndarray, np.ndarray]:
-        """The receiving host of each sample, as codes of the addresses in name order:
-        addresses are looked up once per connection, as fixed-width text (`ordering.as_text`),
-        and the host step groups by code rather than hashing an address per sample."""
-        present, sample_connection = np.unique(connection, return_inverse=True)
-        receivers = np.empty(2 * len(present),
-                             dtype=np.result_type(self._server.dtype, self._client.dtype))
-        receivers[0::2] = self._server[present]
-        receivers[1::2] = self._client[present]
-        codes, names = factorize_in_name_order(receivers)
-        return codes[sample_connection * 2 + direction], names
-
-
-def _sorted_parity(table: Table) -> Table:
-    """The parity rows in `PARITY_KEYS` order, as a one-part run makes them."""
-    keys = [as_text(table[name]) if table[name].dtype == object else table[name]
-            for name in reversed(PARITY_KEYS)]
-    return table.take(np.lexsort(keys))
-
-
-class _CaptureWideIds:
-    """Mends a chunk of a part's table to capture-wide ids. Messages are numbered in
-    connection order (`events.messages.number_messages`), so a message's capture-wide number is
-    the messages of all connections before its own plus its place within its connection. A
-    class, not a closure: it goes with the tables to the process that writes them."""
-
-    def __init__(self, global_id: np.ndarray, part_offset: np.ndarray,
-                 message_counts: dict[int, np.ndarray]) -> None:
-        counts = np.zeros(len(global_id), dtype=np.int64)
-        self._first_in_part: dict[int, np.ndarray] = {}
-        for part, part_counts in message_counts.items():
-            counts[global_id[part_offset[part] + np.arange(len(part_counts))]] = part_counts
-            self._first_in_part[part] = np.cumsum(part_counts) - part_counts
-        self._first_capture_wide = np.cumsum(counts) - counts
-        self._global_id = global_id
-        self._part_offset = part_offset
-
-    def __call__(self, part: int, name: str, rows: pd.DataFrame) -> pd.DataFrame:
-        local = rows["connection"].to_numpy(dtype=np.int64)
-        connection = self._global_id[self._part_offset[part] + local]
-        mended = rows.assign(connection=connection.astype(rows["connection"].dtype))
-        if name == "messages":
-            within = rows["message"].to_numpy(dtype=np.int64) - self._first_in_part[part][local]
-            mended["message"] = (self._first_capture_wide[connection] + within).astype(
-                rows["message"].dtype)
-        return mended
-
-
-@dataclass
-class _BucketHosts:
-    rows: HostRows
-    timers_ms: list[float | None]
-    phase_findings: list[Finding]
-
-
-_FORKED_WORK: Callable[[int], Any] | None = None
-"""What `_forked_map`'s workers call: inherited when they fork, never pickled."""
-
-
-def _forked_call(item: int) -> Any:
-    return _FORKED_WORK(item)  # type: ignore[misc]
-
-
-def _forked_map(work: Callable[[int], Any], items: range, workers: int) -> Iterator[Any]:
-    """`work` of each item, in order: in `workers` forked processes when there are several
-    items (they read the parent's state as it was at the fork), else here. A process pool,
-    not a `multiprocessing.Pool`: that one waits for ever for the item of a worker that was
-    killed, where this one raises BrokenExecutor."""
-    if workers <= 1 or len(items) <= 1:
-        yield from map(work, items)
-        return
-    global _FORKED_WORK
-    _FORKED_WORK = work
-    try:
-        with worker_pool(max_workers=min(workers, len(items)),
-                         mp_context=multiprocessing.get_context("fork")) as pool:
-            yield from pool.map(_forked_call, items)
-    finally:
-        _FORKED_WORK = None
-
-
-@dataclass
-class _HostTimers:
-    """Each host's delayed-ACK timer before phase locking refines it (NaN: none), and the samples
-    it rests on, by address."""
-
-    addresses: np.ndarray
-    timer_ms: np.ndarray
-    samples: np.ndarray
-
-    def of(self, hosts: list[str]) -> list[tuple[float | None, int]]:
-        if not len(self.addresses):
-            return [(None, 0)] * len(hosts)
-        wanted = np.array(hosts, dtype=object)
-        position, found = found_in_sorted(self.addresses, wanted)
-        timer = np.where(found, self.timer_ms[position], np.nan)
-        samples = np.where(found, self.samples[position], 0)
-        return [(None if value != value else value, count)
-                for value, count in zip(timer.tolist(), samples.tolist())]
-
-
-def _stall_seconds_reader(spill: SpillFile, columns: _FindingColumns
-                          ) -> Callable[[str], np.ndarray]:
-    """The durations of the stalls a receiving host caused, read from the spilled stall
-    findings (indexed by receiver on first use: few hosts are phase-locked)."""
-    index: dict[str, np.ndarray] = {}
-
-    def stall_seconds(address: str) -> np.ndarray:
-        if not index:
-            index.update(_stalls_by_receiver(columns))
-        positions = index["positions"][np.searchsorted(index["hosts"], address, "left"):
-                                       np.searchsorted(index["hosts"], address, "right")]
-        stalls = RecordTable(spill, index["offsets"][positions], index["lengths"][positions])
-        return np.concatenate([np.zeros(0)] + [finding.events.stall_s for finding in stalls])
-
-    return stall_seconds
-
-
-def _stalls_by_receiver(columns: _FindingColumns) -> dict[str, np.ndarray]:
-    positions = np.array([position for position, (kind, host)
-                          in enumerate(zip(columns.kind, columns.receiver_host))
-                          if kind == nagle_stall.KIND and host], dtype=np.int64)
-    hosts = np.array([columns.receiver_host[position] for position in positions.tolist()],
-                     dtype=object)
-    order = name_order(hosts)
-    return {"hosts": hosts[order], "positions": positions[order],
-            "offsets": columns.column("offsets"), "lengths": columns.column("lengths")}
-
-
-def _ranked(spill: SpillFile, columns: _FindingColumns, timers: _HostTimers) -> StoredFindings:
-    """The findings in rank order (`pipeline.rank_key`; ties kept in part order), each read back
-    with its capture-wide connection id and, for stalls, its confidence against the
-    capture-wide timer of its receiver."""
-    time_lost_s = columns.column("time_lost_s").astype(np.float64)
-    connection = columns.column("connection")
-    kind_code = factorize_in_name_order(columns.kind)[0]
-    sender_code = factorize_in_name_order(columns.sender)[0]
-    order = np.lexsort((np.arange(len(connection)), sender_code, kind_code, connection,
-                        -time_lost_s))
-    ranked_connection = connection[order]
-    ranked = order.tolist()
-    return StoredFindings(spill, columns.column("offsets")[order],
-                          columns.column("lengths")[order], time_lost_s[order],
-                          [columns.advice[position] for position in ranked],
-                          columns.column("evidence_rows")[order],
-                          [columns.kind[position] for position in ranked],
-                          fix=_CaptureWideFinding(ranked_connection, timers))
-
-
-@dataclass
-class _CaptureWideFinding:
-    """Mends findings read back in rank order: each gets its capture-wide connection id and, for
-    a stall, its confidence against the capture-wide timer of its receiver. A class, not a
-    closure: it goes with the findings to the process that writes them."""
-
-    ranked_connection: np.ndarray
-    timers: _HostTimers
-
-    def __call__(self, positions: np.ndarray, findings: list[Finding]) -> None:
-        stalls = [f for f in findings if f.kind in (nagle_stall.KIND, nagle_stall.RTT_HOLD_KIND)]
-        for finding, (timer, samples) in zip(
-                stalls, self.timers.of([str(f.receiver_host) for f in stalls])):
-            nagle_stall.rescore(finding, timer, samples)
-        for finding, connection_id in zip(findings, self.ranked_connection[positions].tolist()):
-            finding.connection = connection_id

@@ -1,7 +1,7 @@
 """A capture too large to analyse whole, analysed a batch of finished connections at a time as
 the compiled core's one pass hands them over (`flows.compiled.CompiledBatches`): each batch
 runs the connection detectors, its results are collected as a part's are
-(`parts.CollectedParts`: findings and samples spilled, connections numbered capture-wide,
+(`collected.CollectedParts`: findings and samples spilled, connections numbered capture-wide,
 stalls scored again against the capture-wide host timers), and the host step runs once at the
 end. One pass in one process: memory follows the live connections and one batch, not the
 capture. Where the live connections come to hold more packets than the memory allows (a few
@@ -11,6 +11,7 @@ huge connections), the pass stops and the caller analyses the capture in parts i
 from __future__ import annotations
 
 from nagledetect.chart_data import connection_charts
+from nagledetect.collected import PARTS_PER_HOST_BUCKET, CollectedParts, result_of_level
 from nagledetect.collector import collector_paused
 from nagledetect.flows.compiled import CompiledBatches
 from nagledetect.memory import freed_memory_kept
@@ -22,7 +23,6 @@ from nagledetect.part_sizes import (
     StageCallback,
     no_stages,
 )
-from nagledetect.parts import PARTS_PER_HOST_BUCKET, CollectedParts, result_of_level
 from nagledetect.pipeline import Analysis, Wanted, connection_level, without_tcp
 from nagledetect.read.accounting import ProgressCallback
 from nagledetect.stored import SpillFile

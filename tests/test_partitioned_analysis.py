@@ -146,7 +146,7 @@ def test_a_huge_part_runs_beside_ordinary_parts_and_never_beside_another_huge_on
     workers busy while it runs, and a second huge part waits for it (unless `--memory` makes
     room for both). Measured on the 10 M mix
     with a 3 M-packet connection appended (docs/performance.md, the twelfth round), the parts'
-    wall time fell from 10.0 to 7.4 s (bench_stages.py), the whole run from 16.9 to 14.1 s."""
+    wall time fell from 10.0 to 7.4 s, the whole run from 16.9 to 14.1 s."""
     from nagledetect.part_sizes import PART_BYTES, PART_FILE_BYTES_IN_FLIGHT
     from nagledetect.parts import COMPANION_PART_FILE_BYTES, _fitting
 

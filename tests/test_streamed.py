@@ -180,3 +180,39 @@ def test_batches_give_each_packet_its_sack_blocks(copies: Path) -> None:
         assert values[order].tolist() == whole.sack_blocks[name].tolist()
     for flows in taken:  # a batch's blocks are its own packets'
         assert np.isin(flows.sack_blocks["frame"], flows.packets["frame"]).all()
+
+
+@pytest.fixture(scope="module")
+def long_bulk(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """trap-bulk.pcap's transfer repeated in one connection of 200,000 packets (27 MB), its
+    handshake once at the start."""
+    folder = tmp_path_factory.mktemp("long")
+    return _replica(folder / "bulk200k.pcap", str(SAMPLE_TRACES / "trap-bulk.pcap"),
+                    "--packets", "200000", "--connections", "1")
+
+
+def test_one_long_connection_is_analysed_in_batches_as_it_goes(long_bulk: Path) -> None:
+    """The one connection of 200,000 packets, five times the 40,000 live packets allowed, lets
+    its packets go as it goes: the pass does not give up for parts, and the document is the
+    whole analysis's."""
+    batched = analyze_in_batches(str(long_bulk), None, MEMORY_BYTES)
+    assert batched is not None
+    document = build_document([batched])
+    assert len(document["connections"]) == 1
+    assert _text(document) == _text(build_document([analyze_capture(str(long_bulk),
+                                                                    charts=False)]))
+
+
+def test_a_large_capture_in_batches_imports_neither_pandas_nor_plotly(long_bulk: Path) -> None:
+    """The JSON of a capture read a batch at a time (`--memory 16M`) is made without pandas or
+    plotly (nor the parts' machinery, which needs pandas)."""
+    code = ("import sys\n"
+            "from nagledetect.cli import main\n"
+            f"try:\n    main(['--format', 'json', '--memory', '16M', {str(long_bulk)!r}])\n"
+            "except SystemExit:\n    pass\n"
+            "print(sorted(name for name in ('pandas', 'plotly', 'nagledetect.parts')"
+            " if name in sys.modules), file=sys.stderr)\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=False)
+    assert done.stderr.strip().splitlines()[-1] == "[]", done.stderr
+    assert json.loads(done.stdout)["headline"]["text"].startswith("No Nagle stalls")
