@@ -43,17 +43,47 @@ def analyze_in_batches(path: str, bpf_filter: str | None, memory_bytes: int,
     connections, as a part's are, from what the core gives of its packets
     (`FoundEvents.chart_packets`); where tables are, each batch's packet and message tables
     are spilled as a part's are, to be read back in the order of a whole run
-    (`part_tables`). Where the pass gives up, what it spilled is let go."""
+    (`part_tables`). Where the pass gives up, what it spilled is let go; where connections
+    seen without their handshake held most of its live packets, it is run again after a first
+    pass that learns what they are finished with (`CompiledBatches.unsettled`)."""
     wanted = wanted or Wanted()
-    chart_packets = wanted.charts and not wanted.tables  # the packet table serves both
-    live_packet_bytes = BYTES_PER_LIVE_PACKET + (BYTES_PER_LIVE_TABLE_ROW if wanted.tables else 0)
-    batches = CompiledBatches(path, bpf_filter, max(1, memory_bytes // 2 // BYTES_PER_EVENT_ROW),
-                              max(1, memory_bytes // 2 // live_packet_bytes), progress,
-                              chart_packets=chart_packets, packet_table=wanted.tables)
-    buckets = max(1, capture_bytes // PART_BYTES // PARTS_PER_HOST_BUCKET)
     spill = spill or SpillFile()
     spilled_before = spill.size
-    collected = CollectedParts(buckets, workers, wanted, spill)
+    buckets = max(1, capture_bytes // PART_BYTES // PARTS_PER_HOST_BUCKET)
+    batches = _batches(path, bpf_filter, memory_bytes, progress, wanted, settle_first=False)
+    collected = _collected(batches, CollectedParts(buckets, workers, wanted, spill), wanted)
+    if batches.over_budget and batches.unsettled:
+        spill.cut_back(spilled_before)
+        batches = _batches(path, bpf_filter, memory_bytes, progress, wanted, settle_first=True)
+        collected = _collected(batches, CollectedParts(buckets, workers, wanted, spill), wanted)
+    if batches.over_budget:
+        spill.cut_back(spilled_before)
+        return None
+    accounting = batches.accounting
+    if not collected.connections:
+        return without_tcp(path, accounting, wanted.charts)
+    with collector_paused():
+        return collected.analysis(path, accounting, stages or no_stages)
+
+
+def _batches(path: str, bpf_filter: str | None, memory_bytes: int,
+             progress: ProgressCallback | None, wanted: Wanted, *,
+             settle_first: bool) -> CompiledBatches:
+    """The core's batches of the capture, half of `memory_bytes` for each batch's events,
+    half for the live connections."""
+    chart_packets = wanted.charts and not wanted.tables  # the packet table serves both
+    live_packet_bytes = BYTES_PER_LIVE_PACKET + (BYTES_PER_LIVE_TABLE_ROW if wanted.tables else 0)
+    return CompiledBatches(path, bpf_filter, max(1, memory_bytes // 2 // BYTES_PER_EVENT_ROW),
+                           max(1, memory_bytes // 2 // live_packet_bytes), progress,
+                           chart_packets=chart_packets, packet_table=wanted.tables,
+                           settle_first=settle_first)
+
+
+def _collected(batches: CompiledBatches, collected: CollectedParts,
+               wanted: Wanted) -> CollectedParts:
+    """Each batch's connection level, collected as a part's result."""
+    chart_packets = wanted.charts and not wanted.tables
+    buckets = collected.buckets
     with freed_memory_kept():  # each batch reuses what the last one freed (`memory`)
         for index, flows in enumerate(batches):
             charted = Table(flows.found_events.chart_packets) if chart_packets else None
@@ -64,11 +94,4 @@ def analyze_in_batches(path: str, bpf_filter: str | None, memory_bytes: int,
                 level.charts = connection_charts(charted, level.connections, level.messages,
                                                  level.findings)
             collected.add(index, result_of_level(level, buckets, wanted))
-    if batches.over_budget:
-        spill.cut_back(spilled_before)
-        return None
-    accounting = batches.accounting
-    if not collected.connections:
-        return without_tcp(path, accounting, wanted.charts)
-    with collector_paused():
-        return collected.analysis(path, accounting, stages or no_stages)
+    return collected

@@ -261,13 +261,38 @@ def test_a_long_connection_lets_its_packets_go_as_it_goes(long_bulk: Path) -> No
                                                      let_go_packets=1 << 40))
 
 
-def test_a_long_connection_seen_without_its_handshake_keeps_its_packets(
+def test_a_long_connection_seen_without_its_handshake_lets_go_after_a_first_pass(
         long_bulk: Path, tmp_path: Path) -> None:
     """The same capture begun after the handshake (editcap drops its first 3 frames: SYN,
     SYN/ACK, ACK): the connection's client, the bases its numbers count from and its MSS are
-    known only at its end, so it holds its packets, and outgrows the 20,000 allowed."""
+    known only at its end, so it holds its packets, outgrows the 20,000 allowed, and says so
+    (`unsettled`). Read twice, first through the flow tracker alone to learn them
+    (`settle_first`), it lets its packets go, and its tables are those of the whole pass."""
     cut = tmp_path / "mid-connection.pcap"
     subprocess.run([require_tool("editcap"), str(long_bulk), str(cut), "1-3"], check=True)
     batches, handed = _batches(cut, 20_000)
-    assert batches.over_budget and not handed
-    assert 20_000 <= batches.packets_read < 200_000
+    assert batches.over_budget and batches.unsettled and not handed
+    assert 20_000 <= batches.packets_read < 199_997
+    settled = _core.FlowBatches(str(cut), None, 1 << 20, 20_000, settle_first=True)
+    handed = list(settled)
+    assert not settled.over_budget and len(handed) == 1
+    whole = _core.flow_tables([str(cut)], None, False, let_go_packets=1 << 40)
+    assert whole["connections"]["mss_estimated"].tolist() == [True]
+    _assert_same_tables(handed[0], whole)
+
+
+@pytest.mark.parametrize("name", SAMPLES)
+def test_connections_let_go_with_what_a_first_pass_learnt_give_the_same_tables(
+        name: str) -> None:
+    """Under a filter that drops every SYN, no connection is seen with its handshake: each
+    lets its packets go at every packet, finished with what a first pass learnt of it, and
+    the tables equal the whole pass's."""
+    path, no_syn = str(SAMPLE_TRACES / name), "tcp[tcpflags] & tcp-syn == 0"
+    whole = _core.flow_tables([path], no_syn, False, let_go_packets=1 << 40)
+    handed = list(_core.FlowBatches(path, no_syn, 1 << 40, 1 << 40, let_go_packets=1,
+                                    settle_first=True))
+    if not handed:
+        assert not len(whole["connections"]["stream"])
+        return
+    assert len(handed) == 1
+    _assert_same_tables(handed[0], whole)

@@ -25,7 +25,7 @@ from nagledetect.pipeline import Wanted
 from nagledetect.report.document import build_document
 from nagledetect.stored import SpillFile
 from nagledetect.streamed import analyze_in_batches
-from tests.conftest import PROJECT, SAMPLE_TRACES
+from tests.conftest import PROJECT, SAMPLE_TRACES, require_tool
 
 MEMORY_BYTES = 16_000_000
 """Batches of 8,000 event rows, and up to 40,000 live packets."""
@@ -216,3 +216,17 @@ def test_a_large_capture_in_batches_imports_neither_pandas_nor_plotly(long_bulk:
                           check=False)
     assert done.stderr.strip().splitlines()[-1] == "[]", done.stderr
     assert json.loads(done.stdout)["headline"]["text"].startswith("No Nagle stalls")
+
+
+def test_a_long_connection_seen_without_its_handshake_is_analysed_in_batches(
+        long_bulk: Path, tmp_path: Path) -> None:
+    """Begun after the handshake (editcap drops the SYN, SYN/ACK and ACK), the connection
+    cannot let its packets go until a first pass has learnt what it is finished with: the
+    pass gives up, runs again after that first pass, and the document is the whole
+    analysis's (no parts)."""
+    cut = tmp_path / "mid-connection.pcap"
+    subprocess.run([require_tool("editcap"), str(long_bulk), str(cut), "1-3"], check=True)
+    batched = analyze_in_batches(str(cut), None, MEMORY_BYTES)
+    assert batched is not None
+    whole = analyze_capture(str(cut), charts=False)
+    assert _text(build_document([batched])) == _text(build_document([whole]))

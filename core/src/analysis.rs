@@ -16,6 +16,7 @@ use crate::bpf::FilterError;
 use crate::decode;
 use crate::events::{EventTables, Events, EventsSnapshot, Found};
 use crate::flows::packets::Finishing;
+use crate::flows::settling::{MIN_PACKETS, Settling};
 use crate::flows::tables::{ConnectionRecord, FlowTables, PacketRows};
 use crate::flows::{FlowTracker, Packet};
 use crate::reader;
@@ -81,6 +82,22 @@ impl Stages {
             self.events.let_go(connection, finishing.as_ref());
         }
         self.events.live_load() <= live_limit - live_limit / 4
+    }
+
+    /// Whether live connections whose finishing values are not known yet (seen without
+    /// their handshake) hold most of the live packets, where they could let them go.
+    fn mostly_unsettled(&self) -> bool {
+        if !self.events.lets_go() {
+            return false;
+        }
+        let connections = self.events.live_connections();
+        let held = |connection: &u32| self.events.held_packets(*connection);
+        let unsettled: usize = connections
+            .iter()
+            .filter(|connection| self.flows.settled_finishing(**connection).is_none())
+            .map(held)
+            .sum();
+        unsettled > connections.iter().map(held).sum::<usize>() / 2
     }
 }
 
@@ -227,6 +244,30 @@ impl LiveSnapshot {
             packets: Default::default(),
         }
     }
+}
+
+/// Read the capture of `stream` through the flow tracker alone: what its long connections
+/// seen without their handshake (of `min_packets` packets or more) are finished with, by
+/// connection number (`flows::settling`).
+fn settling_pass(
+    stream: &mut reader::Stream,
+    min_packets: usize,
+) -> Result<foldhash::HashMap<u32, Finishing>, FilterError> {
+    let mut settling = Settling::new(min_packets);
+    let mut packets_read = 0u64;
+    stream.judge_some(usize::MAX, &mut |record, accepted| {
+        packets_read += 1;
+        if let Ok(tcp) = decode::decode(record.linktype, record.data) {
+            settling.take(&Packet {
+                frame: packets_read as u32,
+                time_us: record.time_us,
+                captured_bytes: record.data.len() as u32,
+                tcp: &tcp,
+                accepted,
+            });
+        }
+    })?;
+    Ok(settling.finish())
 }
 
 /// Read one capture to its end (or to the damage that ends it) into `pass`, its frames
@@ -390,8 +431,10 @@ struct BatchPass {
     /// The capture has been read to its end (its live connections have ended).
     read_whole: bool,
     /// The live connections came to hold more packets than allowed, and letting go of what
-    /// they could did not bring them well under it.
+    /// they could did not bring them well under it; and whether connections whose finishing
+    /// values were not known then held most of them.
     over_budget: bool,
+    unsettled: bool,
 }
 
 /// The capture at `path` read in one pass (with the BPF filter `bpf_filter` if one is
@@ -407,8 +450,12 @@ struct BatchPass {
 /// frame; counted among its rows); with `packet_table`, each batch has its connections' rows
 /// of the packet table and their SACK blocks, by frame. `capture` is the accounting
 /// (`read_capture`'s) once the iteration has ended; `packets_read` and `bytes_read` say how
-/// far the read has got. `let_go_packets` as in `flow_tables`. A file that is not a capture raises
-/// `CaptureError` here, a filter that does not compile `FilterError` from the iteration.
+/// far the read has got. `let_go_packets` as in `flow_tables`. With `settle_first`, the
+/// capture is read twice: first through the flow tracker alone, to learn what its long
+/// connections seen without their handshake are finished with, so that they too let their
+/// packets go as they go (`flows::settling`; worth it where `unsettled` says so). A file that
+/// is not a capture raises `CaptureError` here, a filter that does not compile `FilterError`
+/// from the iteration.
 #[pyclass(module = "nagledetect._core")]
 pub struct FlowBatches {
     path: String,
@@ -422,6 +469,10 @@ pub struct FlowBatches {
     live_packets_limit: usize,
     #[pyo3(get)]
     over_budget: bool,
+    /// Whether, when the pass stopped, live connections seen without their handshake held
+    /// most of its live packets: read again with `settle_first`, it may not stop.
+    #[pyo3(get)]
+    unsettled: bool,
     /// Records and bytes (decompressed) read so far.
     #[pyo3(get)]
     packets_read: u64,
@@ -432,7 +483,7 @@ pub struct FlowBatches {
 #[pymethods]
 impl FlowBatches {
     #[new]
-    #[pyo3(signature = (path, bpf_filter = None, batch_rows = 1 << 20, live_packets_limit = usize::MAX, chart_packets = false, packet_table = false, let_go_packets = None))]
+    #[pyo3(signature = (path, bpf_filter = None, batch_rows = 1 << 20, live_packets_limit = usize::MAX, chart_packets = false, packet_table = false, let_go_packets = None, settle_first = false))]
     #[allow(clippy::too_many_arguments)] // Python's keywords, each with its default
     fn new(
         py: Python<'_>,
@@ -443,6 +494,7 @@ impl FlowBatches {
         chart_packets: bool,
         packet_table: bool,
         let_go_packets: Option<usize>,
+        settle_first: bool,
     ) -> PyResult<FlowBatches> {
         let mut pass = if packet_table {
             Pass::default()
@@ -455,19 +507,35 @@ impl FlowBatches {
         if let Some(packets) = let_go_packets {
             pass.stages.events.let_go_at(packets);
         }
+        let stream = reader::open(py, path, bpf_filter)?;
+        if settle_first {
+            // A read that fails here fails the same way in the pass proper, which says why.
+            let mut first = reader::open(py, path, bpf_filter)?;
+            // Connections letting go more often than `MIN_PACKETS` (a test) are learnt so too.
+            let min_packets =
+                let_go_packets.map_or(MIN_PACKETS, |packets| packets.min(MIN_PACKETS));
+            let learnt = py.detach(|| {
+                catch_unwind(AssertUnwindSafe(|| settling_pass(&mut first, min_packets)))
+            });
+            if let Ok(Ok(known)) = learnt {
+                pass.stages.flows.know_finishing(known);
+            }
+        }
         Ok(FlowBatches {
             path: path.to_string(),
             bpf_filter: bpf_filter.map(str::to_string),
             batch_rows: batch_rows.max(1),
             pass: Mutex::new(Some(BatchPass {
-                stream: reader::open(py, path, bpf_filter)?,
+                stream,
                 pass,
                 read_whole: false,
                 over_budget: false,
+                unsettled: false,
             })),
             capture: None,
             live_packets_limit,
             over_budget: false,
+            unsettled: false,
             packets_read: 0,
             bytes_read: 0,
         })
@@ -503,6 +571,7 @@ impl FlowBatches {
         self.bytes_read = pass.stream.bytes_read();
         if pass.over_budget {
             self.over_budget = true;
+            self.unsettled = pass.unsettled;
             *slot = None;
             return Ok(None);
         }
@@ -543,6 +612,7 @@ impl BatchPass {
             self.pass.stages.finish_ended_until(rows);
             if !self.pass.fits(live_limit) {
                 self.over_budget = true;
+                self.unsettled = self.pass.stages.mostly_unsettled();
                 return Ok(());
             }
             if self.pass.stages.finished_rows() >= rows || self.read_whole {

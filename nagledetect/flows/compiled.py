@@ -78,17 +78,20 @@ class CompiledBatches:
     iteration has ended; `progress` hears the packets and bytes read after each batch. Where the
     live connections come to hold more than `live_packets_limit` packets, the iteration ends
     early and `over_budget` is True. A file that is not a capture, or a filter that does not
-    compile, raises `InputError` (from the constructor or the iteration)."""
+    compile, raises `InputError` (from the constructor or the iteration). `settle_first`: see
+    `unsettled`."""
 
     def __init__(self, path: str, bpf_filter: str | None, batch_rows: int,
                  live_packets_limit: int, progress: ProgressCallback | None = None,
-                 chart_packets: bool = False, packet_table: bool = False) -> None:
+                 chart_packets: bool = False, packet_table: bool = False,
+                 settle_first: bool = False) -> None:
         self.path = path
         self._filtered = bpf_filter is not None
         self._progress = progress
         try:
             self._batches = _core.FlowBatches(path, bpf_filter, batch_rows, live_packets_limit,
-                                              chart_packets, packet_table)
+                                              chart_packets, packet_table,
+                                              settle_first=settle_first)
         except _core.CaptureError as error:
             raise InputError(str(error)) from None
 
@@ -104,6 +107,13 @@ class CompiledBatches:
     @property
     def over_budget(self) -> bool:
         return bool(self._batches.over_budget)
+
+    @property
+    def unsettled(self) -> bool:
+        """Whether, where the pass stopped, connections seen without their handshake held most
+        of its live packets: with `settle_first` (the capture read twice, first to learn what
+        they are finished with) they let their packets go as they go."""
+        return bool(self._batches.unsettled)
 
     @property
     def accounting(self) -> Accounting:

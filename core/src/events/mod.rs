@@ -246,6 +246,11 @@ impl Events {
         self.let_go_packets = None;
     }
 
+    /// Whether live connections let their packets go as they go.
+    pub fn lets_go(&self) -> bool {
+        self.let_go_packets.is_some()
+    }
+
     /// Look at a live connection to let packets go once it holds `packets` packets (to
     /// test the letting go on small captures).
     pub fn let_go_at(&mut self, packets: usize) {
@@ -298,6 +303,14 @@ impl Events {
         let held = events.packets.len();
         let step = self.let_go_packets.unwrap_or(usize::MAX);
         events.let_go_at = held.saturating_add(step.max(held));
+    }
+
+    /// How many packets live connection `connection` holds.
+    pub fn held_packets(&self, connection: u32) -> usize {
+        self.live
+            .get(connection as usize)
+            .and_then(Option::as_ref)
+            .map_or(0, |events| events.packets.len())
     }
 
     /// The numbers of the live connections.

@@ -17,6 +17,7 @@
 pub mod ack_lag;
 pub mod connection;
 pub mod packets;
+pub mod settling;
 pub mod side;
 pub mod tables;
 
@@ -114,6 +115,9 @@ pub struct FlowTracker {
     packets: PacketRows,
     finishing: Vec<(u32, Finishing)>,
     finished_packet_rows: usize,
+    /// What connections seen without their handshake are finished with, learnt ahead
+    /// (`settling`), by connection number.
+    known_finishing: foldhash::HashMap<u32, Finishing>,
 }
 
 impl Default for FlowTracker {
@@ -134,6 +138,7 @@ impl Default for FlowTracker {
             packets: PacketRows::default(),
             finishing: Vec::new(),
             finished_packet_rows: 0,
+            known_finishing: foldhash::HashMap::default(),
         }
     }
 }
@@ -383,12 +388,20 @@ impl FlowTracker {
 
     /// What live connection `connection`'s packets are finished with, where that is known
     /// for sure before it ends: once its SYN and SYN/ACK have come, its client, the bases its
-    /// numbers count from, its window scaling and its MSS no longer change.
+    /// numbers count from, its window scaling and its MSS no longer change; without them,
+    /// where a first pass learnt them (`know_finishing`).
     pub fn settled_finishing(&self, connection: u32) -> Option<Finishing> {
         let state = self.live.get(connection as usize)?.as_ref()?;
-        state
-            .handshake_seen()
-            .then(|| ConnectionRecord::of(connection, state).1)
+        if state.handshake_seen() {
+            return Some(ConnectionRecord::of(connection, state).1);
+        }
+        self.known_finishing.get(&connection).copied()
+    }
+
+    /// What connections seen without their handshake are finished with, by connection
+    /// number, learnt by a first pass over the capture (`settling`).
+    pub fn know_finishing(&mut self, known: foldhash::HashMap<u32, Finishing>) {
+        self.known_finishing = known;
     }
 
     /// The capture's end: every live connection has ended.
