@@ -25,6 +25,10 @@ use crate::skips;
 /// A packet-table row takes about an eighth of what an event row does once in Python (130
 /// bytes against `part_sizes.BYTES_PER_EVENT_ROW`): a batch is cut on them counted so.
 const PACKET_ROWS_PER_ROW: usize = 8;
+/// A live connection holding fewer packets is not made to let them go when the live
+/// connections outgrow their budget: it would free less than what it then keeps apart (its
+/// early rows' empty tables take about 2 KB).
+const SQUEEZED_PACKETS: usize = 256;
 /// Skip code of a TCP packet the filter does not accept (`nagledetect.read.skips`).
 const EXCLUDED_BY_FILTER: i64 = 9;
 
@@ -73,11 +77,14 @@ impl Stages {
 }
 
 impl Stages {
-    /// Let go what every live connection can of its packets (`Events::let_go`): whether they
-    /// then hold at most `live_limit` packets, with a quarter of it to spare, so that the
-    /// next look is a while away.
+    /// Let go what every live connection of `SQUEEZED_PACKETS` packets or more can of them
+    /// (`Events::let_go`): whether they then hold at most `live_limit` packets, with a quarter
+    /// of it to spare, so that the next look is a while away.
     fn squeeze(&mut self, live_limit: usize) -> bool {
         for connection in self.events.live_connections() {
+            if self.events.held_packets(connection) < SQUEEZED_PACKETS {
+                continue;
+            }
             let finishing = self.flows.settled_finishing(connection);
             self.events.let_go(connection, finishing.as_ref());
         }
