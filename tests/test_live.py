@@ -407,3 +407,50 @@ def test_the_pass_stops_when_its_live_connections_outgrow_the_limit(tmp_path: Pa
         assert capture.peek() is None and capture.finished() is None
     read = analyze_capture(str(written), charts=False).capture.accounting
     assert read.packets_read == counts["packets"] > 10
+
+
+def _bulk_sink(listener: socket.socket) -> None:
+    connection, _ = listener.accept()
+    with connection:
+        while connection.recv(1 << 20):
+            pass
+
+
+def _bulk_send(port: int, total_bytes: int) -> None:
+    with socket.create_connection(("127.0.0.1", port)) as client:
+        client.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 16_384)
+        chunk = b"x" * 16_384
+        for _ in range(total_bytes // len(chunk)):
+            client.sendall(chunk)
+
+
+@needs_root
+def test_a_long_transfer_lets_its_packets_go_and_the_view_keeps_looking(
+        tmp_path: Path) -> None:
+    """One bulk transfer on lo (32 MB in 16 KB writes from a 16 KB send buffer: some 2,000
+    data packets and their ACKs), its handshake captured, the pass allowed 600 live packets:
+    the connection lets its packets go as it goes, so the pass never outgrows them and the
+    view goes on looking; its look at the live connection counts every data byte sent, in
+    the connection table and in its messages, those finished early included."""
+    written = tmp_path / "bulk.pcap"
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        port = listener.getsockname()[1]
+        capture = _core.LiveCapture("lo", 128, f"tcp port {port}", str(written), 600)
+        server = threading.Thread(target=_bulk_sink, args=(listener,))
+        client = threading.Thread(target=_bulk_send, args=(port, 32 << 20))
+        server.start()
+        client.start()
+        while client.is_alive():
+            capture.capture(100)
+        client.join()
+        server.join()
+        capture.capture(300)
+        try:
+            counts = capture.counts()
+            assert capture.looking and counts["packets"] > 2 * 600
+            looked = capture.peek()
+        finally:
+            capture.close()
+    assert looked is not None
+    assert looked["connections"]["bytes_client_to_server"].tolist() == [32 << 20]
+    assert int(looked["messages"]["bytes"].sum()) == 32 << 20
