@@ -409,6 +409,10 @@ def test_the_pass_stops_when_its_live_connections_outgrow_the_limit(tmp_path: Pa
     assert read.packets_read == counts["packets"] > 10
 
 
+BULK_BYTES = 512 << 20
+LIVE_PACKETS = 5_000
+
+
 def _bulk_sink(listener: socket.socket) -> None:
     connection, _ = listener.accept()
     with connection:
@@ -427,17 +431,19 @@ def _bulk_send(port: int, total_bytes: int) -> None:
 @needs_root
 def test_a_long_transfer_lets_its_packets_go_and_the_view_keeps_looking(
         tmp_path: Path) -> None:
-    """One bulk transfer on lo (32 MB in 16 KB writes from a 16 KB send buffer: some 2,000
-    data packets and their ACKs), its handshake captured, the pass allowed 600 live packets:
+    """One bulk transfer on lo (512 MB in 16 KB writes from a 16 KB send buffer: at least 8,000
+    data packets and their ACKs), its handshake captured, the pass allowed 5,000 live packets:
     the connection lets its packets go as it goes, so the pass never outgrows them and the
-    view goes on looking; its look at the live connection counts every data byte sent, in
-    the connection table and in its messages, those finished early included."""
+    view goes on looking; its look at the live connection counts every data byte sent in its
+    messages, those finished early included (where libpcap dropped none). (What it keeps
+    are its events, a row each: write bursts, cut at pauses of over a millisecond, are a few
+    hundred, more on a loaded machine; 5,000 leaves room.)"""
     written = tmp_path / "bulk.pcap"
     with socket.create_server(("127.0.0.1", 0)) as listener:
         port = listener.getsockname()[1]
-        capture = _core.LiveCapture("lo", 128, f"tcp port {port}", str(written), 600)
+        capture = _core.LiveCapture("lo", 128, f"tcp port {port}", str(written), LIVE_PACKETS)
         server = threading.Thread(target=_bulk_sink, args=(listener,))
-        client = threading.Thread(target=_bulk_send, args=(port, 32 << 20))
+        client = threading.Thread(target=_bulk_send, args=(port, BULK_BYTES))
         server.start()
         client.start()
         while client.is_alive():
@@ -447,10 +453,11 @@ def test_a_long_transfer_lets_its_packets_go_and_the_view_keeps_looking(
         capture.capture(300)
         try:
             counts = capture.counts()
-            assert capture.looking and counts["packets"] > 2 * 600
+            assert counts["packets"] > 2 * LIVE_PACKETS and capture.looking, counts
             looked = capture.peek()
         finally:
             capture.close()
     assert looked is not None
-    assert looked["connections"]["bytes_client_to_server"].tolist() == [32 << 20]
-    assert int(looked["messages"]["bytes"].sum()) == 32 << 20
+    assert looked["connections"]["bytes_client_to_server"].tolist()[0] >= BULK_BYTES
+    if counts["dropped"] == 0:  # the new data, without the retransmissions of a loaded lo
+        assert int(looked["messages"]["bytes"].sum()) == BULK_BYTES
