@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import ast
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -27,6 +29,22 @@ def require_tool(name: str) -> str:
     if not found:
         pytest.skip(f"{name} not installed")
     return found
+
+
+def modules_a_run_imports(arguments: list[str], names: tuple[str, ...]
+                          ) -> tuple[list[str], str]:
+    """Which of the modules `names` a run of `nagledetect ARGUMENTS` imports (in a fresh
+    interpreter), and what it printed."""
+    code = ("import sys\n"
+            "from nagledetect.cli import main\n"
+            f"try:\n    main({arguments!r})\n"
+            "except SystemExit:\n    pass\n"
+            f"print(sorted(name for name in {names!r} if name in sys.modules), file=sys.stderr)\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=False)
+    *_, imported = done.stderr.strip().splitlines() or [""]
+    assert imported.startswith("["), done.stderr
+    return ast.literal_eval(imported), done.stdout
 
 
 def lab_available() -> bool:

@@ -19,7 +19,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -355,13 +355,26 @@ def _answering_server(listener: socket.socket, exchanges: int) -> None:
 def _capturing_exchanges(written: Path, live_packets: int) -> Iterator[_core.LiveCapture]:
     """A capture on lo into `written`, its pass allowed `live_packets`, of 8 header-body
     exchanges and their last ACKs; closed after the block."""
+    with _capturing_on_lo(written, live_packets, 262_144,
+                          lambda listener: _answering_server(listener, 8),
+                          lambda port: _header_body_exchanges(port, 8)) as capture:
+        yield capture
+
+
+@contextmanager
+def _capturing_on_lo(written: Path, live_packets: int, snaplen: int,
+                     serve: Callable[[socket.socket], None],
+                     talk: Callable[[int], None]) -> Iterator[_core.LiveCapture]:
+    """A capture on lo into `written` (its pass allowed `live_packets`) of one server, which
+    `serve` runs on its listening socket, and one client, which `talk` runs on its port;
+    closed after the block."""
     with socket.create_server(("127.0.0.1", 0)) as listener:
         port = listener.getsockname()[1]
-        capture = _core.LiveCapture("lo", 262_144, f"tcp port {port}", str(written),
+        capture = _core.LiveCapture("lo", snaplen, f"tcp port {port}", str(written),
                                     live_packets)
         assert capture.looking
-        server = threading.Thread(target=_answering_server, args=(listener, 8))
-        client = threading.Thread(target=_header_body_exchanges, args=(port, 8))
+        server = threading.Thread(target=serve, args=(listener,))
+        client = threading.Thread(target=talk, args=(port,))
         server.start()
         client.start()
         while client.is_alive():
@@ -438,25 +451,11 @@ def test_a_long_transfer_lets_its_packets_go_and_the_view_keeps_looking(
     messages, those finished early included (where libpcap dropped none). (What it keeps
     are its events, a row each: write bursts, cut at pauses of over a millisecond, are a few
     hundred, more on a loaded machine; 5,000 leaves room.)"""
-    written = tmp_path / "bulk.pcap"
-    with socket.create_server(("127.0.0.1", 0)) as listener:
-        port = listener.getsockname()[1]
-        capture = _core.LiveCapture("lo", 128, f"tcp port {port}", str(written), LIVE_PACKETS)
-        server = threading.Thread(target=_bulk_sink, args=(listener,))
-        client = threading.Thread(target=_bulk_send, args=(port, BULK_BYTES))
-        server.start()
-        client.start()
-        while client.is_alive():
-            capture.capture(100)
-        client.join()
-        server.join()
-        capture.capture(300)
-        try:
-            counts = capture.counts()
-            assert counts["packets"] > 2 * LIVE_PACKETS and capture.looking, counts
-            looked = capture.peek()
-        finally:
-            capture.close()
+    with _capturing_on_lo(tmp_path / "bulk.pcap", LIVE_PACKETS, 128, _bulk_sink,
+                          lambda port: _bulk_send(port, BULK_BYTES)) as capture:
+        counts = capture.counts()
+        assert counts["packets"] > 2 * LIVE_PACKETS and capture.looking, counts
+        looked = capture.peek()
     assert looked is not None
     assert looked["connections"]["bytes_client_to_server"].tolist()[0] >= BULK_BYTES
     if counts["dropped"] == 0:  # the new data, without the retransmissions of a loaded lo

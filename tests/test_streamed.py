@@ -25,7 +25,7 @@ from nagledetect.pipeline import Wanted
 from nagledetect.report.document import build_document
 from nagledetect.stored import SpillFile
 from nagledetect.streamed import analyze_in_batches
-from tests.conftest import PROJECT, SAMPLE_TRACES, require_tool
+from tests.conftest import PROJECT, SAMPLE_TRACES, modules_a_run_imports, require_tool
 
 MEMORY_BYTES = 16_000_000
 """Batches of 8,000 event rows, and up to 40,000 live packets."""
@@ -206,16 +206,11 @@ def test_one_long_connection_is_analysed_in_batches_as_it_goes(long_bulk: Path) 
 def test_a_large_capture_in_batches_imports_neither_pandas_nor_plotly(long_bulk: Path) -> None:
     """The JSON of a capture read a batch at a time (`--memory 16M`) is made without pandas or
     plotly (nor the parts' machinery, which needs pandas)."""
-    code = ("import sys\n"
-            "from nagledetect.cli import main\n"
-            f"try:\n    main(['--format', 'json', '--memory', '16M', {str(long_bulk)!r}])\n"
-            "except SystemExit:\n    pass\n"
-            "print(sorted(name for name in ('pandas', 'plotly', 'nagledetect.parts')"
-            " if name in sys.modules), file=sys.stderr)\n")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          check=False)
-    assert done.stderr.strip().splitlines()[-1] == "[]", done.stderr
-    assert json.loads(done.stdout)["headline"]["text"].startswith("No Nagle stalls")
+    imported, printed = modules_a_run_imports(
+        ["--format", "json", "--memory", "16M", str(long_bulk)],
+        ("pandas", "plotly", "nagledetect.parts"))
+    assert imported == []
+    assert json.loads(printed)["headline"]["text"].startswith("No Nagle stalls")
 
 
 def test_a_long_connection_seen_without_its_handshake_is_analysed_in_batches(

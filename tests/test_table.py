@@ -5,8 +5,6 @@ and the way to and from pandas; and that the text and JSON paths never import pa
 from __future__ import annotations
 
 import pickle
-import subprocess
-import sys
 
 import numpy as np
 import pandas as pd
@@ -14,7 +12,7 @@ import pytest
 
 from nagledetect.api import load_capture, read_capture
 from nagledetect.table import Table, as_frame, as_table, concatenated
-from tests.conftest import SAMPLE_TRACES
+from tests.conftest import SAMPLE_TRACES, modules_a_run_imports
 
 SEED003 = str(SAMPLE_TRACES / "seed003-nagle.pcap")
 
@@ -90,13 +88,6 @@ def test_load_capture_gives_the_same_tables_as_pandas_frames() -> None:
 @pytest.mark.parametrize("arguments", [[SEED003], ["--format", "json", SEED003],
                                        ["check", SEED003]])
 def test_the_text_and_json_paths_import_neither_pandas_nor_plotly(arguments: list[str]) -> None:
-    code = ("import sys\n"
-            "from nagledetect.cli import main\n"
-            f"try:\n    main({arguments!r})\n"
-            "except SystemExit:\n    pass\n"
-            "print(sorted(name for name in ('pandas', 'plotly') if name in sys.modules),"
-            " file=sys.stderr)\n")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          check=False)
-    assert done.stderr.strip().splitlines()[-1] == "[]", done.stderr
-    assert "seed003" in done.stdout or "nagle" in done.stdout
+    imported, printed = modules_a_run_imports(arguments, ("pandas", "plotly"))
+    assert imported == []
+    assert "seed003" in printed or "nagle" in printed
