@@ -45,6 +45,7 @@ from nagledetect.flows.tables import FoundEvents
 from nagledetect.read.accounting import Accounting
 from nagledetect.table import Table, as_frame
 from tests.conftest import PROJECT, SAMPLE_TRACES, corpus_file, require_tool
+from tests.handbuilt import CLIENT, SERVER, segment, write
 
 SAMPLES = sorted(path.name for path in SAMPLE_TRACES.iterdir()
                  if path.suffix in (".pcap", ".pcapng", ".gz"))
@@ -217,10 +218,11 @@ def _assert_same_tables(got: dict, expected: dict) -> None:
 
 @pytest.mark.parametrize("name", SAMPLES)
 def test_connections_finished_as_they_go_give_the_same_tables(name: str) -> None:
-    """Where a live connection's events are finished as it goes and its packets let go (every
-    packet, or every 7: as often as can be), its events equal those of the connection finished
-    whole at its end, which the tests above prove equal to the numpy path's. Only connections
-    whose SYN and SYN/ACK have come let go (their finishing values are known then)."""
+    """Where a live connection's events are finished as it goes and its packets let go (as
+    often as it can, every few packets as it keeps up to four; or every 7), its events equal
+    those of the connection finished whole at its end, which the tests above prove equal to
+    the numpy path's. Only connections whose SYN and SYN/ACK have come from each side let go
+    (their finishing values are known then)."""
     path = [str(SAMPLE_TRACES / name)]
     whole = _core.flow_tables(path, None, False, let_go_packets=1 << 40)
     for every in (1, 7):
@@ -285,8 +287,8 @@ def test_a_long_connection_seen_without_its_handshake_lets_go_after_a_first_pass
 def test_connections_let_go_with_what_a_first_pass_learnt_give_the_same_tables(
         name: str) -> None:
     """Under a filter that drops every SYN, no connection is seen with its handshake: each
-    lets its packets go at every packet, finished with what a first pass learnt of it, and
-    the tables equal the whole pass's."""
+    lets its packets go as often as it can (every few packets: it keeps up to four), finished
+    with what a first pass learnt of it, and the tables equal the whole pass's."""
     path, no_syn = str(SAMPLE_TRACES / name), "tcp[tcpflags] & tcp-syn == 0"
     whole = _core.flow_tables([path], no_syn, False, let_go_packets=1 << 40)
     handed = list(_core.FlowBatches(path, no_syn, 1 << 40, 1 << 40, let_go_packets=1,
@@ -296,3 +298,38 @@ def test_connections_let_go_with_what_a_first_pass_learnt_give_the_same_tables(
         return
     assert len(handed) == 1
     _assert_same_tables(handed[0], whole)
+
+
+def test_a_handshake_from_one_side_does_not_let_go_early(tmp_path: Path) -> None:
+    """A connection whose first SYN and first SYN/ACK both come from the client (hand-built:
+    a real stack does not send that) has no base yet for the server's numbers: the server's
+    later SYN/ACK (frame 7) moves it, so the connection cannot let go before its end. Counted
+    from the server's first packet less one, frame 5's 100 bytes, 50 ms after the client's
+    pure ACK of everything, start at 1,461 where that ACK ends: a stall candidate; counted from
+    the ISN frame 7 gives, they do not (as the connection finished whole says)."""
+    packets = [
+        segment(CLIENT, SERVER, 40000, 80, "S", 1000, time_s=1.000),
+        segment(CLIENT, SERVER, 40000, 80, "SA", 1000, 5000, time_s=1.001),
+        segment(SERVER, CLIENT, 80, 40000, "PA", 5000, 1001, payload=1460, time_s=1.002),
+        segment(CLIENT, SERVER, 40000, 80, "A", 1001, 6460, time_s=1.003),
+        segment(SERVER, CLIENT, 80, 40000, "PA", 6460, 1001, payload=100, time_s=1.053),
+        segment(CLIENT, SERVER, 40000, 80, "A", 1001, 6560, time_s=1.054),
+        segment(SERVER, CLIENT, 80, 40000, "SA", 9000, 1001, time_s=1.055),
+    ]
+    path = [str(write(tmp_path / "one-sided-handshake.pcap", packets))]
+    whole = _core.flow_tables(path, None, False, let_go_packets=1 << 40)
+    assert whole["connections"]["handshake"].tolist() == [True]
+    assert whole["untimed_stalls"]["frame"].tolist() == []
+    _assert_same_tables(_core.flow_tables(path, None, False, let_go_packets=1), whole)
+
+
+def test_charts_keep_every_packet_however_full_the_pass() -> None:
+    """The charts read every packet of a connection when it ends, so a pass that gives them
+    lets none go, even when its live connections outgrow the packets allowed: trap-bulk.pcap's
+    one connection of 4,667 packets (tshark -Y tcp) through a pass allowed 300 stops, handing
+    over nothing; allowed them all, its chart rows are every one of its packets."""
+    path = str(SAMPLE_TRACES / "trap-bulk.pcap")
+    squeezed = _core.FlowBatches(path, None, 1 << 20, 300, chart_packets=True)
+    assert not list(squeezed) and squeezed.over_budget and not squeezed.unsettled
+    whole = _core.FlowBatches(path, None, 1 << 20, 1 << 40, chart_packets=True)
+    assert [len(batch["chart_packets"]["frame"]) for batch in whole] == [4_667]

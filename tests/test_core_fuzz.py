@@ -305,7 +305,7 @@ def test_mutated_captures_raise_only_input_errors_when_analysed(
         tmp_path: Path, mutation: tuple, bpf_filter: str | None) -> None:
     """Both ways a capture is read and its connections rebuilt: the compiled core's one pass
     (flows and events included) and the numpy path that large captures still take; and the
-    core's pass a batch at a time, each connection letting its packets go at every packet
+    core's pass a batch at a time, each connection letting its packets go as often as it can
     after a first pass has learnt what it is finished with."""
     path = _written(tmp_path, mutation)
     with _watched():

@@ -81,6 +81,9 @@ impl Stages {
     /// (`Events::let_go`): whether they then hold at most `live_limit` packets, with a quarter
     /// of it to spare, so that the next look is a while away.
     fn squeeze(&mut self, live_limit: usize) -> bool {
+        if !self.events.lets_go() {
+            return false;
+        }
         for connection in self.events.live_connections() {
             if self.events.held_packets(connection) < SQUEEZED_PACKETS {
                 continue;

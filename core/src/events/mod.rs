@@ -295,7 +295,9 @@ impl Events {
         else {
             return;
         };
-        if let Some(finishing) = finishing {
+        // Where a packet table or the charts read every packet when the connection ends
+        // (`let_go_packets` None), nothing is let go, however the call came.
+        if let Some(finishing) = finishing.filter(|_| self.let_go_packets.is_some()) {
             let early_before = events.early_rows();
             self.live_packets -= events.let_go(connection, finishing);
             self.early_rows += events.early_rows() - early_before;
@@ -378,6 +380,7 @@ impl Events {
             .flatten()
             .map(|events| events.early_rows())
             .sum();
+        self.live_connections = self.live.iter().flatten().count();
     }
 
     /// The event tables as dicts of numpy arrays (every connection finished): the segments

@@ -249,9 +249,14 @@ impl Connection {
         (client, true)
     }
 
-    /// Whether its first SYN and SYN/ACK have both come.
+    /// Whether what its packets are finished with can no longer change: its first SYN and
+    /// SYN/ACK have come (its client, window scaling and MSS are theirs), and each side has
+    /// sent a SYN-flagged packet (the base its numbers count from). A SYN and a SYN/ACK from
+    /// the same side (an odd or hostile capture) leave the other side's base to change.
     pub fn handshake_seen(&self) -> bool {
-        self.syn.is_some() && self.syn_ack.is_some()
+        self.syn.is_some()
+            && self.syn_ack.is_some()
+            && self.sides.iter().all(|side| side.syn_seq_raw.is_some())
     }
 
     /// The connection-table row (`ip_version` of its addresses).

@@ -387,9 +387,10 @@ impl FlowTracker {
     }
 
     /// What live connection `connection`'s packets are finished with, where that is known
-    /// for sure before it ends: once its SYN and SYN/ACK have come, its client, the bases its
-    /// numbers count from, its window scaling and its MSS no longer change; without them,
-    /// where a first pass learnt them (`know_finishing`).
+    /// for sure before it ends: once its SYN and SYN/ACK have come, one from each side, its
+    /// client, the bases its numbers count from, its window scaling and its MSS no longer
+    /// change (`Connection::handshake_seen`); else, where a first pass learnt them
+    /// (`know_finishing`).
     pub fn settled_finishing(&self, connection: u32) -> Option<Finishing> {
         let state = self.live.get(connection as usize)?.as_ref()?;
         if state.handshake_seen() {

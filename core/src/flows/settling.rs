@@ -16,8 +16,8 @@ pub struct Settling {
     flows: FlowTracker,
     /// Connections of fewer packets are not learnt.
     min_packets: usize,
-    /// By connection number, what the long connections seen without their handshake are
-    /// finished with.
+    /// By connection number, what the long connections are finished with (those whose
+    /// handshake comes early do not need it, but it costs little to keep).
     known: foldhash::HashMap<u32, Finishing>,
 }
 
@@ -44,15 +44,15 @@ impl Settling {
         while let Some(connection) = self.flows.next_ended() {
             let finishing = self.flows.end_connection(connection);
             for record in self.flows.take_records() {
-                if !record.handshake() && record.packet_count() >= self.min_packets {
+                if record.packet_count() >= self.min_packets {
                     self.known.insert(record.id, finishing);
                 }
             }
         }
     }
 
-    /// The capture has ended: what its long connections seen without their handshake are
-    /// finished with, by connection number.
+    /// The capture has ended: what its long connections are finished with, by connection
+    /// number.
     pub fn finish(mut self) -> foldhash::HashMap<u32, Finishing> {
         self.flows.end_capture();
         self.note_ended();

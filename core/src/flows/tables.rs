@@ -285,11 +285,6 @@ pub struct ConnectionRecord {
 
 impl ConnectionRecord {
     /// How many of its packets were taken (its rows of the packet table).
-    /// Whether its SYN and SYN/ACK both came.
-    pub fn handshake(&self) -> bool {
-        self.row.handshake
-    }
-
     pub fn packet_count(&self) -> usize {
         (self.packets[0] + self.packets[1]) as usize
     }
