@@ -169,6 +169,13 @@ impl ConnectionGaps {
         self.latest[sender] = Some(copy);
     }
 
+    /// How many gaps, retransmissions and D-SACKs it keeps until the connection ends.
+    pub fn kept(&self) -> usize {
+        self.rows.len()
+            + self.retransmissions.iter().map(Vec::len).sum::<usize>()
+            + self.dsacks.iter().map(Vec::len).sum::<usize>()
+    }
+
     fn push_gap(&mut self, opener: &Opener, after: PacketRow, kind: i64) {
         let peer = 1 - usize::from(after.sender);
         let span = &self.spans[peer];

@@ -44,6 +44,8 @@ struct ConnectionEvents {
     early: Option<Box<Found>>,
     /// How many packets it holds when it is next looked at to let some go.
     let_go_at: usize,
+    /// Its kept rows (`kept_rows`) as `Events` last counted them.
+    kept_counted: usize,
 }
 
 impl ConnectionEvents {
@@ -58,12 +60,17 @@ impl ConnectionEvents {
             sizes: PayloadSizes::default(),
             early: None,
             let_go_at,
+            kept_counted: 0,
         }
     }
 
-    /// The rows finished early.
-    fn early_rows(&self) -> usize {
+    /// What it keeps to its end beside its packets: the rows finished early, its gaps (and
+    /// the retransmissions and D-SACKs that name their causes), its lone segments waiting for
+    /// their answer.
+    fn kept_rows(&self) -> usize {
         self.early.as_ref().map_or(0, |early| early.rows())
+            + self.timeline.kept()
+            + self.segments.waiting.len()
     }
 
     /// The connection (number `connection`) has ended: its events, read with `finishing`, go
@@ -209,11 +216,12 @@ pub struct Events {
     /// What is made beside the events: the segments in context where the run's packet table
     /// is kept (their packets named by its rows), or the packets' chart values.
     made: Made,
-    /// The packets the live connections hold, how many they are, and the rows they finished
-    /// early.
+    /// The packets the live connections hold, how many they are, and the rows they keep
+    /// beside them once they have let packets go (`ConnectionEvents::kept_rows`, counted as
+    /// they let go).
     live_packets: usize,
     live_connections: usize,
-    early_rows: usize,
+    kept_rows: usize,
     /// A connection holding this many packets has some let go (`LET_GO_PACKETS`); never where
     /// a packet table or the charts read every packet as the connection ends.
     let_go_packets: Option<usize>,
@@ -227,7 +235,7 @@ impl Default for Events {
             made: Made::default(),
             live_packets: 0,
             live_connections: 0,
-            early_rows: 0,
+            kept_rows: 0,
             let_go_packets: Some(LET_GO_PACKETS),
         }
     }
@@ -298,9 +306,10 @@ impl Events {
         // Where a packet table or the charts read every packet when the connection ends
         // (`let_go_packets` None), nothing is let go, however the call came.
         if let Some(finishing) = finishing.filter(|_| self.let_go_packets.is_some()) {
-            let early_before = events.early_rows();
             self.live_packets -= events.let_go(connection, finishing);
-            self.early_rows += events.early_rows() - early_before;
+            let kept = events.kept_rows();
+            self.kept_rows = self.kept_rows - events.kept_counted + kept;
+            events.kept_counted = kept;
         }
         let held = events.packets.len();
         let step = self.let_go_packets.unwrap_or(usize::MAX);
@@ -337,7 +346,7 @@ impl Events {
         };
         self.live_packets -= events.packets.len();
         self.live_connections -= 1;
-        self.early_rows -= events.early_rows();
+        self.kept_rows -= events.kept_counted;
         events.finish(connection, finishing, &mut self.found, self.made);
     }
 
@@ -374,11 +383,11 @@ impl Events {
             .flatten()
             .map(|events| events.packets.len())
             .sum();
-        self.early_rows = self
+        self.kept_rows = self
             .live
             .iter()
             .flatten()
-            .map(|events| events.early_rows())
+            .map(|events| events.kept_counted)
             .sum();
         self.live_connections = self.live.iter().flatten().count();
     }
@@ -393,11 +402,12 @@ impl Events {
         self.found.into_python(py, None)
     }
 
-    /// What the live connections hold, counted in packets: each packet, each row they
-    /// finished early, and each connection as `CONNECTION_COST_PACKETS` (its state takes about
-    /// 2 KB whatever its packets, as much as 10 packets' share of rows, segments and gaps).
+    /// What the live connections hold, counted in packets: each packet, each row they keep
+    /// beside their packets once they have let some go, and each connection as
+    /// `CONNECTION_COST_PACKETS` (its state takes about 2 KB whatever its packets, as much as
+    /// 10 packets' share of rows, segments and gaps).
     pub fn live_load(&self) -> usize {
-        self.live_packets + self.early_rows + self.live_connections * CONNECTION_COST_PACKETS
+        self.live_packets + self.kept_rows + self.live_connections * CONNECTION_COST_PACKETS
     }
 
     /// How many rows the event tables hold.
