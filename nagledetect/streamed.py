@@ -4,8 +4,10 @@ runs the connection detectors, its results are collected as a part's are
 (`collected.CollectedParts`: findings and samples spilled, connections numbered capture-wide,
 stalls scored again against the capture-wide host timers), and the host step runs once at the
 end. One pass in one process: memory follows the live connections and one batch, not the
-capture. Where the live connections come to hold more packets than the memory allows (a few
-huge connections), the pass stops and the caller analyses the capture in parts instead.
+capture; a long connection lets its packets go as it goes (docs/design.md). Where the live
+connections come to hold more than the memory allows all the same, the pass stops: it runs
+again after a first pass over the capture where connections seen without their handshake
+held most of it, else the caller analyses the capture in parts.
 """
 
 from __future__ import annotations
@@ -71,18 +73,17 @@ def _batches(path: str, bpf_filter: str | None, memory_bytes: int,
              settle_first: bool) -> CompiledBatches:
     """The core's batches of the capture, half of `memory_bytes` for each batch's events,
     half for the live connections."""
-    chart_packets = wanted.charts and not wanted.tables  # the packet table serves both
     live_packet_bytes = BYTES_PER_LIVE_PACKET + (BYTES_PER_LIVE_TABLE_ROW if wanted.tables else 0)
     return CompiledBatches(path, bpf_filter, max(1, memory_bytes // 2 // BYTES_PER_EVENT_ROW),
                            max(1, memory_bytes // 2 // live_packet_bytes), progress,
-                           chart_packets=chart_packets, packet_table=wanted.tables,
+                           chart_packets=_chart_packets(wanted), packet_table=wanted.tables,
                            settle_first=settle_first)
 
 
 def _collected(batches: CompiledBatches, collected: CollectedParts,
                wanted: Wanted) -> CollectedParts:
     """Each batch's connection level, collected as a part's result."""
-    chart_packets = wanted.charts and not wanted.tables
+    chart_packets = _chart_packets(wanted)
     buckets = collected.buckets
     with freed_memory_kept():  # each batch reuses what the last one freed (`memory`)
         for index, flows in enumerate(batches):
@@ -95,3 +96,9 @@ def _collected(batches: CompiledBatches, collected: CollectedParts,
                                                  level.findings)
             collected.add(index, result_of_level(level, buckets, wanted))
     return collected
+
+
+def _chart_packets(wanted: Wanted) -> bool:
+    """Whether the core gives each batch's packets as the charts read them: the packet table,
+    where `--tables` keeps it, serves the charts too."""
+    return wanted.charts and not wanted.tables
