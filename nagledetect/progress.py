@@ -18,7 +18,8 @@ DECOMPRESSING = "decompressing"
 
 
 class ProgressLine:
-    """One line rewritten in place. Call it with (packets, bytes) as batches are read; call
+    """One line rewritten in place. Call it with (packets, bytes) as batches are read (fewer
+    packets than last time: the capture is read again, from its start); call
     `stage(name, done, total)` as a later stage gets on; `done()` clears the line."""
 
     def __init__(self, path: str, stream: TextIO | None = None, quiet: bool = False) -> None:
@@ -33,12 +34,16 @@ class ProgressLine:
         self.stage_name = ""
         self.stage_start_s = 0.0
         self.shown = False
+        self.packets_read = 0
 
     def __call__(self, packets: int, bytes_read: int) -> None:
+        if packets < self.packets_read:  # the capture is read again: its pace counts anew
+            self.read_start_s = time.monotonic()
+        self.packets_read = packets
         if not self._due():
             return
         elapsed = time.monotonic() - self.read_start_s
-        rate = packets / elapsed
+        rate = packets / elapsed if elapsed > 0 else 0.0
         line = f"{self.name}: {packets:,} packets, {bytes_read / 1e6:,.0f} MB, {rate / 1e6:.2f} M pkt/s"
         if self.total_bytes:
             share = min(bytes_read / self.total_bytes, 1.0)
@@ -67,8 +72,10 @@ class ProgressLine:
             self.stage_name, self.stage_start_s = name, now
         if total <= 0 or not self._due():
             return
-        line = f"{self.name}: {name} {done:,} of {total:,}"
-        if done:
+        line = f"{self.name}: {name}"
+        if total > 1:  # a stage of one step is its name alone
+            line += f" {done:,} of {total:,}"
+        if done and total > 1:
             line += f", ETA {_eta_s(now - self.stage_start_s, done / total):.0f} s"
         self._show(line)
 

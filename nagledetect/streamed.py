@@ -30,6 +30,9 @@ from nagledetect.read.accounting import ProgressCallback
 from nagledetect.stored import SpillFile
 from nagledetect.table import Table
 
+READ_AGAIN_STAGE = "read twice: a first pass learns how connections begun before the capture end"
+"""The stage shown while the capture is read a first time through the flow tracker alone."""
+
 
 def analyze_in_batches(path: str, bpf_filter: str | None, memory_bytes: int,
                        progress: ProgressCallback | None = None,
@@ -56,6 +59,7 @@ def analyze_in_batches(path: str, bpf_filter: str | None, memory_bytes: int,
     collected = _collected(batches, CollectedParts(buckets, workers, wanted, spill), wanted)
     if batches.over_budget and batches.unsettled:
         spill.cut_back(spilled_before)
+        (stages or no_stages)(READ_AGAIN_STAGE, 0, 1)
         batches = _batches(path, bpf_filter, memory_bytes, progress, wanted, settle_first=True)
         collected = _collected(batches, CollectedParts(buckets, workers, wanted, spill), wanted)
     if batches.over_budget:

@@ -15,7 +15,8 @@ from nagledetect.analysis import Analysis, Wanted, analyze_capture
 from nagledetect.api import load_capture, load_capture_numpy
 from nagledetect.cli import _analyze_in_processes
 from nagledetect.progress import ProgressLine
-from tests.conftest import PROJECT, SAMPLE_TRACES
+from nagledetect.streamed import READ_AGAIN_STAGE
+from tests.conftest import PROJECT, SAMPLE_TRACES, require_tool
 
 
 class _Terminal(io.StringIO):
@@ -162,3 +163,42 @@ def test_a_huge_parts_third_pass_for_the_charts_moves_the_line_too(draw_at_once,
     analysis, done = _one_connection_read_by_slices(monkeypatch, tmp_path, charts=True)
     assert analysis.charts.worst, "the connection's time-sequence graph is drawn"
     assert len(set(done)) == 16
+
+
+def test_a_capture_read_twice_says_so(draw_at_once, tmp_path) -> None:
+    """A bulk connection of 300,000 packets (41 MB: more than a part, so read a batch at a
+    time) begun before the capture (trap-bulk.pcap replicated, editcap cutting its SYN,
+    SYN/ACK and ACK off) outgrows the 40,000 live packets that 16 MB allows before its end is
+    known: the line says the capture is read twice, then its read counts packets again, up
+    to all 299,997 (the first read handed over no batch: it drew no line)."""
+    whole = tmp_path / "bulk.pcap"
+    subprocess.run([sys.executable, str(PROJECT / "benchmarks" / "make_large_capture.py"),
+                    str(SAMPLE_TRACES / "trap-bulk.pcap"), str(whole), "--packets", "300000",
+                    "--connections", "1"], check=True, capture_output=True)
+    cut = tmp_path / "begun-before.pcap"
+    subprocess.run([require_tool("editcap"), str(whole), str(cut), "1-3"], check=True)
+    terminal = _Terminal()
+    progress = ProgressLine(str(cut), terminal)
+    analyze_capture(str(cut), progress=progress, stages=progress.stage, charts=False,
+                    parts_memory_bytes=16_000_000)
+    lines = _lines(terminal.getvalue())
+    again = lines.index(f"{cut.name}: {READ_AGAIN_STAGE}")
+    counted = [int(found.group(1).replace(",", "")) for line in lines[again:]
+               if (found := re.search(r": ([\d,]+) packets", line))]
+    assert counted[-1] == 299_997
+
+
+def test_a_read_that_starts_again_counts_its_pace_from_then(draw_at_once, monkeypatch) -> None:
+    """10 M packets in 10 s is 1.00 M packets/s; read again, 1 M packets 4 s after the read
+    started again (fewer packets than last told) is 0.25 M packets/s, not 1 M in 14 s."""
+    clock = [100.0]
+    monkeypatch.setattr("nagledetect.progress.time.monotonic", lambda: clock[0])
+    terminal = _Terminal()
+    progress = ProgressLine(str(SAMPLE_TRACES / "mixed.pcap"), terminal)
+    clock[0] += 10
+    progress(10_000_000, 1)
+    progress(0, 0)
+    clock[0] += 4
+    progress(1_000_000, 1)
+    rates = re.findall(r"([\d.]+) M pkt/s", terminal.getvalue())
+    assert rates == ["1.00", "0.00", "0.25"]
