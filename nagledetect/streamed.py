@@ -3,19 +3,24 @@ the compiled core's one pass hands them over (`flows.compiled.CompiledBatches`):
 runs the connection detectors, its results are collected as a part's are
 (`collected.CollectedParts`: findings and samples spilled, connections numbered capture-wide,
 stalls scored again against the capture-wide host timers), and the host step runs once at the
-end. One pass in one process: memory follows the live connections and one batch, not the
-capture; a long connection lets its packets go as it goes (docs/design.md). Where the live
-connections come to hold more than the memory allows all the same, the pass stops: it runs
-again after a first pass over the capture where connections seen without their handshake
-held most of it, else the caller analyses the capture in parts.
+end. One pass in one process, the core reading the next batch while the detectors run on
+this one: memory follows the live connections and two batches, not the capture; a long
+connection lets its packets go as it goes (docs/design.md). Where the live connections come
+to hold more than the memory allows all the same, the pass stops: it runs again after a
+first pass over the capture where connections seen without their handshake held most of it,
+else the caller analyses the capture in parts.
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 
 from nagledetect.chart_data import connection_charts
 from nagledetect.collected import PARTS_PER_HOST_BUCKET, CollectedParts, result_of_level
 from nagledetect.collector import collector_paused
 from nagledetect.flows.compiled import CompiledBatches
+from nagledetect.flows.tables import FlowTables
 from nagledetect.memory import freed_memory_kept
 from nagledetect.part_sizes import (
     BYTES_PER_EVENT_ROW,
@@ -90,7 +95,7 @@ def _collected(batches: CompiledBatches, collected: CollectedParts,
     chart_packets = _chart_packets(wanted)
     buckets = collected.buckets
     with freed_memory_kept():  # each batch reuses what the last one freed (`memory`)
-        for index, flows in enumerate(batches):
+        for index, flows in enumerate(_read_ahead(batches)):
             charted = Table(flows.found_events.chart_packets) if chart_packets else None
             level = connection_level(flows, fingerprint=False,
                                      keep_packets=wanted.charts or wanted.tables,
@@ -106,3 +111,15 @@ def _chart_packets(wanted: Wanted) -> bool:
     """Whether the core gives each batch's packets as the charts read them: the packet table,
     where `--tables` keeps it, serves the charts too."""
     return wanted.charts and not wanted.tables
+
+
+def _read_ahead(batches: Iterable[FlowTables]) -> Iterator[FlowTables]:
+    """The batches, each next one read by the core in a thread of its own while this one's
+    detectors run: the core lets go of Python's lock while it reads, so the read and the
+    detectors share the two cores rather than taking turns. One batch waits at most."""
+    batch_iterator = iter(batches)
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="batch-read") as reader:
+        coming = reader.submit(next, batch_iterator, None)
+        while (flows := coming.result()) is not None:
+            coming = reader.submit(next, batch_iterator, None)
+            yield flows
