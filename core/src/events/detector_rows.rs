@@ -5,6 +5,7 @@
 //! payload sizes counted (`events/payloads.py`). The rules are the Python ones, which the
 //! numpy path and the tests still run; `tests/test_core_flows.py` proves the rows equal.
 
+use super::counts::Counts;
 use super::segments::{NO_ROW, NONE, SegmentRows, wide};
 use super::tables::{LoneSegments, PayloadCounts, UntimedStalls};
 use crate::flows::packets::Finished;
@@ -266,39 +267,24 @@ pub fn test_waiting(
 }
 
 /// A connection's payload sizes counted so far, by direction and size: each is
-/// `(direction << SIZE_BITS) | size` with how often it came, in order.
+/// `(direction << SIZE_BITS) | size`.
 #[derive(Clone, Default)]
-pub struct PayloadSizes(Vec<(i64, i64)>);
+pub struct PayloadSizes(Counts);
 
 impl PayloadSizes {
     /// Count the sizes `keyed` (each `(direction << SIZE_BITS) | size`).
     fn count(&mut self, mut keyed: Vec<i64>) {
         keyed.sort_unstable();
-        let mut merged = Vec::with_capacity(self.0.len().max(8));
-        let mut held = self.0.iter().copied().peekable();
-        let add = |merged: &mut Vec<(i64, i64)>, value: i64, seen: i64| match merged.last_mut() {
-            Some((last, count)) if *last == value => *count += seen,
-            _ => merged.push((value, seen)),
-        };
-        for value in keyed {
-            while let Some((smaller, seen)) = held.next_if(|(held, _)| *held <= value) {
-                add(&mut merged, smaller, seen);
-            }
-            add(&mut merged, value, 1);
-        }
-        for (value, seen) in held {
-            add(&mut merged, value, seen);
-        }
-        self.0 = merged;
+        self.0.add_sorted(&keyed);
     }
 
     /// The counts, of connection `connection`, go to `table` (by direction key, then size).
     pub fn finish(&self, connection: u32, table: &mut PayloadCounts) {
-        for (keyed, seen) in &self.0 {
+        for (keyed, seen) in self.0.as_slice() {
             let direction = keyed >> SIZE_BITS;
             table.key.push(i64::from(connection) * 2 + direction);
             table.size.push(keyed & ((1 << SIZE_BITS) - 1));
-            table.count.push(*seen);
+            table.count.push(*seen as i64);
         }
     }
 }

@@ -4,6 +4,7 @@
 //! A connection numbers its own messages from 0; the run's numbers (in connection order) are
 //! given when the tables are handed over (`tables::Found`).
 
+use super::counts::Counts;
 use super::tables::{MessageDetails, MessageSizes};
 use crate::flows::Taken;
 use crate::flows::packets::Finished;
@@ -34,13 +35,13 @@ struct Counted {
     end_us: i64,
     bytes: i64,
     wire_segments: i64,
-    /// The payload sizes and how often each came, by size.
-    sizes: Vec<(i64, u64)>,
+    /// The payload sizes and how often each came.
+    sizes: Counts,
 }
 
 impl Counted {
     fn packets(&self) -> u64 {
-        self.sizes.iter().map(|(_, seen)| seen).sum()
+        self.sizes.total()
     }
 
     /// Count the message's segments at `rows` (the first it held; one at least).
@@ -57,19 +58,7 @@ impl Counted {
         let payloads = sorted_payloads(rows, flows);
         self.bytes += payloads.iter().sum::<i64>();
         self.wire_segments += wire_segments(rows, flows);
-        let mut merged = Vec::with_capacity(self.sizes.len() + 1);
-        let mut held = self.sizes.iter().copied().peekable();
-        for (size, seen) in counts_of(&payloads) {
-            while let Some(&(smaller, _)) = held.peek().filter(|(held, _)| *held < size) {
-                merged.push((smaller, held.next().map_or(0, |(_, seen)| seen)));
-            }
-            let same = held
-                .next_if(|(held, _)| *held == size)
-                .map_or(0, |(_, seen)| seen);
-            merged.push((size, seen + same));
-        }
-        merged.extend(held);
-        self.sizes = merged;
+        self.sizes.add_sorted(&payloads);
     }
 }
 
@@ -78,18 +67,6 @@ fn sorted_payloads(rows: &[usize], flows: &Finished) -> Vec<i64> {
     let mut payloads: Vec<i64> = rows.iter().map(|row| flows.payload_bytes(*row)).collect();
     payloads.sort_unstable();
     payloads
-}
-
-/// Each value of `sorted` with how often it comes.
-fn counts_of(sorted: &[i64]) -> Vec<(i64, u64)> {
-    let mut counts: Vec<(i64, u64)> = Vec::new();
-    for value in sorted {
-        match counts.last_mut() {
-            Some((last, seen)) if last == value => *seen += 1,
-            _ => counts.push((*value, 1)),
-        }
-    }
-    counts
 }
 
 fn wire_segments(rows: &[usize], flows: &Finished) -> i64 {
@@ -173,7 +150,7 @@ fn push_sizes(
     let counted = message.counted();
     let bytes = payloads.iter().sum::<i64>() + counted.map_or(0, |counted| counted.bytes);
     let packets = payloads.len() as u64 + counted.map_or(0, Counted::packets);
-    let sizes = counted.map_or(&[][..], |counted| &counted.sizes[..]);
+    let sizes = counted.map_or(&[][..], |counted| counted.sizes.as_slice());
     let lower = kth_smallest(&payloads, sizes, (packets - 1) / 2);
     let upper = kth_smallest(&payloads, sizes, packets / 2);
     let mss = flows.effective_mss();

@@ -5,6 +5,7 @@
 //! ends, its events are finished into the tables (`tables`), with the detectors' rows of its
 //! segments (`detector_rows`), and its state is let go.
 
+pub mod counts;
 pub mod detector_rows;
 pub mod gaps;
 pub mod messages;
