@@ -30,6 +30,7 @@ from nagledetect.chart_data import (
 from nagledetect.detectors import nagle_stall, phase_lock
 from nagledetect.detectors.delack_timer import fingerprint_hosts, host_fingerprints
 from nagledetect.detectors.model import Finding, HostProfile
+from nagledetect.flows.connections import by_connection
 from nagledetect.flows.grouped import found_in_sorted
 from nagledetect.ordering import as_text, factorize_in_name_order, name_order
 from nagledetect.part_sizes import (
@@ -107,10 +108,24 @@ def result_of_level(level: ConnectionLevel, buckets: int, wanted: Wanted,
     rows = np.zeros(len(samples), dtype=SAMPLE_ROW)
     for name in SAMPLE_ROW.names[1:]:
         rows[name] = np.asarray(samples[name])
-    sample_bucket = host_buckets(np.asarray(samples["host"]), buckets)
+    sample_bucket = receiver_buckets(connections, rows["connection"], rows["direction"],
+                                     buckets)
     del samples
     return PartResult(connections, parity, rows, sample_bucket, pickle_findings(findings),
                       charts, tables)
+
+
+def receiver_buckets(connections: Table | pd.DataFrame, connection: np.ndarray,
+                     direction: np.ndarray, buckets: int) -> np.ndarray:
+    """The bucket of the receiving host of each sample (`SAMPLE_ROW`): the server's for
+    direction 0, the client's for 1. Each connection's two addresses are hashed once: a
+    batch has some hundred samples a connection."""
+    ids = np.asarray(connections["id"])
+    by_side = Table({"id": ids,
+                     "server": host_buckets(np.asarray(connections["server_address"]), buckets),
+                     "client": host_buckets(np.asarray(connections["client_address"]), buckets)})
+    return np.where(direction == 0, by_connection(by_side, "server", connection),
+                    by_connection(by_side, "client", connection))
 
 
 def host_buckets(hosts: np.ndarray, buckets: int) -> np.ndarray:
