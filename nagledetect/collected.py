@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import dataclasses
 import multiprocessing
+import pickle
 import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -32,6 +34,7 @@ from nagledetect.detectors.delack_timer import fingerprint_hosts, host_fingerpri
 from nagledetect.detectors.model import Finding, HostProfile
 from nagledetect.flows.connections import by_connection
 from nagledetect.flows.grouped import found_in_sorted
+from nagledetect.memory import give_back_free_memory
 from nagledetect.ordering import as_text, factorize_in_name_order, name_order
 from nagledetect.part_sizes import (
     StageCallback,
@@ -148,8 +151,8 @@ class _FindingColumns:
     kind: list[str] = dataclasses.field(default_factory=list)
     connection: list[np.ndarray] = dataclasses.field(default_factory=list)
     time_lost_s: list[np.ndarray] = dataclasses.field(default_factory=list)
-    sender: list[str] = dataclasses.field(default_factory=list)
-    receiver_host: list[str | None] = dataclasses.field(default_factory=list)
+    sender: list[np.ndarray] = dataclasses.field(default_factory=list)
+    receiver_host: list[np.ndarray] = dataclasses.field(default_factory=list)
     advice: list[tuple[str, ...]] = dataclasses.field(default_factory=list)
     evidence_rows: list[np.ndarray] = dataclasses.field(default_factory=list)
 
@@ -159,8 +162,8 @@ class _FindingColumns:
         self.kind += found.kind
         self.connection.append(connection)
         self.time_lost_s.append(found.time_lost_s)
-        self.sender += found.sender
-        self.receiver_host += found.receiver_host
+        self.sender.append(found.sender)
+        self.receiver_host.append(found.receiver_host)
         self.advice += found.advice
         self.evidence_rows.append(found.evidence_rows)
 
@@ -189,7 +192,9 @@ class CollectedParts:
         self.buckets = buckets
         self.workers = workers
         self.spill = spill
-        self.connections: dict[int, pd.DataFrame] = {}
+        self.connections: dict[int, tuple[int, int]] = {}
+        """Where each part's connection table lies in the spill, pickled: kept to the end, the
+        tables of the 100 M replica's 400,000 connections took 75 MB throughout the pass."""
         self.parity: dict[int, pd.DataFrame] = {}
         self.findings: dict[int, tuple[np.ndarray, PickledFindings]] = {}
         self.sample_blocks: list[list[tuple[int, int]]] = [[] for _ in range(buckets)]
@@ -201,7 +206,8 @@ class CollectedParts:
         """The capture's worst connections so far, each with its part."""
 
     def add(self, index: int, result: PartResult) -> None:
-        self.connections[index] = result.connections
+        connections = pickle.dumps(as_table(result.connections), pickle.HIGHEST_PROTOCOL)
+        self.connections[index] = (self.spill.append([connections]), len(connections))
         if not result.parity.empty:
             self.parity[index] = result.parity
         self._spill_samples(index, result.samples, result.sample_bucket)
@@ -252,12 +258,13 @@ class CollectedParts:
         for index in sorted(self.findings):
             offsets, found = self.findings.pop(index)
             columns.extend(offsets, found, global_id[part_offset[index] + found.connection])
-        parity = [table.assign(connection=global_id[part_offset[index]
-                                                    + np.asarray(table["connection"])])
-                  for index, table in sorted(self.parity.items())]
-        host_step = _HostStep(self, global_id, part_offset, connections,
-                              _stall_seconds_reader(self.spill, columns))
-        hosts, timers = host_step.run(self.workers, stages)
+        parity = [self._parity_numbered(index, global_id, part_offset)
+                  for index in sorted(self.parity)]
+        give_back_free_memory()
+        host_step = _HostStep(self, global_id, part_offset, connections)
+        hosts, timers = host_step.run(self.workers, stages,
+                                      _stall_seconds_reader(self.spill, columns))
+        give_back_free_memory()
         self._add_phase_findings(columns, host_step.phase_findings)
         parity_table = _sorted_parity(concatenated(parity)) if parity else Table()
         charts = self.charts
@@ -270,9 +277,11 @@ class CollectedParts:
         tables = (None if self.tables is None else
                   _part_tables(self.tables, _CaptureWideIds(global_id, part_offset,
                                                             self.message_counts)))
+        ranked = _ranked(self.spill, columns, timers)
+        del columns
+        give_back_free_memory()
         return Analysis(without_packets(path, accounting, connections), Table(),
-                        Table(), no_samples(), hosts,
-                        _ranked(self.spill, columns, timers), parity_table, tables_kept=False,
+                        Table(), no_samples(), hosts, ranked, parity_table, tables_kept=False,
                         charts=charts, part_tables=tables)
 
     def _numbered_connections(self) -> tuple[Table, np.ndarray, np.ndarray]:
@@ -280,7 +289,7 @@ class CollectedParts:
         numbers them; with the capture-wide id of each part-local one (`global_id`, from
         `part_offset[part]` on)."""
         order = sorted(self.connections)
-        tables = [as_table(self.connections.pop(index)) for index in order]
+        tables = [pickle.loads(self.spill.read(*self.connections.pop(index))) for index in order]
         names, coded = tables[0].columns, tables[0].coded
         pieces = {name: [table[name] for table in tables] for name in names}
         part_offset = np.zeros(max(order) + 1, dtype=np.int64)
@@ -296,6 +305,13 @@ class CollectedParts:
         columns = {name: np.concatenate(pieces.pop(name))[by_first_packet] for name in names}
         columns["id"] = np.arange(len(first_frames), dtype=columns["id"].dtype)
         return Table(columns, coded), global_id, part_offset
+
+    def _parity_numbered(self, index: int, global_id: np.ndarray, part_offset: np.ndarray
+                         ) -> Table:
+        """A part's parity rows, let go of here, with capture-wide connection ids."""
+        table = as_table(self.parity.pop(index))
+        return table.assign(connection=global_id[part_offset[index]
+                                                 + np.asarray(table["connection"])])
 
     def _add_phase_findings(self, columns: _FindingColumns, findings: list[Finding]) -> None:
         """Host-level findings join the spilled ones, in address order as a one-part run makes
@@ -317,30 +333,30 @@ class _HostStep:
     segment (a host's sums then add the same values in the same order, to the last bit)."""
 
     def __init__(self, collected: CollectedParts, global_id: np.ndarray, part_offset: np.ndarray,
-                 connections: Table, stall_seconds: Callable[[str], np.ndarray]) -> None:
+                 connections: Table) -> None:
         self._collected = collected
         self._global_id = global_id
         self._part_offset = part_offset
         self._server = as_text(np.asarray(connections["server_address"], dtype=object))
         self._client = as_text(np.asarray(connections["client_address"], dtype=object))
-        self._stall_seconds = stall_seconds
         self.phase_findings: list[Finding] = []
 
-    def run(self, workers: int, stages: StageCallback) -> tuple[StoredHosts, _HostTimers]:
+    def run(self, workers: int, stages: StageCallback,
+            stall_seconds: Callable[[str], np.ndarray]) -> tuple[StoredHosts, _HostTimers]:
         """Every bucket, in `workers` forked processes when there are several (results taken in
-        bucket order, so the outcome does not depend on them)."""
+        bucket order, so the outcome does not depend on them); `stall_seconds` gives the
+        stalls a host caused, for its phase-lock test."""
         columns = HostColumns(self._collected.spill)
-        addresses: list[np.ndarray] = [np.zeros(0, dtype=object)]
+        addresses: list[np.ndarray] = [np.zeros(0, dtype="S1")]
         timers: list[np.ndarray] = [np.zeros(0)]
         samples: list[np.ndarray] = [np.zeros(0, dtype=np.int64)]
         buckets = self._collected.buckets
-        for done, found in enumerate(_forked_map(self.bucket_hosts, range(buckets), workers),
-                                     start=1):
+        work = partial(self.bucket_hosts, stall_seconds=stall_seconds)
+        for done, found in enumerate(_forked_map(work, range(buckets), workers), start=1):
             stages(HOST_STAGE, done, buckets)
-            addresses.append(np.array(found.rows.columns["address"], dtype=object))
-            timers.append(np.array([np.nan if t is None else t for t in found.timers_ms],
-                                   dtype=np.float64))
-            samples.append(np.array(found.rows.columns["delack_samples"], dtype=np.int64))
+            addresses.append(found.rows.columns["address"])
+            timers.append(found.timers_ms)
+            samples.append(found.rows.columns["delack_samples"])
             self.phase_findings += found.phase_findings
             columns.add(found.rows)
         by_address = np.concatenate(addresses)
@@ -366,13 +382,15 @@ class _HostStep:
                                     ack_connections=filled[profile.address].ack_connections)
                 for profile in profiles]
 
-    def bucket_hosts(self, bucket: int) -> _BucketHosts:
+    def bucket_hosts(self, bucket: int, stall_seconds: Callable[[str], np.ndarray]
+                     ) -> _BucketHosts:
         """One bucket's host profiles, their timers before phase locking refines them, and its
         phase-lock findings."""
         samples = self._bucket_samples(bucket)
         fingerprints = host_fingerprints(samples)
-        timers_ms = fingerprints.timers_ms()
-        phase_findings = phase_lock.detect_hosts(fingerprints, samples, self._stall_seconds)
+        timers_ms = np.array([np.nan if timer is None else timer
+                              for timer in fingerprints.timers_ms()], dtype=np.float64)
+        phase_findings = phase_lock.detect_hosts(fingerprints, samples, stall_seconds)
         return _BucketHosts(host_rows(fingerprints.host_values()), timers_ms, phase_findings)
 
     def _bucket_samples(self, bucket: int) -> Table:
@@ -438,7 +456,8 @@ class _CaptureWideIds:
 @dataclass
 class _BucketHosts:
     rows: HostRows
-    timers_ms: list[float | None]
+    timers_ms: np.ndarray
+    """NaN: no timer."""
     phase_findings: list[Finding]
 
 
@@ -471,7 +490,7 @@ def _forked_map(work: Callable[[int], Any], items: range, workers: int) -> Itera
 @dataclass
 class _HostTimers:
     """Each host's delayed-ACK timer before phase locking refines it (NaN: none), and the samples
-    it rests on, by address."""
+    it rests on, by address (fixed-width text, `ordering.as_text`)."""
 
     addresses: np.ndarray
     timer_ms: np.ndarray
@@ -480,7 +499,7 @@ class _HostTimers:
     def of(self, hosts: list[str]) -> list[tuple[float | None, int]]:
         if not len(self.addresses):
             return [(None, 0)] * len(hosts)
-        wanted = np.array(hosts, dtype=object)
+        wanted = np.asarray(hosts, dtype=self.addresses.dtype.kind)  # as addresses are held
         position, found = found_in_sorted(self.addresses, wanted)
         timer = np.where(found, self.timer_ms[position], np.nan)
         samples = np.where(found, self.samples[position], 0)
@@ -497,8 +516,10 @@ def _stall_seconds_reader(spill: SpillFile, columns: _FindingColumns
     def stall_seconds(address: str) -> np.ndarray:
         if not index:
             index.update(_stalls_by_receiver(columns))
-        positions = index["positions"][np.searchsorted(index["hosts"], address, "left"):
-                                       np.searchsorted(index["hosts"], address, "right")]
+        hosts = index["hosts"]
+        key = np.asarray(address, dtype=hosts.dtype.kind)  # text as the receivers are held
+        positions = index["positions"][np.searchsorted(hosts, key, "left"):
+                                       np.searchsorted(hosts, key, "right")]
         stalls = RecordTable(spill, index["offsets"][positions], index["lengths"][positions])
         return np.concatenate([np.zeros(0)] + [finding.events.stall_s for finding in stalls])
 
@@ -506,11 +527,11 @@ def _stall_seconds_reader(spill: SpillFile, columns: _FindingColumns
 
 
 def _stalls_by_receiver(columns: _FindingColumns) -> dict[str, np.ndarray]:
-    positions = np.array([position for position, (kind, host)
-                          in enumerate(zip(columns.kind, columns.receiver_host))
-                          if kind == nagle_stall.KIND and host], dtype=np.int64)
-    hosts = np.array([columns.receiver_host[position] for position in positions.tolist()],
-                     dtype=object)
+    stalls = np.array([position for position, kind in enumerate(columns.kind)
+                       if kind == nagle_stall.KIND], dtype=np.int64)
+    receivers = columns.column("receiver_host")[stalls] if len(stalls) else np.zeros(0, "S1")
+    named = np.char.str_len(receivers) > 0
+    positions, hosts = stalls[named], receivers[named]
     order = name_order(hosts)
     return {"hosts": hosts[order], "positions": positions[order],
             "offsets": columns.column("offsets"), "lengths": columns.column("lengths")}
@@ -522,18 +543,27 @@ def _ranked(spill: SpillFile, columns: _FindingColumns, timers: _HostTimers) -> 
     capture-wide timer of its receiver."""
     time_lost_s = columns.column("time_lost_s").astype(np.float64)
     connection = columns.column("connection")
-    kind_code = factorize_in_name_order(columns.kind)[0]
-    sender_code = factorize_in_name_order(columns.sender)[0]
-    order = np.lexsort((np.arange(len(connection)), sender_code, kind_code, connection,
-                        -time_lost_s))
-    ranked_connection = connection[order]
-    ranked = order.tolist()
+    order = np.lexsort((np.arange(len(connection)), columns.column("sender"),
+                        _codes_in_name_order(columns.kind), connection, -time_lost_s))
     return StoredFindings(spill, columns.column("offsets")[order],
                           columns.column("lengths")[order], time_lost_s[order],
-                          [columns.advice[position] for position in ranked],
-                          columns.column("evidence_rows")[order],
-                          [columns.kind[position] for position in ranked],
-                          fix=_CaptureWideFinding(ranked_connection, timers))
+                          _in_order(columns.advice, order), columns.column("evidence_rows")[order],
+                          _in_order(columns.kind, order),
+                          fix=_CaptureWideFinding(connection[order], timers))
+
+
+def _codes_in_name_order(words: list[str]) -> np.ndarray:
+    """Each word's code, the distinct words numbered in name order: a dict of the few kinds,
+    where sorting a million of them as text took 70 MB."""
+    code_of = {word: code for code, word in enumerate(sorted(set(words)))}
+    return np.fromiter((code_of[word] for word in words), dtype=np.int64, count=len(words))
+
+
+def _in_order(values: list[Any], order: np.ndarray) -> list[Any]:
+    """`values` taken in `order` by numpy: a Python int for each of a million positions took
+    40 MB more."""
+    held = np.fromiter(values, dtype=object, count=len(values))  # tuples stay whole
+    return held[order].tolist()
 
 
 @dataclass

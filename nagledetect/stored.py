@@ -24,7 +24,7 @@ import numpy as np
 
 from nagledetect.collector import collector_paused
 from nagledetect.detectors.model import Finding, HostProfile, HostValues
-from nagledetect.ordering import name_order
+from nagledetect.ordering import as_text, name_order
 
 RECORDS_PER_CHUNK = 2048
 COPY_BYTES = 8 * 1024 * 1024
@@ -294,17 +294,20 @@ class PickledFindings:
     kind: list[str]
     connection: np.ndarray
     time_lost_s: np.ndarray
-    sender: list[str]
-    receiver_host: list[str | None]
+    sender: np.ndarray
+    """Each finding's sender as text (`ordering.as_text`), "None" for none."""
+    receiver_host: np.ndarray
+    """Each finding's receiving host as text, empty for none."""
     advice: list[tuple[str, ...]]
     evidence_rows: np.ndarray
 
 
 def pickle_findings(findings: list[Finding]) -> PickledFindings:
-    """The findings pickled, with their ranking columns. Equal senders, receivers and advice
-    are held as one object: the main process keeps these columns for every finding of a
-    capture until it ranks them (1.2 M findings on the 100 M replica, a few distinct advice
-    tuples and two senders a connection)."""
+    """The findings pickled, with their ranking columns. The main process keeps these columns
+    for every finding of a capture until it ranks them (1.2 M findings on the 100 M replica):
+    equal advice is held as one object (a few distinct tuples), senders and receivers as
+    fixed-width text (a string object for each of a connection's two endpoints and hosts took
+    some 250 bytes a connection)."""
     records, lengths = pickled(findings)
     shared: dict[Any, Any] = {}
 
@@ -315,7 +318,8 @@ def pickle_findings(findings: list[Finding]) -> PickledFindings:
         b"".join(records), lengths, [f.kind for f in findings],
         np.array([f.connection for f in findings], dtype=np.int64),
         np.array([f.time_lost_s for f in findings], dtype=np.float64),
-        [one(str(f.sender)) for f in findings], [one(f.receiver_host) for f in findings],
+        as_text([str(f.sender) for f in findings]),
+        as_text([f.receiver_host or "" for f in findings]),
         [one(tuple(f.advice)) for f in findings],
         np.array([len(f.events) for f in findings], dtype=np.int64))
 
@@ -373,7 +377,7 @@ class HostColumns:
 
     def add(self, rows: HostRows) -> None:
         for name in _HOST_COLUMNS:
-            self._columns[name].append(_host_column(name, rows.columns[name]))
+            self._columns[name].append(rows.columns[name])
         offsets = self._spill.append_each(rows.lock_records)
         lock_offsets = np.full(len(rows.has_lock), -1, dtype=np.int64)
         lock_lengths = np.zeros(len(rows.has_lock), dtype=np.int64)
@@ -394,8 +398,12 @@ class HostColumns:
 
 
 def _host_column(name: str, values: list[Any]) -> np.ndarray:
-    """A column of host values as an array: the timers as floats (NaN: none), the sample
-    counts as integers, the rest as objects."""
+    """A column of host values as an array: the addresses as fixed-width text (a string
+    object a host took some 60 bytes more, for up to two million hosts), the timers as floats
+    (NaN: none), the sample counts as integers, the stack families as objects (a few words,
+    each one object)."""
+    if name == "address":
+        return as_text(values) if values else np.zeros(0, dtype="S1")
     if name in ("delack_timer_ms", "delack_spread_ms"):
         return _as_float(values)
     if name == "delack_samples":
@@ -413,7 +421,9 @@ class HostRows:
     """Host profiles as `HostColumns` takes them, made where the profiles are (a worker
     process): their columns, and their phase-lock tests pickled."""
 
-    columns: dict[str, list[Any]]
+    columns: dict[str, np.ndarray]
+    """`_HOST_COLUMNS` as arrays (`_host_column`), so the main process makes no Python value
+    a host."""
     has_lock: np.ndarray
     lock_records: list[bytes]
     lock_lengths: np.ndarray
@@ -423,7 +433,7 @@ def host_rows(values: HostValues) -> HostRows:
     """Rows of hosts from their values (as `HostFingerprints.host_values` gives them)."""
     locks = values.phase_lock
     records, lengths = pickled([lock for lock in locks if lock])
-    return HostRows({name: getattr(values, name) for name in _HOST_COLUMNS},
+    return HostRows({name: _host_column(name, getattr(values, name)) for name in _HOST_COLUMNS},
                     np.array([bool(lock) for lock in locks], dtype=bool), records, lengths)
 
 
@@ -459,13 +469,14 @@ class StoredHosts(Mapping):
         self._lock = (lock_offset, lock_length)
 
     def __getitem__(self, address: str) -> HostProfile:
-        position = int(np.searchsorted(self._address, address))
-        if position == len(self._address) or self._address[position] != address:
+        key = np.asarray(address, dtype=self._address.dtype.kind)  # text as addresses are held
+        position = int(np.searchsorted(self._address, key))
+        if position == len(self._address) or self._address[position] != key:
             raise KeyError(address)
         return self.profiles(position, position + 1)[0]
 
     def __iter__(self) -> Iterator[str]:
-        return iter(self._address.tolist())
+        return iter(_names(self._address))
 
     @property
     def spill(self) -> SpillFile:
@@ -492,14 +503,19 @@ class StoredHosts(Mapping):
         with collector_paused():
             locks = [pickle.loads(self._spill.read(offset, length)) if offset >= 0 else None
                      for offset, length in zip(offsets, lengths)]
-        return HostValues(self._address[start:stop].tolist(), [_optional(t) for t in timer],
+        return HostValues(_names(self._address[start:stop]), [_optional(t) for t in timer],
                           [_optional(d) for d in spread], samples,
                           self._stack_family[start:stop].tolist(), locks)
 
     def __reduce__(self) -> tuple:
         if self._spill.sent_by_reference:
             return by_reference(self)
-        return dict, (dict(zip(self._address.tolist(), self.values())),)
+        return dict, (dict(zip(_names(self._address), self.values())),)
+
+
+def _names(text: np.ndarray) -> list[str]:
+    """Fixed-width text (`ordering.as_text`) as Python strings."""
+    return text.astype(str).tolist()
 
 
 def _read_only(values: np.ndarray) -> np.ndarray:
@@ -539,20 +555,20 @@ class _Profiles(ChunkedSequence):
 class RankingColumns:
     """What a document needs to order and chunk a capture's findings without reading them."""
 
-    time_lost_s: list[float]
+    time_lost_s: np.ndarray
     advice: list[tuple[str, ...]]
-    evidence_rows: list[int]
+    evidence_rows: np.ndarray
     kind: list[str]
 
 
 def ranking_columns(findings: Sequence[Finding]) -> RankingColumns:
     """From a stored table's columns, or from the findings themselves when they are in memory."""
     if isinstance(findings, StoredFindings):
-        return RankingColumns(findings.time_lost_s.tolist(), list(findings.advice),
-                              findings.evidence_rows.tolist(), list(findings.kind))
-    return RankingColumns([finding.time_lost_s for finding in findings],
+        return RankingColumns(findings.time_lost_s, findings.advice, findings.evidence_rows,
+                              findings.kind)
+    return RankingColumns(np.array([finding.time_lost_s for finding in findings], dtype=float),
                           [tuple(finding.advice) for finding in findings],
-                          [len(finding.events) for finding in findings],
+                          np.array([len(finding.events) for finding in findings], dtype=np.int64),
                           [finding.kind for finding in findings])
 
 

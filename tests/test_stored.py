@@ -208,3 +208,28 @@ def test_a_spill_whose_bytes_were_adopted_cannot_adopt_another() -> None:
     with pytest.raises(ValueError, match="adopted"):
         second.adopt(third)
     assert second.read(0, 6) == b"second"
+
+
+def test_stored_hosts_are_looked_up_by_their_whole_address() -> None:
+    """Hosts are held as fixed-width text in address order; a lookup, the iteration and the
+    profiles give back Python strings, and an address that only begins like a held one
+    (10.0.0.1 of 10.0.0.10) or is longer than every held one is not found. The profiles are
+    hand-made: their values are what the lookups must return."""
+    from nagledetect.detectors.model import HostValues
+    from nagledetect.stored import HostColumns, host_rows
+
+    addresses = ["10.0.0.10", "2001:db8::2", "10.0.0.9"]
+    values = HostValues(addresses, [40.0, None, 200.0], [1.5, None, 0.25], [12, 0, 30],
+                        ["linux", "unknown", "windows"], [None, None, None])
+    columns = HostColumns(SpillFile())
+    columns.add(host_rows(values))
+    hosts = columns.by_address()
+    assert list(hosts) == ["10.0.0.10", "10.0.0.9", "2001:db8::2"]
+    assert all(isinstance(address, str) for address in hosts)
+    assert hosts["10.0.0.9"].delack_timer_ms == 200.0
+    assert hosts["10.0.0.9"].stack_family == "windows"
+    assert hosts["2001:db8::2"].delack_timer_ms is None
+    for missing in ("10.0.0.1", "10.0.0.100", "2001:db8::2:1234:5678"):
+        with pytest.raises(KeyError):
+            hosts[missing]
+    assert [profile.address for profile in hosts.values()] == list(hosts)

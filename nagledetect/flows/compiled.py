@@ -182,10 +182,20 @@ def _round_trips(columns: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         "rtt_client_side_ms": np.where(client_side >= 0, client_side / 1000, np.nan),
         "rtt_server_side_ms": np.where(server_side >= 0, server_side / 1000, np.nan),
         "rtt_ms": np.where(known, total / 1000, np.nan),
-        "rtt_source": np.where(columns["rtt_from_handshake"], "handshake",
-                               np.where(known, "ack-lag", "none")),
-        "vantage": np.array(columns["vantage"], dtype=object),
+        "rtt_source": shared_words(np.where(columns["rtt_from_handshake"], "handshake",
+                                            np.where(known, "ack-lag", "none"))),
+        "vantage": shared_words(columns["vantage"]),
     }
+
+
+def shared_words(words: np.ndarray | list[str]) -> np.ndarray:
+    """Words of a small vocabulary as a column of objects, one string object per distinct
+    word: a string made per row took 60 bytes a connection a column, kept to the end for the
+    hundreds of thousands of connections of a large capture."""
+    distinct, codes = np.unique(np.asarray(words, dtype=str), return_inverse=True)
+    vocabulary = np.empty(len(distinct), dtype=object)
+    vocabulary[:] = distinct.tolist()
+    return vocabulary[codes.reshape(-1)]
 
 
 def empty_flow_tables() -> FlowTables:

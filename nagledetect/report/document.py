@@ -23,6 +23,8 @@ from nagledetect.collector import collector_paused
 from nagledetect.detectors import kinds
 from nagledetect.detectors.model import Finding, HostValues, StallEvents
 from nagledetect.events.endpoints import endpoint
+from nagledetect.memory import give_back_free_memory
+from nagledetect.ordering import as_text
 from nagledetect.read.decode import LINKTYPE_NAMES
 from nagledetect.read.inputs import NotAnalysed
 from nagledetect.report.display_filter import display_filter
@@ -366,22 +368,23 @@ class FindingEntries(ChunkedSequence):
     def __init__(self, analyses: list[Analysis], ids: ConnectionEntries) -> None:
         self._findings = [analysis.findings for analysis in analyses]
         self._ids = ids
-        times: list[float] = []
+        times: list[np.ndarray] = [np.zeros(0)]
         self._advice: list[tuple[str, ...]] = []
-        evidence_rows: list[int] = []
+        evidence_rows: list[np.ndarray] = [np.zeros(0, dtype=np.int64)]
         kind_of_each: list[str] = []
         for findings in self._findings:
             columns = ranking_columns(findings)
-            times += columns.time_lost_s
+            times.append(columns.time_lost_s)
             self._advice += columns.advice
-            evidence_rows += columns.evidence_rows
+            evidence_rows.append(columns.evidence_rows)
             kind_of_each += columns.kind
         self._bounds = np.cumsum([0] + [len(findings) for findings in self._findings])
-        rounded = np.array([round(t, 6) for t in times], dtype=np.float64)
+        rounded = _rounded(np.concatenate(times), 6)
         kind_codes, self._kind_names = _codes_by_first_use(kind_of_each)
+        del kind_of_each
         captures = np.repeat(np.arange(len(self._findings)), np.diff(self._bounds))
         self._order = diagnosis_order(list(self._kind_names), kind_codes, rounded, captures)
-        self._evidence_rows = np.array(evidence_rows, dtype=np.int64)[self._order]
+        self._evidence_rows = np.concatenate(evidence_rows).astype(np.int64)[self._order]
         self._kind_codes = kind_codes.astype(np.int16)[self._order]
         self._times_lost_s = rounded[self._order]
         self._captures = captures[self._order]
@@ -408,11 +411,12 @@ class FindingEntries(ChunkedSequence):
         the reports' connection tables read (`StallSummaries`): read once (a chunk at a time)
         and kept."""
         if self._nagle_family is None:
-            wanted = [position for position, kind in enumerate(self.kinds())
+            family = [code for code, kind in enumerate(self._kind_names.tolist())
                       if kinds.is_nagle_family(kind)]
+            wanted = np.flatnonzero(np.isin(self._kind_codes, family))
             summaries = StallSummaries()
             for start in range(0, len(wanted), RECORDS_PER_CHUNK):
-                chunk = np.asarray(wanted[start:start + RECORDS_PER_CHUNK], dtype=np.int64)
+                chunk = wanted[start:start + RECORDS_PER_CHUNK]
                 summaries.add(self._entries(self._order[chunk], _summary_entry))
             self._nagle_family = summaries.done()
         return self._nagle_family
@@ -423,12 +427,14 @@ class FindingEntries(ChunkedSequence):
 
     def advice_keys(self) -> list[str]:
         """Every advice key the findings name, in order of first mention."""
-        seen: set[tuple[str, ...]] = set()
+        code_of: dict[tuple[str, ...], int] = {}
+        codes = np.fromiter((code_of.setdefault(advice, len(code_of)) for advice in self._advice),
+                            dtype=np.int64, count=len(self._advice))[self._order]
+        distinct = list(code_of)
+        first = np.unique(codes, return_index=True)[1]  # a Python int a finding took 40 MB
         keys: dict[str, None] = {}
-        for position in self._order.tolist():
-            if self._advice[position] not in seen:
-                seen.add(self._advice[position])
-                keys.update(dict.fromkeys(self._advice[position]))
+        for code in codes[np.sort(first)].tolist():
+            keys.update(dict.fromkeys(distinct[code]))
         return list(keys)
 
     def items(self, start: int, stop: int) -> list[dict[str, Any]]:
@@ -456,21 +462,24 @@ class FindingEntries(ChunkedSequence):
 
 STALL_SUMMARY_NUMBERS = {"capture": np.int32, "connection": np.int64, "count": np.int64,
                          "time_lost_s": np.float64}
-STALL_SUMMARY_VALUES = ("kind", "subkind", "sender", "receiver", "advice", "upper_bound")
+STALL_SUMMARY_ENDPOINTS = ("sender", "receiver")
+STALL_SUMMARY_VALUES = ("kind", "subkind", "advice", "upper_bound")
 """What the headline and the reports' connection tables read of a Nagle-family finding: its
-numbers, and values that repeat (a connection's sender and receiver, its kinds and advice)."""
+numbers, its endpoints, and values that repeat (its kinds and advice)."""
 
 
 class StallSummaries(ChunkedSequence):
     """The Nagle family's findings cut to what the headline and the reports' connection tables
     read, as entries with the keys of a finding's (`details` holding only whether its time lost
-    is an upper bound), made when read. Held as columns, each repeated value once: a dict per
-    finding, with the strings it kept, took about 360 bytes (430 MB for the 1.2 M findings of
-    the 100 M replica); these take about 50 and each distinct sender and receiver once."""
+    is an upper bound), made when read. Held as columns: numbers, endpoints as fixed-width text
+    (`ordering.as_text`), each repeated value once. A dict per finding, with the strings it
+    kept, took about 360 bytes (430 MB for the 1.2 M findings of the 100 M replica); a string
+    object for each endpoint of its 400,000 stalled connections, some 100 MB more while they
+    were numbered."""
 
     def __init__(self) -> None:
         self._pieces: dict[str, list[np.ndarray]] = {name: [] for name in (
-            *STALL_SUMMARY_NUMBERS, *STALL_SUMMARY_VALUES)}
+            *STALL_SUMMARY_NUMBERS, *STALL_SUMMARY_ENDPOINTS, *STALL_SUMMARY_VALUES)}
         self._codes: dict[str, dict[Any, int]] = {name: {} for name in STALL_SUMMARY_VALUES}
         self._columns: dict[str, np.ndarray] = {}
         self._values: dict[str, list[Any]] = {}
@@ -479,10 +488,10 @@ class StallSummaries(ChunkedSequence):
         """Findings' entries, in order."""
         for name, dtype in STALL_SUMMARY_NUMBERS.items():
             self._pieces[name].append(np.array([entry[name] for entry in entries], dtype=dtype))
+        for name in STALL_SUMMARY_ENDPOINTS:
+            self._pieces[name].append(_endpoint_text([entry[name] for entry in entries]))
         keys = {"kind": [entry["kind"] for entry in entries],
                 "subkind": [entry["subkind"] for entry in entries],
-                "sender": [entry["sender"] for entry in entries],
-                "receiver": [entry["receiver"] for entry in entries],
                 "advice": [tuple(entry["advice"]) for entry in entries],
                 "upper_bound": [entry.get("details", {}).get("time_lost_upper_bound")
                                 for entry in entries]}
@@ -503,7 +512,8 @@ class StallSummaries(ChunkedSequence):
         return len(self._columns["count"]) if self._columns else 0
 
     def items(self, start: int, stop: int) -> list[dict[str, Any]]:
-        columns = {name: values[start:stop].tolist() for name, values in self._columns.items()}
+        columns = {name: _endpoint_values(values[start:stop]) if name in STALL_SUMMARY_ENDPOINTS
+                   else values[start:stop].tolist() for name, values in self._columns.items()}
         named = {name: [self._values[name][code] for code in columns[name]]
                  for name in STALL_SUMMARY_VALUES}
         entries = []
@@ -511,7 +521,7 @@ class StallSummaries(ChunkedSequence):
             entry = {"kind": named["kind"][row], "subkind": named["subkind"][row],
                      "capture": columns["capture"][row],
                      "connection": columns["connection"][row],
-                     "sender": named["sender"][row], "receiver": named["receiver"][row],
+                     "sender": columns["sender"][row], "receiver": columns["receiver"][row],
                      "count": columns["count"][row],
                      "time_lost_s": columns["time_lost_s"][row],
                      "advice": list(named["advice"][row])}
@@ -519,6 +529,19 @@ class StallSummaries(ChunkedSequence):
                 entry["details"] = {"time_lost_upper_bound": named["upper_bound"][row]}
             entries.append(entry)
         return entries
+
+
+def _endpoint_text(endpoints: list[str | None]) -> np.ndarray:
+    """Endpoints as fixed-width text, or as objects where one is missing (None)."""
+    if None in endpoints:
+        held = np.empty(len(endpoints), dtype=object)
+        held[:] = endpoints
+        return held
+    return as_text(endpoints) if endpoints else np.zeros(0, dtype="S1")
+
+
+def _endpoint_values(held: np.ndarray) -> list[str | None]:
+    return held.astype(str).tolist() if held.dtype.kind in "SU" else held.tolist()
 
 
 DIAGNOSIS_GROUPS = {
@@ -628,15 +651,30 @@ def _advice_entries(findings: FindingEntries) -> dict[str, Any]:
             for key in used}
 
 
+ROUNDED_AT_ONCE = 1 << 16
+"""Values rounded at a time by `_rounded`: a Python float each for a million findings at once
+took 40 MB."""
+
+
+def _rounded(values: np.ndarray, decimals: int) -> np.ndarray:
+    """Each value as Python's `round` gives it (numpy's rounding can differ in the last digit),
+    a chunk at a time."""
+    rounded = np.empty(len(values), dtype=np.float64)
+    for start in range(0, len(values), ROUNDED_AT_ONCE):
+        chunk = values[start:start + ROUNDED_AT_ONCE].tolist()
+        rounded[start:start + len(chunk)] = [round(value, decimals) for value in chunk]
+    return rounded
+
+
 def _codes_by_first_use(values: list[str]) -> tuple[np.ndarray, np.ndarray]:
     """Each value's code, the distinct values numbered in the order they first occur, and
     those values."""
-    names, first, inverse = np.unique(np.array(values, dtype=object), return_index=True,
-                                      return_inverse=True)
-    order = np.argsort(first, kind="stable")
-    rank = np.empty(len(order), dtype=np.int64)
-    rank[order] = np.arange(len(order))
-    return rank[inverse.reshape(-1)], names[order]
+    code_of: dict[str, int] = {}
+    codes = np.fromiter((code_of.setdefault(value, len(code_of)) for value in values),
+                        dtype=np.int64, count=len(values))
+    names = np.empty(len(code_of), dtype=object)
+    names[:] = list(code_of)
+    return codes, names
 
 
 class ParityEntries(_CapturesEndToEnd):
@@ -679,6 +717,16 @@ def build_document(analyses: list[Analysis],
     """
     from nagledetect import __version__
 
+    document = _document(analyses, not_analysed, __version__)
+    # What building it allocated and freed (a million findings' ranking columns, their order,
+    # the Nagle family read once: some 100 MB on the 100 M replica) goes back to the system
+    # before it is written, rather than being shared by the forked writers.
+    give_back_free_memory()
+    return document
+
+
+def _document(analyses: list[Analysis], not_analysed: Sequence[NotAnalysed], version: str
+              ) -> dict[str, Any]:
     connections = ConnectionEntries([analysis.capture.connections for analysis in analyses])
     read = ColumnReader()
     findings = FindingEntries(analyses, connections)
@@ -686,7 +734,7 @@ def build_document(analyses: list[Analysis],
                   for entry in sorted(not_analysed, key=lambda entry: not entry.error)]
     return {
         "schema": SCHEMA,
-        "tool": {"name": "nagledetect", "version": __version__},
+        "tool": {"name": "nagledetect", "version": version},
         "headline": _headline(findings, [analysis.capture.path for analysis in analyses],
                               len(connections), sum(entry.error for entry in not_analysed)),
         "captures": CaptureEntries([analysis.capture for analysis in analyses], read),
