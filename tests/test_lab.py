@@ -151,7 +151,10 @@ def _header_to_body_gaps_ms(capture: Path) -> list[float]:
 def test_header_body_variant_sets_nodelay_on_the_server_and_the_body_leaves_at_once(tmp_path) -> None:
     """The field report's case: the server holds its body behind its header. The variant's
     TCP_NODELAY goes on the server by default; in the capture the body then follows the header
-    within a millisecond, where without it the body waits about 40 ms for the client's ACK."""
+    as soon as the server writes it (tens of microseconds on a quiet machine), where without it
+    the body waits about 40 ms for the client's ACK. The bound is 10 ms, a quarter of that
+    timer: a loaded machine can deschedule the server between its two writes for a few
+    milliseconds (once over 1 ms in a full run of the suite beside other work)."""
     result = subprocess.run(["python3", "-m", "nagledetect", "lab", "run", "seed004-header-body",
                              "-o", str(tmp_path), "--exchanges", "6", "--variant", "nodelay"],
                             capture_output=True, text=True)
@@ -165,7 +168,7 @@ def test_header_body_variant_sets_nodelay_on_the_server_and_the_body_leaves_at_o
     sent = _header_to_body_gaps_ms(tmp_path / "seed004-header-body+server-nodelay.pcap")
     assert len(held) == len(sent) == 6
     assert all(30 < gap_ms < 100 for gap_ms in held[1:])  # the first: quick-ACK mode
-    assert all(gap_ms < 1 for gap_ms in sent)
+    assert all(gap_ms < 10 for gap_ms in sent), sent
 
 
 @pytest.mark.skipif(not lab_available(), reason="needs root, tcpdump, ethtool and network namespaces")
