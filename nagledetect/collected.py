@@ -1,7 +1,7 @@
 """The results of a capture analysed a batch of connections at a time (`streamed`) or in parts
-(`parts`), gathered as they arrive: connection tables in memory, findings and delayed-ACK
-samples written to one spill file (`stored`), so that the main process holds only the
-connection tables and the columns that rank findings. Then the host step runs host bucket by
+(`parts`), gathered as they arrive: connection tables, findings and delayed-ACK samples
+written to one spill file (`stored`), so that the main process holds only the columns that
+rank findings (senders and receivers as fixed-width text). Then the host step runs host bucket by
 bucket (in worker processes too: a host's samples all fall in its bucket), and findings are
 read back in rank order by the reporters, mended on the way: capture-wide connection ids
 (numbered by first packet, as a whole run numbers them) and stall confidence scored again
@@ -187,8 +187,8 @@ def _part_tables(tables: SpilledTables, mend: _CaptureWideIds) -> PartTables:
 
 
 class CollectedParts:
-    """The parts' results as they arrive: connection tables in memory, findings and samples
-    spilled."""
+    """The parts' results as they arrive: connection tables, findings and samples spilled, the
+    findings' ranking columns in memory."""
 
     def __init__(self, buckets: int, workers: int, wanted: Wanted, spill: SpillFile) -> None:
         self.buckets = buckets
