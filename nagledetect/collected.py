@@ -349,23 +349,18 @@ class _HostStep:
         bucket order, so the outcome does not depend on them); `stall_seconds` gives the
         stalls a host caused, for its phase-lock test."""
         columns = HostColumns(self._collected.spill)
-        addresses: list[np.ndarray] = [np.zeros(0, dtype="S1")]
         timers: list[np.ndarray] = [np.zeros(0)]
-        samples: list[np.ndarray] = [np.zeros(0, dtype=np.int64)]
         buckets = self._collected.buckets
         work = partial(self.bucket_hosts, stall_seconds=stall_seconds)
         for done, found in enumerate(_forked_map(work, range(buckets), workers), start=1):
             stages(HOST_STAGE, done, buckets)
-            addresses.append(found.rows.columns["address"])
             timers.append(found.timers_ms)
-            samples.append(found.rows.columns["delack_samples"])
             self.phase_findings += found.phase_findings
             columns.add(found.rows)
-        by_address = np.concatenate(addresses)
-        order = name_order(by_address)
-        return columns.by_address(), _HostTimers(by_address[order],
-                                                 np.concatenate(timers)[order],
-                                                 np.concatenate(samples)[order])
+        hosts, order = columns.by_address()
+        # The timers share the profiles' addresses and sample counts, in the same order.
+        return hosts, _HostTimers(hosts.address_text, np.concatenate(timers)[order],
+                                  hosts.delack_samples)
 
     def with_samples(self, profiles: list[HostProfile]) -> list[HostProfile]:
         """Stored profiles with their per-sample arrays, fingerprinted again from their own

@@ -385,8 +385,8 @@ class HostColumns:
         self._lock_offsets.append(lock_offsets)
         self._lock_lengths.append(lock_lengths)
 
-    def by_address(self) -> StoredHosts:
-        """The profiles, in address order."""
+    def by_address(self) -> tuple[StoredHosts, np.ndarray]:
+        """The profiles, in address order; and that order of the rows as they were added."""
         column = {name: np.concatenate(pieces) for name, pieces in self._columns.items()}
         address = column["address"]
         order = name_order(address)
@@ -394,7 +394,7 @@ class HostColumns:
             self._spill, address[order], column["delack_timer_ms"][order],
             column["delack_spread_ms"][order], column["delack_samples"][order],
             column["stack_family"][order],
-            _joined(self._lock_offsets)[order], _joined(self._lock_lengths)[order])
+            _joined(self._lock_offsets)[order], _joined(self._lock_lengths)[order]), order
 
 
 def _host_column(name: str, values: list[Any]) -> np.ndarray:
@@ -481,6 +481,15 @@ class StoredHosts(Mapping):
     @property
     def spill(self) -> SpillFile:
         return self._spill
+
+    @property
+    def address_text(self) -> np.ndarray:
+        """The addresses in order, as fixed-width text (`ordering.as_text`)."""
+        return self._address
+
+    @property
+    def delack_samples(self) -> np.ndarray:
+        return self._numbers[2]
 
     def __len__(self) -> int:
         return len(self._address)

@@ -223,7 +223,7 @@ def test_stored_hosts_are_looked_up_by_their_whole_address() -> None:
                         ["linux", "unknown", "windows"], [None, None, None])
     columns = HostColumns(SpillFile())
     columns.add(host_rows(values))
-    hosts = columns.by_address()
+    hosts, _ = columns.by_address()
     assert list(hosts) == ["10.0.0.10", "10.0.0.9", "2001:db8::2"]
     assert all(isinstance(address, str) for address in hosts)
     assert hosts["10.0.0.9"].delack_timer_ms == 200.0
