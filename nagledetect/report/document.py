@@ -372,20 +372,22 @@ class FindingEntries(ChunkedSequence):
         self._findings = [analysis.findings for analysis in analyses]
         self._ids = ids
         times: list[np.ndarray] = [np.zeros(0)]
-        self._advice: list[tuple[str, ...]] = []
+        advice: list[list[tuple[str, ...]]] = []
         evidence_rows: list[np.ndarray] = [np.zeros(0, dtype=np.int64)]
         kind_of_each: list[str] = []
         for findings in self._findings:
             columns = ranking_columns(findings)
             times.append(columns.time_lost_s)
-            self._advice += columns.advice
+            advice.append(columns.advice)
             evidence_rows.append(columns.evidence_rows)
             kind_of_each += columns.kind
+        # One capture's advice column is its findings' own, not a copy (a million findings).
+        self._advice = advice[0] if len(advice) == 1 else [a for held in advice for a in held]
         self._bounds = np.cumsum([0] + [len(findings) for findings in self._findings])
         rounded = _rounded(np.concatenate(times), 6)
         kind_codes, self._kind_names = _codes_by_first_use(kind_of_each)
         del kind_of_each
-        captures = np.repeat(np.arange(len(self._findings)), np.diff(self._bounds))
+        captures = np.repeat(np.arange(len(self._findings), dtype=np.int32), np.diff(self._bounds))
         self._order = diagnosis_order(list(self._kind_names), kind_codes, rounded, captures)
         self._evidence_rows = np.concatenate(evidence_rows).astype(np.int64)[self._order]
         self._kind_codes = kind_codes.astype(np.int16)[self._order]
