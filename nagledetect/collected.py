@@ -35,7 +35,7 @@ from nagledetect.detectors.model import Finding, HostProfile
 from nagledetect.flows.connections import by_connection
 from nagledetect.flows.grouped import found_in_sorted
 from nagledetect.memory import give_back_free_memory
-from nagledetect.ordering import as_text, factorize_in_name_order, name_order
+from nagledetect.ordering import as_text, factorize_in_name_order, looked_up_as, name_order
 from nagledetect.part_sizes import (
     StageCallback,
 )
@@ -496,8 +496,8 @@ class _HostTimers:
     def of(self, hosts: list[str]) -> list[tuple[float | None, int]]:
         if not len(self.addresses):
             return [(None, 0)] * len(hosts)
-        wanted = np.asarray(hosts, dtype=self.addresses.dtype.kind)  # as addresses are held
-        position, found = found_in_sorted(self.addresses, wanted)
+        wanted, addresses = looked_up_as(hosts, self.addresses)
+        position, found = found_in_sorted(addresses, wanted)
         timer = np.where(found, self.timer_ms[position], np.nan)
         samples = np.where(found, self.samples[position], 0)
         return [(None if value != value else value, count)
@@ -513,8 +513,7 @@ def _stall_seconds_reader(spill: SpillFile, columns: _FindingColumns
     def stall_seconds(address: str) -> np.ndarray:
         if not index:
             index.update(_stalls_by_receiver(columns))
-        hosts = index["hosts"]
-        key = np.asarray(address, dtype=hosts.dtype.kind)  # text as the receivers are held
+        key, hosts = looked_up_as(address, index["hosts"])
         positions = index["positions"][np.searchsorted(hosts, key, "left"):
                                        np.searchsorted(hosts, key, "right")]
         stalls = RecordTable(spill, index["offsets"][positions], index["lengths"][positions])

@@ -36,3 +36,13 @@ def factorize_in_name_order(values: Sequence[str] | np.ndarray) -> tuple[np.ndar
     "None", as text has it."""
     distinct, codes = np.unique(as_text(values), return_inverse=True)
     return codes.astype(np.int64).reshape(-1), distinct.astype(str)
+
+
+def looked_up_as(values: str | Sequence[str], held: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """`values` as text of `held`'s kind, to be looked up in it (a sorted `as_text` array),
+    and `held` itself; both as UTF-32 where a value has a character that `held`'s bytes
+    cannot hold (then it is not there, and the lookup says so rather than failing)."""
+    try:
+        return np.asarray(values, dtype=held.dtype.kind), held
+    except UnicodeEncodeError:
+        return np.asarray(values, dtype=str), held.astype(str)

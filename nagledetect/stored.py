@@ -24,7 +24,7 @@ import numpy as np
 
 from nagledetect.collector import collector_paused
 from nagledetect.detectors.model import Finding, HostProfile, HostValues
-from nagledetect.ordering import as_text, name_order
+from nagledetect.ordering import as_text, looked_up_as, name_order
 
 RECORDS_PER_CHUNK = 2048
 COPY_BYTES = 8 * 1024 * 1024
@@ -469,9 +469,9 @@ class StoredHosts(Mapping):
         self._lock = (lock_offset, lock_length)
 
     def __getitem__(self, address: str) -> HostProfile:
-        key = np.asarray(address, dtype=self._address.dtype.kind)  # text as addresses are held
-        position = int(np.searchsorted(self._address, key))
-        if position == len(self._address) or self._address[position] != key:
+        key, held = looked_up_as(address, self._address)
+        position = int(np.searchsorted(held, key))
+        if position == len(held) or held[position] != key:
             raise KeyError(address)
         return self.profiles(position, position + 1)[0]
 

@@ -143,3 +143,26 @@ def test_a_hold_of_one_round_trip_is_counted_with_the_nagle_family() -> None:
     assert document["headline"]["text"] == (
         "20 Nagle holds of one round trip cost 1.208 s on 1 connection direction (1 capture, 1 "
         "connection).")
+
+
+def test_stall_summaries_give_back_endpoints_as_strings_across_chunks() -> None:
+    """The headline's stall summaries keep senders and receivers as fixed-width text. A chunk
+    with a missing endpoint (None) is held as objects; joined with chunks held as text, every
+    endpoint must still read back as the string it was (not bytes), and None as None. No real
+    capture gives a Nagle-family finding without a sender, so the entries are made here."""
+    from nagledetect.report.document import StallSummaries
+
+    def entry(sender: str | None, receiver: str) -> dict:
+        return {"kind": kinds.NAGLE_DELACK_STALL, "subkind": None, "capture": 0,
+                "connection": 1, "sender": sender, "receiver": receiver, "count": 1,
+                "time_lost_s": 0.1, "advice": ["nodelay"], "details": {}}
+
+    for chunks in ([[entry(None, "10.0.0.2:80")], [entry("10.0.0.1:5", "[2001:db8::2]:80")]],
+                   [[entry("10.0.0.10:5", "10.0.0.2:80")], [entry(None, "10.0.0.2:80")]]):
+        summaries = StallSummaries()
+        for chunk in chunks:
+            summaries.add(chunk)
+        summaries.done()
+        expected = [(found["sender"], found["receiver"]) for chunk in chunks for found in chunk]
+        assert [(found["sender"], found["receiver"])
+                for found in summaries.items(0, len(summaries))] == expected

@@ -213,8 +213,9 @@ def test_a_spill_whose_bytes_were_adopted_cannot_adopt_another() -> None:
 def test_stored_hosts_are_looked_up_by_their_whole_address() -> None:
     """Hosts are held as fixed-width text in address order; a lookup, the iteration and the
     profiles give back Python strings, and an address that only begins like a held one
-    (10.0.0.1 of 10.0.0.10) or is longer than every held one is not found. The profiles are
-    hand-made: their values are what the lookups must return."""
+    (10.0.0.1 of 10.0.0.10), is longer than every held one or has a character the held text
+    cannot hold is not found. The profiles are hand-made: their values are what the lookups
+    must return."""
     from nagledetect.detectors.model import HostValues
     from nagledetect.stored import HostColumns, host_rows
 
@@ -229,7 +230,7 @@ def test_stored_hosts_are_looked_up_by_their_whole_address() -> None:
     assert hosts["10.0.0.9"].delack_timer_ms == 200.0
     assert hosts["10.0.0.9"].stack_family == "windows"
     assert hosts["2001:db8::2"].delack_timer_ms is None
-    for missing in ("10.0.0.1", "10.0.0.100", "2001:db8::2:1234:5678"):
+    for missing in ("10.0.0.1", "10.0.0.100", "2001:db8::2:1234:5678", "h\u00f4te"):
         with pytest.raises(KeyError):
             hosts[missing]
     assert [profile.address for profile in hosts.values()] == list(hosts)

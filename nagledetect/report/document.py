@@ -507,7 +507,8 @@ class StallSummaries(ChunkedSequence):
 
     def done(self) -> StallSummaries:
         """Every finding added: the columns joined."""
-        self._columns = {name: np.concatenate(pieces) if pieces else np.zeros(0, np.int32)
+        self._columns = {name: _joined_endpoints(pieces) if name in STALL_SUMMARY_ENDPOINTS
+                         else np.concatenate(pieces) if pieces else np.zeros(0, np.int32)
                          for name, pieces in self._pieces.items()}
         self._values = {name: list(codes) for name, codes in self._codes.items()}
         self._pieces, self._codes = {}, {}
@@ -539,10 +540,25 @@ class StallSummaries(ChunkedSequence):
 def _endpoint_text(endpoints: list[str | None]) -> np.ndarray:
     """Endpoints as fixed-width text, or as objects where one is missing (None)."""
     if None in endpoints:
-        held = np.empty(len(endpoints), dtype=object)
-        held[:] = endpoints
-        return held
+        return _endpoint_objects(endpoints)
     return as_text(endpoints) if endpoints else np.zeros(0, dtype="S1")
+
+
+def _endpoint_objects(endpoints: list[str | None]) -> np.ndarray:
+    held = np.empty(len(endpoints), dtype=object)
+    held[:] = endpoints
+    return held
+
+
+def _joined_endpoints(pieces: list[np.ndarray]) -> np.ndarray:
+    """Chunks' endpoints in one column: text, or objects throughout where a chunk has a missing
+    one (text joined to objects would stay bytes)."""
+    if not pieces:
+        return np.zeros(0, dtype="S1")
+    if all(piece.dtype.kind in "SU" for piece in pieces):
+        return np.concatenate(pieces)
+    return np.concatenate([_endpoint_objects(_endpoint_values(piece))
+                           if piece.dtype.kind in "SU" else piece for piece in pieces])
 
 
 def _endpoint_values(held: np.ndarray) -> list[str | None]:
