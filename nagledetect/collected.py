@@ -35,7 +35,13 @@ from nagledetect.detectors.model import Finding, HostProfile
 from nagledetect.flows.connections import by_connection
 from nagledetect.flows.grouped import found_in_sorted
 from nagledetect.memory import give_back_free_memory
-from nagledetect.ordering import as_text, factorize_in_name_order, looked_up_as, name_order
+from nagledetect.ordering import (
+    as_text,
+    codes_by_first_use,
+    factorize_in_name_order,
+    looked_up_as,
+    name_order,
+)
 from nagledetect.part_sizes import (
     StageCallback,
 )
@@ -59,7 +65,7 @@ from nagledetect.stored import (
     host_rows,
     pickle_findings,
 )
-from nagledetect.table import Table, as_frame, as_table, concatenated
+from nagledetect.table import Table, as_frame, as_table, concatenated, object_column
 from nagledetect.workers import worker_pool
 
 if TYPE_CHECKING:
@@ -137,10 +143,8 @@ def host_buckets(hosts: np.ndarray, buckets: int) -> np.ndarray:
     """The bucket of each host address: its CRC-32 modulo `buckets` (the same in every part).
     Addresses are numbered in a dict, each hashed once: sorting them (`np.unique`) took three
     times as long."""
-    numbers: dict[Any, int] = {}
-    codes = np.fromiter((numbers.setdefault(host, len(numbers)) for host in hosts.tolist()),
-                        dtype=np.int64, count=len(hosts))
-    bucket_of = [zlib.crc32(str(address).encode()) % buckets for address in numbers]
+    codes, addresses = codes_by_first_use(hosts)
+    bucket_of = [zlib.crc32(str(address).encode()) % buckets for address in addresses]
     return np.array(bucket_of, dtype=np.int64)[codes] if len(codes) else np.zeros(0, np.int64)
 
 
@@ -540,7 +544,7 @@ def _ranked(spill: SpillFile, columns: _FindingColumns, timers: _HostTimers) -> 
     time_lost_s = columns.column("time_lost_s").astype(np.float64)
     connection = columns.column("connection")
     order = np.lexsort((np.arange(len(connection)), columns.column("sender"),
-                        _codes_in_name_order(columns.kind), connection, -time_lost_s))
+                        factorize_in_name_order(columns.kind)[0], connection, -time_lost_s))
     return StoredFindings(spill, columns.column("offsets")[order],
                           columns.column("lengths")[order], time_lost_s[order],
                           _in_order(columns.advice, order), columns.column("evidence_rows")[order],
@@ -548,18 +552,10 @@ def _ranked(spill: SpillFile, columns: _FindingColumns, timers: _HostTimers) -> 
                           fix=_CaptureWideFinding(connection[order], timers))
 
 
-def _codes_in_name_order(words: list[str]) -> np.ndarray:
-    """Each word's code, the distinct words numbered in name order: a dict of the few kinds,
-    where sorting a million of them as text took 70 MB."""
-    code_of = {word: code for code, word in enumerate(sorted(set(words)))}
-    return np.fromiter((code_of[word] for word in words), dtype=np.int64, count=len(words))
-
-
 def _in_order(values: list[Any], order: np.ndarray) -> list[Any]:
     """`values` taken in `order` by numpy: a Python int for each of a million positions took
     40 MB more."""
-    held = np.fromiter(values, dtype=object, count=len(values))  # tuples stay whole
-    return held[order].tolist()
+    return object_column(values)[order].tolist()
 
 
 @dataclass

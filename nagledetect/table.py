@@ -158,6 +158,12 @@ class Table:
         return all(_same_column(self[name], other[name]) for name in self._columns)
 
 
+def object_column(values: Sequence[Any]) -> np.ndarray:
+    """Values as a column of objects, each held as it is (numpy would make a list of equal
+    tuples a two-dimensional array)."""
+    return np.fromiter(values, dtype=object, count=len(values))
+
+
 def _column(values: Any) -> np.ndarray:
     """Values as a column: text as Python strings (objects), as pandas holds it, also where
     there are none."""

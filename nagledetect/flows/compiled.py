@@ -19,9 +19,10 @@ from nagledetect.flows.tables import (
     FoundEvents,
     connection_endpoints,
 )
+from nagledetect.ordering import codes_by_first_use
 from nagledetect.read import skips
 from nagledetect.read.accounting import Accounting, ProgressCallback
-from nagledetect.table import Table
+from nagledetect.table import Table, object_column
 
 HANDSHAKE_COLUMNS = (
     "syn_frame", "syn_ack_frame", "mss_client", "window_scale_client", "sack_permitted_client",
@@ -192,10 +193,8 @@ def shared_words(words: np.ndarray | list[str]) -> np.ndarray:
     """Words of a small vocabulary as a column of objects, one string object per distinct
     word: a string made per row took 60 bytes a connection a column, kept to the end for the
     hundreds of thousands of connections of a large capture."""
-    distinct, codes = np.unique(np.asarray(words, dtype=str), return_inverse=True)
-    vocabulary = np.empty(len(distinct), dtype=object)
-    vocabulary[:] = distinct.tolist()
-    return vocabulary[codes.reshape(-1)]
+    codes, distinct = codes_by_first_use(words)
+    return object_column(distinct)[codes]
 
 
 def empty_flow_tables() -> FlowTables:

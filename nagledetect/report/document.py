@@ -24,7 +24,7 @@ from nagledetect.detectors import kinds
 from nagledetect.detectors.model import Finding, HostValues, StallEvents
 from nagledetect.events.endpoints import endpoint
 from nagledetect.memory import give_back_free_memory
-from nagledetect.ordering import as_text
+from nagledetect.ordering import as_text, codes_by_first_use
 from nagledetect.read.decode import LINKTYPE_NAMES
 from nagledetect.read.inputs import NotAnalysed
 from nagledetect.report.display_filter import display_filter
@@ -47,7 +47,7 @@ from nagledetect.stored import (
     ranking_columns,
     take,
 )
-from nagledetect.table import Table
+from nagledetect.table import Table, object_column
 
 SCHEMA = "nagledetect/1"
 ENTRIES_PER_CHUNK = 2048
@@ -385,7 +385,8 @@ class FindingEntries(ChunkedSequence):
         self._advice = advice[0] if len(advice) == 1 else [a for held in advice for a in held]
         self._bounds = np.cumsum([0] + [len(findings) for findings in self._findings])
         rounded = _rounded(np.concatenate(times), 6)
-        kind_codes, self._kind_names = _codes_by_first_use(kind_of_each)
+        kind_codes, kind_names = codes_by_first_use(kind_of_each)
+        self._kind_names = object_column(kind_names)
         del kind_of_each
         captures = np.repeat(np.arange(len(self._findings), dtype=np.int32), np.diff(self._bounds))
         self._order = diagnosis_order(list(self._kind_names), kind_codes, rounded, captures)
@@ -432,10 +433,8 @@ class FindingEntries(ChunkedSequence):
 
     def advice_keys(self) -> list[str]:
         """Every advice key the findings name, in order of first mention."""
-        code_of: dict[tuple[str, ...], int] = {}
-        codes = np.fromiter((code_of.setdefault(advice, len(code_of)) for advice in self._advice),
-                            dtype=np.int64, count=len(self._advice))[self._order]
-        distinct = list(code_of)
+        codes, distinct = codes_by_first_use(self._advice)
+        codes = codes[self._order]
         first = np.unique(codes, return_index=True)[1]  # a Python int a finding took 40 MB
         keys: dict[str, None] = {}
         for code in codes[np.sort(first)].tolist():
@@ -540,14 +539,8 @@ class StallSummaries(ChunkedSequence):
 def _endpoint_text(endpoints: list[str | None]) -> np.ndarray:
     """Endpoints as fixed-width text, or as objects where one is missing (None)."""
     if None in endpoints:
-        return _endpoint_objects(endpoints)
+        return object_column(endpoints)
     return as_text(endpoints) if endpoints else np.zeros(0, dtype="S1")
-
-
-def _endpoint_objects(endpoints: list[str | None]) -> np.ndarray:
-    held = np.empty(len(endpoints), dtype=object)
-    held[:] = endpoints
-    return held
 
 
 def _joined_endpoints(pieces: list[np.ndarray]) -> np.ndarray:
@@ -557,7 +550,7 @@ def _joined_endpoints(pieces: list[np.ndarray]) -> np.ndarray:
         return np.zeros(0, dtype="S1")
     if all(piece.dtype.kind in "SU" for piece in pieces):
         return np.concatenate(pieces)
-    return np.concatenate([_endpoint_objects(_endpoint_values(piece))
+    return np.concatenate([object_column(_endpoint_values(piece))
                            if piece.dtype.kind in "SU" else piece for piece in pieces])
 
 
@@ -685,17 +678,6 @@ def _rounded(values: np.ndarray, decimals: int) -> np.ndarray:
         chunk = values[start:start + ROUNDED_AT_ONCE].tolist()
         rounded[start:start + len(chunk)] = [round(value, decimals) for value in chunk]
     return rounded
-
-
-def _codes_by_first_use(values: list[str]) -> tuple[np.ndarray, np.ndarray]:
-    """Each value's code, the distinct values numbered in the order they first occur, and
-    those values."""
-    code_of: dict[str, int] = {}
-    codes = np.fromiter((code_of.setdefault(value, len(code_of)) for value in values),
-                        dtype=np.int64, count=len(values))
-    names = np.empty(len(code_of), dtype=object)
-    names[:] = list(code_of)
-    return codes, names
 
 
 class ParityEntries(_CapturesEndToEnd):
