@@ -181,22 +181,31 @@ _CONNECTION_COLUMNS = (
 
 def _json_values(values: np.ndarray) -> list[Any]:
     """A column as JSON-ready Python values: floats rounded to 6 places, NaN as None (as
-    `_number` converts one value).
+    `_number` converts one value)."""
+    if values.dtype.kind != "f":
+        return values.tolist()
+    rounded = _rounded(values)
+    converted = rounded.tolist()
+    for position in np.flatnonzero(np.isnan(rounded)).tolist():
+        converted[position] = None
+    return converted
+
+
+def _rounded(values: np.ndarray) -> np.ndarray:
+    """Each value as Python's `round(value, 6)` gives it (numpy's rounding can differ in the
+    last digit).
 
     Most values (times in microseconds) already have at most 6 decimals, and Python's `round`
     gives them back unchanged: a value v below 2**32 that numpy's rounding leaves as it is, is
     the double nearest m / 10**6 for a whole m, within half a millionth of it, so the decimal
     `round` rounds it to is m / 10**6 and the double it returns is v again. Only the other
     values go through `round`, one by one."""
-    if values.dtype.kind != "f":
-        return values.tolist()
+    rounded = values.astype(np.float64)
     with np.errstate(over="ignore", invalid="ignore"):
-        unchanged = (np.round(values, 6) == values) & (np.abs(values) < 2.0 ** 32)
-    converted = values.tolist()
-    for position in np.flatnonzero(~unchanged).tolist():
-        value = converted[position]
-        converted[position] = None if value != value else round(value, 6)
-    return converted
+        unchanged = (np.round(rounded, 6) == rounded) & (np.abs(rounded) < 2.0 ** 32)
+    changed = np.flatnonzero(~unchanged)
+    rounded[changed] = [round(value, 6) for value in rounded[changed].tolist()]
+    return rounded
 
 
 class CaptureEntries(ChunkedSequence):
@@ -384,7 +393,7 @@ class FindingEntries(ChunkedSequence):
         # One capture's advice column is its findings' own, not a copy (a million findings).
         self._advice = advice[0] if len(advice) == 1 else [a for held in advice for a in held]
         self._bounds = np.cumsum([0] + [len(findings) for findings in self._findings])
-        rounded = _rounded(np.concatenate(times), 6)
+        rounded = _rounded(np.concatenate(times))
         kind_codes, kind_names = codes_by_first_use(kind_of_each)
         self._kind_names = object_column(kind_names)
         del kind_of_each
@@ -663,21 +672,6 @@ def _advice_entries(findings: FindingEntries) -> dict[str, Any]:
     return {key: {"side": ADVICE[key].side, "title": ADVICE[key].title, "why": ADVICE[key].why,
                   "tradeoffs": ADVICE[key].tradeoffs, "calls": ADVICE[key].calls}
             for key in used}
-
-
-ROUNDED_AT_ONCE = 1 << 16
-"""Values rounded at a time by `_rounded`: a Python float each for a million findings at once
-took 40 MB."""
-
-
-def _rounded(values: np.ndarray, decimals: int) -> np.ndarray:
-    """Each value as Python's `round` gives it (numpy's rounding can differ in the last digit),
-    a chunk at a time."""
-    rounded = np.empty(len(values), dtype=np.float64)
-    for start in range(0, len(values), ROUNDED_AT_ONCE):
-        chunk = values[start:start + ROUNDED_AT_ONCE].tolist()
-        rounded[start:start + len(chunk)] = [round(value, decimals) for value in chunk]
-    return rounded
 
 
 class ParityEntries(_CapturesEndToEnd):
