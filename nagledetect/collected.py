@@ -58,14 +58,16 @@ from nagledetect.stored import (
     HostColumns,
     HostRows,
     PickledFindings,
+    RankingColumns,
     RecordTable,
     SpillFile,
     StoredFindings,
     StoredHosts,
     host_rows,
+    joined_ranking,
     pickle_findings,
 )
-from nagledetect.table import Table, as_frame, as_table, concatenated, object_column
+from nagledetect.table import Table, as_frame, as_table, concatenated
 from nagledetect.workers import worker_pool
 
 if TYPE_CHECKING:
@@ -154,28 +156,27 @@ class _FindingColumns:
 
     offsets: list[np.ndarray] = dataclasses.field(default_factory=list)
     lengths: list[np.ndarray] = dataclasses.field(default_factory=list)
-    kind: list[str] = dataclasses.field(default_factory=list)
     connection: list[np.ndarray] = dataclasses.field(default_factory=list)
-    time_lost_s: list[np.ndarray] = dataclasses.field(default_factory=list)
     sender: list[np.ndarray] = dataclasses.field(default_factory=list)
     receiver_host: list[np.ndarray] = dataclasses.field(default_factory=list)
-    advice: list[tuple[str, ...]] = dataclasses.field(default_factory=list)
-    evidence_rows: list[np.ndarray] = dataclasses.field(default_factory=list)
+    rankings: list[RankingColumns] = dataclasses.field(default_factory=list)
 
     def extend(self, offsets: np.ndarray, found: PickledFindings, connection: np.ndarray) -> None:
         self.offsets.append(offsets)
         self.lengths.append(found.lengths)
-        self.kind += found.kind
         self.connection.append(connection)
-        self.time_lost_s.append(found.time_lost_s)
         self.sender.append(found.sender)
         self.receiver_host.append(found.receiver_host)
-        self.advice += found.advice
-        self.evidence_rows.append(found.evidence_rows)
+        self.rankings.append(found.ranking)
 
     def column(self, name: str) -> np.ndarray:
         pieces = getattr(self, name)
         return np.concatenate(pieces) if pieces else np.zeros(0, dtype=np.int64)
+
+    def ranking(self) -> RankingColumns:
+        """The ranking columns of every finding, joined once (and kept so)."""
+        self.rankings[:] = [joined_ranking(self.rankings)]
+        return self.rankings[0]
 
 
 def _spilled_tables(spill: SpillFile) -> SpilledTables:
@@ -259,15 +260,17 @@ class CollectedParts:
                                                      len(block)))
 
     def analysis(self, path: str, accounting: Accounting, stages: StageCallback) -> Analysis:
-        connections, global_id, part_offset = self._numbered_connections()
+        numbering = self._connection_numbering()
+        global_id, part_offset = numbering.global_id, numbering.part_offset
         columns = _FindingColumns()
         for index in sorted(self.findings):
             offsets, found = self.findings.pop(index)
             columns.extend(offsets, found, global_id[part_offset[index] + found.connection])
+        columns.ranking()  # joined before the host step's workers fork, not in each
         parity = [self._parity_numbered(index, global_id, part_offset)
                   for index in sorted(self.parity)]
         give_back_free_memory()
-        host_step = _HostStep(self, global_id, part_offset, connections)
+        host_step = _HostStep(self, numbering)
         hosts, timers = host_step.run(self.workers, stages,
                                       _stall_seconds_reader(self.spill, columns))
         give_back_free_memory()
@@ -284,33 +287,61 @@ class CollectedParts:
                   _part_tables(self.tables, _CaptureWideIds(global_id, part_offset,
                                                             self.message_counts)))
         ranked = _ranked(self.spill, columns, timers)
-        del columns
+        del columns, host_step
         give_back_free_memory()
+        connections = self._numbered_connections(numbering)
         return Analysis(without_packets(path, accounting, connections), Table(),
                         Table(), no_samples(), hosts, ranked, parity_table, tables_kept=False,
                         charts=charts, part_tables=tables)
 
-    def _numbered_connections(self) -> tuple[Table, np.ndarray, np.ndarray]:
-        """Every part's connections in one table, numbered by first packet as a one-part run
-        numbers them; with the capture-wide id of each part-local one (`global_id`, from
-        `part_offset[part]` on)."""
-        order = sorted(self.connections)
-        tables = [pickle.loads(self.spill.read(*self.connections.pop(index))) for index in order]
-        names, coded = tables[0].columns, tables[0].coded
-        pieces = {name: [table[name] for table in tables] for name in names}
-        part_offset = np.zeros(max(order) + 1, dtype=np.int64)
-        part_offset[order] = np.cumsum([0] + [len(table) for table in tables])[:-1]
-        del tables
-        first_frames = np.concatenate(pieces["first_frame"])
-        by_first_packet = np.argsort(first_frames, kind="stable")
-        global_id = np.empty(len(first_frames), dtype=np.int64)
-        global_id[by_first_packet] = np.arange(len(first_frames))
-        # A part's ids are its rows, so joined row j is capture-wide connection global_id[j];
-        # each column is joined and put in id order alone, its parts' pieces let go at once
-        # (joined whole, then sorted, the table was held three times over).
-        columns = {name: np.concatenate(pieces.pop(name))[by_first_packet] for name in names}
-        columns["id"] = np.arange(len(first_frames), dtype=columns["id"].dtype)
-        return Table(columns, coded), global_id, part_offset
+    def _batch_connections(self) -> Iterator[Table]:
+        """Each batch's connection table, read back from the spill in batch order."""
+        for index in sorted(self.connections):
+            yield pickle.loads(self.spill.read(*self.connections[index]))
+
+    def _connection_numbering(self) -> _ConnectionNumbering:
+        """Capture-wide connection ids, numbered by first packet as a one-part run numbers them,
+        and each connection's two addresses as text: all the host step needs of the
+        connection tables, which are read again whole only after it (held through it, the
+        100 M replica's took 130 MB beside the host step's workers)."""
+        first_frames: list[np.ndarray] = []
+        servers: list[np.ndarray] = []
+        clients: list[np.ndarray] = []
+        rows: dict[int, int] = {}
+        for index, table in zip(sorted(self.connections), self._batch_connections()):
+            rows[index] = len(table)
+            first_frames.append(table["first_frame"])
+            servers.append(np.asarray(table["server_address"], dtype=object))
+            clients.append(np.asarray(table["client_address"], dtype=object))
+        part_offset = np.zeros(max(rows) + 1, dtype=np.int64)
+        part_offset[list(rows)] = np.cumsum([0] + list(rows.values()))[:-1]
+        by_first_packet = np.argsort(np.concatenate(first_frames), kind="stable")
+        global_id = np.empty(len(by_first_packet), dtype=np.int64)
+        global_id[by_first_packet] = np.arange(len(by_first_packet))
+        # A part's ids are its rows, so joined row j is capture-wide connection global_id[j].
+        return _ConnectionNumbering(global_id, part_offset, by_first_packet,
+                                    as_text(np.concatenate(servers)[by_first_packet]),
+                                    as_text(np.concatenate(clients)[by_first_packet]))
+
+    def _numbered_connections(self, numbering: _ConnectionNumbering) -> Table:
+        """Every batch's connections in one table, in capture-wide id order, the addresses as
+        the numbering's text (`Table`: read as values, they are strings; as string objects,
+        the 100 M replica's took 50 MB more). Each column is joined and put in that order
+        alone, its batches' pieces let go at once (joined whole, then sorted, the table was
+        held three times over)."""
+        text = {"server_address": numbering.server_text, "client_address": numbering.client_text}
+        pieces: dict[str, list[np.ndarray]] = {}
+        for table in self._batch_connections():
+            names, coded = table.columns, table.coded
+            for name in names:
+                if name not in text:  # the batch's address strings let go with it
+                    pieces.setdefault(name, []).append(table[name])
+        self.connections.clear()
+        by_first_packet = numbering.by_first_packet
+        columns = {name: text[name] if name in text else
+                   np.concatenate(pieces.pop(name))[by_first_packet] for name in names}
+        columns["id"] = np.arange(len(by_first_packet), dtype=columns["id"].dtype)
+        return Table(columns, coded)
 
     def _parity_numbered(self, index: int, global_id: np.ndarray, part_offset: np.ndarray
                          ) -> Table:
@@ -338,13 +369,12 @@ class _HostStep:
     with each bucket's samples in the order of a one-part run: by the frame of their data
     segment (a host's sums then add the same values in the same order, to the last bit)."""
 
-    def __init__(self, collected: CollectedParts, global_id: np.ndarray, part_offset: np.ndarray,
-                 connections: Table) -> None:
+    def __init__(self, collected: CollectedParts, numbering: _ConnectionNumbering) -> None:
         self._collected = collected
-        self._global_id = global_id
-        self._part_offset = part_offset
-        self._server = as_text(np.asarray(connections["server_address"], dtype=object))
-        self._client = as_text(np.asarray(connections["client_address"], dtype=object))
+        self._global_id = numbering.global_id
+        self._part_offset = numbering.part_offset
+        self._server = numbering.server_text
+        self._client = numbering.client_text
         self.phase_findings: list[Finding] = []
 
     def run(self, workers: int, stages: StageCallback,
@@ -455,6 +485,20 @@ class _CaptureWideIds:
 
 
 @dataclass
+class _ConnectionNumbering:
+    """Capture-wide connection ids: batch-local connection i of batch p is capture-wide
+    `global_id[part_offset[p] + i]`; the batches' rows laid end to end, taken in
+    `by_first_packet` order, are in capture-wide id order; each connection's addresses as
+    text, by capture-wide id."""
+
+    global_id: np.ndarray
+    part_offset: np.ndarray
+    by_first_packet: np.ndarray
+    server_text: np.ndarray
+    client_text: np.ndarray
+
+
+@dataclass
 class _BucketHosts:
     rows: HostRows
     timers_ms: np.ndarray
@@ -527,8 +571,9 @@ def _stall_seconds_reader(spill: SpillFile, columns: _FindingColumns
 
 
 def _stalls_by_receiver(columns: _FindingColumns) -> dict[str, np.ndarray]:
-    stalls = np.array([position for position, kind in enumerate(columns.kind)
-                       if kind == nagle_stall.KIND], dtype=np.int64)
+    ranking = columns.ranking()
+    stall_code = ranking.kinds.index(nagle_stall.KIND) if nagle_stall.KIND in ranking.kinds else -1
+    stalls = np.flatnonzero(ranking.kind_codes == stall_code)
     receivers = columns.column("receiver_host")[stalls] if len(stalls) else np.zeros(0, "S1")
     named = np.char.str_len(receivers) > 0
     positions, hosts = stalls[named], receivers[named]
@@ -541,21 +586,14 @@ def _ranked(spill: SpillFile, columns: _FindingColumns, timers: _HostTimers) -> 
     """The findings in rank order (`pipeline.rank_key`; ties kept in part order), each read back
     with its capture-wide connection id and, for stalls, its confidence against the
     capture-wide timer of its receiver."""
-    time_lost_s = columns.column("time_lost_s").astype(np.float64)
+    ranking = columns.ranking()
     connection = columns.column("connection")
+    kind_in_name_order = factorize_in_name_order(ranking.kinds)[0][ranking.kind_codes]
     order = np.lexsort((np.arange(len(connection)), columns.column("sender"),
-                        factorize_in_name_order(columns.kind)[0], connection, -time_lost_s))
+                        kind_in_name_order, connection, -ranking.time_lost_s))
     return StoredFindings(spill, columns.column("offsets")[order],
-                          columns.column("lengths")[order], time_lost_s[order],
-                          _in_order(columns.advice, order), columns.column("evidence_rows")[order],
-                          _in_order(columns.kind, order),
+                          columns.column("lengths")[order], ranking.take(order),
                           fix=_CaptureWideFinding(connection[order], timers))
-
-
-def _in_order(values: list[Any], order: np.ndarray) -> list[Any]:
-    """`values` taken in `order` by numpy: a Python int for each of a million positions took
-    40 MB more."""
-    return object_column(values)[order].tolist()
 
 
 @dataclass

@@ -24,7 +24,8 @@ import numpy as np
 
 from nagledetect.collector import collector_paused
 from nagledetect.detectors.model import Finding, HostProfile, HostValues
-from nagledetect.ordering import as_text, looked_up_as, name_order
+from nagledetect.ordering import as_text, codes_by_first_use, looked_up_as, name_order
+from nagledetect.table import object_column
 
 RECORDS_PER_CHUNK = 2048
 COPY_BYTES = 8 * 1024 * 1024
@@ -291,37 +292,27 @@ class PickledFindings:
 
     records: bytes
     lengths: np.ndarray
-    kind: list[str]
     connection: np.ndarray
-    time_lost_s: np.ndarray
     sender: np.ndarray
     """Each finding's sender as text (`ordering.as_text`), "None" for none."""
     receiver_host: np.ndarray
     """Each finding's receiving host as text, empty for none."""
-    advice: list[tuple[str, ...]]
-    evidence_rows: np.ndarray
+    ranking: RankingColumns
 
 
 def pickle_findings(findings: list[Finding]) -> PickledFindings:
     """The findings pickled, with their ranking columns. The main process keeps these columns
     for every finding of a capture until it ranks them (1.2 M findings on the 100 M replica):
-    equal advice is held as one object (a few distinct tuples), senders and receivers as
-    fixed-width text (a string object for each of a connection's two endpoints and hosts took
-    some 250 bytes a connection)."""
+    kinds and advice as codes (`RankingColumns`), senders and receivers as fixed-width text (a
+    string object for each of a connection's two endpoints and hosts took some 250 bytes a
+    connection)."""
     records, lengths = pickled(findings)
-    shared: dict[Any, Any] = {}
-
-    def one(value: Any) -> Any:
-        return shared.setdefault(value, value)
-
     return PickledFindings(
-        b"".join(records), lengths, [f.kind for f in findings],
+        b"".join(records), lengths,
         np.array([f.connection for f in findings], dtype=np.int64),
-        np.array([f.time_lost_s for f in findings], dtype=np.float64),
         as_text([str(f.sender) for f in findings]),
         as_text([f.receiver_host or "" for f in findings]),
-        [one(tuple(f.advice)) for f in findings],
-        np.array([len(f.events) for f in findings], dtype=np.int64))
+        RankingColumns.of(findings))
 
 
 def stored_findings(findings: Sequence[Finding], spill: SpillFile) -> StoredFindings:
@@ -334,8 +325,7 @@ def stored_findings(findings: Sequence[Finding], spill: SpillFile) -> StoredFind
         return _no_findings(spill)
     found = pickle_findings(list(findings))
     return StoredFindings(spill, spill.append_joined(found.records, found.lengths),
-                          found.lengths, found.time_lost_s, found.advice, found.evidence_rows,
-                          found.kind)
+                          found.lengths, found.ranking)
 
 
 def _no_findings(spill: SpillFile) -> StoredFindings:
@@ -343,24 +333,19 @@ def _no_findings(spill: SpillFile) -> StoredFindings:
     and five empty arrays each took a small capture's parent more memory than its result."""
     if spill.no_findings is None:
         empty = np.zeros(0, dtype=np.int64)
-        spill.no_findings = StoredFindings(spill, empty, empty, np.zeros(0), [], empty, [])
+        spill.no_findings = StoredFindings(spill, empty, empty, RankingColumns.of([]))
     return spill.no_findings
 
 
 class StoredFindings(RecordTable):
-    """A capture's findings in rank order, read from disk; `time_lost_s`, `advice`,
-    `evidence_rows` and `kind` are the columns a document needs to order and chunk findings
-    across captures, and its reports to pick the few they show, without reading them."""
+    """A capture's findings in rank order, read from disk; `ranking` holds the columns a
+    document needs to order and chunk findings across captures, and its reports to pick the
+    few they show, without reading them."""
 
     def __init__(self, spill: SpillFile, offsets: np.ndarray, lengths: np.ndarray,
-                 time_lost_s: np.ndarray, advice: list[tuple[str, ...]],
-                 evidence_rows: np.ndarray, kind: list[str],
-                 fix: RecordFix | None = None) -> None:
+                 ranking: RankingColumns, fix: RecordFix | None = None) -> None:
         super().__init__(spill, offsets, lengths, fix)
-        self.time_lost_s = time_lost_s
-        self.advice = advice
-        self.evidence_rows = evidence_rows
-        self.kind = kind
+        self.ranking = ranking
 
 
 class HostColumns:
@@ -390,11 +375,14 @@ class HostColumns:
         column = {name: np.concatenate(pieces) for name, pieces in self._columns.items()}
         address = column["address"]
         order = name_order(address)
+        lock_offsets = _joined(self._lock_offsets)[order]
+        locked = np.flatnonzero(lock_offsets >= 0)
+        family_codes, families = codes_by_first_use(column["stack_family"][order])
         return StoredHosts(
             self._spill, address[order], column["delack_timer_ms"][order],
             column["delack_spread_ms"][order], column["delack_samples"][order],
-            column["stack_family"][order],
-            _joined(self._lock_offsets)[order], _joined(self._lock_lengths)[order]), order
+            (family_codes.astype(np.int16), object_column(families)),
+            (locked, lock_offsets[locked], _joined(self._lock_lengths)[order][locked])), order
 
 
 def _host_column(name: str, values: list[Any]) -> np.ndarray:
@@ -460,13 +448,16 @@ class StoredHosts(Mapping):
 
     def __init__(self, spill: SpillFile, address: np.ndarray, delack_timer_ms: np.ndarray,
                  delack_spread_ms: np.ndarray, delack_samples: np.ndarray,
-                 stack_family: np.ndarray, lock_offset: np.ndarray,
-                 lock_length: np.ndarray) -> None:
+                 stack_family: tuple[np.ndarray, np.ndarray],
+                 locks: tuple[np.ndarray, np.ndarray, np.ndarray]) -> None:
+        """`stack_family`: each host's code, and the families; `locks`: the positions of the
+        hosts with a phase-lock test (few are tested), and where each test lies in the spill.
+        Per host, an object and two offsets more took 24 bytes, 40 MB of two million hosts."""
         self._spill = spill
         self._address = address
         self._numbers = (delack_timer_ms, delack_spread_ms, delack_samples)
         self._stack_family = stack_family
-        self._lock = (lock_offset, lock_length)
+        self._locks = locks
 
     def __getitem__(self, address: str) -> HostProfile:
         key, held = looked_up_as(address, self._address)
@@ -507,14 +498,24 @@ class StoredHosts(Mapping):
 
     def host_values(self, start: int, stop: int) -> HostValues:
         """Hosts [start, stop) as columns, without making their profiles."""
+        stop = min(stop, len(self._address))
         timer, spread, samples = (column[start:stop].tolist() for column in self._numbers)
-        offsets, lengths = (column[start:stop].tolist() for column in self._lock)
-        with collector_paused():
-            locks = [pickle.loads(self._spill.read(offset, length)) if offset >= 0 else None
-                     for offset, length in zip(offsets, lengths)]
+        codes, families = self._stack_family
         return HostValues(_names(self._address[start:stop]), [_optional(t) for t in timer],
                           [_optional(d) for d in spread], samples,
-                          self._stack_family[start:stop].tolist(), locks)
+                          families[codes[start:stop]].tolist(), self._phase_locks(start, stop))
+
+    def _phase_locks(self, start: int, stop: int) -> list[dict[str, Any] | None]:
+        """The phase-lock tests of hosts [start, stop), None where a host has none."""
+        locked, offsets, lengths = self._locks
+        begin, end = np.searchsorted(locked, [start, stop]).tolist()
+        locks: list[dict[str, Any] | None] = [None] * (stop - start)
+        with collector_paused():
+            for position, offset, length in zip(locked[begin:end].tolist(),
+                                                offsets[begin:end].tolist(),
+                                                lengths[begin:end].tolist()):
+                locks[position - start] = pickle.loads(self._spill.read(offset, length))
+        return locks
 
     def __reduce__(self) -> tuple:
         if self._spill.sent_by_reference:
@@ -562,23 +563,73 @@ class _Profiles(ChunkedSequence):
 
 @dataclass
 class RankingColumns:
-    """What a document needs to order and chunk a capture's findings without reading them."""
+    """What a document needs to order and chunk findings without reading them: each finding's
+    time lost and evidence rows, its kind and advice as codes of the distinct values (a million
+    findings name a few of each; a reference a finding to each took 16 MB)."""
 
     time_lost_s: np.ndarray
-    advice: list[tuple[str, ...]]
     evidence_rows: np.ndarray
-    kind: list[str]
+    kind_codes: np.ndarray
+    kinds: list[str]
+    advice_codes: np.ndarray
+    advice: list[tuple[str, ...]]
+
+    @classmethod
+    def of(cls, findings: Sequence[Finding]) -> RankingColumns:
+        kind_codes, kinds = codes_by_first_use([finding.kind for finding in findings])
+        advice_codes, advice = codes_by_first_use([tuple(finding.advice)
+                                                   for finding in findings])
+        return cls(np.array([finding.time_lost_s for finding in findings], dtype=np.float64),
+                   np.array([len(finding.events) for finding in findings], dtype=np.int64),
+                   kind_codes.astype(np.int16), kinds, advice_codes.astype(np.int32), advice)
+
+    def __len__(self) -> int:
+        return len(self.time_lost_s)
+
+    def take(self, order: np.ndarray) -> RankingColumns:
+        """The findings at these positions, in that order."""
+        return RankingColumns(self.time_lost_s[order], self.evidence_rows[order],
+                              self.kind_codes[order], self.kinds, self.advice_codes[order],
+                              self.advice)
+
+    def coded_as(self, kinds: dict[str, int], advice: dict[tuple[str, ...], int]
+                 ) -> tuple[np.ndarray, np.ndarray]:
+        """Each finding's kind and advice as codes of `kinds` and `advice`, which number
+        every value they do not hold yet next."""
+        return (_recoded(self.kind_codes, self.kinds, kinds),
+                _recoded(self.advice_codes, self.advice, advice))
+
+
+def _recoded(codes: np.ndarray, values: list[Any], numbered: dict[Any, int]) -> np.ndarray:
+    new_code = np.array([numbered.setdefault(value, len(numbered)) for value in values],
+                        dtype=codes.dtype)
+    return new_code[codes]
+
+
+def joined_ranking(pieces: Sequence[RankingColumns]) -> RankingColumns:
+    """The findings of every piece one after another, kinds and advice numbered across them
+    (one piece is returned as it is)."""
+    if len(pieces) == 1:
+        return pieces[0]
+    kinds: dict[str, int] = {}
+    advice: dict[tuple[str, ...], int] = {}
+    recoded = [piece.coded_as(kinds, advice) for piece in pieces]
+    return RankingColumns(
+        _joined_floats([piece.time_lost_s for piece in pieces]),
+        _joined([piece.evidence_rows for piece in pieces]),
+        np.concatenate([np.zeros(0, np.int16)] + [codes for codes, _ in recoded]), list(kinds),
+        np.concatenate([np.zeros(0, np.int32)] + [codes for _, codes in recoded]), list(advice))
+
+
+def _joined_floats(pieces: list[np.ndarray]) -> np.ndarray:
+    return np.concatenate(pieces) if pieces else np.zeros(0, dtype=np.float64)
 
 
 def ranking_columns(findings: Sequence[Finding]) -> RankingColumns:
     """From a stored table's columns, or from the findings themselves when they are in memory."""
     if isinstance(findings, StoredFindings):
-        return RankingColumns(findings.time_lost_s, findings.advice, findings.evidence_rows,
-                              findings.kind)
-    return RankingColumns(np.array([finding.time_lost_s for finding in findings], dtype=float),
-                          [tuple(finding.advice) for finding in findings],
-                          np.array([len(finding.events) for finding in findings], dtype=np.int64),
-                          [finding.kind for finding in findings])
+        return findings.ranking
+    return RankingColumns.of(findings)
 
 
 def take(records: Sequence[Any], positions: Sequence[int] | np.ndarray) -> list[Any]:

@@ -234,3 +234,48 @@ def test_stored_hosts_are_looked_up_by_their_whole_address() -> None:
         with pytest.raises(KeyError):
             hosts[missing]
     assert [profile.address for profile in hosts.values()] == list(hosts)
+
+
+def test_stored_hosts_give_each_phase_lock_to_its_own_host() -> None:
+    """Only the hosts tested for phase locking keep where their test lies; read in any window,
+    each test comes back with its host and every other host has none. Hand-made profiles: the
+    tests are what the reads must return."""
+    from nagledetect.detectors.model import HostValues
+    from nagledetect.stored import HostColumns, host_rows
+
+    addresses = [f"10.0.{index // 256}.{index % 256}" for index in range(40)]
+    locked = {"10.0.0.0", "10.0.0.17", "10.0.0.39"}
+    locks = [{"period_ms": 200.0, "host": address} if address in locked else None
+             for address in addresses]
+    values = HostValues(addresses, [40.0] * 40, [1.0] * 40, [9] * 40, ["linux"] * 40, locks)
+    columns = HostColumns(SpillFile())
+    columns.add(host_rows(values))
+    hosts, _ = columns.by_address()
+    for start, stop in ((0, 40), (1, 17), (17, 18), (18, 39), (39, 45), (5, 5)):
+        read = hosts.host_values(start, stop)
+        expected = {address: lock for address, lock in zip(addresses, locks)}
+        assert len(read.phase_lock) == min(stop, 40) - start
+        assert read.phase_lock == [expected[address] for address in read.address]
+    assert hosts["10.0.0.17"].phase_lock == {"period_ms": 200.0, "host": "10.0.0.17"}
+    assert hosts["10.0.0.18"].phase_lock is None and hosts["10.0.0.18"].stack_family == "linux"
+
+
+def test_ranking_columns_joined_across_captures_keep_each_findings_kind_and_advice() -> None:
+    """Kinds and advice are held as codes of each capture's distinct values; joined across
+    captures whose findings name them in different orders, each finding still reads as its own
+    kind and advice (checked against the findings themselves)."""
+    from nagledetect.analysis import analyze_capture
+    from nagledetect.stored import RankingColumns, joined_ranking
+    from tests.conftest import SAMPLE_TRACES
+
+    found = [list(analyze_capture(str(SAMPLE_TRACES / name), charts=False).findings)
+             for name in ("seed003-nagle.pcap", "cause-rto.pcap", "mixed.pcap")]
+    pieces = [RankingColumns.of(findings) for findings in found]
+    assert pieces[0].kinds != pieces[1].kinds[:len(pieces[0].kinds)]
+    joined = joined_ranking(pieces)
+    every = [finding for findings in found for finding in findings]
+    assert [joined.kinds[code] for code in joined.kind_codes] == [f.kind for f in every]
+    assert [joined.advice[code] for code in joined.advice_codes] == [
+        tuple(f.advice) for f in every]
+    assert joined.time_lost_s.tolist() == [f.time_lost_s for f in every]
+    assert len(set(joined.kinds)) == len(joined.kinds)
