@@ -18,6 +18,7 @@ from nagledetect.flows.tables import FoundEvents
 from nagledetect.read.accounting import Accounting, ProgressCallback
 from nagledetect.read.compressed import capture_bytes
 from nagledetect.sent_tables import TableRows, sent_fields
+from nagledetect.stored import StoredRows
 from nagledetect.table import Table
 
 if TYPE_CHECKING:
@@ -32,9 +33,10 @@ class Capture:
     packets: Table | pd.DataFrame
     """A `Table` as the analysis reads it (`read_capture`); a DataFrame from `load_capture`.
     The same holds for the other tables."""
-    connections: Table | pd.DataFrame | TableRows
+    connections: Table | pd.DataFrame | TableRows | StoredRows
     """Its rows of a table shared with other captures (`TableRows`) where the capture was
-    analysed with others."""
+    analysed with others; kept on disk (`StoredRows`) where it was analysed a batch at a
+    time."""
     sack_blocks: Table | pd.DataFrame
     accounting: Accounting
     found_events: FoundEvents | None = None

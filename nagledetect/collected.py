@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import dataclasses
 import multiprocessing
-import pickle
 import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -63,6 +62,7 @@ from nagledetect.stored import (
     SpillFile,
     StoredFindings,
     StoredHosts,
+    StoredRows,
     host_rows,
     joined_ranking,
     pickle_findings,
@@ -199,9 +199,9 @@ class CollectedParts:
         self.buckets = buckets
         self.workers = workers
         self.spill = spill
-        self.connections: dict[int, tuple[int, int]] = {}
-        """Where each part's connection table lies in the spill, pickled: kept to the end, the
-        tables of the 100 M replica's 400,000 connections took 75 MB throughout the pass."""
+        self.connections: dict[int, StoredRows] = {}
+        """Each part's connection table, in the spill: kept to the end in memory, the tables
+        of the 100 M replica's 400,000 connections took 75 MB throughout the pass."""
         self.parity: dict[int, pd.DataFrame] = {}
         self.findings: dict[int, tuple[np.ndarray, PickledFindings]] = {}
         self.sample_blocks: list[list[tuple[int, int]]] = [[] for _ in range(buckets)]
@@ -213,8 +213,9 @@ class CollectedParts:
         """The capture's worst connections so far, each with its part."""
 
     def add(self, index: int, result: PartResult) -> None:
-        connections = pickle.dumps(as_table(result.connections), pickle.HIGHEST_PROTOCOL)
-        self.connections[index] = (self.spill.append([connections]), len(connections))
+        table = as_table(result.connections)
+        self.connections[index] = StoredRows.of_columns(
+            self.spill, len(table), ((name, table[name]) for name in table), table.coded)
         if not result.parity.empty:
             self.parity[index] = result.parity
         self._spill_samples(index, result.samples, result.sample_bucket)
@@ -294,54 +295,51 @@ class CollectedParts:
                         Table(), no_samples(), hosts, ranked, parity_table, tables_kept=False,
                         charts=charts, part_tables=tables)
 
-    def _batch_connections(self) -> Iterator[Table]:
-        """Each batch's connection table, read back from the spill in batch order."""
-        for index in sorted(self.connections):
-            yield pickle.loads(self.spill.read(*self.connections[index]))
-
     def _connection_numbering(self) -> _ConnectionNumbering:
         """Capture-wide connection ids, numbered by first packet as a one-part run numbers them,
         and each connection's two addresses as text: all the host step needs of the
-        connection tables, which are read again whole only after it (held through it, the
-        100 M replica's took 130 MB beside the host step's workers)."""
-        first_frames: list[np.ndarray] = []
-        servers: list[np.ndarray] = []
-        clients: list[np.ndarray] = []
-        rows: dict[int, int] = {}
-        for index, table in zip(sorted(self.connections), self._batch_connections()):
-            rows[index] = len(table)
-            first_frames.append(table["first_frame"])
-            servers.append(np.asarray(table["server_address"], dtype=object))
-            clients.append(np.asarray(table["client_address"], dtype=object))
-        part_offset = np.zeros(max(rows) + 1, dtype=np.int64)
-        part_offset[list(rows)] = np.cumsum([0] + list(rows.values()))[:-1]
-        by_first_packet = np.argsort(np.concatenate(first_frames), kind="stable")
+        connection tables, which are joined only after it (held through it, the 100 M
+        replica's took 130 MB beside the host step's workers)."""
+        batches = [self.connections[index] for index in sorted(self.connections)]
+        rows = [len(batch) for batch in batches]
+        part_offset = np.zeros(max(self.connections) + 1, dtype=np.int64)
+        part_offset[sorted(self.connections)] = np.cumsum([0] + rows)[:-1]
+        by_first_packet = np.argsort(np.concatenate([batch["first_frame"] for batch in batches]),
+                                     kind="stable")
         global_id = np.empty(len(by_first_packet), dtype=np.int64)
         global_id[by_first_packet] = np.arange(len(by_first_packet))
         # A part's ids are its rows, so joined row j is capture-wide connection global_id[j].
         return _ConnectionNumbering(global_id, part_offset, by_first_packet,
-                                    as_text(np.concatenate(servers)[by_first_packet]),
-                                    as_text(np.concatenate(clients)[by_first_packet]))
+                                    self._address_text("server_address", by_first_packet),
+                                    self._address_text("client_address", by_first_packet))
 
-    def _numbered_connections(self, numbering: _ConnectionNumbering) -> Table:
-        """Every batch's connections in one table, in capture-wide id order, the addresses as
-        the numbering's text (`Table`: read as values, they are strings; as string objects,
-        the 100 M replica's took 50 MB more). Each column is joined and put in that order
-        alone, its batches' pieces let go at once (joined whole, then sorted, the table was
-        held three times over)."""
+    def _address_text(self, name: str, by_first_packet: np.ndarray) -> np.ndarray:
+        """An address column of every batch, in capture-wide id order, as text: made text a
+        batch at a time (every batch's strings at once took 125 MB of the 100 M mix)."""
+        pieces = [as_text(self.connections[index][name]) for index in sorted(self.connections)]
+        if any(piece.dtype.kind == "U" for piece in pieces):
+            pieces = [piece.astype(str) for piece in pieces]
+        return np.concatenate(pieces)[by_first_packet]
+
+    def _numbered_connections(self, numbering: _ConnectionNumbering) -> StoredRows:
+        """Every batch's connections in one table, in capture-wide id order, kept in the spill
+        file (`StoredRows`: the 1.1 M connections of the 100 M mix took 200 MB in memory);
+        the addresses as the numbering's text (read as values, they are strings). Each column
+        is joined, put in that order and stored alone."""
+        batches = [self.connections.pop(index) for index in sorted(self.connections)]
         text = {"server_address": numbering.server_text, "client_address": numbering.client_text}
-        pieces: dict[str, list[np.ndarray]] = {}
-        for table in self._batch_connections():
-            names, coded = table.columns, table.coded
-            for name in names:
-                if name not in text:  # the batch's address strings let go with it
-                    pieces.setdefault(name, []).append(table[name])
-        self.connections.clear()
         by_first_packet = numbering.by_first_packet
-        columns = {name: text[name] if name in text else
-                   np.concatenate(pieces.pop(name))[by_first_packet] for name in names}
-        columns["id"] = np.arange(len(by_first_packet), dtype=columns["id"].dtype)
-        return Table(columns, coded)
+
+        def columns() -> Iterator[tuple[str, np.ndarray]]:
+            for name in batches[0].columns:
+                if name in text:
+                    yield name, text[name]
+                elif name == "id":
+                    yield name, np.arange(len(by_first_packet), dtype=batches[0]["id"].dtype)
+                else:
+                    yield name, np.concatenate([batch[name] for batch in batches])[by_first_packet]
+
+        return StoredRows.of_columns(self.spill, len(by_first_packet), columns(), batches[0].coded)
 
     def _parity_numbered(self, index: int, global_id: np.ndarray, part_offset: np.ndarray
                          ) -> Table:

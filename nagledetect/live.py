@@ -33,7 +33,7 @@ from nagledetect.flows.tables import FlowTables
 from nagledetect.part_sizes import BYTES_PER_LIVE_PACKET, PARTS_MEMORY_BYTES
 from nagledetect.pipeline import connection_level
 from nagledetect.read.inputs import CaptureList
-from nagledetect.stored import RecordTable
+from nagledetect.stored import RecordTable, StoredRows
 from nagledetect.table import Table
 
 DEFAULT_SNAPLEN = 262_144
@@ -430,7 +430,7 @@ class DropNote:
 
 def _connections_open_during(connections: object, drops: list[DropWindow]) -> set[int]:
     """The connections whose first and last packets span a window in which drops happened."""
-    if not drops or not isinstance(connections, Table) or connections.empty:
+    if not drops or not isinstance(connections, Table | StoredRows) or connections.empty:
         return set()
     open_ids: set[int] = set()
     for window in drops:

@@ -45,6 +45,7 @@ from nagledetect.table import Table, as_table
 if TYPE_CHECKING:
     from nagledetect.chart_data import ChartData
     from nagledetect.part_tables import PartTables, TablesInMemory
+    from nagledetect.stored import StoredRows
 
 PARITY_KEYS = ["connection", "direction", "segments", "last_segment"]
 
@@ -289,7 +290,7 @@ def shared_empty_tables() -> EmptyTables:
 
 
 def without_packets(path: str, accounting: Accounting,
-                    connections: Table | None) -> Capture:
+                    connections: Table | StoredRows | None) -> Capture:
     """A capture's record with empty packet tables (the shape a capture without TCP has)."""
     empty = _empty_flows()
     return Capture(path, empty.packets, empty.connections if connections is None else connections,

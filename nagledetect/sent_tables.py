@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from nagledetect.stored import StoredRows
 from nagledetect.table import Table, concatenated
 
 
@@ -79,8 +80,9 @@ class TableRows:
         return TableRows, (self.table, self.start, self.stop)
 
 
-Rows = Table | TableRows
-"""A capture's table: a table of its own, or its rows of a table shared with other captures."""
+Rows = Table | TableRows | StoredRows
+"""A capture's table: a table of its own, its rows of a table shared with other captures, or
+a table kept on disk (a large capture's connections), which reads like a table."""
 
 
 class ColumnReader:
@@ -100,14 +102,15 @@ class ColumnReader:
         return self._read[key][1][rows.start:rows.stop]
 
 
-def rows_table(rows: Rows) -> Table:
-    """The rows as a table of their own."""
+def rows_table(rows: Rows) -> Table | StoredRows:
+    """The rows as a table of their own (a stored table as it is: its columns are read by
+    name, its rows taken, as a table's)."""
     if not isinstance(rows, TableRows):
         return rows
     return rows.table.take(slice(rows.start, rows.stop))
 
 
-def held_in(rows: Rows) -> tuple[Table, int]:
+def held_in(rows: Rows) -> tuple[Table | StoredRows, int]:
     """The table that holds the rows, and where in it they start."""
     if isinstance(rows, TableRows):
         return rows.table, rows.start
@@ -115,10 +118,12 @@ def held_in(rows: Rows) -> tuple[Table, int]:
 
 
 def rows_part(rows: Rows, begin: int, end: int) -> Rows:
-    """Rows `begin` to `end` of the rows."""
+    """Rows `begin` to `end` of the rows (of a stored table, in memory)."""
     if isinstance(rows, TableRows):
         return TableRows(rows.table, rows.start + begin, rows.start + end)
-    return rows if (begin, end) == (0, len(rows)) else rows.take(slice(begin, end))
+    if isinstance(rows, StoredRows) or (begin, end) != (0, len(rows)):
+        return rows.take(slice(begin, end))
+    return rows
 
 
 def joined_rows(pieces: list[Rows]) -> Table | None:

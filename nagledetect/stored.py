@@ -1,4 +1,5 @@
-"""Findings and host profiles of a capture analysed in parts, kept on disk until they are written.
+"""Findings, host profiles and connections of a capture analysed in parts, kept on disk until
+they are written.
 
 Why: a 100 M-packet capture has over a million findings and most of a million host profiles;
 held as Python objects they take gigabytes. Each record is pickled once into an unlinked
@@ -18,14 +19,17 @@ import tempfile
 import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from nagledetect.collector import collector_paused
 from nagledetect.detectors.model import Finding, HostProfile, HostValues
 from nagledetect.ordering import as_text, codes_by_first_use, looked_up_as, name_order
-from nagledetect.table import object_column
+from nagledetect.table import Table, object_column
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 RECORDS_PER_CHUNK = 2048
 COPY_BYTES = 8 * 1024 * 1024
@@ -270,6 +274,109 @@ class RecordTable(ChunkedSequence):
         if self._fix is not None:
             self._fix(positions, records)
         return records
+
+
+ROWS_PER_STORED_CHUNK = 32_768
+"""A stored table is read a chunk of this many rows at a time (as a document writes its
+connections; a few megabytes a chunk)."""
+
+
+class StoredRows:
+    """A table kept in a spill file, each column in chunks of `ROWS_PER_STORED_CHUNK` rows, read
+    like a `Table`: a column by name (every chunk of it read), rows by position (the chunks that
+    hold them read whole). A capture with a million connections would hold its connection table
+    (180 bytes a connection) through the writing of its report."""
+
+    def __init__(self, spill: SpillFile, names: list[str], coded: dict[str, tuple[str, ...]],
+                 rows: int, where: np.ndarray) -> None:
+        self._spill = spill
+        self._names = names
+        self._coded = coded
+        self._rows = rows
+        self._where = where
+        """Per chunk and column (in `names` order): the offset and length of its pickled
+        piece."""
+
+    @classmethod
+    def of_columns(cls, spill: SpillFile, rows: int, columns: Iterator[tuple[str, np.ndarray]],
+                   coded: dict[str, tuple[str, ...]]) -> StoredRows:
+        """A table of `rows` rows from its columns, each made, stored and let go in turn."""
+        chunks = max(1, -(-rows // ROWS_PER_STORED_CHUNK))
+        names: list[str] = []
+        where: list[np.ndarray] = []
+        for name, values in columns:
+            pieces, lengths = pickled([values[start:start + ROWS_PER_STORED_CHUNK]
+                                       for start in range(0, chunks * ROWS_PER_STORED_CHUNK,
+                                                          ROWS_PER_STORED_CHUNK)])
+            names.append(name)
+            where.append(np.stack([spill.append_each(pieces), lengths], axis=1))
+        return cls(spill, names, coded, rows, np.stack(where, axis=1))
+
+    @property
+    def spill(self) -> SpillFile:
+        return self._spill
+
+    @property
+    def columns(self) -> list[str]:
+        return list(self._names)
+
+    @property
+    def coded(self) -> dict[str, tuple[str, ...]]:
+        return dict(self._coded)
+
+    @property
+    def empty(self) -> bool:
+        return not self._rows
+
+    def __len__(self) -> int:
+        return self._rows
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._names
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._names)
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        column = self._names.index(name)
+        return np.concatenate([self._piece(chunk, column) for chunk in range(len(self._where))])
+
+    def take(self, rows: np.ndarray | slice) -> Table:
+        """The rows at these positions (or in this slice), in that order, as a table."""
+        positions = np.arange(self._rows)[rows] if isinstance(rows, slice) else np.asarray(rows)
+        chunk = positions // ROWS_PER_STORED_CHUNK
+        wanted = np.unique(chunk) if len(chunk) else np.zeros(1, dtype=np.int64)
+        held = self._chunk_rows(wanted.tolist())
+        first_row = np.searchsorted(wanted, chunk) * ROWS_PER_STORED_CHUNK
+        return held.take(first_row + positions % ROWS_PER_STORED_CHUNK)
+
+    def chunks(self) -> Iterator[Table]:
+        """The table a chunk of rows at a time, in order."""
+        for chunk in range(len(self._where)):
+            yield self._chunk_rows([chunk])
+
+    def whole(self) -> Table:
+        """Every row, as a table in memory."""
+        return self._chunk_rows(list(range(len(self._where))))
+
+    def to_pandas(self) -> pd.DataFrame:
+        return self.whole().to_pandas()
+
+    def __reduce__(self) -> tuple:
+        if self._spill.sent_by_reference:
+            return by_reference(self)
+        whole = self.whole()
+        return Table, ({name: whole[name] for name in whole.columns}, self._coded)
+
+    def _chunk_rows(self, chunks: list[int]) -> Table:
+        """The rows of these chunks (at least one), one after another."""
+        return Table({name: np.concatenate([self._piece(chunk, column) for chunk in chunks])
+                      for column, name in enumerate(self._names)}, self._coded)
+
+    def _piece(self, chunk: int, column: int) -> np.ndarray:
+        offset, length = self._where[chunk, column].tolist()
+        with collector_paused():
+            return pickle.loads(self._spill.read(offset, length))
 
 
 @dataclass(frozen=True)

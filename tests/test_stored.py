@@ -279,3 +279,30 @@ def test_ranking_columns_joined_across_captures_keep_each_findings_kind_and_advi
         tuple(f.advice) for f in every]
     assert joined.time_lost_s.tolist() == [f.time_lost_s for f in every]
     assert len(set(joined.kinds)) == len(joined.kinds)
+
+
+def test_a_stored_table_reads_as_the_table_it_was() -> None:
+    """A table kept on disk a chunk of rows at a time gives back its columns, its rows at
+    scattered positions across chunks (in the order asked), its slices and its chunks as the
+    table in memory does; pickled for a process that cannot read its spill file, it travels
+    as that table. The table is made here: its values are what the reads must return."""
+    from nagledetect.stored import ROWS_PER_STORED_CHUNK, StoredRows
+    from nagledetect.table import Table
+
+    rows = 2 * ROWS_PER_STORED_CHUNK + 123
+    held = Table({"id": np.arange(rows), "port": (np.arange(rows) % 65_536).astype(np.int32),
+                  "rtt_ms": np.linspace(0.0, 1.0, rows),
+                  "source": np.array(["handshake", "ack lags"], dtype=object)[np.arange(rows) % 2],
+                  "address": np.char.add(b"10.0.0.", (np.arange(rows) % 250).astype("S3"))})
+    stored = StoredRows.of_columns(SpillFile(), rows, ((name, held[name]) for name in held), {})
+    assert len(stored) == rows and stored.columns == held.columns and "port" in stored
+    for name in held:
+        assert np.array_equal(stored[name], held[name]) and stored[name].dtype == held[name].dtype
+    scattered = np.array([rows - 1, 5, ROWS_PER_STORED_CHUNK, 5, ROWS_PER_STORED_CHUNK - 1])
+    assert stored.take(scattered).equals(held.take(scattered))
+    assert stored.take(slice(ROWS_PER_STORED_CHUNK - 2, ROWS_PER_STORED_CHUNK + 3)).equals(
+        held.take(slice(ROWS_PER_STORED_CHUNK - 2, ROWS_PER_STORED_CHUNK + 3)))
+    assert stored.take(np.zeros(0, dtype=np.int64)).equals(held.take(np.zeros(0, dtype=np.int64)))
+    assert [len(chunk) for chunk in stored.chunks()] == [ROWS_PER_STORED_CHUNK] * 2 + [123]
+    assert pickle.loads(pickle.dumps(stored)).equals(held)
+    assert stored.take(slice(0, 2)).records()[1]["address"] == "10.0.0.1"

@@ -18,6 +18,7 @@ from nagledetect.analysis import Analysis
 from nagledetect.errors import InputError
 from nagledetect.report.document import build_document
 from nagledetect.sent_tables import Rows, TableRows, rows_table
+from nagledetect.stored import StoredRows
 from nagledetect.table import as_frame
 
 FINDING_COLUMNS = ("capture", "kind", "subkind", "connection", "sender", "receiver", "count",
@@ -28,8 +29,11 @@ ROWS_PER_CHUNK = 65_536
 
 
 def _capture_chunks(analysis: Analysis, table: str) -> Iterator[pd.DataFrame]:
+    connections = analysis.capture.connections
     if table == "connections":
-        chunks: Iterator[Rows | pd.DataFrame] = iter([analysis.capture.connections])
+        chunks: Iterator[Rows | pd.DataFrame] = (connections.chunks()
+                                                 if isinstance(connections, StoredRows)
+                                                 else iter([connections]))
     elif analysis.part_tables is not None:
         chunks = getattr(analysis.part_tables, table)()
     else:
