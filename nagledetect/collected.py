@@ -200,8 +200,9 @@ class CollectedParts:
         self.workers = workers
         self.spill = spill
         self.connections: dict[int, StoredRows] = {}
-        """Each part's connection table, in the spill: kept to the end in memory, the tables
-        of the 100 M replica's 400,000 connections took 75 MB throughout the pass."""
+        """Each part's connection table, kept in the spill a column at a time (held in memory
+        to the end, the tables of the 100 M replica's 400,000 connections took 75 MB
+        throughout the pass)."""
         self.parity: dict[int, pd.DataFrame] = {}
         self.findings: dict[int, tuple[np.ndarray, PickledFindings]] = {}
         self.sample_blocks: list[list[tuple[int, int]]] = [[] for _ in range(buckets)]

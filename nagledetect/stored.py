@@ -690,9 +690,6 @@ class RankingColumns:
                    np.array([len(finding.events) for finding in findings], dtype=np.int64),
                    kind_codes.astype(np.int16), kinds, advice_codes.astype(np.int32), advice)
 
-    def __len__(self) -> int:
-        return len(self.time_lost_s)
-
     def take(self, order: np.ndarray) -> RankingColumns:
         """The findings at these positions, in that order."""
         return RankingColumns(self.time_lost_s[order], self.evidence_rows[order],
