@@ -16,10 +16,15 @@ from tests.conftest import SAMPLE_TRACES
 distributed = pytest.importorskip("distributed")
 
 
+DASHBOARD = ":0"
+"""The clusters' dashboards on a port of their own: on Dask's default one (8787), a scheduler
+already running on the machine makes the next one retry, leaving a socket open."""
+
+
 def test_dask_cluster_gives_the_local_result() -> None:
     paths = [str(p) for p in sorted(SAMPLE_TRACES.glob("seed00*.pcap"))][:4]
     with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                                  dashboard_address=None) as cluster:
+                                  dashboard_address=DASHBOARD) as cluster:
         on_dask = subprocess.run([sys.executable, "-m", "nagledetect", "analyze", "--format", "json",
                                   "--dask", cluster.scheduler_address, *paths],
                                  capture_output=True, text=True, timeout=300)
@@ -38,7 +43,7 @@ def test_a_bad_capture_among_small_ones_on_dask_is_the_local_runs_one_line(tmp_p
     paths = [str(SAMPLE_TRACES / name) for name in ("trap-rpc.pcap", "seed003-nagle.pcap")]
     paths.insert(1, str(empty))
     with distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=True,
-                                  dashboard_address=None) as cluster:
+                                  dashboard_address=DASHBOARD) as cluster:
         on_dask = subprocess.run([sys.executable, "-m", "nagledetect", "analyze", "--dask",
                                   cluster.scheduler_address, *paths],
                                  capture_output=True, text=True, timeout=300)
@@ -65,7 +70,7 @@ def test_html_report_on_dask_is_the_local_one(tmp_path) -> None:
     paths = [str(SAMPLE_TRACES / name) for name in ("mixed.pcap", "seed003-nagle.pcap")]
     pages = {}
     with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                                  dashboard_address=None) as cluster:
+                                  dashboard_address=DASHBOARD) as cluster:
         for where, options in (("dask", ["--dask", cluster.scheduler_address]),
                                ("local", ["-j", "1"])):
             out = tmp_path / f"{where}.html"
@@ -111,7 +116,7 @@ def test_a_dask_worker_killed_while_analysing_is_one_line_naming_the_capture(tmp
                     "600000"], check=True, capture_output=True)
     with dask.config.set({"distributed.scheduler.allowed-failures": 0}), \
             distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=True,
-                                     dashboard_address=None) as cluster, \
+                                     dashboard_address=DASHBOARD) as cluster, \
             distributed.Client(cluster) as client:
         worker_pid = next(iter(client.run(os.getpid).values()))
         run = subprocess.Popen([sys.executable, "-m", "nagledetect", "analyze", "--format",
@@ -150,7 +155,7 @@ def test_a_groups_results_come_back_from_dask_as_one_message() -> None:
     paths = tuple(str(SAMPLE_TRACES / name) for name in ("mixed.pcap", "seed003-nagle.pcap") * 2)
     assert capture_groups(paths, 1) == [[0, 1], [2, 3]]  # one worker thread: two groups
     with distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=True,
-                                  dashboard_address=None) as cluster:
+                                  dashboard_address=DASHBOARD) as cluster:
         first, second, *_ = cli._analyze_on_dask(paths, None, cluster.scheduler_address,
                                                  Wanted())
     assert [len(a.capture.connections) for a in (first, second)] == [6, 1]
