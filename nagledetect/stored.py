@@ -276,16 +276,19 @@ class RecordTable(ChunkedSequence):
         return records
 
 
-ROWS_PER_STORED_CHUNK = 32_768
-"""A stored table is read a chunk of this many rows at a time (as a document writes its
-connections; a few megabytes a chunk)."""
+ROWS_PER_STORED_CHUNK = 2_048
+"""A stored table is read a chunk of this many rows at a time: what a document's chunk of
+entries reads (`report.document.ENTRIES_PER_CHUNK`), each of its 36 columns a piece of up to
+16 KB."""
 
 
 class StoredRows:
     """A table kept in a spill file, each column in chunks of `ROWS_PER_STORED_CHUNK` rows, read
-    like a `Table`: a column by name (every chunk of it read), rows by position (the chunks that
-    hold them read whole). A capture with a million connections would hold its connection table
-    (180 bytes a connection) through the writing of its report."""
+    as the table it was: a column by name (every chunk of it read), rows by position (the chunks
+    that hold them read). A column given as fixed-width text (`ordering.as_text`) is stored so
+    and read back as Python strings, as a table holds text. A capture with a million connections
+    would hold its connection table (180 bytes a connection, the addresses as strings) through
+    the writing of its report."""
 
     def __init__(self, spill: SpillFile, names: list[str], coded: dict[str, tuple[str, ...]],
                  rows: int, where: np.ndarray) -> None:
@@ -338,26 +341,30 @@ class StoredRows:
         return iter(self._names)
 
     def __getitem__(self, name: str) -> np.ndarray:
+        if name not in self._names:
+            raise KeyError(name)
         column = self._names.index(name)
-        return np.concatenate([self._piece(chunk, column) for chunk in range(len(self._where))])
+        return _as_strings(np.concatenate([self._piece(chunk, column)
+                                           for chunk in range(len(self._where))]))
 
-    def take(self, rows: np.ndarray | slice) -> Table:
-        """The rows at these positions (or in this slice), in that order, as a table."""
-        positions = np.arange(self._rows)[rows] if isinstance(rows, slice) else np.asarray(rows)
+    def take(self, rows: np.ndarray | slice | Sequence[int]) -> Table:
+        """The rows at these positions (negative ones from the end), where a mask holds, or in
+        this slice, in that order, as a table (as `Table.take` takes them)."""
+        positions = self._positions(rows)
         chunk = positions // ROWS_PER_STORED_CHUNK
         wanted = np.unique(chunk) if len(chunk) else np.zeros(1, dtype=np.int64)
         held = self._chunk_rows(wanted.tolist())
         first_row = np.searchsorted(wanted, chunk) * ROWS_PER_STORED_CHUNK
-        return held.take(first_row + positions % ROWS_PER_STORED_CHUNK)
+        return _text_as_strings(held.take(first_row + positions % ROWS_PER_STORED_CHUNK))
 
     def chunks(self) -> Iterator[Table]:
         """The table a chunk of rows at a time, in order."""
         for chunk in range(len(self._where)):
-            yield self._chunk_rows([chunk])
+            yield _text_as_strings(self._chunk_rows([chunk]))
 
     def whole(self) -> Table:
         """Every row, as a table in memory."""
-        return self._chunk_rows(list(range(len(self._where))))
+        return _text_as_strings(self._chunk_rows(list(range(len(self._where)))))
 
     def to_pandas(self) -> pd.DataFrame:
         return self.whole().to_pandas()
@@ -368,8 +375,24 @@ class StoredRows:
         whole = self.whole()
         return Table, ({name: whole[name] for name in whole.columns}, self._coded)
 
+    def _positions(self, rows: np.ndarray | slice | Sequence[int]) -> np.ndarray:
+        if isinstance(rows, slice):
+            return np.arange(*rows.indices(self._rows))
+        chosen = np.asarray(rows)
+        if chosen.dtype == bool:
+            if chosen.shape != (self._rows,):
+                raise IndexError(f"a mask of {len(chosen)} rows for a table of {self._rows}")
+            return np.flatnonzero(chosen)
+        if chosen.dtype.kind not in "iu" and chosen.size:
+            raise IndexError("row positions must be integers")
+        positions = chosen.astype(np.int64).reshape(-1)
+        positions = np.where(positions < 0, positions + self._rows, positions)
+        if len(positions) and not 0 <= positions.min() <= positions.max() < self._rows:
+            raise IndexError(f"a row position out of a table of {self._rows}")
+        return positions
+
     def _chunk_rows(self, chunks: list[int]) -> Table:
-        """The rows of these chunks (at least one), one after another."""
+        """The rows of these chunks (at least one), one after another, text as stored."""
         return Table({name: np.concatenate([self._piece(chunk, column) for chunk in chunks])
                       for column, name in enumerate(self._names)}, self._coded)
 
@@ -377,6 +400,16 @@ class StoredRows:
         offset, length = self._where[chunk, column].tolist()
         with collector_paused():
             return pickle.loads(self._spill.read(offset, length))
+
+
+def _text_as_strings(table: Table) -> Table:
+    """The table with its columns of fixed-width text as Python strings."""
+    text = {name: _as_strings(table[name]) for name in table if table[name].dtype.kind == "S"}
+    return table.assign(**text) if text else table
+
+
+def _as_strings(values: np.ndarray) -> np.ndarray:
+    return values.astype(str).astype(object) if values.dtype.kind == "S" else values
 
 
 @dataclass(frozen=True)

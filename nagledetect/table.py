@@ -20,9 +20,7 @@ if TYPE_CHECKING:
 
 class Table:
     """Columns of equal length by name, in order. A column named in `coded` holds the codes of
-    its vocabulary (code i is `coded[name][i]`); reading it gives the codes. A text column is
-    held as Python strings (objects) or as fixed-width ASCII (`ordering.as_text`: a large
-    capture's addresses); read as values (`labels`, `records`, `to_pandas`), it gives strings.
+    its vocabulary (code i is `coded[name][i]`); reading it gives the codes.
 
     Columns are shared, not copied, by every method that returns a table: a table is handed
     on, and its columns are read, not written in place.
@@ -68,8 +66,7 @@ class Table:
         """The table as a DataFrame (coded columns as categoricals)."""
         import pandas as pd
 
-        frame = pd.DataFrame({name: text_as_strings(values)
-                              for name, values in self._columns.items()}, copy=False)
+        frame = pd.DataFrame(dict(self._columns), copy=False)
         for name, words in self._coded.items():
             frame[name] = pd.Categorical.from_codes(self._columns[name], categories=list(words))
         return frame
@@ -144,14 +141,14 @@ class Table:
         values = self._columns[name]
         words = self._coded.get(name)
         if words is None:
-            return text_as_strings(values).astype(object)
+            return values.astype(object)
         return np.array(words + ("",), dtype=object)[values]
 
     def records(self) -> list[dict[str, Any]]:
         """One dict a row, of Python values (coded columns as their words)."""
         names = list(self._columns)
         lists = [self.labels(name).tolist() if name in self._coded
-                 else text_as_strings(self._columns[name]).tolist() for name in names]
+                 else self._columns[name].tolist() for name in names]
         return [dict(zip(names, row)) for row in zip(*lists)]
 
     def equals(self, other: Table) -> bool:
@@ -165,12 +162,6 @@ def object_column(values: Sequence[Any]) -> np.ndarray:
     """Values as a column of objects, each held as it is (numpy would make a list of equal
     tuples a two-dimensional array)."""
     return np.fromiter(values, dtype=object, count=len(values))
-
-
-def text_as_strings(values: np.ndarray) -> np.ndarray:
-    """A column with text held as fixed-width ASCII given as strings (objects); any other
-    column as it is."""
-    return values.astype(str).astype(object) if values.dtype.kind == "S" else values
 
 
 def _column(values: Any) -> np.ndarray:

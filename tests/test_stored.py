@@ -283,26 +283,37 @@ def test_ranking_columns_joined_across_captures_keep_each_findings_kind_and_advi
 
 def test_a_stored_table_reads_as_the_table_it_was() -> None:
     """A table kept on disk a chunk of rows at a time gives back its columns, its rows at
-    scattered positions across chunks (in the order asked), its slices and its chunks as the
-    table in memory does; pickled for a process that cannot read its spill file, it travels
-    as that table. The table is made here: its values are what the reads must return."""
+    scattered, repeated or negative positions across chunks (in the order asked), where a mask
+    holds, in slices, and chunk by chunk, as the table in memory does; a column given as
+    fixed-width text comes back as the strings it holds, as a table holds text. Pickled for a
+    process that cannot read its spill file, it travels as that table. The table is made here:
+    its values are what the reads must return."""
+    from nagledetect.ordering import as_text
     from nagledetect.stored import ROWS_PER_STORED_CHUNK, StoredRows
     from nagledetect.table import Table
 
     rows = 2 * ROWS_PER_STORED_CHUNK + 123
+    addresses = [f"10.0.{row // 250 % 250}.{row % 250}" for row in range(rows)]
     held = Table({"id": np.arange(rows), "port": (np.arange(rows) % 65_536).astype(np.int32),
                   "rtt_ms": np.linspace(0.0, 1.0, rows),
                   "source": np.array(["handshake", "ack lags"], dtype=object)[np.arange(rows) % 2],
-                  "address": np.char.add(b"10.0.0.", (np.arange(rows) % 250).astype("S3"))})
-    stored = StoredRows.of_columns(SpillFile(), rows, ((name, held[name]) for name in held), {})
+                  "address": addresses})
+    stored = StoredRows.of_columns(SpillFile(), rows, ((name, as_text(held[name]) if name ==
+                                                        "address" else held[name])
+                                                       for name in held), {})
     assert len(stored) == rows and stored.columns == held.columns and "port" in stored
     for name in held:
         assert np.array_equal(stored[name], held[name]) and stored[name].dtype == held[name].dtype
-    scattered = np.array([rows - 1, 5, ROWS_PER_STORED_CHUNK, 5, ROWS_PER_STORED_CHUNK - 1])
-    assert stored.take(scattered).equals(held.take(scattered))
-    assert stored.take(slice(ROWS_PER_STORED_CHUNK - 2, ROWS_PER_STORED_CHUNK + 3)).equals(
-        held.take(slice(ROWS_PER_STORED_CHUNK - 2, ROWS_PER_STORED_CHUNK + 3)))
-    assert stored.take(np.zeros(0, dtype=np.int64)).equals(held.take(np.zeros(0, dtype=np.int64)))
+    assert stored["address"][-1] == addresses[-1] and isinstance(stored["address"][0], str)
+    with pytest.raises(KeyError):
+        stored["missing"]
+    scattered = np.array([rows - 1, 5, ROWS_PER_STORED_CHUNK, 5, ROWS_PER_STORED_CHUNK - 1, -3])
+    mask = np.arange(rows) % 3 == 0
+    for picked in (scattered, mask, slice(ROWS_PER_STORED_CHUNK - 2, ROWS_PER_STORED_CHUNK + 3),
+                   slice(None, None, -7), np.zeros(0, dtype=np.int64), []):
+        assert stored.take(picked).equals(held.take(picked)), picked
+    with pytest.raises(IndexError):
+        stored.take([rows])
     assert [len(chunk) for chunk in stored.chunks()] == [ROWS_PER_STORED_CHUNK] * 2 + [123]
     assert pickle.loads(pickle.dumps(stored)).equals(held)
     assert stored.take(slice(0, 2)).records()[1]["address"] == "10.0.0.1"

@@ -57,22 +57,6 @@ def test_text_is_held_as_python_strings_as_pandas_holds_it() -> None:
     assert Table({"address": []})["address"].dtype == object
 
 
-def test_text_held_as_fixed_width_ascii_reads_as_strings() -> None:
-    """A large capture's addresses are held as bytes (`ordering.as_text`); read as values they
-    are the strings they were, as if held as Python strings."""
-    from nagledetect.ordering import as_text
-
-    addresses = ["10.0.0.10", "2001:db8::2"]
-    held = Table({"address": as_text(addresses), "port": np.array([80, 443])})
-    assert held["address"].dtype.kind == "S"
-    assert held.labels("address").tolist() == addresses
-    assert held.records() == [{"address": "10.0.0.10", "port": 80},
-                              {"address": "2001:db8::2", "port": 443}]
-    frame = held.to_pandas()
-    assert frame["address"].tolist() == addresses
-    assert frame.equals(Table({"address": addresses, "port": np.array([80, 443])}).to_pandas())
-
-
 def test_concatenated_tables_keep_their_codes() -> None:
     joined = concatenated([_roles(), _roles().take(slice(0, 1))])
     assert joined["frame"].tolist() == [3, 1, 2, 3]

@@ -48,7 +48,7 @@ from nagledetect.stored import (
     ranking_columns,
     take,
 )
-from nagledetect.table import Table, object_column, text_as_strings
+from nagledetect.table import Table, object_column
 
 SCHEMA = "nagledetect/1"
 ENTRIES_PER_CHUNK = 2048
@@ -184,7 +184,7 @@ def _json_values(values: np.ndarray) -> list[Any]:
     """A column as JSON-ready Python values: floats rounded to 6 places, NaN as None (as
     `_number` converts one value)."""
     if values.dtype.kind != "f":
-        return text_as_strings(values).tolist()
+        return values.tolist()
     rounded = _rounded(values)
     converted = rounded.tolist()
     for position in np.flatnonzero(np.isnan(rounded)).tolist():
