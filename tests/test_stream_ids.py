@@ -157,3 +157,40 @@ def test_folder_run_ids_are_per_capture(tmp_path: Path) -> None:
 ])
 def test_known_disagreements(relative: str) -> None:
     assert _mismatches(corpus_file(relative)) == []
+
+
+def test_ipv4_mapped_ipv6_is_a_conversation_of_its_own(tmp_path: Path) -> None:
+    """An IPv6 packet whose addresses are IPv4-mapped (::ffff:10.0.0.1) is held with the same
+    address words as an IPv4 packet, but Wireshark counts it a conversation of its own: the
+    same ports over both families are two connections, whole and in parts. Hand-built (no
+    real stack sends both at once): tshark gives frames 1, 3, 5, 7 (IPv4) stream 0 and frames
+    2, 4, 6, 8 (IPv6) stream 1."""
+    from scapy.layers.inet import IP, TCP
+    from scapy.layers.inet6 import IPv6
+    from scapy.layers.l2 import Ether
+    from scapy.utils import wrpcap
+
+    def packet(network: object, client_sends: bool, flags: str, seq: int, ack: int,
+               payload: int, time_s: float) -> Ether:
+        ports = {"sport": 40000, "dport": 80} if client_sends else {"sport": 80, "dport": 40000}
+        made = Ether() / network / TCP(flags=flags, seq=seq, ack=ack, window=1000, **ports)
+        made = made / (b"x" * payload) if payload else made
+        made.time = time_s
+        return made
+
+    families = ((IP, "10.0.0.1", "10.0.0.2"), (IPv6, "::ffff:10.0.0.1", "::ffff:10.0.0.2"))
+    exchange = [(True, "S", 100, 0, 0), (False, "SA", 900, 101, 0), (True, "A", 101, 901, 0),
+                (True, "PA", 101, 901, 10)]
+    packets = [packet(layer(src=client, dst=server) if client_sends else
+                      layer(src=server, dst=client), client_sends, flags, seq, ack, payload,
+                      1.0 + step + 0.5 * index)
+               for step, (client_sends, flags, seq, ack, payload) in enumerate(exchange)
+               for index, (layer, client, server) in enumerate(families)]
+    path = tmp_path / "mapped.pcap"
+    wrpcap(str(path), packets)
+    assert _mismatches(path) == []
+    for split in (analyze_capture(str(path)), analyze_capture(str(path), part_bytes=200)):
+        table = rows_table(split.capture.connections)
+        assert shown_ids(table).tolist() == [0, 1]
+        assert table["first_frame"].tolist() == [1, 2]
+        assert table["packets_client_to_server"].tolist() == [3, 3]

@@ -24,7 +24,7 @@ const IPV6_AUTH_HEADER: u8 = 51;
 const IPV6_EXTENSIONS: [u8; 5] = [0, 43, 60, IPV6_FRAGMENT_HEADER, IPV6_AUTH_HEADER];
 const MAX_IPV6_EXTENSIONS: usize = 8;
 const IPV6_JUMBO_OPTION: u8 = 0xC2;
-pub(crate) const IPV4_MAPPED_WORD: u32 = 0xFFFF;
+const IPV4_MAPPED_WORD: u32 = 0xFFFF;
 /// Where the link layer sets no bound on the IP packet (all but PPPoE).
 const NO_LINK_END: i64 = i64::MAX;
 

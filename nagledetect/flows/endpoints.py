@@ -70,11 +70,9 @@ def _pair_value(low: np.ndarray, high: np.ndarray) -> np.ndarray:
 
 
 def _captured_pair_value(keys: tuple[np.ndarray, ...]) -> np.ndarray:
-    """The pair value of (low, high) keys, mixed with the capture's number when there is one
-    (a batch of several captures)."""
+    """The pair value of (low, high) keys, mixed with the third key (the address family, and
+    the capture's number in a batch of several captures)."""
     value = _pair_value(*keys[:2])
-    if len(keys) == 2:
-        return value
     with np.errstate(over="ignore"):
         return _mixed(value + keys[2] * _CAPTURE_MULTIPLIER)
 
@@ -104,8 +102,11 @@ class EndpointPairs:
         of several captures (a `capture` column) keeps each capture's pairs apart: the capture
         is part of the pair's key, not of the endpoints' (whose order decides the low side)."""
         low, high, src_is_low = _ordered_keys(columns)
-        keys = (low, high) if "capture" not in columns else (
-            low, high, columns["capture"].astype(np.uint64))
+        # The family is part of the key: an IPv6 packet's IPv4-mapped addresses are held as an
+        # IPv4 packet's are, and Wireshark counts them a conversation of their own.
+        family = columns["ip_version"].astype(np.uint64)
+        keys = (low, high, family if "capture" not in columns else
+                columns["capture"].astype(np.uint64) * np.uint64(16) + family)
         codes, _ = pd.factorize(_captured_pair_value(keys))
         first = first_occurrences(codes)
         if not all(np.array_equal(key, key[first][codes]) for key in keys):
@@ -155,7 +156,7 @@ def packet_ports(pair_rows: np.ndarray, pair: np.ndarray, src_is_low: np.ndarray
 
 
 def _grouped_exactly(keys: tuple[np.ndarray, ...]) -> tuple[np.ndarray, np.ndarray]:
-    """Codes by the exact (low, high[, capture]) keys, numbered in order of first sight, and
+    """Codes by the exact (low, high, family and capture) keys, numbered in order of first sight, and
     each code's first row: the slow path taken when two pairs' mixed values collide."""
     _, first, inverse = np.unique(np.stack(keys, axis=1), axis=0, return_index=True,
                                   return_inverse=True)

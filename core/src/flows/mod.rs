@@ -21,7 +21,7 @@ pub mod settling;
 pub mod side;
 pub mod tables;
 
-use crate::decode::{IPV4_MAPPED_WORD, TcpPacket};
+use crate::decode::TcpPacket;
 use connection::{Connection, NO_ACK};
 use packets::Finishing;
 use tables::{ConnectionRecord, PacketRows};
@@ -48,8 +48,17 @@ const RELEASE_AFTER_PACKETS: u64 = 10_000;
 /// costs a bounded share of the pass.
 const SWEEP_INTERVAL_US: i64 = 10 * 1_000_000;
 
-/// Every 4-tuple seen, by its two endpoints (in order): those of two IPv4 addresses under a
-/// key of 12 bytes, not 40 (a capture of a million connections holds a million of them, kept
+/// A 4-tuple: its two endpoints in order, and whether they are IPv4 addresses (held as IPv4-mapped
+/// IPv6 ones, which an IPv6 packet may also carry: Wireshark counts those a conversation of
+/// their own).
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+struct Tuple {
+    endpoints: [Endpoint; 2],
+    ipv4: bool,
+}
+
+/// Every 4-tuple seen: those of IPv4 packets under a key of 12 bytes, the others under their
+/// two endpoints, 40 bytes (a capture of a million connections holds a million of them, kept
 /// for the conversation numbers to the capture's end: 170 MB with every key of 40 bytes).
 #[derive(Default)]
 struct Pairs {
@@ -61,16 +70,16 @@ impl Pairs {
     /// The 4-tuple's state, made by `new` if it has none yet; and whether it was made.
     fn get_or_insert_with(
         &mut self,
-        endpoints: [Endpoint; 2],
+        tuple: Tuple,
         new: impl FnOnce() -> Pair,
     ) -> (&mut Pair, bool) {
         let mut made = false;
-        let pair = match ipv4_key(&endpoints) {
+        let pair = match ipv4_key(&tuple) {
             Some(key) => self.ipv4.entry(key).or_insert_with(|| {
                 made = true;
                 new()
             }),
-            None => self.others.entry(endpoints).or_insert_with(|| {
+            None => self.others.entry(tuple.endpoints).or_insert_with(|| {
                 made = true;
                 new()
             }),
@@ -78,10 +87,10 @@ impl Pairs {
         (pair, made)
     }
 
-    fn get_mut(&mut self, endpoints: &[Endpoint; 2]) -> Option<&mut Pair> {
-        match ipv4_key(endpoints) {
+    fn get_mut(&mut self, tuple: &Tuple) -> Option<&mut Pair> {
+        match ipv4_key(tuple) {
             Some(key) => self.ipv4.get_mut(&key),
-            None => self.others.get_mut(endpoints),
+            None => self.others.get_mut(&tuple.endpoints),
         }
     }
 
@@ -95,15 +104,15 @@ impl Pairs {
     }
 }
 
-/// Two IPv4 endpoints (mapped, as the decoder gives them) as three words: both addresses,
-/// then both ports; None for any other pair. One pair has one key, and no other pair has it.
-fn ipv4_key([(first, first_port), (second, second_port)]: &[Endpoint; 2]) -> Option<[u32; 3]> {
-    let mapped = |address: &[u32; 4]| address[..3] == [0, 0, IPV4_MAPPED_WORD];
-    (mapped(first) && mapped(second)).then(|| {
+/// An IPv4 4-tuple as three words: both addresses (the last word of each mapped one), then
+/// both ports; None for any other. One 4-tuple has one key, and no other has it.
+fn ipv4_key(tuple: &Tuple) -> Option<[u32; 3]> {
+    let [(first, first_port), (second, second_port)] = tuple.endpoints;
+    tuple.ipv4.then(|| {
         [
             first[3],
             second[3],
-            (u32::from(*first_port) << 16) | u32::from(*second_port),
+            (u32::from(first_port) << 16) | u32::from(second_port),
         ]
     })
 }
@@ -165,7 +174,7 @@ pub struct FlowTracker {
     next_sweep_us: i64,
     next_sweep_packet: u64,
     /// The 4-tuples that had a live connection at the last look, and those given one since.
-    live_pairs: Vec<[Endpoint; 2]>,
+    live_pairs: Vec<Tuple>,
     /// The ended connections' rows of the connection table, in the order they ended.
     records: Vec<ConnectionRecord>,
     /// Whether the packet table is kept; then also, for each connection finished and not yet
@@ -244,6 +253,10 @@ impl FlowTracker {
         } else {
             ([dst, src], 1)
         };
+        let tuple = Tuple {
+            endpoints,
+            ipv4: tcp.ip_version == 4,
+        };
         self.tcp_packets += 1;
         self.sweep(packet.time_us);
         let FlowTracker {
@@ -259,14 +272,7 @@ impl FlowTracker {
             ..
         } = self;
         let before = ended.len();
-        let pair = lifetime_of(
-            pairs,
-            streams,
-            (endpoints, sender),
-            tcp,
-            packet.time_us,
-            ended,
-        );
+        let pair = lifetime_of(pairs, streams, (tuple, sender), tcp, packet.time_us, ended);
         if ended.len() != before {
             *ended_in_order = false;
         }
@@ -276,7 +282,7 @@ impl FlowTracker {
         }
         let stream = pair.stream;
         let connection = *pair.connection.get_or_insert_with(|| {
-            live_pairs.push(endpoints);
+            live_pairs.push(tuple);
             live.push(Some(Box::new(Connection::new(
                 stream,
                 endpoints,
@@ -336,8 +342,8 @@ impl FlowTracker {
             tcp_packets,
             ..
         } = self;
-        live_pairs.retain(|endpoints| {
-            let Some(pair) = pairs.get_mut(endpoints) else {
+        live_pairs.retain(|tuple| {
+            let Some(pair) = pairs.get_mut(tuple) else {
                 return false;
             };
             let Some(connection) = pair.connection else {
@@ -523,7 +529,7 @@ impl FlowTracker {
     }
 }
 
-/// The state of the 4-tuple `endpoints` with the packet `tcp` taken: its conversation number
+/// The state of the 4-tuple `tuple` with the packet `tcp` taken: its conversation number
 /// (`stream`) is its current one, or a new one where this packet starts one (a SYN with a new
 /// ISN after a FIN or RST since the 4-tuple's previous SYN, or after a long silence);
 /// conversations are numbered in order of their first packet. A connection this packet ends
@@ -531,12 +537,12 @@ impl FlowTracker {
 fn lifetime_of<'a>(
     pairs: &'a mut Pairs,
     streams: &mut u32,
-    (endpoints, sender): ([Endpoint; 2], usize),
+    (tuple, sender): (Tuple, usize),
     tcp: &TcpPacket,
     time_us: i64,
     ended: &mut Vec<u32>,
 ) -> &'a mut Pair {
-    let pair = conversation_of(pairs, streams, endpoints, tcp, time_us, ended);
+    let pair = conversation_of(pairs, streams, tuple, tcp, time_us, ended);
     pair.fin_sent[sender] |= tcp.flags & FLAG_FIN != 0;
     pair.reset |= tcp.flags & FLAG_RST != 0;
     pair
@@ -545,14 +551,14 @@ fn lifetime_of<'a>(
 fn conversation_of<'a>(
     pairs: &'a mut Pairs,
     streams: &mut u32,
-    endpoints: [Endpoint; 2],
+    tuple: Tuple,
     tcp: &TcpPacket,
     time_us: i64,
     ended: &mut Vec<u32>,
 ) -> &'a mut Pair {
     let syn_only = tcp.flags & (FLAG_SYN | FLAG_ACK) == FLAG_SYN;
     let closing = tcp.flags & (FLAG_FIN | FLAG_RST) != 0;
-    let (pair, first) = pairs.get_or_insert_with(endpoints, || {
+    let (pair, first) = pairs.get_or_insert_with(tuple, || {
         *streams += 1;
         Pair {
             stream: *streams - 1,
@@ -592,7 +598,11 @@ mod tests {
     use super::*;
 
     fn ipv4(last_word: u32, port: u16) -> Endpoint {
-        ([0, 0, IPV4_MAPPED_WORD, last_word], port)
+        ([0, 0, 0xFFFF, last_word], port)
+    }
+
+    fn tuple(endpoints: [Endpoint; 2], ipv4: bool) -> Tuple {
+        Tuple { endpoints, ipv4 }
     }
 
     #[test]
@@ -603,15 +613,17 @@ mod tests {
             [ipv4(0x0A00_0002, 80), ipv4(0x0A00_0001, 40000)],
             [ipv4(0x0A00_0001, 80), ipv4(0x0A00_0002, 40001)],
         ];
-        let keys: Vec<[u32; 3]> = pairs.iter().filter_map(ipv4_key).collect();
+        let keys: Vec<[u32; 3]> = pairs
+            .iter()
+            .filter_map(|&endpoints| ipv4_key(&tuple(endpoints, true)))
+            .collect();
         assert_eq!(keys.len(), pairs.len());
         for (index, key) in keys.iter().enumerate() {
             assert!(!keys[index + 1..].contains(key));
         }
         assert_eq!(keys[0], [0x0A00_0001, 0x0A00_0002, (80 << 16) | 40000]);
-        let ipv6 = ([0x2001_0DB8, 0, 0, 1], 80);
-        assert_eq!(ipv4_key(&[ipv4(0x0A00_0001, 80), ipv6]), None);
-        assert_eq!(ipv4_key(&[([0, 0, 0, 0x0A00_0001], 80), ipv4(1, 2)]), None);
+        // The same words from an IPv6 packet (IPv4-mapped addresses) keep their long key.
+        assert_eq!(ipv4_key(&tuple(pairs[0], false)), None);
     }
 
     #[test]
@@ -627,14 +639,20 @@ mod tests {
             last_us: 0,
             last_packet: 0,
         };
-        let v4 = [ipv4(1, 80), ipv4(2, 81)];
-        let v6 = [([0x2001_0DB8, 0, 0, 1], 80), ([0x2001_0DB8, 0, 0, 2], 81)];
+        let v4 = tuple([ipv4(1, 80), ipv4(2, 81)], true);
+        let mapped = tuple([ipv4(1, 80), ipv4(2, 81)], false);
+        let v6 = tuple(
+            [([0x2001_0DB8, 0, 0, 1], 80), ([0x2001_0DB8, 0, 0, 2], 81)],
+            false,
+        );
         assert!(pairs.get_or_insert_with(v4, || new(0)).1);
-        assert!(pairs.get_or_insert_with(v6, || new(1)).1);
-        let (again, made) = pairs.get_or_insert_with(v4, || new(2));
+        assert!(pairs.get_or_insert_with(mapped, || new(1)).1);
+        assert!(pairs.get_or_insert_with(v6, || new(2)).1);
+        let (again, made) = pairs.get_or_insert_with(v4, || new(3));
         assert!(!made && again.stream == 0);
-        assert_eq!(pairs.get_mut(&v6).map(|pair| pair.stream), Some(1));
-        assert_eq!(pairs.values_mut().count(), 2);
+        assert_eq!(pairs.get_mut(&mapped).map(|pair| pair.stream), Some(1));
+        assert_eq!(pairs.get_mut(&v6).map(|pair| pair.stream), Some(2));
+        assert_eq!(pairs.values_mut().count(), 3);
         pairs.clear();
         assert!(pairs.get_mut(&v4).is_none());
     }
