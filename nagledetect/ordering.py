@@ -31,6 +31,12 @@ def as_text(values: Sequence[str] | np.ndarray) -> np.ndarray:
         return np.asarray(values, dtype=str)
 
 
+def as_strings(held: np.ndarray) -> np.ndarray:
+    """Text made by `as_text` back as Python strings, a column of objects (as a table holds
+    text); any other column as it is."""
+    return held.astype(str).astype(object) if held.dtype.kind in "SU" else held
+
+
 def factorize_in_name_order(values: Sequence[str] | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Each value's code into the distinct values, which are numbered in name order (what
     pandas' `factorize(sort=True)` gives for strings), and those values as text. None is named

@@ -25,7 +25,13 @@ import numpy as np
 
 from nagledetect.collector import collector_paused
 from nagledetect.detectors.model import Finding, HostProfile, HostValues
-from nagledetect.ordering import as_text, codes_by_first_use, looked_up_as, name_order
+from nagledetect.ordering import (
+    as_strings,
+    as_text,
+    codes_by_first_use,
+    looked_up_as,
+    name_order,
+)
 from nagledetect.table import Table, object_column
 
 if TYPE_CHECKING:
@@ -278,8 +284,8 @@ class RecordTable(ChunkedSequence):
 
 ROWS_PER_STORED_CHUNK = 2_048
 """A stored table is read a chunk of this many rows at a time: what a document's chunk of
-entries reads (`report.document.ENTRIES_PER_CHUNK`), each of its 36 columns a piece of up to
-16 KB."""
+entries reads (`report.document.ENTRIES_PER_CHUNK`); a connection table's 36 columns are each
+a piece of up to 16 KB a chunk."""
 
 
 class StoredRows:
@@ -344,8 +350,8 @@ class StoredRows:
         if name not in self._names:
             raise KeyError(name)
         column = self._names.index(name)
-        return _as_strings(np.concatenate([self._piece(chunk, column)
-                                           for chunk in range(len(self._where))]))
+        return as_strings(np.concatenate([self._piece(chunk, column)
+                                          for chunk in range(len(self._where))]))
 
     def take(self, rows: np.ndarray | slice | Sequence[int]) -> Table:
         """The rows at these positions (negative ones from the end), where a mask holds, or in
@@ -404,12 +410,8 @@ class StoredRows:
 
 def _text_as_strings(table: Table) -> Table:
     """The table with its columns of fixed-width text as Python strings."""
-    text = {name: _as_strings(table[name]) for name in table if table[name].dtype.kind == "S"}
+    text = {name: as_strings(table[name]) for name in table if table[name].dtype.kind == "S"}
     return table.assign(**text) if text else table
-
-
-def _as_strings(values: np.ndarray) -> np.ndarray:
-    return values.astype(str).astype(object) if values.dtype.kind == "S" else values
 
 
 @dataclass(frozen=True)
@@ -607,7 +609,7 @@ class StoredHosts(Mapping):
         return self.profiles(position, position + 1)[0]
 
     def __iter__(self) -> Iterator[str]:
-        return iter(_names(self._address))
+        return iter(as_strings(self._address).tolist())
 
     @property
     def spill(self) -> SpillFile:
@@ -641,7 +643,7 @@ class StoredHosts(Mapping):
         stop = min(stop, len(self._address))
         timer, spread, samples = (column[start:stop].tolist() for column in self._numbers)
         codes, families = self._stack_family
-        return HostValues(_names(self._address[start:stop]), [_optional(t) for t in timer],
+        return HostValues(as_strings(self._address[start:stop]).tolist(), [_optional(t) for t in timer],
                           [_optional(d) for d in spread], samples,
                           families[codes[start:stop]].tolist(), self._phase_locks(start, stop))
 
@@ -660,12 +662,7 @@ class StoredHosts(Mapping):
     def __reduce__(self) -> tuple:
         if self._spill.sent_by_reference:
             return by_reference(self)
-        return dict, (dict(zip(_names(self._address), self.values())),)
-
-
-def _names(text: np.ndarray) -> list[str]:
-    """Fixed-width text (`ordering.as_text`) as Python strings."""
-    return text.astype(str).tolist()
+        return dict, (dict(zip(as_strings(self._address).tolist(), self.values())),)
 
 
 def _read_only(values: np.ndarray) -> np.ndarray:

@@ -24,7 +24,7 @@ from nagledetect.detectors import kinds
 from nagledetect.detectors.model import Finding, HostValues, StallEvents
 from nagledetect.events.endpoints import endpoint
 from nagledetect.memory import give_back_free_memory
-from nagledetect.ordering import as_text
+from nagledetect.ordering import as_strings, as_text
 from nagledetect.read.decode import LINKTYPE_NAMES
 from nagledetect.read.inputs import NotAnalysed
 from nagledetect.report.display_filter import display_filter
@@ -407,7 +407,7 @@ class FindingEntries(ChunkedSequence):
 
     def captures(self) -> list[int]:
         """Each finding's capture (its index in the run), in document order."""
-        return (np.searchsorted(self._bounds, self._order, side="right") - 1).tolist()
+        return self._capture_of(self._order).tolist()
 
     def nagle_family(self) -> StallSummaries:
         """The Nagle family's findings, in document order, each cut to what the headline and
@@ -444,13 +444,18 @@ class FindingEntries(ChunkedSequence):
         """The entries at these positions of the document, in that order."""
         return self._entries(self._order[np.asarray(positions, dtype=np.int64)])
 
+    def _capture_of(self, positions: np.ndarray) -> np.ndarray:
+        """The capture of each finding at these positions of the captures' findings laid end to
+        end."""
+        return np.searchsorted(self._bounds, positions, side="right") - 1
+
     def _entries(self, positions: np.ndarray,
                  entry: Callable[[Finding, int, int], dict[str, Any]] | None = None
                  ) -> list[dict[str, Any]]:
         """The entries of the findings at these positions of the captures' findings laid end to
         end, in that order, as `entry` makes them (by default, whole)."""
         entry = entry or _finding_entry
-        capture = np.searchsorted(self._bounds, positions, side="right") - 1
+        capture = self._capture_of(positions)
         made: dict[int, dict[str, Any]] = {}
         for index in np.unique(capture).tolist():
             wanted = np.flatnonzero(capture == index)
@@ -513,7 +518,7 @@ class StallSummaries(ChunkedSequence):
         return len(self._columns["count"]) if self._columns else 0
 
     def items(self, start: int, stop: int) -> list[dict[str, Any]]:
-        columns = {name: _endpoint_values(values[start:stop]) if name in STALL_SUMMARY_ENDPOINTS
+        columns = {name: as_strings(values[start:stop]).tolist() if name in STALL_SUMMARY_ENDPOINTS
                    else values[start:stop].tolist() for name, values in self._columns.items()}
         named = {name: [self._values[name][code] for code in columns[name]]
                  for name in STALL_SUMMARY_VALUES}
@@ -546,12 +551,7 @@ def _joined_endpoints(pieces: list[np.ndarray]) -> np.ndarray:
         return np.zeros(0, dtype="S1")
     if all(piece.dtype.kind in "SU" for piece in pieces):
         return np.concatenate(pieces)
-    return np.concatenate([object_column(_endpoint_values(piece))
-                           if piece.dtype.kind in "SU" else piece for piece in pieces])
-
-
-def _endpoint_values(held: np.ndarray) -> list[str | None]:
-    return held.astype(str).tolist() if held.dtype.kind in "SU" else held.tolist()
+    return np.concatenate([as_strings(piece) for piece in pieces])
 
 
 DIAGNOSIS_GROUPS = {
