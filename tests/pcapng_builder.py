@@ -1,11 +1,16 @@
 """A minimal pcapng writer for hand-built edge cases (block layout from the pcapng spec):
 section headers in either byte order, interface descriptions with options, enhanced, simple
-and obsolete packet blocks, and blocks of a type no reader knows."""
+and obsolete packet blocks, and blocks of a type no reader knows; and the real frames of a lab
+capture to build them around."""
 
 from __future__ import annotations
 
 import struct
+from pathlib import Path
 
+SEED003 = Path(__file__).parent.parent / "sample_traces" / "seed003-nagle.pcap"
+PCAP_HEADER_BYTES = 24
+RECORD_HEADER_BYTES = 16
 SHB, IDB, OPB, SPB, EPB = 0x0A0D0D0A, 0x00000001, 0x00000002, 0x00000003, 0x00000006
 OPTION_COMMENT, OPTION_IF_NAME, OPTION_IF_TSRESOL, OPTION_IF_TSOFFSET = 1, 2, 9, 14
 
@@ -64,3 +69,16 @@ def obsolete_packet(data: bytes, time_units: int, interface_id: int = 0,
     header = struct.pack(order + "HHIIII", interface_id, 0, time_units >> 32,
                          time_units & 0xFFFFFFFF, len(data), wire_bytes or len(data))
     return block(OPB, header + _pad(data), order)
+
+
+def real_frames(count: int, capture: Path = SEED003) -> list[tuple[int, bytes]]:
+    """(time_us, frame bytes) of the first `count` packets of a real Linux capture (a
+    little-endian microsecond pcap), walked record by record, to build files around."""
+    data = capture.read_bytes()
+    frames, position = [], PCAP_HEADER_BYTES
+    while len(frames) < count and position + RECORD_HEADER_BYTES <= len(data):
+        seconds, micro, caplen = struct.unpack_from("<III", data, position)
+        start = position + RECORD_HEADER_BYTES
+        frames.append((seconds * 1_000_000 + micro, data[start:start + caplen]))
+        position = start + caplen
+    return frames

@@ -9,14 +9,12 @@ import io
 import pickle
 import subprocess
 
-import numpy as np
 import pytest
 
 from nagledetect import batch, cli
 from nagledetect.analysis import Wanted, analyze_capture, analyze_together, for_another_process
 from nagledetect.batch import groups_by_size
 from nagledetect.errors import InputError
-from nagledetect.read.capture import decoded_batches, decoded_together, read_raw
 from nagledetect.report.document import build_document, write_json
 from nagledetect.sent_tables import ColumnReader, TableRows, rows_table
 from tests.conftest import SAMPLE_TRACES, assert_same_table, corpus_file, require_tool
@@ -189,35 +187,6 @@ def test_a_batch_that_fails_is_analysed_capture_by_capture(monkeypatch) -> None:
     monkeypatch.setattr(cli, "analyze_together", failing)
     again = cli._analyze_one_by_one(tuple(SAMPLES[:4]), None, cli.Wanted())
     assert [_document(a) for a in again] == [_document(a) for a in expected]
-
-
-@pytest.mark.parametrize("corpus", [(), ("tcpdump/bgp-4byte-asn.pcap", "zeek/ssh__ssh.pcap",
-                                         "zeek/ipv6-http-atomic-frag.pcap")])
-def test_captures_decoded_together_are_each_decoded_as_alone(corpus) -> None:
-    """One pass over several captures' packets (`decoded_together`) gives each capture the
-    columns, SACK blocks and accounting (TCP packets, skips by reason) that decoding it alone
-    gives: the sample traces, then three corpus captures (BGP over IPv4, SSH, and HTTP over
-    IPv6 with two ICMPv6 packets skipped, by `capinfos` and `tshark -Y icmpv6`) with them,
-    all Ethernet."""
-    paths = [*SAMPLES, *(str(corpus_file(name)) for name in corpus)]
-    raw = [piece for path in paths for piece in read_raw(path)]
-    assert len(raw) == len(paths)
-    offsets = np.cumsum([0, *(capture.accounting.packets_read for capture in raw)]).tolist()
-    columns, sack = decoded_together(raw, list(range(len(paths))), offsets[:-1])
-    for number, (path, capture) in enumerate(zip(paths, raw)):
-        accounting, batches = decoded_batches(path)
-        alone = list(batches)
-        assert capture.accounting == accounting, path
-        mine = np.flatnonzero(columns["capture"] == number)
-        for name, values in columns.items():
-            if name == "capture":
-                continue
-            expected = np.concatenate([batch[0][name] for batch in alone])
-            got = values[mine] - np.uint32(offsets[number]) if name == "frame" else values[mine]
-            assert got.dtype == expected.dtype and np.array_equal(got, expected), (path, name)
-        sack_mine = np.isin(sack["row"], mine)
-        assert np.array_equal(sack["left_raw"][sack_mine],
-                              np.concatenate([batch[1]["left_raw"] for batch in alone])), path
 
 
 def _tshark_streams(path: str) -> set[str]:

@@ -1,9 +1,9 @@
-"""The compiled core's BPF `--filter` (core/src/bpf.rs) against tcpdump and the numpy path.
+"""The compiled core's BPF `--filter` (core/src/bpf.rs) against tcpdump.
 
 tcpdump is the reference: `tcpdump -r F -w OUT FILTER` writes the packets its filter accepts,
-and those must be, byte for byte and in order, the packets of F whose `accepted` the core sets.
-The numpy path (libpcap through pcapy-ng) must accept the same frames and count the same
-packets as excluded by the filter.
+and those must be, byte for byte and in order, the packets of F whose `accepted` the core sets
+(both files' packets read by scapy's raw reader, an independent one). The analysis in parts
+reads through the same filter (`decoded_batches`): the same TCP frames, the same excluded.
 """
 
 from __future__ import annotations
@@ -18,12 +18,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from scapy.utils import RawPcapReader
 
 from nagledetect.errors import InputError
 from nagledetect.read import skips
 from nagledetect.read.capture import decoded_batches
-from nagledetect.read.decode import LINKTYPE_ETHERNET
-from nagledetect.read.libpcap import CaptureReader
+from nagledetect.read.columns import LINKTYPE_ETHERNET
 from tests.conftest import CORPORA, SAMPLE_TRACES, require_tool
 from tests.pcapng_builder import interface, obsolete_packet, packet, section, simple_packet
 
@@ -36,18 +36,6 @@ CORPUS_FILTERS = [*FILTERS, "vlan and vlan and pppoes and tcp", "vlan and vlan a
 """Also each encapsulation of the corpus files in full (libpcap's `vlan` and `pppoes` move its
 offsets past one tag or header each, so `vlan and tcp` takes no PPPoE or double-tagged frame),
 and IPv6 on BSD loopback."""
-NUMPY_PATH_DIFFERS = {
-    # BSD loopback IPv6: pcapy-ng compiles on a dead capture, for which libpcap tests only
-    # Linux's AF_INET6 (10), where tcpdump, reading a file, tests the BSDs' values (24, 28,
-    # 30; this file's is macOS's 30).
-    "zeek/http__connect-with-header.pcap",
-    # ATM_CLIP (LINKTYPE 106): libpcap compiles for it on a file's handle (tcpdump takes `udp`)
-    # but refuses on a dead capture of the DLT pcapy-ng reports ("DLT 106 link-layer type
-    # filtering not implemented").
-    "tcpdump/heap-overflow-2.pcap",
-}
-"""Captures on which the numpy path's filter is not tcpdump's (the core is checked against
-tcpdump alone there)."""
 SAMPLE_CAPTURES = sorted(p.name for p in SAMPLE_TRACES.glob("*.pcap"))
 CORPUS_CAPTURES = [
     # VLAN, QinQ and PPPoE: the encapsulations `vlan` and `pppoes` look into.
@@ -68,12 +56,9 @@ COMPRESSORS: dict[str, Callable[[bytes], bytes]] = {
 
 
 def _raw_packets(path: Path) -> list[bytes]:
-    """Every packet of a capture as libpcap reads it (no filter), in file order."""
-    packets = []
-    for batch in CaptureReader(str(path)).batches():
-        for offset, caplen in zip(batch.offsets, batch.caplens):
-            packets.append(batch.buf[offset:offset + caplen].tobytes())
-    return packets
+    """Every packet of a capture as scapy's raw reader reads it (no filter), in file order."""
+    with RawPcapReader(str(path)) as reader:
+        return [bytes(data) for data, _ in reader]
 
 
 def _tcpdump(path: Path, expression: str, out: Path) -> subprocess.CompletedProcess:
@@ -81,26 +66,17 @@ def _tcpdump(path: Path, expression: str, out: Path) -> subprocess.CompletedProc
                           capture_output=True, text=True, timeout=60, check=False)
 
 
-def _numpy_accepted(path: Path, expression: str) -> np.ndarray:
-    """Which packets of the file the numpy path's filter accepts, in file order."""
-    reader = CaptureReader(str(path), expression)
-    masks = [reader.filter_mask(batch) for batch in reader.batches()]
-    return np.concatenate([np.zeros(0, dtype=bool), *masks])
-
-
-def _assert_agree(path: Path, expression: str, tmp_path: Path, numpy_path_agrees: bool = True
-                  ) -> None:
+def _assert_agree(path: Path, expression: str, tmp_path: Path) -> None:
     out = tmp_path / "accepted.pcap"
     tcpdump = _tcpdump(path, expression, out)
     try:
         decoded = _core.decode_file(str(path), expression)
     except _core.FilterError as error:
-        # A filter libpcap refuses for the file's link type: tcpdump and the numpy path too.
+        # A filter libpcap refuses for the file's link type: tcpdump too.
         assert tcpdump.returncode != 0
         assert str(error).split(": ", 1)[1] in tcpdump.stderr
-        if numpy_path_agrees:
-            with pytest.raises(InputError, match="invalid filter"):
-                CaptureReader(str(path), expression)
+        with pytest.raises(InputError, match="invalid filter"):
+            decoded_batches(str(path), expression)
         return
     assert tcpdump.returncode == 0, tcpdump.stderr
     accepted = decoded["packets"]["accepted"]
@@ -108,15 +84,12 @@ def _assert_agree(path: Path, expression: str, tmp_path: Path, numpy_path_agrees
     assert len(accepted) == len(raw)
     assert [data for data, kept in zip(raw, accepted) if kept] == _raw_packets(out)
     assert decoded["excluded_by_filter"] == int((~accepted).sum())
-    if not numpy_path_agrees:
-        return
-    assert np.array_equal(accepted, _numpy_accepted(path, expression))
     # What streams.py takes: the TCP rows, excluded ones included, each with `accepted`.
     accounting, batches = decoded_batches(str(path), expression)
-    numpy_rows = [(batch["frame"], batch["accepted"]) for batch, _ in batches]
+    parts_rows = [(batch["frame"], batch["accepted"]) for batch, _ in batches]
     tcp = decoded["packets"]["skip"] == skips.KEPT
-    frames = np.concatenate([np.zeros(0, np.uint32), *(f for f, _ in numpy_rows)])
-    tcp_accepted = np.concatenate([np.zeros(0, bool), *(a for _, a in numpy_rows)])
+    frames = np.concatenate([np.zeros(0, np.uint32), *(f for f, _ in parts_rows)])
+    tcp_accepted = np.concatenate([np.zeros(0, bool), *(a for _, a in parts_rows)])
     assert np.array_equal(decoded["packets"]["frame"][tcp], frames)
     assert np.array_equal(accepted[tcp], tcp_accepted)
     assert accounting.skipped.get("excluded by filter", 0) == decoded["excluded_by_filter"]
@@ -135,19 +108,18 @@ def test_corpus_captures_filter_as_tcpdump(relative: str, expression: str, tmp_p
     path = CORPORA / relative
     if not path.exists():
         pytest.skip(f"corpus file {relative} not present")
-    _assert_agree(path, expression, tmp_path, relative not in NUMPY_PATH_DIFFERS)
+    _assert_agree(path, expression, tmp_path)
 
 
 def test_loopback_ipv6_as_tcpdump_not_as_a_live_capture() -> None:
     """http__connect-with-header: 58 IPv6 frames on BSD loopback, address family 30 (macOS;
     `tcpdump -xx` shows 1e00 0000 first); tcpdump's `ip6` takes all 58 (`-w` then counted),
-    the numpy path's none."""
+    where libpcap compiling for a live capture would test Linux's AF_INET6 (10) and take none."""
     path = CORPORA / "zeek/http__connect-with-header.pcap"
     if not path.exists():
         pytest.skip("corpus file zeek/http__connect-with-header.pcap not present")
     accepted = _core.decode_file(str(path), "ip6")["packets"]["accepted"]
     assert (len(accepted), int(accepted.sum())) == (58, 58)
-    assert not _numpy_accepted(path, "ip6").any()
 
 
 def test_the_filters_select_what_tcpdump_counts() -> None:
@@ -176,16 +148,20 @@ def test_a_program_for_each_pcapng_link_type(bpf_filter: str, kept: int) -> None
     """merged-interfaces.pcapng: a loopback connection (port 7007, Linux cooked v2) after
     seed003's (port 9000, Ethernet), 315 frames; tshark counts 69 and 234 (`-Y tcp.port==7007`,
     `-Y tcp.port==9000`). tcpdump refuses the file (its second interface's link type differs),
-    so the numpy path, which reads on past libpcap, is the other witness."""
+    so tshark's display filter on the same port is the witness, frame by frame."""
     decoded = _core.decode_file(str(MERGED), bpf_filter)
     accepted = decoded["packets"]["accepted"]
     assert (int(accepted.sum()), decoded["excluded_by_filter"]) == (kept, 315 - kept)
-    assert np.array_equal(accepted, _numpy_accepted(MERGED, bpf_filter))
+    port = bpf_filter.rsplit(" ", 1)[1]
+    shown = subprocess.run([require_tool("tshark"), "-r", str(MERGED), "-Y", f"tcp.port=={port}",
+                            "-T", "fields", "-e", "frame.number"], capture_output=True,
+                           text=True, check=True).stdout.split()
+    assert decoded["packets"]["frame"][accepted].tolist() == [int(frame) for frame in shown]
 
 
 def test_an_interface_libpcap_cannot_filter_accepts_nothing(tmp_path: Path) -> None:
     """A DLT_USER0 interface (147; libpcap: "link-layer type filtering not implemented")
-    after an Ethernet one: its packet is excluded, not an error, as in the numpy path."""
+    after an Ethernet one: its packet is excluded, not an error."""
     seed003 = SAMPLE_TRACES / "seed003-nagle.pcap"
     tcp = _core.decode_file(str(seed003))["packets"]["skip"] == skips.KEPT
     first = _raw_packets(seed003)[int(np.argmax(tcp))]
@@ -203,14 +179,14 @@ def test_an_interface_libpcap_cannot_filter_accepts_nothing(tmp_path: Path) -> N
 ])
 def test_a_bad_filter_raises_libpcaps_message(expression: str, message: str, tmp_path: Path
                                               ) -> None:
-    """One error, worded as the numpy path's (tcpdump prints libpcap's message after
-    "tcpdump: "); a capture without packets refuses it too, and so does the Reader."""
+    """One error (tcpdump prints libpcap's message after "tcpdump: "), the same read in parts;
+    a capture without packets refuses it too, and so does the Reader."""
     path = SAMPLE_TRACES / "seed003-nagle.pcap"
     with pytest.raises(_core.FilterError) as core_error:
         _core.decode_file(str(path), expression)
-    with pytest.raises(InputError) as numpy_error:
-        CaptureReader(str(path), expression)
-    assert str(core_error.value) == str(numpy_error.value)
+    with pytest.raises(InputError) as parts_error:
+        decoded_batches(str(path), expression)
+    assert str(core_error.value) == str(parts_error.value)
     assert f"invalid filter {expression!r}: {message}" in str(core_error.value)
     assert message in _tcpdump(path, expression, tmp_path / "out.pcap").stderr
     empty = tmp_path / "empty.pcap"
@@ -233,8 +209,8 @@ def test_without_a_filter_nothing_is_excluded() -> None:
                                       "tcpdump/dhcpv4v6-rfc5970-rfc8572.pcap"])
 def test_ip_broadcast_as_tcpdump_reading_a_file(relative: str, tmp_path: Path) -> None:
     """tcpdump reading a file compiles with netmask 0, so `ip broadcast` takes 255.255.255.255
-    and 0.0.0.0 (2 of 4 and 2 of 14 packets in tcpdump: the DHCP requests); the numpy path
-    compiles with an unknown netmask and refuses the expression."""
+    and 0.0.0.0 (2 of 4 and 2 of 14 packets in tcpdump: the DHCP requests), where libpcap
+    compiling with an unknown netmask would refuse the expression."""
     path = CORPORA / relative
     if not path.exists():
         pytest.skip(f"corpus file {relative} not present")

@@ -7,13 +7,7 @@ and the rows it gives the detectors (stall candidates, lone answered segments, w
 payload counts) those the Python rules take of the numpy path's segments.
 
 Differences that are not errors, each checked by hand:
-  - the SACK table comes in frame order from the core (the numpy decoder gives it option slot
-    by slot); every reader sorts it by frame, so it is compared in frame order;
-  - pcapng files that mix interfaces: the numpy path warns that libpcap stops at them and its
-    own reader read on; the core reads every interface natively and has nothing to warn of;
-  - under a filter, the core applies it to the wire length as tcpdump does: on
-    zeek/zip__zip64.pcap, `tcp port 80 or tcp port 443` accepts 26 packets in tcpdump and in
-    the core, 24 in the numpy path (tests/test_core_bpf.py holds the filter's own checks);
+  - the SACK table is compared in frame order (every reader sorts it by frame);
   - tables without rows (no TCP, or a filter that keeps none) have all the core's columns,
     typed as its tables with rows, where `build_flows([])` makes fewer, some of them int64.
 """

@@ -1,5 +1,5 @@
-"""Fuzzing both capture readers through Python (hypothesis, derandomized: the same examples on
-every run, about 25 s in all).
+"""Fuzzing the capture reader and both ways of rebuilding connections through Python (hypothesis,
+derandomized: the same examples on every run, about 25 s in all).
 
 Real captures (microsecond pcap, the same records as a nanosecond and a big-endian pcap,
 pcapng, gzip-compressed pcap and pcapng) and a hand-built pcapng of real frames under every

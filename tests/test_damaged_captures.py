@@ -1,8 +1,8 @@
 """Damaged capture files, as tcpdump and tshark meet them: a record header claiming 258 MiB or
 more than the file's snapshot length, a pcapng block whose length is damaged, a file cut inside
 a record. The read ends there with a one-line warning and the packets before it are analysed,
-tcpdump's count of them (its libpcap stops at the same place) on both paths: the command line
-(numpy path) and the compiled core. Then copies of corpus captures corrupted at random (a fixed
+tcpdump's count of them (its libpcap stops at the same place), by the command line and by the
+compiled core's reader. Then copies of corpus captures corrupted at random (a fixed
 seed): the command line never shows a traceback or "please report this", exits 0 or 2, and
 the core refuses a file only with its one-line CaptureError.
 """

@@ -7,23 +7,14 @@ import subprocess
 import sys
 
 from nagledetect import load_capture
-from nagledetect.read.libpcap import CaptureReader
-from tests.conftest import SAMPLE_TRACES
-from tests.pcapng_builder import block, interface, packet, section
+from tests.pcapng_builder import block, interface, packet, real_frames, section
 
 ETHERNET, RAW_IP = 1, 101
 HOSTILE = "<script>alert(1)</script>"
 
 
-def _real_frames(count: int = 12) -> list[tuple[int, bytes]]:
-    """(time_us, frame bytes) of the first packets of a real Linux capture."""
-    batch = next(CaptureReader(str(SAMPLE_TRACES / "seed003-nagle.pcap")).batches())
-    return [(int(batch.time_us[i]), batch.buf[batch.offsets[i]:batch.offsets[i] + batch.caplens[i]]
-             .tobytes()) for i in range(count)]
-
-
 def test_unknown_blocks_are_skipped_and_nanoseconds_kept_to_the_microsecond(tmp_path) -> None:
-    frames = _real_frames()
+    frames = real_frames(12)
     body = section() + interface(ETHERNET, nanoseconds=True)
     for index, (time_us, data) in enumerate(frames):
         body += packet(data, time_us * 1000 + 789)
@@ -40,7 +31,7 @@ def test_unknown_blocks_are_skipped_and_nanoseconds_kept_to_the_microsecond(tmp_
 
 def test_hostile_comment_and_interface_name_never_reach_the_html_raw(tmp_path) -> None:
     body = section() + interface(ETHERNET, name=HOSTILE)
-    body += b"".join(packet(data, time_us, comment=HOSTILE) for time_us, data in _real_frames())
+    body += b"".join(packet(data, time_us, comment=HOSTILE) for time_us, data in real_frames(12))
     capture = tmp_path / "hostile.pcapng"
     capture.write_bytes(body)
     report = tmp_path / "report.html"
@@ -51,11 +42,11 @@ def test_hostile_comment_and_interface_name_never_reach_the_html_raw(tmp_path) -
 
 
 def test_two_link_types_in_one_file_are_each_decoded_by_their_own(tmp_path) -> None:
-    """libpcap refuses the second interface (another link type); nagledetect's own pcapng
-    reader reads both packets, the SYN as Ethernet and the SYN-ACK as raw IP (the real packet
+    """libpcap refuses the second interface (another link type); the compiled core reads both
+    packets, the SYN as Ethernet and the SYN-ACK as raw IP (the real packet
     without its 14-byte Ethernet header; frames 5 and 6 of seed003-nagle.pcap in tshark), and
     says so in the accounting."""
-    frames = _real_frames(6)[4:]
+    frames = real_frames(6)[4:]
     body = section() + interface(ETHERNET) + interface(RAW_IP)
     body += packet(frames[0][1], frames[0][0], interface_id=0)
     body += packet(frames[1][1][14:], frames[1][0], interface_id=1)
@@ -65,4 +56,4 @@ def test_two_link_types_in_one_file_are_each_decoded_by_their_own(tmp_path) -> N
     assert capture.accounting.packets_read == 2 == capture.accounting.tcp_packets
     assert capture.packets["frame"].tolist() == [1, 2]
     assert capture.packets["time_us"].tolist() == [frames[0][0], frames[1][0]]
-    assert capture.accounting.warnings == []  # the compiled core reads both natively
+    assert capture.accounting.warnings == []

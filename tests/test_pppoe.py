@@ -18,7 +18,9 @@ The real captures (the shared corpora) were checked in tshark:
 from __future__ import annotations
 
 import os
+import struct
 import subprocess
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -32,12 +34,11 @@ from scapy.layers.ppp import PPP, PPPoE
 from scapy.packet import Packet, Raw
 from scapy.utils import rdpcap, wrpcap
 
-from nagledetect import load_capture
+from nagledetect import _core, load_capture
 from nagledetect.analysis import analyze_capture
-from nagledetect.read.decode import decode_batch, pad_batch
-from nagledetect.read.libpcap import CaptureReader
 from nagledetect.report.document import build_document
 from tests.conftest import SAMPLE_TRACES, corpus_file, require_tool
+from tests.pcapng_builder import real_frames
 
 QINQ = "zeek/pppoe-over-qinq.pcap"
 QINQ_PPPOE_LENGTH_AT = 14 + 4 + 4 + 4
@@ -180,11 +181,20 @@ def test_real_connections_moved_into_a_session_decode_as_before(tmp_path, source
     assert mine == theirs
 
 
-def _session_frames() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The first 30 frames of the QinQ PPPoE capture, as one batch."""
-    batch = next(CaptureReader(str(corpus_file(QINQ))).batches())
-    raw = batch.buf[: int(batch.offsets[29] + batch.caplens[29])].copy()
-    return raw, batch.offsets[:30].copy(), batch.caplens[:30].copy()
+def _session_frames() -> list[bytearray]:
+    """The first 30 frames of the QinQ PPPoE capture."""
+    return [bytearray(data) for _, data in real_frames(30, corpus_file(QINQ))]
+
+
+def _decoded(frames: list[bytearray]) -> dict[str, np.ndarray]:
+    """The frames written as a classic pcap (Ethernet) and read by the core."""
+    header = struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, 262_144, 1)
+    records = b"".join(struct.pack("<IIII", 0, 0, len(data), len(data)) + data
+                       for data in frames)
+    with tempfile.NamedTemporaryFile(suffix=".pcap") as capture:
+        capture.write(header + records)
+        capture.flush()
+        return _core.decode_file(capture.name)["packets"]
 
 
 @settings(max_examples=600, derandomize=True, deadline=None)
@@ -193,24 +203,26 @@ def _session_frames() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
        cuts=st.lists(st.tuples(st.integers(0, 29), st.integers(0, 80)), max_size=6))
 def test_corrupted_session_headers_are_decoded_or_skipped_never_fatal(edits, cuts) -> None:
     """Bytes of the tags, the PPPoE header, the PPP protocol and the IP header changed at
-    random, captures cut: every packet is accounted for, no payload is negative, and where the
-    tags and the PPPoE header were left alone, none reaches past what the PPPoE length says
-    was carried (2 bytes of PPP protocol, at least 20 of IP header)."""
-    raw, offsets, caplens = _session_frames()
+    random, frames cut: every packet is read, no payload is negative, and where the tags and
+    the PPPoE header were left alone, none reaches past what the PPPoE length says was carried
+    (2 bytes of PPP protocol, at least 20 of IP header)."""
+    frames = _session_frames()
     for packet, offset, value in edits:
-        raw[int(offsets[packet]) + offset] = value
+        frames[packet][offset] = value
     for packet, length in cuts:
-        caplens[packet] = min(int(caplens[packet]), length)
-    decoded = decode_batch(pad_batch(raw.tobytes()), offsets, caplens, linktype=1)
-    rows = decoded.columns["batch_index"]
-    assert len(rows) + sum(decoded.skipped.values()) == len(offsets)
-    payload = decoded.columns["payload_bytes"].astype(np.int64)
+        frames[packet] = frames[packet][:length]
+    packets = _decoded(frames)
+    assert len(packets["frame"]) == len(frames)
+    kept = np.flatnonzero(packets["skip"] == 0)
+    payload = packets["payload_bytes"].astype(np.int64)[kept]
     assert (payload >= 0).all()
+    carried = payload + packets["tcp_header_bytes"][kept]
     link_intact = {packet for packet, offset, _ in edits if offset < QINQ_PPP_END}
-    for row, carried in zip(rows.tolist(), payload + decoded.columns["tcp_header_bytes"]):
-        if row not in link_intact:
-            at = int(offsets[row]) + QINQ_PPPOE_LENGTH_AT
-            assert carried <= int.from_bytes(raw[at:at + 2].tobytes(), "big") - 2 - 20
+    for row, bytes_carried in zip(kept.tolist(), carried.tolist()):
+        if row not in link_intact and len(frames[row]) >= QINQ_PPP_END:
+            stated = int.from_bytes(frames[row][QINQ_PPPOE_LENGTH_AT:QINQ_PPPOE_LENGTH_AT + 2],
+                                    "big")
+            assert bytes_carried <= stated - 2 - 20
 
 
 @pytest.mark.parametrize("expression, accepted, tcp_packets", [

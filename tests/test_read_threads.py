@@ -1,5 +1,6 @@
-"""A small capture is read, decoded and classified in the caller's thread; a large one on threads.
-Either way the result is the same: the threads only overlap work, they never change it."""
+"""A small capture is read in the caller's thread; a large one is read ahead on a thread of its
+own while the caller takes in the batch before. Either way the result is the same: the thread
+only overlaps work, it never changes it."""
 
 from __future__ import annotations
 
@@ -10,9 +11,8 @@ import numpy as np
 import pytest
 
 from nagledetect.analysis import analyze_capture
-from nagledetect.read import libpcap
+from nagledetect.read import capture
 from nagledetect.read.capture import decoded_batches
-from nagledetect.read.libpcap import CaptureReader
 from nagledetect.read.threads import InlineExecutor, ahead
 from nagledetect.report.document import build_document, write_json
 from tests.conftest import SAMPLE_TRACES
@@ -21,7 +21,7 @@ SEED003 = SAMPLE_TRACES / "seed003-nagle.pcap"
 """240 packets in 18 KB: far under `THREADED_MIN_BYTES`."""
 
 
-def _thread_names_while_decoding(path: str) -> set[str]:
+def _thread_names_while_reading(path: str) -> set[str]:
     """The names of the threads alive while each decoded batch is taken in."""
     names: set[str] = set()
     _, batches = decoded_batches(path)
@@ -30,49 +30,43 @@ def _thread_names_while_decoding(path: str) -> set[str]:
     return names
 
 
-def _thread_names_while_reading(path: str) -> set[str]:
-    """The same while each raw batch of 16 packets is taken in (a batch is read ahead)."""
-    names: set[str] = set()
-    for _ in CaptureReader(path, batch_packets=16).batches():
-        names |= {thread.name for thread in threading.enumerate()}
-    return names
+def test_a_small_capture_is_read_without_threads() -> None:
+    assert not any(name.startswith("read") for name in _thread_names_while_reading(str(SEED003)))
 
 
-def test_a_small_capture_is_read_and_decoded_without_threads() -> None:
-    assert not any(name.startswith("decode") for name in _thread_names_while_decoding(str(SEED003)))
-    assert not any(name.startswith("libpcap") for name in _thread_names_while_reading(str(SEED003)))
+def test_a_capture_over_the_threshold_is_read_ahead_on_a_thread(monkeypatch) -> None:
+    monkeypatch.setattr(capture, "THREADED_MIN_BYTES", 0)
+    assert "read_0" in _thread_names_while_reading(str(SEED003))
 
 
-def test_a_capture_over_the_threshold_is_read_and_decoded_on_threads(monkeypatch) -> None:
-    monkeypatch.setattr(libpcap, "THREADED_MIN_BYTES", 0)
-    assert "decode_0" in _thread_names_while_decoding(str(SEED003))
-    assert "libpcap_0" in _thread_names_while_reading(str(SEED003))
-
-
-def test_inline_and_threaded_reads_give_the_same_batches() -> None:
+def test_inline_and_threaded_reads_give_the_same_batches(monkeypatch) -> None:
     """Batches of 16 packets, so the reading ahead is exercised over and over."""
+    monkeypatch.setattr(capture, "BATCH_PACKETS", 16)
     read = {}
-    for threaded in (False, True):
-        reader = CaptureReader(str(SEED003), batch_packets=16)
-        reader.threaded = threaded
-        read[threaded] = list(reader.batches())
-    assert len(read[False]) > 10
-    assert {len(batch) for batch in read[False][:-1]} == {16}
-    for inline, threaded in zip(read[False], read[True], strict=True):
-        assert inline.first_frame == threaded.first_frame
-        for name in ("buf", "offsets", "caplens", "time_us"):
-            assert np.array_equal(getattr(inline, name), getattr(threaded, name))
+    for threshold in (1 << 40, 0):
+        monkeypatch.setattr(capture, "THREADED_MIN_BYTES", threshold)
+        accounting, batches = decoded_batches(str(SEED003))
+        read[threshold] = (list(batches), accounting)
+    inline, threaded = read[1 << 40], read[0]
+    assert len(inline[0]) > 10
+    assert inline[1] == threaded[1]
+    for (columns, sack), (other_columns, other_sack) in zip(inline[0], threaded[0], strict=True):
+        for one, other in ((columns, other_columns), (sack, other_sack)):
+            assert one.keys() == other.keys()
+            assert all(np.array_equal(one[name], other[name]) for name in one)
 
 
 @pytest.mark.parametrize("name", ["seed003-nagle.pcap", "mixed.pcap", "trap-rpc.pcap"])
 def test_the_document_is_the_same_read_inline_or_on_threads(name, monkeypatch) -> None:
+    """In parts of 4 KB (the analysis that reads through `decoded_batches`)."""
     def document() -> bytes:
         out = io.BytesIO()
-        write_json(build_document([analyze_capture(str(SAMPLE_TRACES / name))]), out)
+        write_json(build_document([analyze_capture(str(SAMPLE_TRACES / name), part_bytes=4096)]),
+                   out)
         return out.getvalue()
 
     inline = document()
-    monkeypatch.setattr(libpcap, "THREADED_MIN_BYTES", 0)
+    monkeypatch.setattr(capture, "THREADED_MIN_BYTES", 0)
     assert document() == inline
 
 

@@ -1,5 +1,5 @@
-//! One packet's link layer -> IPv4/IPv6 -> TCP, by the rules of `nagledetect/read/decode.py`
-//! and `tcp_options.py`: the same skip code at the same first failing step, the same lengths.
+//! One packet's link layer -> IPv4/IPv6 -> TCP: the skip code of the first step that fails
+//! (`skips`), else the TCP packet's fields and options.
 //!
 //! Every read goes through `slice::get`, so a field past the packet's captured end is a skip,
 //! never an out-of-bounds read.

@@ -145,7 +145,8 @@ pub fn batch_dict(py: Python<'_>, columns: Columns) -> PyResult<Bound<'_, PyDict
 /// packets the filter does not accept (their sum over the batches is `decode_file`'s). A file
 /// that is not a capture raises `CaptureError` here; a filter libpcap does not compile for the
 /// capture's link type raises `FilterError` from the first batch (or, for a capture without
-/// packets, when the iteration would end).
+/// packets, when the iteration would end). `linktype`, `bytes_read` and `cut_short` say what
+/// the file's header named, how far the read has got and why it ended early.
 #[pyclass(module = "nagledetect._core")]
 pub struct Reader {
     path: String,
@@ -153,7 +154,28 @@ pub struct Reader {
     bpf_filter: Option<String>,
     /// None once read to its end (its buffer let go) or after an error.
     stream: Mutex<Option<Stream>>,
+    /// What the stream said when it was let go (its values before, while it is read).
+    ended: Ended,
+}
+
+/// What a reader keeps of its stream once the stream is let go.
+#[derive(Default)]
+struct Ended {
     warnings: Vec<String>,
+    linktype: Option<u32>,
+    bytes_read: u64,
+    cut_short: Option<String>,
+}
+
+impl Ended {
+    fn of(stream: &Stream) -> Ended {
+        Ended {
+            warnings: stream.warnings().to_vec(),
+            linktype: stream.linktype(),
+            bytes_read: stream.bytes_read(),
+            cut_short: stream.cut_short().map(str::to_string),
+        }
+    }
 }
 
 #[pymethods]
@@ -169,12 +191,13 @@ impl Reader {
         if batch_packets == 0 {
             return Err(PyValueError::new_err("batch_packets must be at least 1"));
         }
+        let stream = open(py, path, bpf_filter)?;
         Ok(Reader {
             path: path.to_string(),
             batch_packets,
             bpf_filter: bpf_filter.map(str::to_string),
-            stream: Mutex::new(Some(open(py, path, bpf_filter)?)),
-            warnings: Vec::new(),
+            ended: Ended::of(&stream),
+            stream: Mutex::new(Some(stream)),
         })
     }
 
@@ -198,8 +221,8 @@ impl Reader {
                 return Err(error);
             }
         };
+        self.ended = Ended::of(stream);
         if columns.is_empty() {
-            self.warnings = stream.warnings().to_vec();
             *slot = None;
             return Ok(None);
         }
@@ -209,7 +232,26 @@ impl Reader {
     /// Why the read ended early (a list of str; complete once the iteration has ended).
     #[getter]
     fn warnings(&self) -> Vec<String> {
-        self.warnings.clone()
+        self.ended.warnings.clone()
+    }
+
+    /// The link type the file's header names (its first interface's for a pcapng file; None
+    /// for a pcapng file without one).
+    #[getter]
+    fn linktype(&self) -> Option<u32> {
+        self.ended.linktype
+    }
+
+    /// The capture's bytes read so far, decompressed.
+    #[getter]
+    fn bytes_read(&self) -> u64 {
+        self.ended.bytes_read
+    }
+
+    /// Why the read ended before the file's end, if it did (once the iteration has ended).
+    #[getter]
+    fn cut_short(&self) -> Option<String> {
+        self.ended.cut_short.clone()
     }
 }
 

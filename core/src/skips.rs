@@ -1,5 +1,5 @@
-//! Why a packet was not used: the codes of `nagledetect/read/skips.py`, so that a skip
-//! counted here reads in the report as one counted by the numpy decoder.
+//! Why a packet was not used: the codes of `nagledetect/read/skips.py`, which names each in the
+//! report.
 
 pub const KEPT: i64 = 0;
 pub const TRUNCATED_LINK_HEADER: i64 = 1;

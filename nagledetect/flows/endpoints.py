@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from nagledetect.flows.grouped import first_occurrences
-from nagledetect.read.decode import ipv4_mapped
+from nagledetect.read.columns import ipv4_mapped
 
 ENDPOINT_WORDS = 5  # four 32-bit address words (IPv4 mapped as ::ffff:a.b.c.d) and the port
 _WORD_MULTIPLIERS = np.array(

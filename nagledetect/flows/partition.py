@@ -22,7 +22,7 @@ import numpy as np
 
 from nagledetect.flows.endpoints import pair_hashes
 from nagledetect.read.capture import DecodedColumns
-from nagledetect.read.decode import IPV4_MAPPED_WORDS, ipv4_mapped
+from nagledetect.read.columns import IPV4_MAPPED_WORDS, ipv4_mapped
 
 SACK_DTYPE = np.dtype([("frame", "<u4"), ("left_raw", "<u4"), ("right_raw", "<u4")])
 FULL_LAYOUT = 0

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from nagledetect.read.decode import ipv4_mapped
+from nagledetect.read.columns import ipv4_mapped
 from nagledetect.table import Table
 
 if TYPE_CHECKING:

@@ -1,11 +1,11 @@
 """Captures compressed with gzip, bzip2 or xz, as `tcpdump -z gzip` and log rotation leave them.
 
 Why: an archive of rotated captures is usually compressed, and decompressing thousands of files
-by hand first doubles the disk it needs. libpcap reads only plain files, so a compressed capture
-is decompressed, a chunk at a time, into a temporary copy that is read as the capture and removed
-once its reader is done: a run holds one copy per capture being read, not the archive. A stream
-cut short (a capture rotated while it was written, a partial download) gives what it held, and
-says so.
+by hand first doubles the disk it needs. The compiled core decompresses as it reads; here a
+file's format is told from its first bytes (the archive's sniffing, the grouping by size), and
+the annotated copy of a compressed capture is written from a decompressed temporary copy
+(`DecompressedCopy`), removed once written. A stream cut short (a capture rotated while it was
+written, a partial download) gives what it held, and says so.
 """
 
 from __future__ import annotations
@@ -111,22 +111,16 @@ def capture_bytes(path: str) -> int:
     return modulo + wraps * GZIP_SIZE_MODULUS
 
 
-DecompressionProgress = Callable[[int, int], None]
-"""Told, as a capture is decompressed, the compressed bytes read so far and the file's size."""
-
-
 class DecompressedCopy:
     """A compressed capture's decompressed copy in the temporary folder (`path`), with
     `cut_short` saying why the stream ended early (None: it ended whole). `remove()` deletes
     it."""
 
-    def __init__(self, path: str, compression: str,
-                 progress: DecompressionProgress | None = None) -> None:
+    def __init__(self, path: str, compression: str) -> None:
         if compression not in OPENERS:
             raise InputError(f"{path}: compressed with {compression}: {UNREAD_COMPRESSION}")
         handle, self.path = tempfile.mkstemp(prefix="nagledetect-decompressed-", suffix=".pcap")
         self.cut_short: str | None = None
-        self._progress = progress
         try:
             with os.fdopen(handle, "wb") as copy:
                 self._copy(path, compression, copy)
@@ -135,13 +129,10 @@ class DecompressedCopy:
             raise
 
     def _copy(self, path: str, compression: str, copy: BinaryIO) -> None:
-        size = os.path.getsize(path)
         try:
             with open(path, "rb") as raw, OPENERS[compression](raw) as stream:
                 while chunk := stream.read1(COPY_CHUNK_BYTES):
                     copy.write(chunk)
-                    if self._progress:
-                        self._progress(raw.tell(), size)
         except EOFError:
             self.cut_short = f"the {compression} stream ends before its end marker"
         except DAMAGED_ERRORS as error:

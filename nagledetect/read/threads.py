@@ -1,9 +1,10 @@
 """Work handed to a thread only where there is enough of it to overlap.
 
-Why: reading, decoding and classifying run on threads of their own so that numpy's and libpcap's
-long calls overlap; for a capture of a few packets there is nothing to overlap, and starting the
-threads cost a tenth of its analysis. The same code then runs each call at once in the caller's
-thread, through an executor with the same `submit`/`map` as a thread pool.
+Why: reading and classifying run on threads of their own so that the core's and numpy's long
+calls, which let go of the GIL, overlap; for a capture of a few packets there is nothing to
+overlap, and starting the threads cost a tenth of its analysis. The same code then runs each
+call at once in the caller's thread, through an executor with the same `submit`/`map` as a
+thread pool.
 """
 
 from __future__ import annotations
@@ -15,8 +16,8 @@ from typing import Any, TypeVar
 Item = TypeVar("Item")
 
 THREADED_MIN_BYTES = 4 * 1024 * 1024
-"""Captures smaller than this are read and decoded in the caller's thread (libpcap reads a
-batch of 65,536 packets at a time: a smaller file is one batch or two)."""
+"""Captures smaller than this are read in the caller's thread (the core reads a batch of 65,536
+packets at a time: a smaller file is one batch or two)."""
 
 
 class InlineExecutor(Executor):

@@ -25,7 +25,7 @@ from nagledetect.detectors.model import Finding, HostValues, StallEvents
 from nagledetect.events.endpoints import endpoint
 from nagledetect.memory import give_back_free_memory
 from nagledetect.ordering import as_strings, as_text
-from nagledetect.read.decode import LINKTYPE_NAMES
+from nagledetect.read.columns import LINKTYPE_NAMES
 from nagledetect.read.inputs import NotAnalysed
 from nagledetect.report.display_filter import display_filter
 from nagledetect.report.evidence_text import EVENTS_CLOSE, evidence_texts
