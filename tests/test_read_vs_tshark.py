@@ -29,6 +29,14 @@ CAPTURES = [
     "zeek/redis__pubsub.pcap",                 # BSD null/loopback
     "zeek/ipv6-http-atomic-frag.pcap",         # IPv6 with an atomic fragment extension header
     "tcpdump/bigtcp-ipv6-hbh.pcap",            # IPv6 hop-by-hop jumbo payload (BIG TCP)
+    # TCP inside tunnels: the inner packet's fields (each field's last occurrence in tshark)
+    "zeek/tunnels__gre-sample.pcap",           # IPv4 in GRE
+    "zeek/tunnels__tunnel-direct-bypass.pcap",  # one connection, direct and through GRE
+    "tcpdump/gso-ipv6-vxlan-ipv4.pcap",        # IPv4 in VXLAN in IPv6
+    "zeek/mixed-vlan-mpls.pcap",               # MPLS beside VLAN and plain Ethernet
+    "zeek/tunnels__4in6.pcap",                 # IPv4 in IPv6
+    "zeek/tunnels__vxlan-encapsulated-http.pcap",   # VXLAN (UDP 4789)
+    "zeek/tunnels__geneve-many-options.pcap",  # Geneve (UDP 6081) with options
 ]
 
 FIELDS = [
@@ -41,7 +49,7 @@ FIELDS = [
 
 def _tshark_rows(path) -> pd.DataFrame:
     command = ["tshark", "-n", "-r", str(path), "-Y", "tcp", "-T", "fields",
-               "-E", "occurrence=f", "-E", "separator=\t"]
+               "-E", "occurrence=l", "-E", "separator=\t"]
     for name in FIELDS:
         command += ["-e", name]
     output = subprocess.run(command, capture_output=True, text=True, check=True).stdout

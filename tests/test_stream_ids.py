@@ -148,9 +148,19 @@ def test_folder_run_ids_are_per_capture(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("relative", [
-    pytest.param("zeek/mixed-vlan-mpls.pcap", marks=pytest.mark.xfail(
-        strict=True, reason="Wireshark's stream 0 is TCP inside MPLS (frame 1), which the "
-        "reader skips as not IP, so every later id is one less")),
+    "zeek/mixed-vlan-mpls.pcap", "zeek/mpls-in-vlan.pcap", "zeek/tunnels__gre-sample.pcap",
+    "zeek/tunnels__tunnel-direct-bypass.pcap", "zeek/tunnels__4in6.pcap",
+    "zeek/tunnels__vxlan-encapsulated-http.pcap", "zeek/tunnels__geneve-47101.pcap",
+    "tcpdump/geneve.pcap", "tcpdump/gso-ipv4-geneve-ipv6.pcap",
+])
+def test_tcp_in_tunnels_takes_wiresharks_streams(relative: str) -> None:
+    """TCP inside MPLS, GRE, IP in IP, VXLAN and Geneve is the inner connection's, as
+    Wireshark numbers it: without it, every id after the first tunnelled connection was
+    behind Wireshark's (mixed-vlan-mpls.pcap: stream 0 is TCP inside MPLS, frame 1)."""
+    assert _mismatches(corpus_file(relative)) == []
+
+
+@pytest.mark.parametrize("relative", [
     pytest.param("zeek/ipv4__fragmented-4.pcap", marks=pytest.mark.xfail(
         strict=True, reason="the reader takes the TCP header of a first IPv4 fragment (frame "
         "2); Wireshark dissects TCP only in a reassembled datagram, so frame 2 has no stream")),

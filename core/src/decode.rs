@@ -1,5 +1,8 @@
 //! One packet's link layer -> IPv4/IPv6 -> TCP: the skip code of the first step that fails
-//! (`skips`), else the TCP packet's fields and options.
+//! (`skips`), else the TCP packet's fields and options. TCP carried in a tunnel is the inner
+//! packet's, as Wireshark dissects it: MPLS label stacks, IP in IP (IPv4 or IPv6 in either),
+//! GRE carrying IP, MPLS, Ethernet (transparent bridging) or an ERSPAN mirror session, and
+//! VXLAN and Geneve on their UDP ports.
 //!
 //! Every read goes through `slice::get`, so a field past the packet's captured end is a skip,
 //! never an out-of-bounds read.
@@ -25,6 +28,38 @@ const IPV6_EXTENSIONS: [u8; 5] = [0, 43, 60, IPV6_FRAGMENT_HEADER, IPV6_AUTH_HEA
 const MAX_IPV6_EXTENSIONS: usize = 8;
 const IPV6_JUMBO_OPTION: u8 = 0xC2;
 const IPV4_MAPPED_WORD: u32 = 0xFFFF;
+const ETHERTYPE_MPLS: [u16; 2] = [0x8847, 0x8848];
+const MPLS_LABEL_BYTES: usize = 4;
+const MPLS_BOTTOM_OF_STACK: u8 = 0x01;
+const MAX_MPLS_LABELS: usize = 16;
+const IPPROTO_IPV4: u8 = 4;
+const IPPROTO_IPV6: u8 = 41;
+const IPPROTO_GRE: u8 = 47;
+const IPPROTO_UDP: u8 = 17;
+const UDP_HEADER_BYTES: usize = 8;
+/// The UDP ports Wireshark dissects as VXLAN (RFC 7348) and Geneve (RFC 8926) by default
+/// (not Linux's older VXLAN port 8472, which Wireshark leaves as UDP).
+const VXLAN_PORT: u16 = 4789;
+const GENEVE_PORT: u16 = 6081;
+const VXLAN_HEADER_BYTES: usize = 8;
+const GENEVE_HEADER_BYTES: usize = 8;
+const GRE_CHECKSUM: u8 = 0x80;
+const GRE_ROUTING: u8 = 0x40;
+const GRE_KEY: u8 = 0x20;
+const GRE_SEQUENCE: u8 = 0x10;
+const GRE_VERSION: u8 = 0x07;
+const GRE_TRANSPARENT_ETHERNET: u16 = 0x6558;
+const GRE_ERSPAN_II: u16 = 0x88BE;
+const GRE_ERSPAN_III: u16 = 0x22EB;
+const ERSPAN_II_HEADER_BYTES: usize = 8;
+const ERSPAN_III_HEADER_BYTES: usize = 12;
+const ERSPAN_III_SUBHEADER_BYTES: usize = 8;
+/// ERSPAN III frame type: an Ethernet frame (the others carry IP without it, or are not
+/// frames).
+const ERSPAN_III_ETHERNET: u8 = 0;
+/// Tunnels inside tunnels followed at most this deep; deeper, the packet is skipped as the
+/// tunnel that was not opened.
+const MAX_ENCAPSULATIONS: usize = 8;
 /// Where the link layer sets no bound on the IP packet (all but PPPoE).
 const NO_LINK_END: i64 = i64::MAX;
 
@@ -109,15 +144,170 @@ pub fn decode(linktype: u32, data: &[u8]) -> Result<TcpPacket, i64> {
         return Err(skips::LINK_TYPE_BASE + i64::from(linktype));
     }
     let link = link_layer(linktype, data)?;
-    let network = match link.ethertype {
-        ETHERTYPE_IPV4 => ipv4(data, link.position, link.end)?,
-        ETHERTYPE_IPV6 => ipv6(data, link.position, link.end)?,
-        other => return Err(skips::ETHERTYPE_BASE + i64::from(other)),
-    };
+    let network = carried(data, link, MAX_ENCAPSULATIONS)?;
     if network.protocol != IPPROTO_TCP {
         return Err(skips::IP_PROTOCOL_BASE + i64::from(network.protocol));
     }
     tcp(data, &network)
+}
+
+/// The innermost IP packet carried from `link` on: IP itself, or the packet a tunnel
+/// carries (`depth`: how many more tunnels may be opened).
+fn carried(data: &[u8], link: Link, depth: usize) -> Result<Network, i64> {
+    let network = match link.ethertype {
+        ETHERTYPE_IPV4 => ipv4(data, link.position, link.end)?,
+        ETHERTYPE_IPV6 => ipv6(data, link.position, link.end)?,
+        mpls if ETHERTYPE_MPLS.contains(&mpls) && depth > 0 => {
+            return carried(data, mpls_stack(data, link)?, depth - 1);
+        }
+        other => return Err(skips::ETHERTYPE_BASE + i64::from(other)),
+    };
+    if depth == 0 {
+        return Ok(network);
+    }
+    let inner = |ethertype| Link {
+        ethertype,
+        position: network.position,
+        end: network.end(),
+    };
+    match network.protocol {
+        IPPROTO_IPV4 => carried(data, inner(ETHERTYPE_IPV4), depth - 1),
+        IPPROTO_IPV6 => carried(data, inner(ETHERTYPE_IPV6), depth - 1),
+        IPPROTO_GRE => match gre(data, network.position, network.end()) {
+            Some(link) => carried(data, link?, depth - 1),
+            None => Ok(network),
+        },
+        IPPROTO_UDP => match udp_tunnel(data, network.position, network.end()) {
+            Some(link) => carried(data, link?, depth - 1),
+            None => Ok(network),
+        },
+        _ => Ok(network),
+    }
+}
+
+/// Past an MPLS label stack (RFC 3032) to its bottom label, to what it carries: IPv4 or IPv6
+/// by its version nibble, as Wireshark guesses it; anything else is not IP.
+fn mpls_stack(data: &[u8], link: Link) -> Result<Link, i64> {
+    let not_ip = skips::ETHERTYPE_BASE + i64::from(link.ethertype);
+    let mut position = link.position;
+    for _ in 0..MAX_MPLS_LABELS {
+        let label = data
+            .get(position..position + MPLS_LABEL_BYTES)
+            .ok_or(skips::TRUNCATED_LINK_HEADER)?;
+        position += MPLS_LABEL_BYTES;
+        if label[2] & MPLS_BOTTOM_OF_STACK == 0 {
+            continue;
+        }
+        let ethertype = match byte(data, position).ok_or(skips::TRUNCATED_IP_HEADER)? >> 4 {
+            4 => ETHERTYPE_IPV4,
+            6 => ETHERTYPE_IPV6,
+            _ => return Err(not_ip),
+        };
+        return Ok(Link {
+            ethertype,
+            position,
+            end: link.end,
+        });
+    }
+    Err(not_ip)
+}
+
+/// What a GRE header (RFC 2784, RFC 2890; version 0) at `start` says follows it: None where
+/// it carries nothing decoded here (another version, source routing, another protocol), so
+/// the packet is skipped as GRE.
+fn gre(data: &[u8], start: usize, end: i64) -> Option<Result<Link, i64>> {
+    let Some(header) = data.get(start..start + 4) else {
+        return Some(Err(skips::TRUNCATED_IP_HEADER));
+    };
+    let flags = header[0];
+    if flags & GRE_ROUTING != 0 || header[1] & GRE_VERSION != 0 {
+        return None;
+    }
+    let optional_words = [GRE_CHECKSUM, GRE_KEY, GRE_SEQUENCE]
+        .iter()
+        .filter(|&&flag| flags & flag != 0)
+        .count();
+    let position = start + 4 + 4 * optional_words;
+    let at = |ethertype, position| Link {
+        ethertype,
+        position,
+        end,
+    };
+    let link = match u16::from_be_bytes([header[2], header[3]]) {
+        ethertype @ (ETHERTYPE_IPV4 | ETHERTYPE_IPV6) => Ok(at(ethertype, position)),
+        mpls if ETHERTYPE_MPLS.contains(&mpls) => Ok(at(mpls, position)),
+        GRE_TRANSPARENT_ETHERNET => ethernet(data, position),
+        // ERSPAN type I has no header of its own (and no GRE sequence number); type II has one.
+        GRE_ERSPAN_II if flags & GRE_SEQUENCE == 0 => ethernet(data, position),
+        GRE_ERSPAN_II => ethernet(data, position + ERSPAN_II_HEADER_BYTES),
+        GRE_ERSPAN_III => erspan_iii(data, position),
+        _ => return None,
+    };
+    Some(link.map(|link| Link {
+        end: link.end.min(end),
+        ..link
+    }))
+}
+
+/// What a UDP datagram at `start` carries when it is VXLAN's or Geneve's (by either port):
+/// None for any other datagram, which is skipped as UDP, and for one whose length is shorter
+/// than its header (as a big TCP packet's outer datagram states 0: Wireshark stops there).
+fn udp_tunnel(data: &[u8], start: usize, end: i64) -> Option<Result<Link, i64>> {
+    let ports = [be16(data, start)?, be16(data, start + 2)?];
+    if usize::from(be16(data, start + 4)?) < UDP_HEADER_BYTES {
+        return None;
+    }
+    let position = start + UDP_HEADER_BYTES;
+    let link = if ports.contains(&VXLAN_PORT) {
+        ethernet(data, position + VXLAN_HEADER_BYTES)
+    } else if ports.contains(&GENEVE_PORT) {
+        geneve(data, position)?
+    } else {
+        return None;
+    };
+    Some(link.map(|link| Link {
+        end: link.end.min(end),
+        ..link
+    }))
+}
+
+/// A Geneve header (version 0) and its options, then Ethernet or IP by its protocol type;
+/// None for another version or protocol.
+fn geneve(data: &[u8], start: usize) -> Option<Result<Link, i64>> {
+    let Some(header) = data.get(start..start + GENEVE_HEADER_BYTES) else {
+        return Some(Err(skips::TRUNCATED_LINK_HEADER));
+    };
+    if header[0] >> 6 != 0 {
+        return None;
+    }
+    let position = start + GENEVE_HEADER_BYTES + 4 * usize::from(header[0] & 0x3F);
+    match u16::from_be_bytes([header[2], header[3]]) {
+        GRE_TRANSPARENT_ETHERNET => Some(ethernet(data, position)),
+        ethertype @ (ETHERTYPE_IPV4 | ETHERTYPE_IPV6) => Some(Ok(Link {
+            ethertype,
+            position,
+            end: NO_LINK_END,
+        })),
+        _ => None,
+    }
+}
+
+/// An ERSPAN type III header, its optional platform subheader, then the mirrored Ethernet
+/// frame (a session that mirrors anything else is skipped as GRE).
+fn erspan_iii(data: &[u8], start: usize) -> Result<Link, i64> {
+    let header = data
+        .get(start..start + ERSPAN_III_HEADER_BYTES)
+        .ok_or(skips::TRUNCATED_LINK_HEADER)?;
+    let frame_type = (header[10] >> 2) & 0x1F;
+    if frame_type != ERSPAN_III_ETHERNET {
+        return Err(skips::IP_PROTOCOL_BASE + i64::from(IPPROTO_GRE));
+    }
+    let subheader = if header[11] & 0x01 != 0 {
+        ERSPAN_III_SUBHEADER_BYTES
+    } else {
+        0
+    };
+    ethernet(data, start + ERSPAN_III_HEADER_BYTES + subheader)
 }
 
 /// Where the IP packet starts, what the link layer says it is, and where the link layer says
@@ -135,7 +325,7 @@ fn link_layer(linktype: u32, data: &[u8]) -> Result<Link, i64> {
         end: NO_LINK_END,
     };
     match linktype {
-        LINKTYPE_ETHERNET => ethernet(data),
+        LINKTYPE_ETHERNET => ethernet(data, 0),
         LINKTYPE_LINUX_SLL => fixed_link_header(data, 14, 16).map(|e| unbounded(e, 16)),
         LINKTYPE_LINUX_SLL2 => fixed_link_header(data, 0, 20).map(|e| unbounded(e, 20)),
         LINKTYPE_NULL | LINKTYPE_LOOP => {
@@ -175,10 +365,11 @@ fn bsd_loopback(data: &[u8], byteswap_allowed: bool) -> Result<u16, i64> {
     })
 }
 
-/// Ethernet II with up to MAX_VLAN_TAGS 802.1Q / 802.1ad tags, then possibly a PPPoE session.
-fn ethernet(data: &[u8]) -> Result<Link, i64> {
-    let mut ethertype = be16(data, 12).ok_or(skips::TRUNCATED_LINK_HEADER)?;
-    let mut position = 14;
+/// Ethernet II (at `start`) with up to MAX_VLAN_TAGS 802.1Q / 802.1ad tags, then possibly a
+/// PPPoE session.
+fn ethernet(data: &[u8], start: usize) -> Result<Link, i64> {
+    let mut ethertype = be16(data, start + 12).ok_or(skips::TRUNCATED_LINK_HEADER)?;
+    let mut position = start + 14;
     for _ in 0..MAX_VLAN_TAGS {
         if !VLAN_ETHERTYPES.contains(&ethertype) {
             break;
@@ -244,6 +435,17 @@ struct Network {
     /// The transport bytes the IP lengths state (may exceed what was captured).
     payload_bytes: i64,
     payload_from_capture: bool,
+}
+
+impl Network {
+    /// Where the IP packet ends, as a bound on a packet it carries.
+    fn end(&self) -> i64 {
+        if self.payload_from_capture {
+            NO_LINK_END
+        } else {
+            self.position as i64 + self.payload_bytes
+        }
+    }
 }
 
 fn ipv4(data: &[u8], start: usize, link_end: i64) -> Result<Network, i64> {
@@ -467,6 +669,164 @@ mod tests {
             };
             assert_eq!(result, expected, "cut at {cut}");
         }
+    }
+
+    /// An Ethernet header for `ethertype`, then `payload`.
+    fn in_ethernet(ethertype: u16, payload: &[u8]) -> Vec<u8> {
+        let mut frame = vec![0u8; 12];
+        frame.extend(ethertype.to_be_bytes());
+        frame.extend(payload);
+        frame
+    }
+
+    /// An IPv4 header (10.9.0.1 -> 10.9.0.2) for `protocol` with its total length, then
+    /// `payload`.
+    fn in_ipv4(protocol: u8, payload: &[u8]) -> Vec<u8> {
+        let total = (20 + payload.len()) as u16;
+        let mut packet = vec![0x45, 0];
+        packet.extend(total.to_be_bytes());
+        packet.extend([0, 0, 0x40, 0, 64, protocol, 0, 0, 10, 9, 0, 1, 10, 9, 0, 2]);
+        packet.extend(payload);
+        packet
+    }
+
+    /// A UDP header from port 50000 to `port` with its length, then `payload`.
+    fn in_udp(port: u16, payload: &[u8]) -> Vec<u8> {
+        let mut datagram = 50000u16.to_be_bytes().to_vec();
+        datagram.extend(port.to_be_bytes());
+        datagram.extend(((8 + payload.len()) as u16).to_be_bytes());
+        datagram.extend([0, 0]);
+        datagram.extend(payload);
+        datagram
+    }
+
+    /// The SYN's IP packet (its Ethernet header taken off).
+    fn inner_ip() -> Vec<u8> {
+        syn()[14..].to_vec()
+    }
+
+    /// The SYN inside each tunnel decoded here, each built by its RFC's header layout.
+    fn tunnelled_syns() -> Vec<(&'static str, Vec<u8>)> {
+        let ip = inner_ip();
+        let frame = syn();
+        let gre = |flags: u8, protocol: u16, extra: &[u8], payload: &[u8]| {
+            let mut header = vec![flags, 0];
+            header.extend(protocol.to_be_bytes());
+            header.extend(extra);
+            header.extend(payload);
+            in_ethernet(ETHERTYPE_IPV4, &in_ipv4(IPPROTO_GRE, &header))
+        };
+        let mut labels = vec![0, 0x10, 0x00, 64, 0, 0x20, 0x01, 64];
+        labels.extend(&ip);
+        let mut vxlan = vec![0x08, 0, 0, 0, 0, 0, 0x2A, 0];
+        vxlan.extend(&frame);
+        let mut geneve = vec![0x02, 0, 0x65, 0x58, 0, 0, 0x2A, 0];
+        geneve.extend([0u8; 8]);
+        geneve.extend(&frame);
+        let mut erspan_iii = vec![0u8; 12];
+        erspan_iii[11] = 0x01;
+        erspan_iii.extend([0u8; 8]);
+        erspan_iii.extend(&frame);
+        vec![
+            ("IPv4 in GRE", gre(0, ETHERTYPE_IPV4, &[], &ip)),
+            (
+                "GRE with checksum, key and sequence",
+                gre(0xB0, ETHERTYPE_IPV4, &[0; 12], &ip),
+            ),
+            (
+                "Ethernet in GRE",
+                gre(0, GRE_TRANSPARENT_ETHERNET, &[], &frame),
+            ),
+            ("ERSPAN type I", gre(0, GRE_ERSPAN_II, &[], &frame)),
+            (
+                "ERSPAN type II",
+                gre(GRE_SEQUENCE, GRE_ERSPAN_II, &[0; 12], &frame),
+            ),
+            (
+                "ERSPAN type III with its subheader",
+                gre(GRE_SEQUENCE, GRE_ERSPAN_III, &[0; 4], &erspan_iii),
+            ),
+            ("two MPLS labels", in_ethernet(ETHERTYPE_MPLS[0], &labels)),
+            (
+                "IPv4 in IPv4",
+                in_ethernet(ETHERTYPE_IPV4, &in_ipv4(IPPROTO_IPV4, &ip)),
+            ),
+            (
+                "VXLAN",
+                in_ethernet(
+                    ETHERTYPE_IPV4,
+                    &in_ipv4(IPPROTO_UDP, &in_udp(VXLAN_PORT, &vxlan)),
+                ),
+            ),
+            (
+                "Geneve with two words of options",
+                in_ethernet(
+                    ETHERTYPE_IPV4,
+                    &in_ipv4(IPPROTO_UDP, &in_udp(GENEVE_PORT, &geneve)),
+                ),
+            ),
+        ]
+    }
+
+    #[test]
+    fn tcp_in_a_tunnel_is_the_inner_packet() {
+        let expected = decode(LINKTYPE_ETHERNET, &syn());
+        for (tunnel, frame) in tunnelled_syns() {
+            assert_eq!(decode(LINKTYPE_ETHERNET, &frame), expected, "{tunnel}");
+        }
+    }
+
+    #[test]
+    fn every_cut_of_a_tunnelled_syn_is_a_skip_or_the_packet_never_a_panic() {
+        let expected = decode(LINKTYPE_ETHERNET, &syn());
+        for (tunnel, frame) in tunnelled_syns() {
+            for cut in 0..frame.len() {
+                let result = decode(LINKTYPE_ETHERNET, &frame[..cut]);
+                // The TCP header whole and its options cut: the packet, its options fewer.
+                if let Ok(packet) = result {
+                    assert_eq!(packet.seq, expected.unwrap().seq, "{tunnel} cut at {cut}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn tunnels_deeper_than_the_limit_are_skipped_as_the_tunnel() {
+        let mut packet = inner_ip();
+        for _ in 0..MAX_ENCAPSULATIONS {
+            packet = in_ipv4(IPPROTO_IPV4, &packet);
+        }
+        let deep_enough = in_ethernet(ETHERTYPE_IPV4, &packet);
+        assert!(decode(LINKTYPE_ETHERNET, &deep_enough).is_ok());
+        let too_deep = in_ethernet(ETHERTYPE_IPV4, &in_ipv4(IPPROTO_IPV4, &packet));
+        assert_eq!(
+            decode(LINKTYPE_ETHERNET, &too_deep),
+            Err(skips::IP_PROTOCOL_BASE + i64::from(IPPROTO_IPV4))
+        );
+    }
+
+    #[test]
+    fn gre_of_another_version_or_payload_and_other_udp_are_skipped_as_such() {
+        let ip = inner_ip();
+        let gre_skip = Err(skips::IP_PROTOCOL_BASE + i64::from(IPPROTO_GRE));
+        let mut pptp = vec![0x30, 0x01, 0x88, 0x0B];
+        pptp.extend(&ip);
+        let pptp = in_ethernet(ETHERTYPE_IPV4, &in_ipv4(IPPROTO_GRE, &pptp));
+        assert_eq!(decode(LINKTYPE_ETHERNET, &pptp), gre_skip);
+        let mut routed = vec![0x40, 0, 0x08, 0x00];
+        routed.extend(&ip);
+        let routed = in_ethernet(ETHERTYPE_IPV4, &in_ipv4(IPPROTO_GRE, &routed));
+        assert_eq!(decode(LINKTYPE_ETHERNET, &routed), gre_skip);
+        let mut flannel = vec![0x08, 0, 0, 0, 0, 0, 0x2A, 0];
+        flannel.extend(&syn());
+        let flannel = in_ethernet(
+            ETHERTYPE_IPV4,
+            &in_ipv4(IPPROTO_UDP, &in_udp(8472, &flannel)),
+        );
+        assert_eq!(
+            decode(LINKTYPE_ETHERNET, &flannel),
+            Err(skips::IP_PROTOCOL_BASE + i64::from(IPPROTO_UDP))
+        );
     }
 
     #[test]
