@@ -73,8 +73,8 @@ def read_capture(path: str, bpf_filter: str | None = None,
 
 def load_capture_numpy(path: str, bpf_filter: str | None = None,
                        progress: ProgressCallback | None = None) -> Capture:
-    """`load_capture` by the numpy readers and `build_flows`, a batch at a time: what the
-    parts of a large capture are still analysed by, and what the compiled core is proven
+    """`load_capture` with its connections rebuilt by `build_flows` (numpy) from the core's
+    decoded batches, as the parts of a large capture are: what the core's one pass is proven
     against (tests/test_core_flows.py).
 
     `progress(packets_read, bytes_read)` is called after every batch of packets.

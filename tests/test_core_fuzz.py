@@ -12,8 +12,9 @@ after (the decompressor meets it).
 The compiled core (`_core.decode_file`, `_core.Reader`) must never panic (a panic surfaces as
 pyo3's PanicException, or as the core's "internal error ...; please report this"), must
 account for every packet it hands over, and must refuse a file only with its own one-line
-CaptureError (FilterError for a filter that does not compile for a mutated link type). The
-numpy path (`nagledetect.api.load_capture`) must raise nothing but InputError. A hang trips
+CaptureError (FilterError for a filter that does not compile for a mutated link type). Both
+ways of rebuilding connections (`nagledetect.api.load_capture`, and `load_capture_numpy` as
+the parts of a large capture take them) must raise nothing but InputError. A hang trips
 faulthandler's watchdog, which ends the run with every thread's stack.
 """
 

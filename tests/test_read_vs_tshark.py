@@ -33,6 +33,8 @@ CAPTURES = [
     "zeek/tunnels__gre-sample.pcap",           # IPv4 in GRE
     "zeek/tunnels__tunnel-direct-bypass.pcap",  # one connection, direct and through GRE
     "tcpdump/gso-ipv6-vxlan-ipv4.pcap",        # IPv4 in VXLAN in IPv6
+    "zeek/erspan.pcap",                        # Ethernet in GRE, some in IP fragments
+    "zeek/ipv4__fragmented-4.pcap",            # a TCP datagram in fragments
     "zeek/mixed-vlan-mpls.pcap",               # MPLS beside VLAN and plain Ethernet
     "zeek/tunnels__4in6.pcap",                 # IPv4 in IPv6
     "zeek/tunnels__vxlan-encapsulated-http.pcap",   # VXLAN (UDP 4789)

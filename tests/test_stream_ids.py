@@ -161,12 +161,18 @@ def test_tcp_in_tunnels_takes_wiresharks_streams(relative: str) -> None:
 
 
 @pytest.mark.parametrize("relative", [
-    pytest.param("zeek/ipv4__fragmented-4.pcap", marks=pytest.mark.xfail(
-        strict=True, reason="the reader takes the TCP header of a first IPv4 fragment (frame "
-        "2); Wireshark dissects TCP only in a reassembled datagram, so frame 2 has no stream")),
+    "zeek/ipv4__fragmented-3.pcap", "zeek/ipv4__fragmented-4.pcap",
+    "zeek/ipv4__fragmented-syn.pcap", "zeek/erspan.pcap",
 ])
-def test_known_disagreements(relative: str) -> None:
+def test_fragmented_datagrams_take_wiresharks_frames_and_streams(relative: str) -> None:
+    """A fragmented datagram's TCP is the frame's that completes it, as Wireshark puts it
+    back together (ipv4__fragmented-4.pcap: frame 5, not the first fragment's frame 2; a
+    datagram never completed has none), also where the fragments are a tunnel's outer
+    packets (erspan.pcap: 16 frames of GRE in fragments)."""
     assert _mismatches(corpus_file(relative)) == []
+    tcp = load_capture(str(corpus_file(relative))).packets["frame"].tolist()
+    assert tcp == sorted(frame for frame, streams in _tshark_streams(corpus_file(relative)).items()
+                         if streams)
 
 
 def test_ipv4_mapped_ipv6_is_a_conversation_of_its_own(tmp_path: Path) -> None:

@@ -13,7 +13,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
 use crate::bpf::FilterError;
-use crate::decode;
+use crate::decode::Decoder;
 use crate::events::{EventTables, Events, EventsSnapshot, Found};
 use crate::flows::packets::Finishing;
 use crate::flows::settling::{MIN_PACKETS, Settling};
@@ -117,6 +117,8 @@ impl Stages {
 pub struct Pass {
     stages: Stages,
     counts: Counts,
+    /// Decodes the capture being read (its IP fragments held until each datagram is whole).
+    decoder: Decoder,
 }
 
 /// Connections finished (or, for a look at the live ones, finished as if they ended now):
@@ -169,7 +171,7 @@ impl Pass {
         let stages = &mut self.stages;
         counts.packets_read += 1;
         counts.linktype.get_or_insert(linktype);
-        let code = match decode::decode(linktype, data) {
+        let code = match self.decoder.decode(linktype, data) {
             Ok(tcp) => {
                 let packet = Packet {
                     frame: (frame_offset + counts.packets_read) as u32,
@@ -264,10 +266,11 @@ fn settling_pass(
     min_packets: usize,
 ) -> Result<foldhash::HashMap<u32, Finishing>, FilterError> {
     let mut settling = Settling::new(min_packets);
+    let mut decoder = Decoder::default();
     let mut packets_read = 0u64;
     stream.judge_some(usize::MAX, &mut |record, accepted| {
         packets_read += 1;
-        if let Ok(tcp) = decode::decode(record.linktype, record.data) {
+        if let Ok(tcp) = decoder.decode(record.linktype, record.data) {
             settling.take(&Packet {
                 frame: packets_read as u32,
                 time_us: record.time_us,
@@ -325,6 +328,7 @@ fn read_capture<'py>(
 ) -> PyResult<(Bound<'py, PyDict>, u64)> {
     let mut stream = reader::open(py, path, bpf_filter)?;
     pass.stages.flows.next_capture();
+    pass.decoder = Decoder::default();
     let outcome = py.detach(|| {
         catch_unwind(AssertUnwindSafe(|| {
             one_pass(&mut stream, pass, frame_offset)

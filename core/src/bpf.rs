@@ -25,9 +25,10 @@ use std::ptr;
 
 use crate::capture::Record;
 use crate::columns::Columns;
+use crate::decode::Decoder;
 
 /// The snapshot length the savefile header states (the accepting return value, never zero,
-/// is all it changes): libpcap's largest, as the numpy path compiles with.
+/// is all it changes): libpcap's largest, as tcpdump compiles with for a file.
 const SNAPLEN: u32 = 262_144;
 /// tcpdump reading a file compiles with a netmask of 0 (it has no interface to ask): so
 /// `ip broadcast` compiles, matching 0.0.0.0 and 255.255.255.255.
@@ -228,9 +229,10 @@ pub fn judge(
     filter: &mut Filter,
     record: &Record<'_>,
     columns: &mut Columns,
+    decoder: &mut Decoder,
 ) -> Result<(), FilterError> {
     let accepted = filter.accepts(record.linktype, record.data, record.wire_bytes)?;
-    columns.push_judged(record, accepted);
+    columns.push_judged(record, accepted, decoder);
     Ok(())
 }
 

@@ -1,5 +1,5 @@
-//! The packet records of a pcap or pcapng file, in file order, with libpcap's semantics where
-//! the numpy path relies on them: timestamps in microseconds (nanoseconds truncated), every
+//! The packet records of a pcap or pcapng file, in file order, with libpcap's semantics:
+//! timestamps in microseconds (nanoseconds truncated), every
 //! pcapng packet by its own interface's link type and clock, and a damaged or cut record
 //! ending the read there with a warning, the records before it kept.
 //!
@@ -318,8 +318,7 @@ impl Pcap {
         match (self.parse)(rest) {
             Ok((after, record)) => {
                 // libpcap holds the fraction in a signed field and scales nanoseconds down
-                // there; the numpy path reads it back unsigned. Done alike, a damaged
-                // fraction (2^31 ns and more) gives the same time on both paths.
+                // there: a damaged fraction (2^31 ns and more) gives tcpdump's time.
                 let sub_us = if self.nanoseconds {
                     (record.ts_usec as i32 / 1000) as u32
                 } else {

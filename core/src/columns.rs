@@ -6,7 +6,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
 use crate::capture::Record;
-use crate::decode::{self, NO_WINDOW_SCALE, TcpPacket};
+use crate::decode::{Decoder, NO_WINDOW_SCALE, TcpPacket};
 
 /// One vector per column, one element per packet; TCP columns hold zeros (and no window
 /// scale) for a packet that is skipped.
@@ -63,16 +63,17 @@ impl Columns {
         self.frame.is_empty()
     }
 
-    pub fn push(&mut self, record: &Record<'_>) {
+    /// Decode a record with `decoder` (the capture's, which holds its IP fragments) into a row.
+    pub fn push(&mut self, record: &Record<'_>, decoder: &mut Decoder) {
         let row = self.frame.len();
-        // Frame numbers are Wireshark's: 1-based positions in the file (u32 as the numpy path).
+        // Frame numbers are Wireshark's: 1-based positions in the file.
         self.frame
             .push((self.packets_before + row as u64 + 1) as u32);
         self.time_us.push(record.time_us);
         self.linktype.push(record.linktype);
         self.captured_bytes.push(record.data.len() as u32);
         self.wire_bytes.push(record.wire_bytes);
-        let (skip, packet) = match decode::decode(record.linktype, record.data) {
+        let (skip, packet) = match decoder.decode(record.linktype, record.data) {
             Ok(packet) => (crate::skips::KEPT, packet),
             Err(code) => (code, TcpPacket::default()),
         };
@@ -82,9 +83,9 @@ impl Columns {
 
     /// A packet with the filter's verdict on it: decoded whatever the verdict, as connection
     /// ids are Wireshark's tcp.stream of the unfiltered file.
-    pub fn push_judged(&mut self, record: &Record<'_>, accepted: bool) {
+    pub fn push_judged(&mut self, record: &Record<'_>, accepted: bool, decoder: &mut Decoder) {
         self.accepted.get_or_insert_with(Vec::new).push(accepted);
-        self.push(record);
+        self.push(record, decoder);
     }
 
     /// Marks the columns as filtered, so that they have an `accepted` column even when empty.

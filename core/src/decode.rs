@@ -2,11 +2,13 @@
 //! (`skips`), else the TCP packet's fields and options. TCP carried in a tunnel is the inner
 //! packet's, as Wireshark dissects it: MPLS label stacks, IP in IP (IPv4 or IPv6 in either),
 //! GRE carrying IP, MPLS, Ethernet (transparent bridging) or an ERSPAN mirror session, and
-//! VXLAN and Geneve on their UDP ports.
+//! VXLAN and Geneve on their UDP ports. A fragmented IP datagram is put back together first
+//! (`fragments`): its TCP is the frame's that completes it, as in Wireshark.
 //!
 //! Every read goes through `slice::get`, so a field past the packet's captured end is a skip,
 //! never an out-of-bounds read.
 
+use crate::fragments::{DatagramKey, Fragment, Fragments};
 use crate::skips;
 
 const ETHERTYPE_IPV4: u16 = 0x0800;
@@ -27,6 +29,8 @@ const IPV6_AUTH_HEADER: u8 = 51;
 const IPV6_EXTENSIONS: [u8; 5] = [0, 43, 60, IPV6_FRAGMENT_HEADER, IPV6_AUTH_HEADER];
 const MAX_IPV6_EXTENSIONS: usize = 8;
 const IPV6_JUMBO_OPTION: u8 = 0xC2;
+const IPV4_FRAGMENT_OFFSET: u16 = 0x1FFF;
+const IPV4_MORE_FRAGMENTS: u16 = 0x2000;
 const IPV4_MAPPED_WORD: u32 = 0xFFFF;
 const ETHERTYPE_MPLS: [u16; 2] = [0x8847, 0x8848];
 const MPLS_LABEL_BYTES: usize = 4;
@@ -54,6 +58,8 @@ const GRE_ERSPAN_III: u16 = 0x22EB;
 const ERSPAN_II_HEADER_BYTES: usize = 8;
 const ERSPAN_III_HEADER_BYTES: usize = 12;
 const ERSPAN_III_SUBHEADER_BYTES: usize = 8;
+/// The version field of a type III header (a type II header's is 1).
+const ERSPAN_III_VERSION: u8 = 2;
 /// ERSPAN III frame type: an Ethernet frame (the others carry IP without it, or are not
 /// frames).
 const ERSPAN_III_ETHERNET: u8 = 0;
@@ -80,8 +86,7 @@ const OPTION_SACK: u8 = 5;
 const OPTION_TIMESTAMP: u8 = 8;
 pub const NO_WINDOW_SCALE: i8 = -1;
 
-/// The TCP options the analysis uses; later options of a kind overwrite earlier ones, as in
-/// the numpy walk.
+/// The TCP options the analysis uses; a later option of a kind overwrites an earlier one.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct TcpOptions {
     pub mss: u16,
@@ -138,51 +143,112 @@ pub fn supported(linktype: u32) -> bool {
     ) || RAW_IP_LINKTYPES.contains(&linktype)
 }
 
-/// The packet's TCP header fields, or the skip code of the first step that rejects it.
-pub fn decode(linktype: u32, data: &[u8]) -> Result<TcpPacket, i64> {
-    if !supported(linktype) {
-        return Err(skips::LINK_TYPE_BASE + i64::from(linktype));
-    }
-    let link = link_layer(linktype, data)?;
-    let network = carried(data, link, MAX_ENCAPSULATIONS)?;
-    if network.protocol != IPPROTO_TCP {
-        return Err(skips::IP_PROTOCOL_BASE + i64::from(network.protocol));
-    }
-    tcp(data, &network)
+/// Decodes one capture's packets in file order, holding the fragments of IP datagrams until
+/// each is whole.
+#[derive(Default)]
+pub struct Decoder {
+    fragments: Fragments,
 }
 
-/// The innermost IP packet carried from `link` on: IP itself, or the packet a tunnel
-/// carries (`depth`: how many more tunnels may be opened).
-fn carried(data: &[u8], link: Link, depth: usize) -> Result<Network, i64> {
-    let network = match link.ethertype {
-        ETHERTYPE_IPV4 => ipv4(data, link.position, link.end)?,
-        ETHERTYPE_IPV6 => ipv6(data, link.position, link.end)?,
-        mpls if ETHERTYPE_MPLS.contains(&mpls) && depth > 0 => {
-            return carried(data, mpls_stack(data, link)?, depth - 1);
+impl Decoder {
+    /// The packet's TCP header fields, or the skip code of the first step that rejects it.
+    pub fn decode(&mut self, linktype: u32, data: &[u8]) -> Result<TcpPacket, i64> {
+        if !supported(linktype) {
+            return Err(skips::LINK_TYPE_BASE + i64::from(linktype));
         }
-        other => return Err(skips::ETHERTYPE_BASE + i64::from(other)),
-    };
-    if depth == 0 {
-        return Ok(network);
+        let link = link_layer(linktype, data)?;
+        self.carried(data, link, MAX_ENCAPSULATIONS)
     }
-    let inner = |ethertype| Link {
-        ethertype,
-        position: network.position,
-        end: network.end(),
-    };
-    match network.protocol {
-        IPPROTO_IPV4 => carried(data, inner(ETHERTYPE_IPV4), depth - 1),
-        IPPROTO_IPV6 => carried(data, inner(ETHERTYPE_IPV6), depth - 1),
-        IPPROTO_GRE => match gre(data, network.position, network.end()) {
-            Some(link) => carried(data, link?, depth - 1),
-            None => Ok(network),
-        },
-        IPPROTO_UDP => match udp_tunnel(data, network.position, network.end()) {
-            Some(link) => carried(data, link?, depth - 1),
-            None => Ok(network),
-        },
-        _ => Ok(network),
+
+    /// The TCP segment carried from `link` on: in IP itself, or in the packet a tunnel
+    /// carries (`depth`: how many more tunnels may be opened).
+    fn carried(&mut self, data: &[u8], link: Link, depth: usize) -> Result<TcpPacket, i64> {
+        let network = match link.ethertype {
+            ETHERTYPE_IPV4 => ipv4(data, link.position, link.end)?,
+            ETHERTYPE_IPV6 => ipv6(data, link.position, link.end)?,
+            mpls if ETHERTYPE_MPLS.contains(&mpls) && depth > 0 => {
+                return self.carried(data, mpls_stack(data, link)?, depth - 1);
+            }
+            other => return Err(skips::ETHERTYPE_BASE + i64::from(other)),
+        };
+        let Some((key, fragment)) = network.fragment else {
+            return self.transport(data, network, depth);
+        };
+        let captured = data.get(network.position..).unwrap_or(&[]);
+        if captured.len() < fragment.stated_bytes {
+            // Not captured whole: no datagram can be put together from it; a first fragment
+            // is decoded as it stands, as Wireshark does.
+            return if fragment.is_first() {
+                self.transport(data, network, depth)
+            } else {
+                Err(fragment_skip(network.ip_version))
+            };
+        }
+        match self.fragments.take(key, fragment, captured) {
+            Some(payload) => self.transport(&payload, whole(&payload, network)?, depth),
+            None => Err(fragment_skip(network.ip_version)),
+        }
     }
+
+    /// The TCP segment an IP packet carries, itself or through the tunnel it carries.
+    fn transport(&mut self, data: &[u8], network: Network, depth: usize) -> Result<TcpPacket, i64> {
+        if depth > 0 {
+            let inner = |ethertype| Link {
+                ethertype,
+                position: network.position,
+                end: network.end(),
+            };
+            let tunnel = match network.protocol {
+                IPPROTO_IPV4 => Some(Ok(inner(ETHERTYPE_IPV4))),
+                IPPROTO_IPV6 => Some(Ok(inner(ETHERTYPE_IPV6))),
+                IPPROTO_GRE => gre(data, network.position, network.end()),
+                IPPROTO_UDP => udp_tunnel(data, network.position, network.end()),
+                _ => None,
+            };
+            if let Some(link) = tunnel {
+                return self.carried(data, link?, depth - 1);
+            }
+        }
+        if network.protocol != IPPROTO_TCP {
+            return Err(skips::IP_PROTOCOL_BASE + i64::from(network.protocol));
+        }
+        tcp(data, &network)
+    }
+}
+
+fn fragment_skip(ip_version: u8) -> i64 {
+    if ip_version == 4 {
+        skips::IPV4_FRAGMENT
+    } else {
+        skips::IPV6_FRAGMENT
+    }
+}
+
+/// The IP packet of a datagram put back together (`payload`: its payload whole), past the
+/// extension headers its IPv6 fragments carried after their fragment headers.
+fn whole(payload: &[u8], network: Network) -> Result<Network, i64> {
+    let bytes = payload.len() as i64;
+    let walked = if network.ip_version == 6 {
+        extensions(payload, 0, network.protocol, bytes)?
+    } else {
+        Walked {
+            protocol: network.protocol,
+            position: 0,
+            payload_bytes: bytes,
+            fragment: None,
+        }
+    };
+    if walked.fragment.is_some() {
+        return Err(skips::IPV6_EXTENSION_CHAIN);
+    }
+    Ok(Network {
+        protocol: walked.protocol,
+        position: walked.position,
+        payload_bytes: walked.payload_bytes,
+        payload_from_capture: false,
+        fragment: None,
+        ..network
+    })
 }
 
 /// Past an MPLS label stack (RFC 3032) to its bottom label, to what it carries: IPv4 or IPv6
@@ -237,8 +303,12 @@ fn gre(data: &[u8], start: usize, end: i64) -> Option<Result<Link, i64>> {
         ethertype @ (ETHERTYPE_IPV4 | ETHERTYPE_IPV6) => Ok(at(ethertype, position)),
         mpls if ETHERTYPE_MPLS.contains(&mpls) => Ok(at(mpls, position)),
         GRE_TRANSPARENT_ETHERNET => ethernet(data, position),
-        // ERSPAN type I has no header of its own (and no GRE sequence number); type II has one.
+        // ERSPAN type I has no header of its own (and no GRE sequence number); types II and
+        // III have one, its version first.
         GRE_ERSPAN_II if flags & GRE_SEQUENCE == 0 => ethernet(data, position),
+        GRE_ERSPAN_II if byte(data, position)? >> 4 == ERSPAN_III_VERSION => {
+            erspan_iii(data, position)
+        }
         GRE_ERSPAN_II => ethernet(data, position + ERSPAN_II_HEADER_BYTES),
         GRE_ERSPAN_III => erspan_iii(data, position),
         _ => return None,
@@ -249,21 +319,21 @@ fn gre(data: &[u8], start: usize, end: i64) -> Option<Result<Link, i64>> {
     }))
 }
 
-/// What a UDP datagram at `start` carries when it is VXLAN's or Geneve's (by either port):
-/// None for any other datagram, which is skipped as UDP, and for one whose length is shorter
-/// than its header (as a big TCP packet's outer datagram states 0: Wireshark stops there).
+/// What a UDP datagram at `start` carries when it is VXLAN's or Geneve's: None for any other
+/// datagram, which is skipped as UDP, and for one whose length is shorter than its header (as
+/// a big TCP packet's outer datagram states 0: Wireshark stops there). The lower of its two
+/// ports names it, as Wireshark tries that one first (a tunnel's source port is a high one
+/// its endpoint picks; DNS from port 4789 is DNS).
 fn udp_tunnel(data: &[u8], start: usize, end: i64) -> Option<Result<Link, i64>> {
-    let ports = [be16(data, start)?, be16(data, start + 2)?];
+    let port = be16(data, start)?.min(be16(data, start + 2)?);
     if usize::from(be16(data, start + 4)?) < UDP_HEADER_BYTES {
         return None;
     }
     let position = start + UDP_HEADER_BYTES;
-    let link = if ports.contains(&VXLAN_PORT) {
-        ethernet(data, position + VXLAN_HEADER_BYTES)
-    } else if ports.contains(&GENEVE_PORT) {
-        geneve(data, position)?
-    } else {
-        return None;
+    let link = match port {
+        VXLAN_PORT => ethernet(data, position + VXLAN_HEADER_BYTES),
+        GENEVE_PORT => geneve(data, position)?,
+        _ => return None,
     };
     Some(link.map(|link| Link {
         end: link.end.min(end),
@@ -435,6 +505,8 @@ struct Network {
     /// The transport bytes the IP lengths state (may exceed what was captured).
     payload_bytes: i64,
     payload_from_capture: bool,
+    /// The datagram and the place in it of a fragment (None: the packet is whole).
+    fragment: Option<(DatagramKey, Fragment)>,
 }
 
 impl Network {
@@ -457,11 +529,15 @@ fn ipv4(data: &[u8], start: usize, link_end: i64) -> Result<Network, i64> {
     if header[0] >> 4 != 4 || header_bytes < 20 {
         return Err(skips::BAD_IP_HEADER);
     }
-    if u16::from_be_bytes([header[6], header[7]]) & 0x1FFF > 0 {
-        return Err(skips::IPV4_LATER_FRAGMENT);
-    }
+    let flags_offset = u16::from_be_bytes([header[6], header[7]]);
+    let offset_bytes = usize::from(flags_offset & IPV4_FRAGMENT_OFFSET) * 8;
+    let more = flags_offset & IPV4_MORE_FRAGMENTS != 0;
     let total = i64::from(u16::from_be_bytes([header[2], header[3]]));
     let from_capture = total == 0;
+    if from_capture && offset_bytes > 0 {
+        // No length to place it by (segmentation offload states none).
+        return Err(skips::IPV4_FRAGMENT);
+    }
     let stated_end = if from_capture {
         data.len() as i64
     } else {
@@ -471,14 +547,35 @@ fn ipv4(data: &[u8], start: usize, link_end: i64) -> Result<Network, i64> {
     if !from_capture && payload_bytes < 0 {
         return Err(skips::BAD_IP_HEADER);
     }
+    let src = [0, 0, IPV4_MAPPED_WORD, word(12)];
+    let dst = [0, 0, IPV4_MAPPED_WORD, word(16)];
+    let fragment = (!from_capture && (more || offset_bytes > 0)).then(|| {
+        let key = DatagramKey {
+            ip_version: 4,
+            src,
+            dst,
+            identification: u32::from(u16::from_be_bytes([header[4], header[5]])),
+            protocol: header[9],
+        };
+        let stated_bytes = payload_bytes as usize;
+        (
+            key,
+            Fragment {
+                offset_bytes,
+                stated_bytes,
+                more,
+            },
+        )
+    });
     Ok(Network {
         ip_version: 4,
         protocol: header[9],
-        src: [0, 0, IPV4_MAPPED_WORD, word(12)],
-        dst: [0, 0, IPV4_MAPPED_WORD, word(16)],
+        src,
+        dst,
         position: start + header_bytes,
         payload_bytes,
         payload_from_capture: from_capture,
+        fragment,
     })
 }
 
@@ -488,19 +585,60 @@ fn ipv6(data: &[u8], start: usize, link_end: i64) -> Result<Network, i64> {
         .ok_or(skips::TRUNCATED_IP_HEADER)?;
     let word = |at: usize| be_word(header, at);
     let stated = i64::from(u16::from_be_bytes([header[4], header[5]]));
-    let mut next_header = header[6];
+    let next_header = header[6];
     let jumbo = stated == 0 && next_header == 0;
     let mut payload_bytes = stated.min(link_end.saturating_sub(start as i64 + 40));
     if payload_bytes < 0 {
         return Err(skips::BAD_IP_HEADER);
     }
-    let mut position = start + 40;
+    let position = start + 40;
     if jumbo
         && byte(data, position + 2) == Some(IPV6_JUMBO_OPTION)
         && let Some(length) = be32(data, position + 4)
     {
         payload_bytes = i64::from(length);
     }
+    let src = [word(8), word(12), word(16), word(20)];
+    let dst = [word(24), word(28), word(32), word(36)];
+    let walked = extensions(data, position, next_header, payload_bytes)?;
+    Ok(Network {
+        ip_version: 6,
+        protocol: walked.protocol,
+        src,
+        dst,
+        position: walked.position,
+        payload_bytes: walked.payload_bytes,
+        payload_from_capture: false,
+        fragment: walked.fragment.map(|(identification, fragment)| {
+            let key = DatagramKey {
+                ip_version: 6,
+                src,
+                dst,
+                identification,
+                protocol: walked.protocol,
+            };
+            (key, fragment)
+        }),
+    })
+}
+
+/// Where IPv6 extension headers starting at `position` (the first of kind `next_header`) end,
+/// what follows them and the payload bytes left; at a fragment header of a fragment (not an
+/// atomic one), the walk stops: what follows it is walked once the datagram is whole.
+struct Walked {
+    protocol: u8,
+    position: usize,
+    payload_bytes: i64,
+    /// The datagram's identification and the fragment's place in it.
+    fragment: Option<(u32, Fragment)>,
+}
+
+fn extensions(
+    data: &[u8],
+    mut position: usize,
+    mut next_header: u8,
+    mut payload_bytes: i64,
+) -> Result<Walked, i64> {
     for _ in 0..MAX_IPV6_EXTENSIONS {
         if !IPV6_EXTENSIONS.contains(&next_header) {
             break;
@@ -514,9 +652,25 @@ fn ipv6(data: &[u8], start: usize, link_end: i64) -> Result<Network, i64> {
             IPV6_AUTH_HEADER => (units + 2) * 4,
             _ => (units + 1) * 8,
         };
-        let fragment_offset = u16::from_be_bytes([extension[2], extension[3]]) >> 3;
-        if next_header == IPV6_FRAGMENT_HEADER && fragment_offset > 0 {
-            return Err(skips::IPV6_LATER_FRAGMENT);
+        let offset_field = u16::from_be_bytes([extension[2], extension[3]]);
+        let (offset_bytes, more) = (usize::from(offset_field >> 3) * 8, offset_field & 1 != 0);
+        if next_header == IPV6_FRAGMENT_HEADER && (offset_bytes > 0 || more) {
+            let stated_bytes = payload_bytes - 8;
+            if stated_bytes < 0 {
+                return Err(skips::IPV6_EXTENSION_CHAIN);
+            }
+            let identification = be_word(extension, 4);
+            let fragment = Fragment {
+                offset_bytes,
+                stated_bytes: stated_bytes as usize,
+                more,
+            };
+            return Ok(Walked {
+                protocol: extension[0],
+                position: position + 8,
+                payload_bytes: stated_bytes,
+                fragment: Some((identification, fragment)),
+            });
         }
         next_header = extension[0];
         payload_bytes -= length as i64;
@@ -525,14 +679,11 @@ fn ipv6(data: &[u8], start: usize, link_end: i64) -> Result<Network, i64> {
     if IPV6_EXTENSIONS.contains(&next_header) {
         return Err(skips::IPV6_EXTENSION_CHAIN);
     }
-    Ok(Network {
-        ip_version: 6,
+    Ok(Walked {
         protocol: next_header,
-        src: [word(8), word(12), word(16), word(20)],
-        dst: [word(24), word(28), word(32), word(36)],
         position,
         payload_bytes,
-        payload_from_capture: false,
+        fragment: None,
     })
 }
 
@@ -618,6 +769,11 @@ fn be_word(bytes: &[u8], at: usize) -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// One packet decoded alone (no fragments held from before).
+    fn decode(linktype: u32, data: &[u8]) -> Result<TcpPacket, i64> {
+        Decoder::default().decode(linktype, data)
+    }
 
     /// An Ethernet/IPv4/TCP SYN built by hand: 10.0.0.1:40000 -> 10.0.0.2:80, MSS 1460,
     /// SACK-permitted, timestamps 7/0, window scale 7 (Linux's SYN option layout).
@@ -724,6 +880,7 @@ mod tests {
         geneve.extend([0u8; 8]);
         geneve.extend(&frame);
         let mut erspan_iii = vec![0u8; 12];
+        erspan_iii[0] = ERSPAN_III_VERSION << 4;
         erspan_iii[11] = 0x01;
         erspan_iii.extend([0u8; 8]);
         erspan_iii.extend(&frame);
@@ -745,6 +902,10 @@ mod tests {
             (
                 "ERSPAN type III with its subheader",
                 gre(GRE_SEQUENCE, GRE_ERSPAN_III, &[0; 4], &erspan_iii),
+            ),
+            (
+                "ERSPAN type III under type II's protocol",
+                gre(GRE_SEQUENCE, GRE_ERSPAN_II, &[0; 4], &erspan_iii),
             ),
             ("two MPLS labels", in_ethernet(ETHERTYPE_MPLS[0], &labels)),
             (
@@ -823,9 +984,68 @@ mod tests {
             ETHERTYPE_IPV4,
             &in_ipv4(IPPROTO_UDP, &in_udp(8472, &flannel)),
         );
+        let udp_skip = Err(skips::IP_PROTOCOL_BASE + i64::from(IPPROTO_UDP));
+        assert_eq!(decode(LINKTYPE_ETHERNET, &flannel), udp_skip);
+        // A reply from port 53 to a VXLAN port is DNS: the lower port names the datagram.
+        let mut dns = 53u16.to_be_bytes().to_vec();
+        dns.extend(VXLAN_PORT.to_be_bytes());
+        dns.extend(16u16.to_be_bytes());
+        dns.extend([0u8; 10]);
+        let dns = in_ethernet(ETHERTYPE_IPV4, &in_ipv4(IPPROTO_UDP, &dns));
+        assert_eq!(decode(LINKTYPE_ETHERNET, &dns), udp_skip);
+    }
+
+    /// An IPv4 packet (its header 20 bytes) cut into two fragments at `split` bytes of its
+    /// payload (a multiple of 8), each in Ethernet with the packet's header, set for it.
+    fn in_fragments(ip: &[u8], split: usize) -> [Vec<u8>; 2] {
+        let payload = &ip[20..];
+        let fragment = |bytes: &[u8], offset: usize, more: bool| {
+            let mut header = ip[..20].to_vec();
+            header[2..4].copy_from_slice(&((20 + bytes.len()) as u16).to_be_bytes());
+            header[4..6].copy_from_slice(&0x1234u16.to_be_bytes());
+            let flags = u16::from(more) << 13 | (offset / 8) as u16;
+            header[6..8].copy_from_slice(&flags.to_be_bytes());
+            header.extend(bytes);
+            in_ethernet(ETHERTYPE_IPV4, &header)
+        };
+        [
+            fragment(&payload[..split], 0, true),
+            fragment(&payload[split..], split, false),
+        ]
+    }
+
+    #[test]
+    fn a_fragmented_segment_is_decoded_at_the_fragment_that_completes_it() {
+        let expected = decode(LINKTYPE_ETHERNET, &syn());
+        let [first, last] = in_fragments(&inner_ip(), 16);
+        let mut decoder = Decoder::default();
         assert_eq!(
-            decode(LINKTYPE_ETHERNET, &flannel),
-            Err(skips::IP_PROTOCOL_BASE + i64::from(IPPROTO_UDP))
+            decoder.decode(LINKTYPE_ETHERNET, &first),
+            Err(skips::IPV4_FRAGMENT)
+        );
+        assert_eq!(decoder.decode(LINKTYPE_ETHERNET, &last), expected);
+        // In the other order, the first fragment completes the datagram.
+        let mut decoder = Decoder::default();
+        assert_eq!(
+            decoder.decode(LINKTYPE_ETHERNET, &last),
+            Err(skips::IPV4_FRAGMENT)
+        );
+        assert_eq!(decoder.decode(LINKTYPE_ETHERNET, &first), expected);
+    }
+
+    #[test]
+    fn a_first_fragment_not_captured_whole_is_decoded_as_it_stands() {
+        // The SYN with 16 bytes of data, the first fragment holding its header and 8 of them.
+        let mut ip = inner_ip();
+        ip.extend([7u8; 16]);
+        let total = ip.len() as u16;
+        ip[2..4].copy_from_slice(&total.to_be_bytes());
+        let [first, _] = in_fragments(&ip, 48);
+        let cut = &first[..first.len() - 4];
+        let packet = Decoder::default().decode(LINKTYPE_ETHERNET, cut).unwrap();
+        assert_eq!(
+            (packet.src_port, packet.seq, packet.payload_bytes),
+            (40000, 1, 8)
         );
     }
 

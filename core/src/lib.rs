@@ -11,6 +11,7 @@ mod columns;
 mod decode;
 mod events;
 mod flows;
+mod fragments;
 mod live;
 mod pcap_types;
 mod reader;
@@ -40,7 +41,7 @@ create_exception!(
 ///
 /// Returns a dict: `packets` (column name -> numpy array: `frame`, `time_us`, `linktype`,
 /// `skip` (0 for a TCP packet, else the code of `nagledetect.read.skips`) and the TCP columns
-/// of `nagledetect.read.decode`, zero where `skip` is not 0), `sack_blocks` (`row`: the
+/// (`columns.rs`), zero where `skip` is not 0), `sack_blocks` (`row`: the
 /// packet's row, `left_raw`, `right_raw`) and `warnings` (a list of str: why the read ended
 /// early). With a filter, `packets` also has `accepted` (bool: whether the filter accepts
 /// the packet; `skip` stays decoding's code), and `excluded_by_filter` counts the packets it

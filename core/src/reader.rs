@@ -13,6 +13,7 @@ use pyo3::types::PyDict;
 use crate::bpf::{self, FilterError};
 use crate::capture::{CaptureReader, NotACapture, Record};
 use crate::columns::Columns;
+use crate::decode::Decoder;
 use crate::{CaptureError, FilterError as PyFilterError};
 
 const DEFAULT_BATCH_PACKETS: usize = 1 << 16;
@@ -27,6 +28,9 @@ pub(crate) fn internal_error(path: &str) -> PyErr {
 pub struct Stream {
     capture: CaptureReader,
     filter: Option<bpf::Filter>,
+    /// Decodes the records read into columns (`next_columns`), holding IP fragments across
+    /// batches.
+    decoder: Decoder,
 }
 
 impl Stream {
@@ -51,7 +55,7 @@ impl Stream {
     }
 }
 
-/// The filter's refusal as the numpy path words it: "invalid filter 'EXPRESSION': " and
+/// The filter's refusal as the Python layer words an input error: "invalid filter 'EXPRESSION': " and
 /// libpcap's message (the expression quoted as Python's repr quotes it).
 pub(crate) fn filter_error(
     py: Python<'_>,
@@ -79,7 +83,11 @@ pub fn open(py: Python<'_>, path: &str, bpf_filter: Option<&str>) -> PyResult<St
                 .map_err(|error| filter_error(py, expression, error))
         })
         .transpose()?;
-    Ok(Stream { capture, filter })
+    Ok(Stream {
+        capture,
+        filter,
+        decoder: Decoder::default(),
+    })
 }
 
 /// The next (at most) `limit` packets decoded and judged by the filter, with the Python lock
@@ -101,18 +109,22 @@ pub fn next_columns(
 }
 
 fn read_columns(stream: &mut Stream, limit: usize) -> Result<Columns, FilterError> {
-    let mut columns = Columns::after(stream.capture.packets());
-    let Some(filter) = stream.filter.as_mut() else {
-        stream
-            .capture
-            .read(limit, &mut |record| columns.push(&record));
+    let Stream {
+        capture,
+        filter,
+        decoder,
+    } = stream;
+    let mut columns = Columns::after(capture.packets());
+    let Some(filter) = filter.as_mut() else {
+        capture.read(limit, &mut |record| columns.push(&record, decoder));
         return Ok(columns);
     };
     columns.filtered();
     let mut refused = None;
-    let given = stream.capture.read(limit, &mut |record| {
+    let given = capture.read(limit, &mut |record| {
         if refused.is_none() {
-            bpf::judge(filter, &record, &mut columns).unwrap_or_else(|e| refused = Some(e));
+            bpf::judge(filter, &record, &mut columns, decoder)
+                .unwrap_or_else(|e| refused = Some(e));
         }
     });
     if let Some(error) = refused {
@@ -145,8 +157,9 @@ pub fn batch_dict(py: Python<'_>, columns: Columns) -> PyResult<Bound<'_, PyDict
 /// packets the filter does not accept (their sum over the batches is `decode_file`'s). A file
 /// that is not a capture raises `CaptureError` here; a filter libpcap does not compile for the
 /// capture's link type raises `FilterError` from the first batch (or, for a capture without
-/// packets, when the iteration would end). `linktype`, `bytes_read` and `cut_short` say what
-/// the file's header named, how far the read has got and why it ended early.
+/// packets, when the iteration would end). `linktype` and `cut_short` say what the file's
+/// header named and why the read ended early. Each batch also says `bytes_read`: the
+/// capture's bytes (decompressed) read up to its end.
 #[pyclass(module = "nagledetect._core")]
 pub struct Reader {
     path: String,
@@ -163,7 +176,6 @@ pub struct Reader {
 struct Ended {
     warnings: Vec<String>,
     linktype: Option<u32>,
-    bytes_read: u64,
     cut_short: Option<String>,
 }
 
@@ -172,7 +184,6 @@ impl Ended {
         Ended {
             warnings: stream.warnings().to_vec(),
             linktype: stream.linktype(),
-            bytes_read: stream.bytes_read(),
             cut_short: stream.cut_short().map(str::to_string),
         }
     }
@@ -226,7 +237,9 @@ impl Reader {
             *slot = None;
             return Ok(None);
         }
-        batch_dict(py, columns).map(Some)
+        let batch = batch_dict(py, columns)?;
+        batch.set_item("bytes_read", stream.bytes_read())?;
+        Ok(Some(batch))
     }
 
     /// Why the read ended early (a list of str; complete once the iteration has ended).
@@ -240,12 +253,6 @@ impl Reader {
     #[getter]
     fn linktype(&self) -> Option<u32> {
         self.ended.linktype
-    }
-
-    /// The capture's bytes read so far, decompressed.
-    #[getter]
-    fn bytes_read(&self) -> u64 {
-        self.ended.bytes_read
     }
 
     /// Why the read ended before the file's end, if it did (once the iteration has ended).

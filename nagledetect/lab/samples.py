@@ -46,8 +46,9 @@ snaplen 128, microseconds) merged with a capture of real Linux TCP over loopback
 three 2-byte writes then a 1-byte answer, ten times, 50 ms apart: 9 stalls of 41.7 ms), its
 times shifted with `editcap -t -237876.369941130` so that the two interleave, then
 `mergecap -F pcapng`. Its two interfaces differ in link type, snapshot length and timestamp
-resolution, which libpcap (and so tcpdump) refuses; nagledetect reads it with its own pcapng
-reader (`nagledetect/read/pcapng.py`). Regenerating the lab's captures leaves it as it is.
+resolution, which libpcap (and so tcpdump) refuses after its first interface; nagledetect's
+reader (`core/src/capture.rs`) reads it whole, as tshark does. Regenerating the lab's
+captures leaves it as it is.
 """
 
 

@@ -47,8 +47,8 @@ def decoded_batches(path: str, bpf_filter: str | None = None,
     Wireshark, and `time_us`; with a filter, `accepted`: the TCP packets it excludes are kept,
     for connection ids are Wireshark's tcp.stream of the unfiltered file) and a dict of its
     SACK blocks (`row` = packet index within the batch, `left_raw`, `right_raw`).
-    `progress(packets, bytes)` is called after each batch (bytes counted as pcap records:
-    16-byte headers and the bytes captured). The accounting is complete once the
+    `progress(packets, bytes)` is called after each batch (bytes of the file, decompressed,
+    read so far). The accounting is complete once the
     generator is exhausted. Opening happens now, so a file that cannot be read, or a filter
     that does not compile, fails here with `InputError`, before any output. A caller that may
     stop early closes the generator (`contextlib.closing`), which lets its reading thread go.
@@ -75,16 +75,18 @@ def _batches(reader: _core.Reader, first_batch: dict | None, accounting: Account
     capture is large enough to gain from it. The reader is asked nothing else until it has
     ended: it may be reading on another thread meanwhile."""
     read = itertools.chain([] if first_batch is None else [first_batch], _read(reader))
-    bytes_read = 0
+    skipped: dict[int, int] = {}
     for batch in ahead(read, "read") if threaded else read:
         packets = batch["packets"]
         accounting.packets_read += len(packets["frame"])
         if progress:
-            bytes_read += int(packets["captured_bytes"].sum()) + (
-                RECORD_HEADER_BYTES * len(packets["frame"]))
-            progress(accounting.packets_read, bytes_read)
-        if (columns := _counted(batch, accounting)) is not None:
+            progress(accounting.packets_read, batch["bytes_read"])
+        if (columns := _counted(batch, skipped)) is not None:
             yield columns
+    # By skip code, as the one pass counts them (the report keeps this order among equals).
+    for code in sorted(skipped):
+        accounting.add_skipped({skips.reason_text(code): skipped[code]})
+    accounting.tcp_packets = accounting.packets_read - sum(skipped.values())
     accounting.warnings = list(reader.warnings)
     accounting.cut_short = reader.cut_short
 
@@ -96,15 +98,16 @@ def _read(reader: _core.Reader) -> Iterator[dict]:
         raise InputError(str(error)) from None
 
 
-def _counted(batch: dict, accounting: Accounting) -> DecodedColumns | None:
-    """One batch's TCP packets as columns (None when it holds none), its skips counted: a
-    packet the filter excludes as excluded whatever its decoding said."""
+def _counted(batch: dict, skipped: dict[int, int]) -> DecodedColumns | None:
+    """One batch's TCP packets as columns (None when it holds none), its skips counted into
+    `skipped` by code: a packet the filter excludes as excluded whatever its decoding said."""
     packets = batch["packets"]
     codes = packets["skip"]
     if "accepted" in packets:
         codes = np.where(packets["accepted"], codes, skips.EXCLUDED_BY_FILTER)
-    accounting.add_skipped(skips.count_reasons(codes))
-    accounting.tcp_packets += int(np.count_nonzero(codes == skips.KEPT))
+    found, counts = np.unique(codes[codes != skips.KEPT], return_counts=True)
+    for code, count in zip(found.tolist(), counts.tolist()):
+        skipped[code] = skipped.get(code, 0) + count
     tcp = packets["skip"] == skips.KEPT
     if not tcp.any():
         return None

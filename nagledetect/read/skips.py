@@ -12,8 +12,8 @@ KEPT = 0
 TRUNCATED_LINK_HEADER = 1
 TRUNCATED_IP_HEADER = 2
 BAD_IP_HEADER = 3
-IPV4_LATER_FRAGMENT = 4
-IPV6_LATER_FRAGMENT = 5
+IPV4_FRAGMENT = 4
+IPV6_FRAGMENT = 5
 IPV6_EXTENSION_CHAIN = 6
 TRUNCATED_TCP_HEADER = 7
 BAD_TCP_HEADER_LENGTH = 8
@@ -29,8 +29,8 @@ _FIXED_REASONS = {
     TRUNCATED_LINK_HEADER: "truncated link-layer header",
     TRUNCATED_IP_HEADER: "truncated IP header",
     BAD_IP_HEADER: "bad IP header",
-    IPV4_LATER_FRAGMENT: "IPv4 non-first fragment",
-    IPV6_LATER_FRAGMENT: "IPv6 non-first fragment",
+    IPV4_FRAGMENT: "IPv4 fragment (its datagram is decoded at the fragment that completes it)",
+    IPV6_FRAGMENT: "IPv6 fragment (its datagram is decoded at the fragment that completes it)",
     IPV6_EXTENSION_CHAIN: "IPv6 extension headers malformed or too long",
     TRUNCATED_TCP_HEADER: "truncated TCP header",
     BAD_TCP_HEADER_LENGTH: "bad TCP header length",
