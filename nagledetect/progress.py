@@ -14,7 +14,6 @@ from nagledetect.read.compressed import capture_bytes
 MIN_INTERVAL_S = 0.2
 QUIET_BELOW_S = 1.0
 WIDTH = 120
-DECOMPRESSING = "decompressing"
 
 
 class ProgressLine:
@@ -29,7 +28,7 @@ class ProgressLine:
         self.name = os.path.basename(path)
         self.start_s = time.monotonic()
         self.read_start_s = self.start_s
-        """When the read began: once a compressed capture is decompressed."""
+        """When the read began (again, when a capture is read twice)."""
         self.last_s = 0.0
         self.stage_name = ""
         self.stage_start_s = 0.0
@@ -48,21 +47,6 @@ class ProgressLine:
         if self.total_bytes:
             share = min(bytes_read / self.total_bytes, 1.0)
             line += f", {share * 100:.0f}%, ETA {_eta_s(elapsed, share):.0f} s"
-        self._show(line)
-
-    def decompressing(self, done_bytes: int, total_bytes: int) -> None:
-        """A compressed capture is being decompressed before its read: `done_bytes` of the
-        file's `total_bytes` so far."""
-        now = time.monotonic()
-        if self.stage_name != DECOMPRESSING:
-            self.stage_name, self.stage_start_s = DECOMPRESSING, now
-        self.read_start_s = now
-        if total_bytes <= 0 or not self._due():
-            return
-        line = (f"{self.name}: {DECOMPRESSING}, {done_bytes / 1e6:,.1f} of "
-                f"{total_bytes / 1e6:,.1f} MB")
-        if done_bytes:
-            line += f", ETA {_eta_s(now - self.stage_start_s, done_bytes / total_bytes):.0f} s"
         self._show(line)
 
     def stage(self, name: str, done: int, total: int) -> None:
