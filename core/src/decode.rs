@@ -98,7 +98,7 @@ pub struct TcpOptions {
 }
 
 /// A TCP segment's header fields; addresses as four 32-bit words, IPv4 ones mapped
-/// (::ffff:a.b.c.d) as the numpy columns hold them.
+/// (::ffff:a.b.c.d), as the decoded columns hold them.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct TcpPacket {
     pub ip_version: u8,
