@@ -152,6 +152,7 @@ def test_folder_run_ids_are_per_capture(tmp_path: Path) -> None:
     "zeek/tunnels__tunnel-direct-bypass.pcap", "zeek/tunnels__4in6.pcap",
     "zeek/tunnels__vxlan-encapsulated-http.pcap", "zeek/tunnels__geneve-47101.pcap",
     "tcpdump/geneve.pcap", "tcpdump/gso-ipv4-geneve-ipv6.pcap",
+    "tcpdump/gso-ipv4-geneve-ipv4.pcap",  # Geneve from port 5799, below Geneve's own 6081
 ])
 def test_tcp_in_tunnels_takes_wiresharks_streams(relative: str) -> None:
     """TCP inside MPLS, GRE, IP in IP, VXLAN and Geneve is the inner connection's, as

@@ -46,6 +46,7 @@ const UDP_HEADER_BYTES: usize = 8;
 const VXLAN_PORT: u16 = 4789;
 const GENEVE_PORT: u16 = 6081;
 const VXLAN_HEADER_BYTES: usize = 8;
+const FIRST_UNPRIVILEGED_PORT: u16 = 1024;
 const GENEVE_HEADER_BYTES: usize = 8;
 const GRE_CHECKSUM: u8 = 0x80;
 const GRE_ROUTING: u8 = 0x40;
@@ -321,11 +322,17 @@ fn gre(data: &[u8], start: usize, end: i64) -> Option<Result<Link, i64>> {
 
 /// What a UDP datagram at `start` carries when it is VXLAN's or Geneve's: None for any other
 /// datagram, which is skipped as UDP, and for one whose length is shorter than its header (as
-/// a big TCP packet's outer datagram states 0: Wireshark stops there). The lower of its two
-/// ports names it, as Wireshark tries that one first (a tunnel's source port is a high one
-/// its endpoint picks; DNS from port 4789 is DNS).
+/// a big TCP packet's outer datagram states 0: Wireshark stops there). Wireshark tries the
+/// lower of the two ports first, and the higher where the lower names no protocol: a
+/// well-known port (under 1024) names one (DNS from port 4789 is DNS), a higher one rarely.
 fn udp_tunnel(data: &[u8], start: usize, end: i64) -> Option<Result<Link, i64>> {
-    let port = be16(data, start)?.min(be16(data, start + 2)?);
+    let ports = [be16(data, start)?, be16(data, start + 2)?];
+    let (low, high) = (ports[0].min(ports[1]), ports[0].max(ports[1]));
+    let port = if low == VXLAN_PORT || low == GENEVE_PORT || low < FIRST_UNPRIVILEGED_PORT {
+        low
+    } else {
+        high
+    };
     if usize::from(be16(data, start + 4)?) < UDP_HEADER_BYTES {
         return None;
     }
@@ -846,9 +853,9 @@ mod tests {
         packet
     }
 
-    /// A UDP header from port 50000 to `port` with its length, then `payload`.
-    fn in_udp(port: u16, payload: &[u8]) -> Vec<u8> {
-        let mut datagram = 50000u16.to_be_bytes().to_vec();
+    /// A UDP header from port `from` to `port` with its length, then `payload`.
+    fn in_udp(from: u16, port: u16, payload: &[u8]) -> Vec<u8> {
+        let mut datagram = from.to_be_bytes().to_vec();
         datagram.extend(port.to_be_bytes());
         datagram.extend(((8 + payload.len()) as u16).to_be_bytes());
         datagram.extend([0, 0]);
@@ -884,8 +891,13 @@ mod tests {
         erspan_iii[11] = 0x01;
         erspan_iii.extend([0u8; 8]);
         erspan_iii.extend(&frame);
+        let from_below = in_udp(5799, GENEVE_PORT, &geneve);
         vec![
             ("IPv4 in GRE", gre(0, ETHERTYPE_IPV4, &[], &ip)),
+            (
+                "Geneve from an unprivileged port below its own",
+                in_ethernet(ETHERTYPE_IPV4, &in_ipv4(IPPROTO_UDP, &from_below)),
+            ),
             (
                 "GRE with checksum, key and sequence",
                 gre(0xB0, ETHERTYPE_IPV4, &[0; 12], &ip),
@@ -916,14 +928,14 @@ mod tests {
                 "VXLAN",
                 in_ethernet(
                     ETHERTYPE_IPV4,
-                    &in_ipv4(IPPROTO_UDP, &in_udp(VXLAN_PORT, &vxlan)),
+                    &in_ipv4(IPPROTO_UDP, &in_udp(50000, VXLAN_PORT, &vxlan)),
                 ),
             ),
             (
                 "Geneve with two words of options",
                 in_ethernet(
                     ETHERTYPE_IPV4,
-                    &in_ipv4(IPPROTO_UDP, &in_udp(GENEVE_PORT, &geneve)),
+                    &in_ipv4(IPPROTO_UDP, &in_udp(50000, GENEVE_PORT, &geneve)),
                 ),
             ),
         ]
@@ -982,7 +994,7 @@ mod tests {
         flannel.extend(&syn());
         let flannel = in_ethernet(
             ETHERTYPE_IPV4,
-            &in_ipv4(IPPROTO_UDP, &in_udp(8472, &flannel)),
+            &in_ipv4(IPPROTO_UDP, &in_udp(50000, 8472, &flannel)),
         );
         let udp_skip = Err(skips::IP_PROTOCOL_BASE + i64::from(IPPROTO_UDP));
         assert_eq!(decode(LINKTYPE_ETHERNET, &flannel), udp_skip);
