@@ -49,6 +49,14 @@ times shifted with `editcap -t -237876.369941130` so that the two interleave, th
 resolution, which libpcap (and so tcpdump) refuses after its first interface; nagledetect's
 reader (`core/src/capture.rs`) reads it whole, as tshark does. Regenerating the lab's
 captures leaves it as it is.
+
+`vxlan-overlay.pcap` is not recorded by the lab either: real Linux TCP between two network
+namespaces over a VXLAN overlay (`ip link add vx0 type vxlan id 42 dstport 4789`, overlay
+192.168.77.0/24 over a veth pair 10.99.0.0/24), captured on the underlay veth with tcpdump, so
+every TCP packet is inside UDP port 4789. The client writes a 100-byte header and a 100-byte
+body, then reads a 50-byte answer, twenty times: the body waits for the server's delayed ACK
+of the header (19 stalls of about 44 ms; the first exchange is ACKed at once, Linux's quick
+ACKs at a connection's start).
 """
 
 
