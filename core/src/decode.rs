@@ -172,7 +172,7 @@ impl Decoder {
             }
             other => return Err(skips::ETHERTYPE_BASE + i64::from(other)),
         };
-        let Some((key, fragment)) = network.fragment else {
+        let Some((identification, fragment)) = network.fragment else {
             return self.transport(data, network, depth);
         };
         let captured = data.get(network.position..).unwrap_or(&[]);
@@ -185,29 +185,39 @@ impl Decoder {
                 Err(fragment_skip(network.ip_version))
             };
         }
+        let key = DatagramKey {
+            ip_version: network.ip_version,
+            src: network.src,
+            dst: network.dst,
+            identification,
+            protocol: network.protocol,
+        };
         match self.fragments.take(key, fragment, captured) {
             Some(payload) => self.transport(&payload, whole(&payload, network)?, depth),
             None => Err(fragment_skip(network.ip_version)),
         }
     }
 
-    /// The TCP segment an IP packet carries, itself or through the tunnel it carries.
+    /// The TCP segment an IP packet carries, itself or through the tunnel it carries (what
+    /// the tunnel carries ends where the IP packet ends, if not before).
     fn transport(&mut self, data: &[u8], network: Network, depth: usize) -> Result<TcpPacket, i64> {
         if depth > 0 {
             let inner = |ethertype| Link {
                 ethertype,
                 position: network.position,
-                end: network.end(),
+                end: NO_LINK_END,
             };
             let tunnel = match network.protocol {
                 IPPROTO_IPV4 => Some(Ok(inner(ETHERTYPE_IPV4))),
                 IPPROTO_IPV6 => Some(Ok(inner(ETHERTYPE_IPV6))),
-                IPPROTO_GRE => gre(data, network.position, network.end()),
-                IPPROTO_UDP => udp_tunnel(data, network.position, network.end()),
+                IPPROTO_GRE => gre(data, network.position),
+                IPPROTO_UDP => udp_tunnel(data, network.position),
                 _ => None,
             };
             if let Some(link) = tunnel {
-                return self.carried(data, link?, depth - 1);
+                let link = link?;
+                let end = link.end.min(network.end());
+                return self.carried(data, Link { end, ..link }, depth - 1);
             }
         }
         if network.protocol != IPPROTO_TCP {
@@ -282,7 +292,7 @@ fn mpls_stack(data: &[u8], link: Link) -> Result<Link, i64> {
 /// What a GRE header (RFC 2784, RFC 2890; version 0) at `start` says follows it: None where
 /// it carries nothing decoded here (another version, source routing, another protocol), so
 /// the packet is skipped as GRE.
-fn gre(data: &[u8], start: usize, end: i64) -> Option<Result<Link, i64>> {
+fn gre(data: &[u8], start: usize) -> Option<Result<Link, i64>> {
     let Some(header) = data.get(start..start + 4) else {
         return Some(Err(skips::TRUNCATED_IP_HEADER));
     };
@@ -298,7 +308,7 @@ fn gre(data: &[u8], start: usize, end: i64) -> Option<Result<Link, i64>> {
     let at = |ethertype, position| Link {
         ethertype,
         position,
-        end,
+        end: NO_LINK_END,
     };
     let link = match u16::from_be_bytes([header[2], header[3]]) {
         ethertype @ (ETHERTYPE_IPV4 | ETHERTYPE_IPV6) => Ok(at(ethertype, position)),
@@ -314,10 +324,7 @@ fn gre(data: &[u8], start: usize, end: i64) -> Option<Result<Link, i64>> {
         GRE_ERSPAN_III => erspan_iii(data, position),
         _ => return None,
     };
-    Some(link.map(|link| Link {
-        end: link.end.min(end),
-        ..link
-    }))
+    Some(link)
 }
 
 /// What a UDP datagram at `start` carries when it is VXLAN's or Geneve's: None for any other
@@ -325,7 +332,7 @@ fn gre(data: &[u8], start: usize, end: i64) -> Option<Result<Link, i64>> {
 /// a big TCP packet's outer datagram states 0: Wireshark stops there). Wireshark tries the
 /// lower of the two ports first, and the higher where the lower names no protocol: a
 /// well-known port (under 1024) names one (DNS from port 4789 is DNS), a higher one rarely.
-fn udp_tunnel(data: &[u8], start: usize, end: i64) -> Option<Result<Link, i64>> {
+fn udp_tunnel(data: &[u8], start: usize) -> Option<Result<Link, i64>> {
     let ports = [be16(data, start)?, be16(data, start + 2)?];
     let (low, high) = (ports[0].min(ports[1]), ports[0].max(ports[1]));
     let port = if low == VXLAN_PORT || low == GENEVE_PORT || low < FIRST_UNPRIVILEGED_PORT {
@@ -337,15 +344,11 @@ fn udp_tunnel(data: &[u8], start: usize, end: i64) -> Option<Result<Link, i64>> 
         return None;
     }
     let position = start + UDP_HEADER_BYTES;
-    let link = match port {
-        VXLAN_PORT => ethernet(data, position + VXLAN_HEADER_BYTES),
-        GENEVE_PORT => geneve(data, position)?,
-        _ => return None,
-    };
-    Some(link.map(|link| Link {
-        end: link.end.min(end),
-        ..link
-    }))
+    match port {
+        VXLAN_PORT => Some(ethernet(data, position + VXLAN_HEADER_BYTES)),
+        GENEVE_PORT => geneve(data, position),
+        _ => None,
+    }
 }
 
 /// A Geneve header (version 0) and its options, then Ethernet or IP by its protocol type;
@@ -512,8 +515,8 @@ struct Network {
     /// The transport bytes the IP lengths state (may exceed what was captured).
     payload_bytes: i64,
     payload_from_capture: bool,
-    /// The datagram and the place in it of a fragment (None: the packet is whole).
-    fragment: Option<(DatagramKey, Fragment)>,
+    /// A fragment's datagram identification and its place in it (None: the packet is whole).
+    fragment: Option<(u32, Fragment)>,
 }
 
 impl Network {
@@ -554,19 +557,11 @@ fn ipv4(data: &[u8], start: usize, link_end: i64) -> Result<Network, i64> {
     if !from_capture && payload_bytes < 0 {
         return Err(skips::BAD_IP_HEADER);
     }
-    let src = [0, 0, IPV4_MAPPED_WORD, word(12)];
-    let dst = [0, 0, IPV4_MAPPED_WORD, word(16)];
     let fragment = (!from_capture && (more || offset_bytes > 0)).then(|| {
-        let key = DatagramKey {
-            ip_version: 4,
-            src,
-            dst,
-            identification: u32::from(u16::from_be_bytes([header[4], header[5]])),
-            protocol: header[9],
-        };
+        let identification = u32::from(u16::from_be_bytes([header[4], header[5]]));
         let stated_bytes = payload_bytes as usize;
         (
-            key,
+            identification,
             Fragment {
                 offset_bytes,
                 stated_bytes,
@@ -577,8 +572,8 @@ fn ipv4(data: &[u8], start: usize, link_end: i64) -> Result<Network, i64> {
     Ok(Network {
         ip_version: 4,
         protocol: header[9],
-        src,
-        dst,
+        src: [0, 0, IPV4_MAPPED_WORD, word(12)],
+        dst: [0, 0, IPV4_MAPPED_WORD, word(16)],
         position: start + header_bytes,
         payload_bytes,
         payload_from_capture: from_capture,
@@ -605,27 +600,16 @@ fn ipv6(data: &[u8], start: usize, link_end: i64) -> Result<Network, i64> {
     {
         payload_bytes = i64::from(length);
     }
-    let src = [word(8), word(12), word(16), word(20)];
-    let dst = [word(24), word(28), word(32), word(36)];
     let walked = extensions(data, position, next_header, payload_bytes)?;
     Ok(Network {
         ip_version: 6,
         protocol: walked.protocol,
-        src,
-        dst,
+        src: [word(8), word(12), word(16), word(20)],
+        dst: [word(24), word(28), word(32), word(36)],
         position: walked.position,
         payload_bytes: walked.payload_bytes,
         payload_from_capture: false,
-        fragment: walked.fragment.map(|(identification, fragment)| {
-            let key = DatagramKey {
-                ip_version: 6,
-                src,
-                dst,
-                identification,
-                protocol: walked.protocol,
-            };
-            (key, fragment)
-        }),
+        fragment: walked.fragment,
     })
 }
 
