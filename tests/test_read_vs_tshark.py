@@ -39,6 +39,15 @@ CAPTURES = [
     "zeek/tunnels__4in6.pcap",                 # IPv4 in IPv6
     "zeek/tunnels__vxlan-encapsulated-http.pcap",   # VXLAN (UDP 4789)
     "zeek/tunnels__geneve-many-options.pcap",  # Geneve (UDP 6081) with options
+    "zeek/tunnels__gtp__gtp6_gtp_0x32.pcap",   # GTP-U, some with a sequence number
+    "zeek/tunnels__gtp__gtp_ext_header.pcap",  # GTP-U with an extension header
+    "zeek/tunnels__gre-over-udp-4754.pcap",    # GRE in UDP (RFC 8086)
+    "zeek/pbb.pcap",                           # 802.1ah provider backbone bridging
+    "zeek/snap-tcp.pcap",                      # 802.3 with LLC/SNAP
+    "zeek/llc.pcap",                           # FDDI with LLC/SNAP
+    "zeek/nflog-http.pcap",                    # Linux NFLOG
+    "tcpdump/bgp_vpn_attrset.pcap",            # PPP in HDLC-like framing
+    "tcpdump/lspping-fec-ldp.pcap",            # PPP carrying MPLS
 ]
 
 FIELDS = [

@@ -153,11 +153,18 @@ def test_folder_run_ids_are_per_capture(tmp_path: Path) -> None:
     "zeek/tunnels__vxlan-encapsulated-http.pcap", "zeek/tunnels__geneve-47101.pcap",
     "tcpdump/geneve.pcap", "tcpdump/gso-ipv4-geneve-ipv6.pcap",
     "tcpdump/gso-ipv4-geneve-ipv4.pcap",  # Geneve from port 5799, below Geneve's own 6081
+    "zeek/tunnels__gtp__gtp1_gn_normal_incl_fragmentation.pcap",  # GTP-U, some fragmented
+    "zeek/tunnels__gtp__gtp2_different_udp_port.pcap",  # GTP-U from a port not its own
+    "zeek/tunnels__gtp__gtp9_unknown_or_too_short_payload.pcap",  # some not IP inside
+    "zeek/tunnels__gre-over-udp-4754.pcap", "zeek/pbb.pcap",
+    "zeek/vntag_vlan_sandwich_clean.pcap", "zeek/snap-tcp.pcap", "zeek/dns-inverse-query.pcap",
+    "zeek/nflog-http.pcap", "tcpdump/lspping-fec-ldp.pcap",
 ])
 def test_tcp_in_tunnels_takes_wiresharks_streams(relative: str) -> None:
-    """TCP inside MPLS, GRE, IP in IP, VXLAN and Geneve is the inner connection's, as
-    Wireshark numbers it: without it, every id after the first tunnelled connection was
-    behind Wireshark's (mixed-vlan-mpls.pcap: stream 0 is TCP inside MPLS, frame 1)."""
+    """TCP inside MPLS, GRE, IP in IP, VXLAN, Geneve, GTP-U, 802.1ah, VN-Tag and LLC/SNAP
+    is the inner connection's, as Wireshark numbers it: without it, every id after the first
+    tunnelled connection was behind Wireshark's (mixed-vlan-mpls.pcap: stream 0 is TCP inside
+    MPLS, frame 1)."""
     assert _mismatches(corpus_file(relative)) == []
 
 

@@ -2,7 +2,8 @@
 //! (`skips`), else the TCP packet's fields and options. TCP carried in a tunnel is the inner
 //! packet's, as Wireshark dissects it: MPLS label stacks, IP in IP (IPv4 or IPv6 in either),
 //! GRE carrying IP, MPLS, Ethernet (transparent bridging) or an ERSPAN mirror session, and
-//! VXLAN and Geneve on their UDP ports. A fragmented IP datagram is put back together first
+//! VXLAN, Geneve, GTP-U and GRE on their UDP ports; Ethernet's 802.1ah (PBB) and VN-Tag
+//! headers and LLC/SNAP frames. A fragmented IP datagram is put back together first
 //! (`fragments`): its TCP is the frame's that completes it, as in Wireshark.
 //!
 //! Every read goes through `slice::get`, so a field past the packet's captured end is a skip,
@@ -14,13 +15,47 @@ use crate::skips;
 const ETHERTYPE_IPV4: u16 = 0x0800;
 const ETHERTYPE_IPV6: u16 = 0x86DD;
 const VLAN_ETHERTYPES: [u16; 4] = [0x8100, 0x88A8, 0x9100, 0x9200];
+/// Cisco's VN-Tag and 802.1ah provider backbone bridging's I-TAG: like a VLAN tag, a header
+/// between the frame's ethertype and the one naming what it carries.
+const ETHERTYPE_VN_TAG: u16 = 0x8926;
+const ETHERTYPE_PBB: u16 = 0x88E7;
+/// Bytes between a tag's ethertype and the next one: a VLAN tag's TCI; a VN-Tag; an I-TAG
+/// and the customer frame's two addresses.
+const VLAN_TAG_BYTES: usize = 2;
+const VN_TAG_BYTES: usize = 4;
+const PBB_TAG_BYTES: usize = 16;
 const ETHERTYPE_PPPOE_SESSION: u16 = 0x8864;
 const NOT_IP: u16 = 0xFFFF;
-const MAX_VLAN_TAGS: usize = 8;
+/// An Ethernet type field this small is an 802.3 frame's length: an 802.2 LLC header follows.
+const MAX_8023_LENGTH: u16 = 1500;
+/// An LLC header whose SAPs are SNAP's (AA AA, unnumbered information), then the SNAP
+/// header's organisation code and protocol.
+const LLC_SNAP: [u8; 3] = [0xAA, 0xAA, 0x03];
+const LLC_SNAP_HEADER_BYTES: usize = 8;
+/// Organisation codes whose SNAP protocol is an ethertype (RFC 1042; Cisco's).
+const SNAP_ETHERTYPE_OUIS: [[u8; 3]; 2] = [[0, 0, 0], [0, 0, 0xF8]];
+const FDDI_HEADER_BYTES: usize = 13;
+const MAX_TAGS: usize = 8;
 const PPPOE_HEADER_BYTES: usize = 6;
 const PPPOE_VERSION_TYPE: u8 = 0x11;
+/// PPP in HDLC-like framing (RFC 1662) starts with these address and control bytes.
+const PPP_HDLC_ADDRESS_CONTROL: [u8; 2] = [0xFF, 0x03];
 const PPP_IPV4: u16 = 0x0021;
 const PPP_IPV6: u16 = 0x0057;
+const PPP_MPLS: [u16; 2] = [0x0281, 0x0283];
+/// Cisco HDLC's address byte (unicast, multicast); an ethertype follows the control byte.
+const CISCO_HDLC_ADDRESSES: [u8; 2] = [0x0F, 0x8F];
+const CISCO_HDLC_HEADER_BYTES: usize = 4;
+/// Linux NFLOG (libpcap's pcap/nflog.h): a 4-byte header (address family first), then
+/// type-length-value records (lengths with their own 4 bytes, padded to 4) in the byte order
+/// of the host that wrote them; the packet is the payload record's.
+const NFLOG_HEADER_BYTES: usize = 4;
+const NFLOG_RECORD_HEADER_BYTES: usize = 4;
+const NFLOG_PAYLOAD: u16 = 9;
+/// Record types are small numbers: read in the wrong byte order, one is 256 or more.
+const NFLOG_MAX_RECORD_TYPE: u16 = 0xFF;
+const LINUX_AF_INET: u8 = 2;
+const LINUX_AF_INET6: u8 = 10;
 const BSD_FAMILY_IPV4: u32 = 2;
 const BSD_FAMILIES_IPV6: [u32; 3] = [24, 28, 30];
 const IPPROTO_TCP: u8 = 6;
@@ -45,6 +80,20 @@ const UDP_HEADER_BYTES: usize = 8;
 /// (not Linux's older VXLAN port 8472, which Wireshark leaves as UDP).
 const VXLAN_PORT: u16 = 4789;
 const GENEVE_PORT: u16 = 6081;
+/// GTP-U (3GPP TS 29.281) and GRE in UDP (RFC 8086), also as Wireshark dissects them.
+const GTP_U_PORT: u16 = 2152;
+const GRE_IN_UDP_PORT: u16 = 4754;
+const TUNNEL_PORTS: [u16; 4] = [VXLAN_PORT, GENEVE_PORT, GTP_U_PORT, GRE_IN_UDP_PORT];
+const GTP_HEADER_BYTES: usize = 8;
+/// A GTP header's version 1 and protocol type GTP (not GTP'), its three optional fields'
+/// flags (extension header, sequence number, N-PDU number: any one set adds all three and
+/// the first extension's type, 4 bytes), and the message that carries a user's packet.
+const GTP_VERSION_1: u8 = 1;
+const GTP_PROTOCOL_TYPE: u8 = 0x10;
+const GTP_OPTIONAL_FIELDS: u8 = 0x07;
+const GTP_OPTIONAL_BYTES: usize = 4;
+const GTP_G_PDU: u8 = 0xFF;
+const MAX_GTP_EXTENSIONS: usize = 16;
 const VXLAN_HEADER_BYTES: usize = 8;
 const FIRST_UNPRIVILEGED_PORT: u16 = 1024;
 const GENEVE_HEADER_BYTES: usize = 8;
@@ -75,6 +124,12 @@ pub const LINKTYPE_ETHERNET: u32 = 1;
 pub const LINKTYPE_LOOP: u32 = 108;
 pub const LINKTYPE_LINUX_SLL: u32 = 113;
 pub const LINKTYPE_LINUX_SLL2: u32 = 276;
+const LINKTYPE_PPP: u32 = 9;
+const LINKTYPE_FDDI: u32 = 10;
+const LINKTYPE_PPP_HDLC: u32 = 50;
+const LINKTYPE_PPP_ETHER: u32 = 51;
+const LINKTYPE_C_HDLC: u32 = 104;
+const LINKTYPE_NFLOG: u32 = 239;
 const RAW_IP_LINKTYPES: [u32; 5] = [12, 14, 101, 228, 229];
 
 pub const MAX_SACK_BLOCKS: usize = 4;
@@ -141,6 +196,12 @@ pub fn supported(linktype: u32) -> bool {
             | LINKTYPE_LOOP
             | LINKTYPE_LINUX_SLL
             | LINKTYPE_LINUX_SLL2
+            | LINKTYPE_PPP
+            | LINKTYPE_FDDI
+            | LINKTYPE_PPP_HDLC
+            | LINKTYPE_PPP_ETHER
+            | LINKTYPE_C_HDLC
+            | LINKTYPE_NFLOG
     ) || RAW_IP_LINKTYPES.contains(&linktype)
 }
 
@@ -327,15 +388,15 @@ fn gre(data: &[u8], start: usize) -> Option<Result<Link, i64>> {
     Some(link)
 }
 
-/// What a UDP datagram at `start` carries when it is VXLAN's or Geneve's: None for any other
-/// datagram, which is skipped as UDP, and for one whose length is shorter than its header (as
-/// a big TCP packet's outer datagram states 0: Wireshark stops there). Wireshark tries the
-/// lower of the two ports first, and the higher where the lower names no protocol: a
-/// well-known port (under 1024) names one (DNS from port 4789 is DNS), a higher one rarely.
+/// What a UDP datagram at `start` carries when it is a tunnel's (`TUNNEL_PORTS`): None for
+/// any other datagram, which is skipped as UDP, and for one whose length is shorter than its
+/// header (as a big TCP packet's outer datagram states 0: Wireshark stops there). Wireshark
+/// tries the lower of the two ports first, and the higher where the lower names no protocol:
+/// a well-known port (under 1024) names one (DNS from port 4789 is DNS), a higher one rarely.
 fn udp_tunnel(data: &[u8], start: usize) -> Option<Result<Link, i64>> {
     let ports = [be16(data, start)?, be16(data, start + 2)?];
     let (low, high) = (ports[0].min(ports[1]), ports[0].max(ports[1]));
-    let port = if low == VXLAN_PORT || low == GENEVE_PORT || low < FIRST_UNPRIVILEGED_PORT {
+    let port = if TUNNEL_PORTS.contains(&low) || low < FIRST_UNPRIVILEGED_PORT {
         low
     } else {
         high
@@ -347,8 +408,65 @@ fn udp_tunnel(data: &[u8], start: usize) -> Option<Result<Link, i64>> {
     match port {
         VXLAN_PORT => Some(ethernet(data, position + VXLAN_HEADER_BYTES)),
         GENEVE_PORT => geneve(data, position),
+        GTP_U_PORT => gtp_u(data, position),
+        GRE_IN_UDP_PORT => gre(data, position),
         _ => None,
     }
+}
+
+/// A GTP-U header (version 1) of a G-PDU, its optional fields and extension headers, then
+/// the user's IP packet (IPv4 or IPv6 by its version nibble, as Wireshark guesses it), which
+/// ends where the GTP length says. None for any other message or content (signalling, echo,
+/// a payload that is not IP), which is skipped as UDP.
+fn gtp_u(data: &[u8], start: usize) -> Option<Result<Link, i64>> {
+    let Some(header) = data.get(start..start + GTP_HEADER_BYTES) else {
+        return Some(Err(skips::TRUNCATED_LINK_HEADER));
+    };
+    let flags = header[0];
+    if flags >> 5 != GTP_VERSION_1 || flags & GTP_PROTOCOL_TYPE == 0 || header[1] != GTP_G_PDU {
+        return None;
+    }
+    let end =
+        (start + GTP_HEADER_BYTES) as i64 + i64::from(u16::from_be_bytes([header[2], header[3]]));
+    let position = if flags & GTP_OPTIONAL_FIELDS == 0 {
+        start + GTP_HEADER_BYTES
+    } else {
+        match gtp_extensions(data, start + GTP_HEADER_BYTES) {
+            Ok(position) => position,
+            Err(skip) => return Some(Err(skip)),
+        }
+    };
+    let ethertype = match byte(data, position)? >> 4 {
+        4 => ETHERTYPE_IPV4,
+        6 => ETHERTYPE_IPV6,
+        _ => return None,
+    };
+    Some(Ok(Link {
+        ethertype,
+        position,
+        end,
+    }))
+}
+
+/// Past GTP's optional fields (at `start`) and the chain of extension headers whose first
+/// type they end with: each gives its length in 4-byte units (0 is malformed) and ends with
+/// the next one's type, 0 for none.
+fn gtp_extensions(data: &[u8], start: usize) -> Result<usize, i64> {
+    let truncated = skips::TRUNCATED_LINK_HEADER;
+    let mut position = start + GTP_OPTIONAL_BYTES;
+    let mut next_type = byte(data, position - 1).ok_or(truncated)?;
+    for _ in 0..MAX_GTP_EXTENSIONS {
+        if next_type == 0 {
+            return Ok(position);
+        }
+        let units = usize::from(byte(data, position).ok_or(truncated)?);
+        if units == 0 {
+            return Err(truncated);
+        }
+        position += 4 * units;
+        next_type = byte(data, position - 1).ok_or(truncated)?;
+    }
+    Err(truncated)
 }
 
 /// A Geneve header (version 0) and its options, then Ethernet or IP by its protocol type;
@@ -411,6 +529,19 @@ fn link_layer(linktype: u32, data: &[u8]) -> Result<Link, i64> {
         LINKTYPE_NULL | LINKTYPE_LOOP => {
             bsd_loopback(data, linktype == LINKTYPE_NULL).map(|e| unbounded(e, 4))
         }
+        LINKTYPE_PPP_HDLC
+            if byte(data, 0).is_some_and(|first| CISCO_HDLC_ADDRESSES.contains(&first)) =>
+        {
+            cisco_hdlc(data)
+        }
+        LINKTYPE_PPP | LINKTYPE_PPP_HDLC => {
+            let framed = data.starts_with(&PPP_HDLC_ADDRESS_CONTROL);
+            ppp(data, if framed { 2 } else { 0 }, NO_LINK_END)
+        }
+        LINKTYPE_PPP_ETHER => pppoe_session(data, 0),
+        LINKTYPE_C_HDLC => cisco_hdlc(data),
+        LINKTYPE_FDDI => llc(data, FDDI_HEADER_BYTES, 0),
+        LINKTYPE_NFLOG => nflog(data),
         _ => {
             let first = byte(data, 0).ok_or(skips::TRUNCATED_IP_HEADER)?;
             let ethertype = if first >> 4 == 6 {
@@ -445,23 +576,28 @@ fn bsd_loopback(data: &[u8], byteswap_allowed: bool) -> Result<u16, i64> {
     })
 }
 
-/// Ethernet II (at `start`) with up to MAX_VLAN_TAGS 802.1Q / 802.1ad tags, then possibly a
-/// PPPoE session.
+/// Ethernet II (at `start`) with up to MAX_TAGS headers between its ethertype and the one
+/// of what it carries (802.1Q / 802.1ad VLAN tags, VN-Tags, 802.1ah I-TAGs with the customer
+/// frame's addresses), then possibly a PPPoE session, or an 802.3 frame's LLC header.
 fn ethernet(data: &[u8], start: usize) -> Result<Link, i64> {
-    let mut ethertype = be16(data, start + 12).ok_or(skips::TRUNCATED_LINK_HEADER)?;
+    let truncated = skips::TRUNCATED_LINK_HEADER;
+    let mut ethertype = be16(data, start + 12).ok_or(truncated)?;
     let mut position = start + 14;
-    for _ in 0..MAX_VLAN_TAGS {
-        if !VLAN_ETHERTYPES.contains(&ethertype) {
-            break;
-        }
-        if data.len() < position + 4 {
-            return Err(skips::TRUNCATED_LINK_HEADER);
-        }
-        ethertype = be16(data, position + 2).ok_or(skips::TRUNCATED_LINK_HEADER)?;
-        position += 4;
+    for _ in 0..MAX_TAGS {
+        let tag_bytes = match ethertype {
+            vlan if VLAN_ETHERTYPES.contains(&vlan) => VLAN_TAG_BYTES,
+            ETHERTYPE_VN_TAG => VN_TAG_BYTES,
+            ETHERTYPE_PBB => PBB_TAG_BYTES,
+            _ => break,
+        };
+        ethertype = be16(data, position + tag_bytes).ok_or(truncated)?;
+        position += tag_bytes + 2;
     }
     if ethertype == ETHERTYPE_PPPOE_SESSION {
         return pppoe_session(data, position);
+    }
+    if ethertype <= MAX_8023_LENGTH {
+        return llc(data, position, ethertype);
     }
     Ok(Link {
         ethertype,
@@ -470,38 +606,106 @@ fn ethernet(data: &[u8], start: usize) -> Result<Link, i64> {
     })
 }
 
-/// A PPPoE session header (RFC 2516) and its PPP protocol field (RFC 1661, possibly compressed
-/// to one odd byte); IP when that protocol is IPv4 or IPv6. The PPPoE length bounds the IP
+/// An 802.2 LLC header at `start` (after an 802.3 length, or FDDI's header): what its SNAP
+/// header names by ethertype; any other LLC frame is not IP (skipped by `length`, as 802.3).
+fn llc(data: &[u8], start: usize, length: u16) -> Result<Link, i64> {
+    let header = data
+        .get(start..start + LLC_SNAP_HEADER_BYTES)
+        .ok_or(skips::TRUNCATED_LINK_HEADER)?;
+    let snap_ethertype =
+        header[..3] == LLC_SNAP && SNAP_ETHERTYPE_OUIS.iter().any(|oui| header[3..6] == *oui);
+    if !snap_ethertype {
+        return Err(skips::ETHERTYPE_BASE + i64::from(length));
+    }
+    Ok(Link {
+        ethertype: u16::from_be_bytes([header[6], header[7]]),
+        position: start + LLC_SNAP_HEADER_BYTES,
+        end: NO_LINK_END,
+    })
+}
+
+/// A PPPoE session header (RFC 2516), then PPP (`ppp`). The PPPoE length bounds the IP
 /// packet as the frame's end bounds it elsewhere.
 fn pppoe_session(data: &[u8], start: usize) -> Result<Link, i64> {
     if data.len() < start + PPPOE_HEADER_BYTES + 1 {
         return Err(skips::TRUNCATED_LINK_HEADER);
     }
-    let truncated = skips::TRUNCATED_LINK_HEADER;
-    if byte(data, start).ok_or(truncated)? != PPPOE_VERSION_TYPE
-        || byte(data, start + 1).ok_or(truncated)? != 0
-    {
+    if data[start] != PPPOE_VERSION_TYPE || data[start + 1] != 0 {
         return Err(skips::BAD_PPPOE_HEADER);
     }
-    let payload_length = be16(data, start + 4).ok_or(truncated)?;
-    let first = byte(data, start + PPPOE_HEADER_BYTES).ok_or(truncated)?;
+    let payload_length = be16(data, start + 4).ok_or(skips::TRUNCATED_LINK_HEADER)?;
+    let end = (start + PPPOE_HEADER_BYTES) as i64 + i64::from(payload_length);
+    ppp(data, start + PPPOE_HEADER_BYTES, end)
+}
+
+/// A PPP protocol field (RFC 1661, possibly compressed to one odd byte) at `start`: what it
+/// carries when that is IPv4, IPv6 or MPLS; other protocols are skipped by their number.
+fn ppp(data: &[u8], start: usize, end: i64) -> Result<Link, i64> {
+    let truncated = skips::TRUNCATED_LINK_HEADER;
+    let first = byte(data, start).ok_or(truncated)?;
     let (protocol, header_bytes) = if first & 1 == 1 {
-        (u16::from(first), PPPOE_HEADER_BYTES + 1)
+        (u16::from(first), 1)
     } else {
-        let second = byte(data, start + PPPOE_HEADER_BYTES + 1).ok_or(truncated)?;
-        (u16::from_be_bytes([first, second]), PPPOE_HEADER_BYTES + 2)
+        (be16(data, start).ok_or(truncated)?, 2)
     };
     let ethertype = match protocol {
         PPP_IPV4 => ETHERTYPE_IPV4,
         PPP_IPV6 => ETHERTYPE_IPV6,
+        mpls if PPP_MPLS.contains(&mpls) => ETHERTYPE_MPLS[0],
         other => return Err(skips::PPP_PROTOCOL_BASE + i64::from(other)),
     };
-    let end = (start + PPPOE_HEADER_BYTES) as i64 + i64::from(payload_length);
     Ok(Link {
         ethertype,
         position: start + header_bytes,
         end,
     })
+}
+
+/// Cisco HDLC: address and control bytes, then an ethertype.
+fn cisco_hdlc(data: &[u8]) -> Result<Link, i64> {
+    if data.len() < CISCO_HDLC_HEADER_BYTES {
+        return Err(skips::TRUNCATED_LINK_HEADER);
+    }
+    Ok(Link {
+        ethertype: u16::from_be_bytes([data[2], data[3]]),
+        position: CISCO_HDLC_HEADER_BYTES,
+        end: NO_LINK_END,
+    })
+}
+
+/// A Linux NFLOG packet: its payload record's IP packet, IPv4 or IPv6 as the header's address
+/// family says (another family is not IP; no payload record, the packet was not captured).
+fn nflog(data: &[u8]) -> Result<Link, i64> {
+    let truncated = skips::TRUNCATED_LINK_HEADER;
+    let ethertype = match byte(data, 0).ok_or(truncated)? {
+        LINUX_AF_INET => ETHERTYPE_IPV4,
+        LINUX_AF_INET6 => ETHERTYPE_IPV6,
+        _ => NOT_IP,
+    };
+    let mut position = NFLOG_HEADER_BYTES;
+    while let Some(record) = data.get(position..position + NFLOG_RECORD_HEADER_BYTES) {
+        let little = u16::from_le_bytes([record[2], record[3]]) <= NFLOG_MAX_RECORD_TYPE;
+        let read = |bytes: [u8; 2]| {
+            if little {
+                u16::from_le_bytes(bytes)
+            } else {
+                u16::from_be_bytes(bytes)
+            }
+        };
+        let length = usize::from(read([record[0], record[1]]));
+        if length < NFLOG_RECORD_HEADER_BYTES {
+            return Err(truncated);
+        }
+        if read([record[2], record[3]]) == NFLOG_PAYLOAD {
+            return Ok(Link {
+                ethertype,
+                position: position + NFLOG_RECORD_HEADER_BYTES,
+                end: (position + length) as i64,
+            });
+        }
+        position += length.next_multiple_of(4);
+    }
+    Err(truncated)
 }
 
 /// What the IP layer says about the segment it carries.
@@ -876,7 +1080,49 @@ mod tests {
         erspan_iii.extend([0u8; 8]);
         erspan_iii.extend(&frame);
         let from_below = in_udp(5799, GENEVE_PORT, &geneve);
+        let in_udp_ipv4 = |port, payload: &[u8]| {
+            in_ethernet(
+                ETHERTYPE_IPV4,
+                &in_ipv4(IPPROTO_UDP, &in_udp(50000, port, payload)),
+            )
+        };
+        // GTP-U G-PDU: version 1, protocol type GTP; its length counts what follows the
+        // first 8 bytes.
+        let gtp = |flags: u8, extra: &[u8]| {
+            let mut header = vec![0x30 | flags, GTP_G_PDU];
+            header.extend(((extra.len() + ip.len()) as u16).to_be_bytes());
+            header.extend([0, 0, 0, 1]);
+            header.extend(extra);
+            header.extend(&ip);
+            in_udp_ipv4(GTP_U_PORT, &header)
+        };
+        // Sequence number 7, N-PDU 0, then a PDU session container (type 0x85) of one
+        // 4-byte unit, ending the chain.
+        let gtp_extended = gtp(0x06, &[0, 7, 0, 0x85, 1, 0x10, 0x05, 0]);
+        let mut gre_in_udp = vec![0, 0];
+        gre_in_udp.extend(ETHERTYPE_IPV4.to_be_bytes());
+        gre_in_udp.extend(&ip);
+        let tagged = |tag: u16, bytes: usize| {
+            let mut carried = vec![0xAB; bytes];
+            carried.extend(ETHERTYPE_IPV4.to_be_bytes());
+            carried.extend(&ip);
+            in_ethernet(tag, &carried)
+        };
+        let mut snap = LLC_SNAP.to_vec();
+        snap.extend([0, 0, 0]);
+        snap.extend(ETHERTYPE_IPV4.to_be_bytes());
+        snap.extend(&ip);
+        let length = (snap.len() as u16).min(MAX_8023_LENGTH);
         vec![
+            ("GTP-U", gtp(0, &[])),
+            (
+                "GTP-U with a sequence number and an extension header",
+                gtp_extended,
+            ),
+            ("GRE in UDP", in_udp_ipv4(GRE_IN_UDP_PORT, &gre_in_udp)),
+            ("802.1ah I-TAG", tagged(ETHERTYPE_PBB, PBB_TAG_BYTES)),
+            ("VN-Tag", tagged(ETHERTYPE_VN_TAG, VN_TAG_BYTES)),
+            ("802.3 with LLC/SNAP", in_ethernet(length, &snap)),
             ("IPv4 in GRE", gre(0, ETHERTYPE_IPV4, &[], &ip)),
             (
                 "Geneve from an unprivileged port below its own",
@@ -989,6 +1235,156 @@ mod tests {
         dns.extend([0u8; 10]);
         let dns = in_ethernet(ETHERTYPE_IPV4, &in_ipv4(IPPROTO_UDP, &dns));
         assert_eq!(decode(LINKTYPE_ETHERNET, &dns), udp_skip);
+    }
+
+    #[test]
+    fn gtp_messages_and_llc_frames_that_carry_no_ip_are_skipped_as_such() {
+        let udp_skip = Err(skips::IP_PROTOCOL_BASE + i64::from(IPPROTO_UDP));
+        let gtp = |header: &[u8], payload: &[u8]| {
+            let mut datagram = header.to_vec();
+            datagram.extend(payload);
+            let datagram = in_udp(GTP_U_PORT, GTP_U_PORT, &datagram);
+            decode(
+                LINKTYPE_ETHERNET,
+                &in_ethernet(ETHERTYPE_IPV4, &in_ipv4(IPPROTO_UDP, &datagram)),
+            )
+        };
+        let ip = inner_ip();
+        let echo = [0x32, 0x01, 0, 4, 0, 0, 0, 0, 0, 1, 0, 0];
+        assert_eq!(gtp(&echo, &[]), udp_skip);
+        let not_ip = [0x30, GTP_G_PDU, 0, 4, 0, 0, 0, 1];
+        assert_eq!(gtp(&not_ip, &[0x21, 0, 0, 0]), udp_skip);
+        let gtp_prime = [0x20, GTP_G_PDU, 0, 60, 0, 0, 0, 1];
+        assert_eq!(gtp(&gtp_prime, &ip), udp_skip);
+        // An extension header of length 0 would never end: malformed.
+        let endless = [
+            0x34, GTP_G_PDU, 0, 64, 0, 0, 0, 1, 0, 0, 0, 0x85, 0, 0, 0, 0,
+        ];
+        assert_eq!(gtp(&endless, &ip), Err(skips::TRUNCATED_LINK_HEADER));
+        // An 802.3 frame of spanning tree (LLC SAPs 42 42): not IP, by its length.
+        let stp = in_ethernet(38, &[0x42, 0x42, 0x03, 0, 0, 0, 0, 0]);
+        assert_eq!(
+            decode(LINKTYPE_ETHERNET, &stp),
+            Err(skips::ETHERTYPE_BASE + 38)
+        );
+        // SNAP with an organisation's own protocol number, not an ethertype.
+        let mut apple = LLC_SNAP.to_vec();
+        apple.extend([0x08, 0x00, 0x07, 0x80, 0x9B]);
+        apple.extend(&ip);
+        let apple = in_ethernet(apple.len() as u16, &apple);
+        assert_eq!(
+            decode(LINKTYPE_ETHERNET, &apple),
+            Err(skips::ETHERTYPE_BASE + apple.len() as i64 - 14)
+        );
+    }
+
+    /// The SYN's IP packet on each link type decoded here besides Ethernet, raw IP and the
+    /// loopbacks, each built by its header layout.
+    fn syns_on_other_links() -> Vec<(&'static str, u32, Vec<u8>)> {
+        let ip = inner_ip();
+        let after = |header: &[u8]| {
+            let mut frame = header.to_vec();
+            frame.extend(&ip);
+            frame
+        };
+        let mut labelled = vec![0xFF, 0x03, 0x02, 0x81, 0, 0x10, 0x01, 64];
+        labelled.extend(&ip);
+        let mut pppoe = vec![PPPOE_VERSION_TYPE, 0, 0, 1];
+        pppoe.extend(((ip.len() + 2) as u16).to_be_bytes());
+        pppoe.extend([0x00, 0x21]);
+        pppoe.extend(&ip);
+        let mut fddi = vec![0x50; FDDI_HEADER_BYTES];
+        fddi.extend(LLC_SNAP);
+        fddi.extend([0, 0, 0, 0x08, 0x00]);
+        fddi.extend(&ip);
+        // NFLOG: IPv4, a prefix record (type 10) of 5 bytes padded to 8, then the payload.
+        let nflog = |write: fn(u16) -> [u8; 2]| {
+            let mut frame = vec![LINUX_AF_INET, 0, 0, 1];
+            for (length, kind, value) in
+                [(9, 10, vec![b'x'; 5]), (4 + ip.len() as u16, 9, ip.clone())]
+            {
+                frame.extend(write(length));
+                frame.extend(write(kind));
+                frame.extend(&value);
+                frame.resize(frame.len().next_multiple_of(4), 0);
+            }
+            frame
+        };
+        vec![
+            (
+                "PPP in HDLC-like framing",
+                LINKTYPE_PPP,
+                after(&[0xFF, 0x03, 0x00, 0x21]),
+            ),
+            (
+                "PPP without framing, protocol compressed",
+                LINKTYPE_PPP,
+                after(&[0x21]),
+            ),
+            ("PPP carrying MPLS", LINKTYPE_PPP, labelled),
+            (
+                "PPP, HDLC link type",
+                LINKTYPE_PPP_HDLC,
+                after(&[0xFF, 0x03, 0x00, 0x21]),
+            ),
+            (
+                "Cisco HDLC in the PPP HDLC link type",
+                LINKTYPE_PPP_HDLC,
+                after(&[0x0F, 0, 0x08, 0x00]),
+            ),
+            ("Cisco HDLC", LINKTYPE_C_HDLC, after(&[0x8F, 0, 0x08, 0x00])),
+            ("PPPoE without Ethernet", LINKTYPE_PPP_ETHER, pppoe),
+            ("FDDI with LLC/SNAP", LINKTYPE_FDDI, fddi),
+            (
+                "NFLOG written little-endian",
+                LINKTYPE_NFLOG,
+                nflog(u16::to_le_bytes),
+            ),
+            (
+                "NFLOG written big-endian",
+                LINKTYPE_NFLOG,
+                nflog(u16::to_be_bytes),
+            ),
+        ]
+    }
+
+    #[test]
+    fn tcp_on_other_link_types_is_the_packet_they_carry() {
+        let expected = decode(LINKTYPE_ETHERNET, &syn());
+        for (link, linktype, frame) in syns_on_other_links() {
+            assert_eq!(decode(linktype, &frame), expected, "{link}");
+            for cut in 0..frame.len() {
+                // Never a panic; cut in the TCP options, the packet with fewer options.
+                if let Ok(packet) = decode(linktype, &frame[..cut]) {
+                    assert_eq!(packet.seq, expected.unwrap().seq, "{link} cut at {cut}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn other_link_types_skip_what_is_not_ip_by_its_protocol() {
+        let lcp = [0xFF, 0x03, 0xC0, 0x21, 1, 1, 0, 4];
+        assert_eq!(
+            decode(LINKTYPE_PPP, &lcp),
+            Err(skips::PPP_PROTOCOL_BASE + 0xC021)
+        );
+        let slarp = [0x8F, 0, 0x80, 0x35, 0, 0, 0, 0];
+        assert_eq!(
+            decode(LINKTYPE_C_HDLC, &slarp),
+            Err(skips::ETHERTYPE_BASE + 0x8035)
+        );
+        // NFLOG of another address family (bridge), and one whose payload was not copied.
+        let bridge = [7, 0, 0, 1, 8, 0, 9, 0, 0x45, 0, 0, 20];
+        assert_eq!(
+            decode(LINKTYPE_NFLOG, &bridge),
+            Err(skips::ETHERTYPE_BASE + i64::from(NOT_IP))
+        );
+        let no_payload = [2, 0, 0, 1, 8, 0, 1, 0, 0, 0, 0, 0];
+        assert_eq!(
+            decode(LINKTYPE_NFLOG, &no_payload),
+            Err(skips::TRUNCATED_LINK_HEADER)
+        );
     }
 
     /// An IPv4 packet (its header 20 bytes) cut into two fragments at `split` bytes of its

@@ -60,13 +60,13 @@ def reason_text(code: int) -> str:
     if code >= ETHERTYPE_BASE:
         ethertype = code - ETHERTYPE_BASE
         if ethertype <= MAX_8023_LENGTH:
-            return "not IP (802.3 length field: LLC/SNAP frame)"
+            return "not IP (802.2 LLC frame)"
         name = _ETHERTYPE_NAMES.get(ethertype)
         return f"not IP (ethertype 0x{ethertype:04x}{f': {name}' if name else ''})"
     if code >= PPP_PROTOCOL_BASE:
         protocol = code - PPP_PROTOCOL_BASE
         name = _PPP_PROTOCOL_NAMES.get(protocol)
-        return f"not IP (PPPoE session, PPP protocol 0x{protocol:04x}{f': {name}' if name else ''})"
+        return f"not IP (PPP protocol 0x{protocol:04x}{f': {name}' if name else ''})"
     if code >= IP_PROTOCOL_BASE:
         protocol = code - IP_PROTOCOL_BASE
         return f"not TCP ({_IP_PROTOCOL_NAMES.get(protocol, f'IP protocol {protocol}')})"
