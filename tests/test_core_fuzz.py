@@ -60,6 +60,8 @@ WORDS = (0, 1, 11, 12, 13, 0x7FFF_FFFF, 0x8000_0000, 0xFFFF_FFFF, 65_535, 65_536
 """32-bit values a damaged length or count takes: the limits libpcap checks, either side."""
 FILTERS = (None, "tcp", "tcp port 80 or vlan")
 LINKTYPE_NULL, LINKTYPE_ETHERNET, LINKTYPE_RAW, LINKTYPE_SLL, LINKTYPE_SLL2 = 0, 1, 101, 113, 276
+LINKTYPE_PPP, LINKTYPE_FDDI, LINKTYPE_PPP_HDLC, LINKTYPE_PPP_ETHER = 9, 10, 50, 51
+LINKTYPE_C_HDLC, LINKTYPE_NFLOG = 104, 239
 
 
 def _records(data: bytes, order: str = "<") -> list[tuple[int, int]]:
@@ -114,6 +116,49 @@ def _handbuilt_pcapng(frames: list[bytes]) -> bytes:
     return body
 
 
+def _in_udp(port: int, payload: bytes) -> bytes:
+    """An Ethernet frame of IPv4 (10.9.0.1 -> 10.9.0.2) and UDP to `port`, lengths set."""
+    datagram = struct.pack(">HHHH", 50000, port, 8 + len(payload), 0) + payload
+    ip = struct.pack(">BBHHHBBH4s4s", 0x45, 0, 20 + len(datagram), 0, 0x4000, 64, 17, 0,
+                     bytes([10, 9, 0, 1]), bytes([10, 9, 0, 2]))
+    return b"\x02" * 12 + b"\x08\x00" + ip + datagram
+
+
+def _encapsulated_pcapng(frames: list[bytes]) -> bytes:
+    """Real frames' IPv4 packets under the other link types decoded here (PPP framed and not,
+    Cisco HDLC, FDDI, NFLOG, PPPoE without Ethernet) and inside the other encapsulations
+    (GTP-U with an extension header, GRE in UDP, 802.1ah, VN-Tag, LLC/SNAP), one each."""
+    ip = [frame[14:] for frame in frames]
+    snap = b"\xaa\xaa\x03\x00\x00\x00\x08\x00"
+    nflog = b"\x02\x00\x00\x01" + struct.pack("<HH", 4 + len(ip[4]), 9)
+    gtp = struct.pack(">BBHI", 0x34, 0xFF, 4 + 4 + len(ip[5]), 1) + b"\x00\x00\x00\x85"
+    gtp += b"\x01\x10\x05\x00"
+    links = [(LINKTYPE_PPP, b"\xff\x03\x00\x21" + ip[0]), (LINKTYPE_PPP, b"\x21" + ip[1]),
+             (LINKTYPE_PPP_HDLC, b"\x0f\x00\x08\x00" + ip[2]),
+             (LINKTYPE_C_HDLC, b"\x8f\x00\x08\x00" + ip[3]),
+             (LINKTYPE_NFLOG, nflog + ip[4]),
+             (LINKTYPE_PPP_ETHER, struct.pack(">BBHH", 0x11, 0, 1, 2 + len(ip[6])) + b"\x00\x21"
+              + ip[6]),
+             (LINKTYPE_FDDI, b"\x50" * 13 + snap + ip[0])]
+    ethernet = [_in_udp(2152, gtp + ip[5]), _in_udp(4754, b"\x00\x00\x08\x00" + ip[1]),
+                frames[2][:12] + b"\x88\xe7\x00\x00\x00\x01" + b"\x02" * 12 + frames[2][12:],
+                frames[3][:12] + b"\x89\x26\x00\x00\x00\x00" + frames[3][12:],
+                frames[4][:12] + struct.pack(">H", len(snap) + len(ip[4])) + snap + ip[4]]
+    body = section() + b"".join(interface(linktype) for linktype, _ in links)
+    body += interface(LINKTYPE_ETHERNET)
+    for index, (_, data) in enumerate(links):
+        body += packet(data, 10 + index, interface_id=index)
+    for index, frame in enumerate(ethernet):
+        body += packet(frame, 20 + index, interface_id=len(links))
+    return body
+
+
+def _ipv4_tcp(data: bytes) -> list[bytes]:
+    """The Ethernet frames of a little-endian pcap that carry IPv4 TCP."""
+    frames = [data[p + RECORD_HEADER_BYTES:p + RECORD_HEADER_BYTES + c] for p, c in _records(data)]
+    return [frame for frame in frames if frame[12:14] == b"\x08\x00" and frame[23] == 6]
+
+
 def _sources() -> dict[str, bytes]:
     ipv4 = _first_records("seed003-nagle.pcap")
     ipv6 = _first_records("seed004-header-body-server.pcap")
@@ -122,7 +167,8 @@ def _sources() -> dict[str, bytes]:
               for p, c in _records(ipv4)[:7]]
     return {"pcap": ipv4, "pcap-ipv6": ipv6, "pcap-nanoseconds": _rewritten(ipv4, "<", True),
             "pcap-big-endian-ns": _rewritten(ipv6, ">", True), "pcapng": pcapng,
-            "pcapng-handbuilt": _handbuilt_pcapng(frames)}
+            "pcapng-handbuilt": _handbuilt_pcapng(frames),
+            "pcapng-encapsulated": _encapsulated_pcapng(_ipv4_tcp(ipv4))}
 
 
 SOURCES = _sources()
@@ -341,9 +387,11 @@ def test_random_bytes_after_a_file_header_never_panic_the_core(tmp_path: Path, h
 def test_the_sources_are_read_whole_by_both_paths(tmp_path: Path) -> None:
     """Unmutated, each source is read whole by both paths: the same packet count (the records
     kept, or for the hand-built pcapng its 8 packet blocks, counted in `_handbuilt_pcapng`),
-    so the mutations start from captures both read; the pcap files with no warning."""
+    so the mutations start from captures both read; the pcap files with no warning; every
+    packet of the encapsulated one (7 links, 5 encapsulations) decoded as TCP."""
     expected = {"pcap": RECORDS_KEPT, "pcap-ipv6": RECORDS_KEPT, "pcap-nanoseconds": RECORDS_KEPT,
-                "pcap-big-endian-ns": RECORDS_KEPT, "pcapng-handbuilt": 8}
+                "pcap-big-endian-ns": RECORDS_KEPT, "pcapng-handbuilt": 8,
+                "pcapng-encapsulated": 12}
     for name, data in SOURCES.items():
         path = tmp_path / f"{name}.pcap"
         path.write_bytes(data)
@@ -356,3 +404,5 @@ def test_the_sources_are_read_whole_by_both_paths(tmp_path: Path) -> None:
             assert capture.accounting.cut_short is None, name
         if name.startswith("pcap-") or name == "pcap":
             assert capture.accounting.warnings == [], name
+        if name == "pcapng-encapsulated":
+            assert capture.accounting.tcp_packets == expected[name]
