@@ -136,18 +136,38 @@ impl ConnectionsBatch {
     /// as with `packets=False`), the connections numbered 0 on in the order of their first
     /// packet, the events and packets naming them so, the messages numbered within the batch.
     pub fn into_python(self, py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
+        self.prepared().into_python(py)
+    }
+
+    /// Its tables made and put in order, without Python (`PreparedBatch::into_python` only
+    /// hands them over).
+    pub fn prepared(self) -> PreparedBatch {
         let mut ids: Vec<u32> = self.records.iter().map(|record| record.id).collect();
         ids.sort_unstable();
-        let events = self.found.into_python(py, Some(&ids))?;
         let (packets, finishing) = self.packets;
-        let tables = FlowTables::new(packets, self.records, &finishing);
-        let result = tables.into_python(py)?;
-        put_events(&result, events)?;
-        Ok(result)
+        PreparedBatch {
+            events: self.found.ordered(Some(&ids)),
+            tables: FlowTables::new(packets, self.records, &finishing),
+        }
     }
 
     pub fn is_empty(&self) -> bool {
         self.records.is_empty()
+    }
+}
+
+/// A batch's tables as they are handed to Python.
+pub struct PreparedBatch {
+    events: Found,
+    tables: FlowTables,
+}
+
+impl PreparedBatch {
+    pub fn into_python(self, py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
+        let events = self.events.into_python(py)?;
+        let result = self.tables.into_python(py)?;
+        put_events(&result, events)?;
+        Ok(result)
     }
 }
 
@@ -595,10 +615,12 @@ impl FlowBatches {
             *slot = None;
             return Ok(None);
         }
-        let taken = catch_unwind(AssertUnwindSafe(|| {
-            pass.pass.take_finished().into_python(py)
-        }));
-        let Ok(batch) = taken else {
+        // The batch is made without the interpreter's lock: Python goes on with the one before.
+        let prepared =
+            py.detach(|| catch_unwind(AssertUnwindSafe(|| pass.pass.take_finished().prepared())));
+        let batch = prepared
+            .and_then(|prepared| catch_unwind(AssertUnwindSafe(|| prepared.into_python(py))));
+        let Ok(batch) = batch else {
             *slot = None;
             return Err(reader::internal_error(&self.path));
         };

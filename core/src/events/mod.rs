@@ -400,7 +400,7 @@ impl Events {
     /// `own_retransmissions_between`; `message`), empty columns without `with_context`; the
     /// gaps, the messages, the write bursts and the detectors' rows.
     pub fn into_python(self, py: pyo3::Python<'_>) -> pyo3::PyResult<EventTables<'_>> {
-        self.found.into_python(py, None)
+        self.found.ordered(None).into_python(py)
     }
 
     /// What the live connections hold, counted in packets: each packet, each row they keep

@@ -7,8 +7,9 @@ use numpy::IntoPyArray;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
-/// A table of named columns of one length: `len`, `truncate` and `into_python`, which hands
-/// its columns to Python under their names, in the order declared, rows taken in `order`.
+/// A table of named columns of one length: `len`, `truncate`, `ordered` (its rows taken in
+/// an `Order`) and `into_python`, which hands its columns to Python under their names, in
+/// the order declared.
 macro_rules! event_table {
     ($(#[$meta:meta])* $name:ident {
         $(#[$first_meta:meta])* $first:ident: $first_type:ty
@@ -43,14 +44,17 @@ macro_rules! event_table {
                 $(self.$field.append(&mut other.$field);)*
             }
 
-            pub fn into_python<'py>(
-                self,
-                py: Python<'py>,
-                order: &Order,
-            ) -> PyResult<Bound<'py, PyDict>> {
+            pub fn ordered(self, order: &Order) -> $name {
+                $name {
+                    $first: order.apply(self.$first),
+                    $($field: order.apply(self.$field),)*
+                }
+            }
+
+            pub fn into_python<'py>(self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
                 let table = PyDict::new(py);
-                table.set_item(stringify!($first), order.apply(self.$first).into_pyarray(py))?;
-                $(table.set_item(stringify!($field), order.apply(self.$field).into_pyarray(py))?;)*
+                table.set_item(stringify!($first), self.$first.into_pyarray(py))?;
+                $(table.set_item(stringify!($field), self.$field.into_pyarray(py))?;)*
                 Ok(table)
             }
         }
@@ -380,16 +384,13 @@ impl Found {
         }
     }
 
-    /// The tables as dicts of numpy arrays, in the orders the tables of a pass over the whole
-    /// capture have (`batch`: see below): gaps by connection then frame, messages, bursts and
-    /// payload counts by connection, the segments' rows and the chart packets by frame.
-    /// With `batch` (the numbers of the connections finished, sorted), the messages are
-    /// numbered among them and the connections named by their positions in it.
-    pub fn into_python<'py>(
-        mut self,
-        py: Python<'py>,
-        batch: Option<&[u32]>,
-    ) -> PyResult<EventTables<'py>> {
+    /// The tables in the orders the tables of a pass over the whole capture have (`batch`:
+    /// see below): gaps by connection then frame, messages, bursts and payload counts by
+    /// connection, the segments' rows and the chart packets by frame. With `batch` (the
+    /// numbers of the connections finished, sorted), the messages are numbered among them and
+    /// the connections named by their positions in it. Done without Python, so that the pass
+    /// of one capture can put a batch in order while Python analyses the batch before.
+    pub fn ordered(mut self, batch: Option<&[u32]>) -> Found {
         match batch {
             Some(ids) => {
                 self.number_messages(ids);
@@ -411,28 +412,57 @@ impl Found {
         let gap_order = Order::by(&gap_keys);
         drop(gap_keys);
         let message_order = Order::by(&self.messages.connection);
-        let burst_order = Order::by(&self.bursts.connection);
-        let untimed_order = Order::by(&self.untimed_stalls.frame);
-        let lone_order = Order::by(&self.lone_segments.frame);
-        let payload_order = Order::by(&self.payload_counts.key);
-        let segment_order = Order::by(&self.segments.row);
-        let chart_order = Order::by(&self.chart_packets.frame);
-        let segments = self.segments.into_python(py, &segment_order)?;
+        Found {
+            gaps: self.gaps.ordered(&gap_order),
+            message_details: self.message_details.ordered(&message_order),
+            messages: self.messages.ordered(&message_order),
+            bursts: {
+                let order = Order::by(&self.bursts.connection);
+                self.bursts.ordered(&order)
+            },
+            untimed_stalls: {
+                let order = Order::by(&self.untimed_stalls.frame);
+                self.untimed_stalls.ordered(&order)
+            },
+            lone_segments: {
+                let order = Order::by(&self.lone_segments.frame);
+                self.lone_segments.ordered(&order)
+            },
+            payload_counts: {
+                let order = Order::by(&self.payload_counts.key);
+                self.payload_counts.ordered(&order)
+            },
+            segments: {
+                let order = Order::by(&self.segments.row);
+                self.segments.ordered(&order)
+            },
+            chart_packets: {
+                let order = Order::by(&self.chart_packets.frame);
+                self.chart_packets.ordered(&order)
+            },
+            ..self
+        }
+    }
+
+    /// The tables as dicts of numpy arrays, in the order they are in (`ordered` puts them in
+    /// the pass's).
+    pub fn into_python(self, py: Python<'_>) -> PyResult<EventTables<'_>> {
+        let segments = self.segments.into_python(py)?;
         segments.del_item("connection")?;
         Ok(EventTables {
             segments,
-            gaps: self.gaps.into_python(py, &gap_order)?,
+            gaps: self.gaps.into_python(py)?,
             messages: {
-                let messages = self.messages.into_python(py, &message_order)?;
-                let details = self.message_details.into_python(py, &message_order)?;
+                let messages = self.messages.into_python(py)?;
+                let details = self.message_details.into_python(py)?;
                 messages.update(details.as_mapping())?;
                 messages
             },
-            bursts: self.bursts.into_python(py, &burst_order)?,
-            untimed_stalls: self.untimed_stalls.into_python(py, &untimed_order)?,
-            lone_segments: self.lone_segments.into_python(py, &lone_order)?,
-            payload_counts: self.payload_counts.into_python(py, &payload_order)?,
-            chart_packets: self.chart_packets.into_python(py, &chart_order)?,
+            bursts: self.bursts.into_python(py)?,
+            untimed_stalls: self.untimed_stalls.into_python(py)?,
+            lone_segments: self.lone_segments.into_python(py)?,
+            payload_counts: self.payload_counts.into_python(py)?,
+            chart_packets: self.chart_packets.into_python(py)?,
         })
     }
 }
