@@ -1,4 +1,4 @@
-"""Time the JSON text of evidence rows (`report.evidence_text.evidence_texts`) alone.
+"""Time the JSON text of evidence rows alone (`evidence_texts`, written by the core).
 
 A million stall rows shaped like the 10 M mix's (frames, a gap of up to 30 s, a start in
 epoch seconds, the two columns a gap does not measure left empty), cut into findings of about

@@ -13,10 +13,14 @@ import os
 import threading
 import time
 
+import numpy as np
 import orjson
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from nagledetect.analysis import analyze_capture
+from nagledetect.detectors.model import StallEvents
 from nagledetect.report import document, evidence_text, turns
 from nagledetect.report.document import build_document, write_json
 from nagledetect.stored import ChunkedSequence
@@ -46,14 +50,11 @@ def test_findings_cut_into_pieces_write_the_same_bytes(name, rows_per_piece, mon
 
 
 @pytest.mark.parametrize("name", CAPTURES)
-@pytest.mark.parametrize("rows_at_once", [1, 7, None])
-def test_evidence_text_is_what_orjson_writes_for_the_rows(name, rows_at_once, monkeypatch):
-    """The evidence rows are written from columns (`evidence_texts`), `ROWS_AT_ONCE` rows at a
-    time (1 and 7 cut through findings: seed003's has 39 stalls); the reference is the whole
-    document dumped by orjson with each finding's rows as dicts (`StallEvents.records`, rounded
-    one value at a time), which is how the rows were written before."""
-    if rows_at_once:
-        monkeypatch.setattr(evidence_text, "ROWS_AT_ONCE", rows_at_once)
+def test_evidence_text_is_what_orjson_writes_for_the_rows(name):
+    """The evidence rows are written from columns by the core (`evidence_texts`); the
+    reference is the whole document dumped by orjson with each finding's rows as dicts
+    (`StallEvents.records`, rounded one value at a time), which is how the rows were written
+    before."""
     analysis = analyze_capture(str(SAMPLE_TRACES / name))
     built = build_document([analysis])
     plain = {key: list(value) if isinstance(value, ChunkedSequence) else value
@@ -62,6 +63,32 @@ def test_evidence_text_is_what_orjson_writes_for_the_rows(name, rows_at_once, mo
                          for entry in plain["findings"]]
     assert sum(len(entry["events"]) for entry in plain["findings"]) > 20
     assert _written(analysis) == orjson.dumps(plain, option=orjson.OPT_INDENT_2) + b"\n"
+
+
+_DOUBLES = st.one_of(
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.floats(min_value=-1e3, max_value=1e3),
+    st.integers(-10**7, 10**7).map(lambda n: n / 2_000),        # halves at the third place
+    st.integers(0, 10**12).map(lambda n: n * 10.0 ** -6),        # micro-units, tiny to epoch
+    st.sampled_from([0.0, -0.0, 1e-6, 5e-7, 1.5e-5, 1e15, 1e16, 9.999e15, 0.0635, 2.5]))
+
+
+@pytest.mark.filterwarnings("ignore:overflow encountered in multiply")
+@settings(max_examples=300, derandomize=True, deadline=None, database=None)
+@given(findings=st.lists(st.lists(st.tuples(
+    st.integers(0, 2**32 - 1), st.integers(-1, 2**32 - 1), st.integers(0, 2**31),
+    _DOUBLES, _DOUBLES, _DOUBLES, _DOUBLES), max_size=6), min_size=1, max_size=5))
+def test_evidence_numbers_are_what_orjson_writes_for_them(findings):
+    """Every kind of double the rows can hold (any magnitude, halves where the document
+    rounds, not a number, infinities, negative zero), in findings of none to six rows: the
+    core's text is orjson's for the same rows as dicts."""
+    events = [StallEvents.of(*(np.array(column, dtype=dtype) for column, dtype in zip(
+        zip(*rows) if rows else [[]] * 7, ("u4", "i8", "i8", "f8", "f8", "f8", "f8"))))
+              for rows in findings]
+    expected = [orjson.dumps({"events": rows.records()}, option=orjson.OPT_INDENT_2)
+                for rows in events]
+    for text, reference in zip(evidence_text.evidence_texts(events), expected):
+        assert b'{\n  "events": ' + text.replace(b"\n    ", b"\n") + b"\n}" == reference
 
 
 @pytest.mark.parametrize("name", CAPTURES)

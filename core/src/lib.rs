@@ -2,7 +2,7 @@
 //! `capture`, `bpf`, `decode`, `reader`: the decoded columns of `decode_file` and `Reader`),
 //! then one pass that rebuilds connections (`flows`) and finds events (`events`) as packets
 //! come (`analysis`: `flow_tables`, and `FlowBatches` a batch of finished connections at a
-//! time).
+//! time); at the other end, the JSON text of the findings' evidence rows (`evidence_text`).
 
 mod analysis;
 mod bpf;
@@ -10,6 +10,7 @@ mod capture;
 mod columns;
 mod decode;
 mod events;
+mod evidence_text;
 mod flows;
 mod fragments;
 mod live;
@@ -66,6 +67,7 @@ fn decode_file<'py>(
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(decode_file, m)?)?;
+    m.add_function(wrap_pyfunction!(evidence_text::evidence_texts, m)?)?;
     m.add_function(wrap_pyfunction!(analysis::flow_tables, m)?)?;
     m.add_class::<analysis::FlowBatches>()?;
     m.add_class::<reader::Reader>()?;
