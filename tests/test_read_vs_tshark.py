@@ -42,6 +42,7 @@ CAPTURES = [
     "zeek/tunnels__gtp__gtp6_gtp_0x32.pcap",   # GTP-U, some with a sequence number
     "zeek/tunnels__gtp__gtp_ext_header.pcap",  # GTP-U with an extension header
     "zeek/tunnels__gre-over-udp-4754.pcap",    # GRE in UDP (RFC 8086)
+    "tcpdump/wccp_redirect_gre.pcap",          # WCCP version 2 redirection in GRE
     "zeek/pbb.pcap",                           # 802.1ah provider backbone bridging
     "zeek/snap-tcp.pcap",                      # 802.3 with LLC/SNAP
     "zeek/llc.pcap",                           # FDDI with LLC/SNAP

@@ -1,9 +1,9 @@
 //! One packet's link layer -> IPv4/IPv6 -> TCP: the skip code of the first step that fails
 //! (`skips`), else the TCP packet's fields and options. TCP carried in a tunnel is the inner
 //! packet's, as Wireshark dissects it: MPLS label stacks, IP in IP (IPv4 or IPv6 in either),
-//! GRE carrying IP, MPLS, Ethernet (transparent bridging) or an ERSPAN mirror session, and
-//! VXLAN, Geneve, GTP-U and GRE on their UDP ports; Ethernet's 802.1ah (PBB) and VN-Tag
-//! headers and LLC/SNAP frames. A fragmented IP datagram is put back together first
+//! GRE carrying IP, MPLS, Ethernet (transparent bridging), an ERSPAN mirror session or a
+//! WCCP redirection, and VXLAN, Geneve, GTP-U and GRE on their UDP ports; Ethernet's 802.1ah
+//! (PBB) and VN-Tag headers and LLC/SNAP frames. A fragmented IP datagram is put back together first
 //! (`fragments`): its TCP is the frame's that completes it, as in Wireshark.
 //!
 //! Every read goes through `slice::get`, so a field past the packet's captured end is a skip,
@@ -105,6 +105,10 @@ const GRE_VERSION: u8 = 0x07;
 const GRE_TRANSPARENT_ETHERNET: u16 = 0x6558;
 const GRE_ERSPAN_II: u16 = 0x88BE;
 const GRE_ERSPAN_III: u16 = 0x22EB;
+/// WCCP's redirection to a cache: IPv4, after a 4-byte redirect header in version 2 (which
+/// Wireshark tells from version 1 by the first byte not being an IPv4 header's).
+const GRE_WCCP: u16 = 0x883E;
+const WCCP_REDIRECT_HEADER_BYTES: usize = 4;
 const ERSPAN_II_HEADER_BYTES: usize = 8;
 const ERSPAN_III_HEADER_BYTES: usize = 12;
 const ERSPAN_III_SUBHEADER_BYTES: usize = 8;
@@ -383,6 +387,8 @@ fn gre(data: &[u8], start: usize) -> Option<Result<Link, i64>> {
         }
         GRE_ERSPAN_II => ethernet(data, position + ERSPAN_II_HEADER_BYTES),
         GRE_ERSPAN_III => erspan_iii(data, position),
+        GRE_WCCP if byte(data, position)? >> 4 == 4 => Ok(at(ETHERTYPE_IPV4, position)),
+        GRE_WCCP => Ok(at(ETHERTYPE_IPV4, position + WCCP_REDIRECT_HEADER_BYTES)),
         _ => return None,
     };
     Some(link)
@@ -1137,6 +1143,11 @@ mod tests {
                 gre(0, GRE_TRANSPARENT_ETHERNET, &[], &frame),
             ),
             ("ERSPAN type I", gre(0, GRE_ERSPAN_II, &[], &frame)),
+            ("WCCP version 1", gre(0, GRE_WCCP, &[], &ip)),
+            (
+                "WCCP version 2",
+                gre(0, GRE_WCCP, &[0x05, 0x59, 0, 0x48], &ip),
+            ),
             (
                 "ERSPAN type II",
                 gre(GRE_SEQUENCE, GRE_ERSPAN_II, &[0; 12], &frame),
