@@ -334,10 +334,10 @@ fn take_records(
 }
 
 /// One capture read into `tracker`: its accounting as a dict (`packets_read`, `skipped`:
-/// skip code -> packets, `linktype`: the first packet's, else the file's, `warnings`, `cut_short`: why
-/// the read ended before the file's end or None, `frame_offset`, `connections_ended_silent`: how
-/// many connections were finished before the capture's end for their silence)
-/// or the error that stopped it (`CaptureError` or `FilterError`, as `decode_file` raises
+/// skip code -> packets, `linktype`: the first packet's, else the file's, `warnings`,
+/// `cut_short`: why the read ended before the file's end or None, `frame_offset`,
+/// `connections_ended_silent`: how many connections were finished before the capture's end
+/// for their silence) or the error that stopped it (`CaptureError` or `FilterError`, as `decode_file` raises
 /// them), with the packets read before an error left out of the tables.
 fn read_capture<'py>(
     py: Python<'py>,

@@ -3,8 +3,8 @@
 //! packet's, as Wireshark dissects it: MPLS label stacks, IP in IP (IPv4 or IPv6 in either),
 //! GRE carrying IP, MPLS, Ethernet (transparent bridging), an ERSPAN mirror session or a
 //! WCCP redirection, and VXLAN, Geneve, GTP-U and GRE on their UDP ports; Ethernet's 802.1ah
-//! (PBB) and VN-Tag headers and LLC/SNAP frames. A fragmented IP datagram is put back together first
-//! (`fragments`): its TCP is the frame's that completes it, as in Wireshark.
+//! (PBB) and VN-Tag headers and LLC/SNAP frames. A fragmented IP datagram is put back
+//! together first (`fragments`): its TCP is the frame's that completes it, as in Wireshark.
 //!
 //! Every read goes through `slice::get`, so a field past the packet's captured end is a skip,
 //! never an out-of-bounds read.

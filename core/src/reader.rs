@@ -55,8 +55,8 @@ impl Stream {
     }
 }
 
-/// The filter's refusal as the Python layer words an input error: "invalid filter 'EXPRESSION': " and
-/// libpcap's message (the expression quoted as Python's repr quotes it).
+/// The filter's refusal as the Python layer words an input error: "invalid filter
+/// 'EXPRESSION': " and libpcap's message (the expression quoted as Python's repr quotes it).
 pub(crate) fn filter_error(
     py: Python<'_>,
     expression: &str,
