@@ -51,6 +51,13 @@ macro_rules! event_table {
                 }
             }
 
+            /// The rows by the column `key` picks (ties as they are).
+            #[allow(dead_code)] // some tables are ordered by two columns, or by another's
+            pub fn ordered_by<K: Ord + Copy>(self, key: impl FnOnce(&$name) -> &[K]) -> $name {
+                let order = Order::by(key(&self));
+                self.ordered(&order)
+            }
+
             pub fn into_python<'py>(self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
                 let table = PyDict::new(py);
                 table.set_item(stringify!($first), self.$first.into_pyarray(py))?;
@@ -416,30 +423,12 @@ impl Found {
             gaps: self.gaps.ordered(&gap_order),
             message_details: self.message_details.ordered(&message_order),
             messages: self.messages.ordered(&message_order),
-            bursts: {
-                let order = Order::by(&self.bursts.connection);
-                self.bursts.ordered(&order)
-            },
-            untimed_stalls: {
-                let order = Order::by(&self.untimed_stalls.frame);
-                self.untimed_stalls.ordered(&order)
-            },
-            lone_segments: {
-                let order = Order::by(&self.lone_segments.frame);
-                self.lone_segments.ordered(&order)
-            },
-            payload_counts: {
-                let order = Order::by(&self.payload_counts.key);
-                self.payload_counts.ordered(&order)
-            },
-            segments: {
-                let order = Order::by(&self.segments.row);
-                self.segments.ordered(&order)
-            },
-            chart_packets: {
-                let order = Order::by(&self.chart_packets.frame);
-                self.chart_packets.ordered(&order)
-            },
+            bursts: self.bursts.ordered_by(|table| &table.connection),
+            untimed_stalls: self.untimed_stalls.ordered_by(|table| &table.frame),
+            lone_segments: self.lone_segments.ordered_by(|table| &table.frame),
+            payload_counts: self.payload_counts.ordered_by(|table| &table.key),
+            segments: self.segments.ordered_by(|table| &table.row),
+            chart_packets: self.chart_packets.ordered_by(|table| &table.frame),
             ..self
         }
     }
