@@ -62,6 +62,7 @@ FILTERS = (None, "tcp", "tcp port 80 or vlan")
 LINKTYPE_NULL, LINKTYPE_ETHERNET, LINKTYPE_RAW, LINKTYPE_SLL, LINKTYPE_SLL2 = 0, 1, 101, 113, 276
 LINKTYPE_PPP, LINKTYPE_FDDI, LINKTYPE_PPP_HDLC, LINKTYPE_PPP_ETHER = 9, 10, 50, 51
 LINKTYPE_C_HDLC, LINKTYPE_NFLOG = 104, 239
+LINKTYPE_IEEE802_11, LINKTYPE_RADIOTAP, LINKTYPE_PPI = 105, 127, 192
 
 
 def _records(data: bytes, order: str = "<") -> list[tuple[int, int]]:
@@ -124,12 +125,23 @@ def _in_udp(port: int, payload: bytes) -> bytes:
     return b"\x02" * 12 + b"\x08\x00" + ip + datagram
 
 
+def _in_gre(protocol: int, payload: bytes) -> bytes:
+    """An Ethernet frame of IPv4 (10.9.0.1 -> 10.9.0.2) and GRE of `protocol`."""
+    gre = struct.pack(">HH", 0, protocol) + payload
+    ip = struct.pack(">BBHHHBBH4s4s", 0x45, 0, 20 + len(gre), 0, 0x4000, 64, 47, 0,
+                     bytes([10, 9, 0, 1]), bytes([10, 9, 0, 2]))
+    return b"\x02" * 12 + b"\x08\x00" + ip + gre
+
+
 def _encapsulated_pcapng(frames: list[bytes]) -> bytes:
     """Real frames' IPv4 packets under the other link types decoded here (PPP framed and not,
-    Cisco HDLC, FDDI, NFLOG, PPPoE without Ethernet) and inside the other encapsulations
-    (GTP-U with an extension header, GRE in UDP, 802.1ah, VN-Tag, LLC/SNAP), one each."""
+    Cisco HDLC, FDDI, NFLOG, PPPoE without Ethernet, 802.11 alone, under radiotap (its data
+    padded) and PPI) and inside the other encapsulations (GTP-U with an extension header, GRE
+    in UDP, 802.1ah, VN-Tag, LLC/SNAP, Aruba's GRE), one each."""
     ip = [frame[14:] for frame in frames]
     snap = b"\xaa\xaa\x03\x00\x00\x00\x08\x00"
+    wlan = b"\x88\x01\x00\x00" + b"\x0a" * 18 + b"\x10\x00\x00\x00"  # QoS data, to the AP
+    radiotap = struct.pack("<BBHIQB7x", 0, 0, 24, 0x3, 7, 0x20)
     nflog = b"\x02\x00\x00\x01" + struct.pack("<HH", 4 + len(ip[4]), 9)
     gtp = struct.pack(">BBHI", 0x34, 0xFF, 4 + 4 + len(ip[5]), 1) + b"\x00\x00\x00\x85"
     gtp += b"\x01\x10\x05\x00"
@@ -139,11 +151,15 @@ def _encapsulated_pcapng(frames: list[bytes]) -> bytes:
              (LINKTYPE_NFLOG, nflog + ip[4]),
              (LINKTYPE_PPP_ETHER, struct.pack(">BBHH", 0x11, 0, 1, 2 + len(ip[6])) + b"\x00\x21"
               + ip[6]),
-             (LINKTYPE_FDDI, b"\x50" * 13 + snap + ip[0])]
+             (LINKTYPE_FDDI, b"\x50" * 13 + snap + ip[0]),
+             (LINKTYPE_IEEE802_11, wlan + snap + ip[1]),
+             (LINKTYPE_RADIOTAP, radiotap + wlan + b"\x00\x00" + snap + ip[2]),
+             (LINKTYPE_PPI, struct.pack("<BBHI", 0, 0, 8, LINKTYPE_IEEE802_11) + wlan + snap + ip[3])]
     ethernet = [_in_udp(2152, gtp + ip[5]), _in_udp(4754, b"\x00\x00\x08\x00" + ip[1]),
                 frames[2][:12] + b"\x88\xe7\x00\x00\x00\x01" + b"\x02" * 12 + frames[2][12:],
                 frames[3][:12] + b"\x89\x26\x00\x00\x00\x00" + frames[3][12:],
-                frames[4][:12] + struct.pack(">H", len(snap) + len(ip[4])) + snap + ip[4]]
+                frames[4][:12] + struct.pack(">H", len(snap) + len(ip[4])) + snap + ip[4],
+                _in_gre(0x8200, wlan + snap + ip[5])]
     body = section() + b"".join(interface(linktype) for linktype, _ in links)
     body += interface(LINKTYPE_ETHERNET)
     for index, (_, data) in enumerate(links):
@@ -388,10 +404,10 @@ def test_the_sources_are_read_whole_by_both_paths(tmp_path: Path) -> None:
     """Unmutated, each source is read whole by both paths: the same packet count (the records
     kept, or for the hand-built pcapng its 8 packet blocks, counted in `_handbuilt_pcapng`),
     so the mutations start from captures both read; the pcap files with no warning; every
-    packet of the encapsulated one (7 links, 5 encapsulations) decoded as TCP."""
+    packet of the encapsulated one (10 links, 6 encapsulations) decoded as TCP."""
     expected = {"pcap": RECORDS_KEPT, "pcap-ipv6": RECORDS_KEPT, "pcap-nanoseconds": RECORDS_KEPT,
                 "pcap-big-endian-ns": RECORDS_KEPT, "pcapng-handbuilt": 8,
-                "pcapng-encapsulated": 12}
+                "pcapng-encapsulated": 16}
     for name, data in SOURCES.items():
         path = tmp_path / f"{name}.pcap"
         path.write_bytes(data)

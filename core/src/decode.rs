@@ -2,9 +2,10 @@
 //! (`skips`), else the TCP packet's fields and options. TCP carried in a tunnel is the inner
 //! packet's, as Wireshark dissects it: MPLS label stacks, IP in IP (IPv4 or IPv6 in either),
 //! GRE carrying IP, MPLS, Ethernet (transparent bridging), an ERSPAN mirror session or a
-//! WCCP redirection, and VXLAN, Geneve, GTP-U and GRE on their UDP ports; Ethernet's 802.1ah
-//! (PBB) and VN-Tag headers and LLC/SNAP frames. A fragmented IP datagram is put back
-//! together first (`fragments`): its TCP is the frame's that completes it, as in Wireshark.
+//! WCCP redirection or Aruba's 802.11 frames, and VXLAN, Geneve, GTP-U and GRE on their UDP
+//! ports; Ethernet's 802.1ah (PBB) and VN-Tag headers and LLC/SNAP frames; 802.11 data
+//! frames (alone, under radiotap or PPI). A fragmented IP datagram is put back together first
+//! (`fragments`): its TCP is the frame's that completes it, as in Wireshark.
 //!
 //! Every read goes through `slice::get`, so a field past the packet's captured end is a skip,
 //! never an out-of-bounds read.
@@ -109,6 +110,40 @@ const GRE_ERSPAN_III: u16 = 0x22EB;
 /// Wireshark tells from version 1 by the first byte not being an IPv4 header's).
 const GRE_WCCP: u16 = 0x883E;
 const WCCP_REDIRECT_HEADER_BYTES: usize = 4;
+/// Aruba's access points tunnel 802.11 frames to their controller in GRE under the protocol
+/// types 0x8200 to 0x8370 by steps of 0x10 (those Wireshark dissects so, asked one by one).
+const GRE_ARUBA_FIRST: u16 = 0x8200;
+const GRE_ARUBA_LAST: u16 = 0x8370;
+const GRE_ARUBA_STEP: u16 = 0x10;
+/// An 802.11 MAC header: frame control (type in bits 2-3, subtype in 4-7; flags), duration,
+/// three addresses, sequence control (fragment number in its low 4 bits); a fourth address
+/// between access points (to and from the distribution system), then QoS control in a QoS
+/// data frame (bit 7 of its first byte: an A-MSDU) and HT control where such a frame has its
+/// order flag.
+const WLAN_HEADER_BYTES: usize = 24;
+const WLAN_ADDRESS_BYTES: usize = 6;
+const WLAN_QOS_BYTES: usize = 2;
+const WLAN_HT_CONTROL_BYTES: usize = 4;
+const WLAN_DATA_TYPE: u8 = 2;
+const WLAN_SUBTYPE_NO_DATA: u8 = 0x04;
+const WLAN_SUBTYPE_QOS: u8 = 0x08;
+const WLAN_TO_AND_FROM_DS: u8 = 0x03;
+const WLAN_MORE_FRAGMENTS: u8 = 0x04;
+const WLAN_PROTECTED: u8 = 0x40;
+const WLAN_ORDER: u8 = 0x80;
+const WLAN_FRAGMENT_NUMBER: u8 = 0x0F;
+const WLAN_QOS_AMSDU: u8 = 0x80;
+/// Radiotap (little-endian): version 0, a pad byte, the header's length, then bitmaps of the
+/// fields present (bit 31: another bitmap follows); the first fields are TSFT (8 bytes,
+/// aligned to 8) and flags (data padded to 4 bytes after the MAC header: 0x20).
+const RADIOTAP_PRESENT_AT: usize = 4;
+const RADIOTAP_MORE_PRESENT: u32 = 1 << 31;
+const RADIOTAP_TSFT: u32 = 1 << 0;
+const RADIOTAP_FLAGS: u32 = 1 << 1;
+const RADIOTAP_TSFT_BYTES: usize = 8;
+const RADIOTAP_DATA_PAD: u8 = 0x20;
+/// PPI (little-endian): version, flags, the header's length, then the link type it carries.
+const PPI_HEADER_BYTES: usize = 8;
 const ERSPAN_II_HEADER_BYTES: usize = 8;
 const ERSPAN_III_HEADER_BYTES: usize = 12;
 const ERSPAN_III_SUBHEADER_BYTES: usize = 8;
@@ -134,6 +169,9 @@ const LINKTYPE_PPP_HDLC: u32 = 50;
 const LINKTYPE_PPP_ETHER: u32 = 51;
 const LINKTYPE_C_HDLC: u32 = 104;
 const LINKTYPE_NFLOG: u32 = 239;
+const LINKTYPE_IEEE802_11: u32 = 105;
+const LINKTYPE_IEEE802_11_RADIOTAP: u32 = 127;
+const LINKTYPE_PPI: u32 = 192;
 const RAW_IP_LINKTYPES: [u32; 5] = [12, 14, 101, 228, 229];
 
 pub const MAX_SACK_BLOCKS: usize = 4;
@@ -206,6 +244,9 @@ pub fn supported(linktype: u32) -> bool {
             | LINKTYPE_PPP_ETHER
             | LINKTYPE_C_HDLC
             | LINKTYPE_NFLOG
+            | LINKTYPE_IEEE802_11
+            | LINKTYPE_IEEE802_11_RADIOTAP
+            | LINKTYPE_PPI
     ) || RAW_IP_LINKTYPES.contains(&linktype)
 }
 
@@ -389,6 +430,12 @@ fn gre(data: &[u8], start: usize) -> Option<Result<Link, i64>> {
         GRE_ERSPAN_III => erspan_iii(data, position),
         GRE_WCCP if byte(data, position)? >> 4 == 4 => Ok(at(ETHERTYPE_IPV4, position)),
         GRE_WCCP => Ok(at(ETHERTYPE_IPV4, position + WCCP_REDIRECT_HEADER_BYTES)),
+        aruba
+            if (GRE_ARUBA_FIRST..=GRE_ARUBA_LAST).contains(&aruba)
+                && aruba % GRE_ARUBA_STEP == 0 =>
+        {
+            wlan(data, position, false)
+        }
         _ => return None,
     };
     Some(link)
@@ -548,6 +595,9 @@ fn link_layer(linktype: u32, data: &[u8]) -> Result<Link, i64> {
         LINKTYPE_C_HDLC => cisco_hdlc(data),
         LINKTYPE_FDDI => llc(data, FDDI_HEADER_BYTES, 0),
         LINKTYPE_NFLOG => nflog(data),
+        LINKTYPE_IEEE802_11 => wlan(data, 0, false),
+        LINKTYPE_IEEE802_11_RADIOTAP => radiotap(data),
+        LINKTYPE_PPI => ppi(data),
         _ => {
             let first = byte(data, 0).ok_or(skips::TRUNCATED_IP_HEADER)?;
             let ethertype = if first >> 4 == 6 {
@@ -628,6 +678,94 @@ fn llc(data: &[u8], start: usize, length: u16) -> Result<Link, i64> {
         position: start + LLC_SNAP_HEADER_BYTES,
         end: NO_LINK_END,
     })
+}
+
+/// An 802.11 data frame at `start` (`data_pad`: its body starts at the next multiple of 4
+/// bytes, as radiotap's flag says), then its LLC/SNAP header; any other frame is skipped as
+/// what it is (no data, encrypted, a fragment, an aggregate of several packets).
+fn wlan(data: &[u8], start: usize, data_pad: bool) -> Result<Link, i64> {
+    let header = data
+        .get(start..start + WLAN_HEADER_BYTES)
+        .ok_or(skips::TRUNCATED_LINK_HEADER)?;
+    let (control, flags) = (header[0], header[1]);
+    let subtype = control >> 4;
+    if (control >> 2) & 0x03 != WLAN_DATA_TYPE || subtype & WLAN_SUBTYPE_NO_DATA != 0 {
+        return Err(skips::WLAN_NO_DATA);
+    }
+    if flags & WLAN_PROTECTED != 0 {
+        return Err(skips::WLAN_PROTECTED);
+    }
+    if flags & WLAN_MORE_FRAGMENTS != 0 || header[22] & WLAN_FRAGMENT_NUMBER != 0 {
+        return Err(skips::WLAN_FRAGMENT);
+    }
+    let mut length = WLAN_HEADER_BYTES;
+    if flags & WLAN_TO_AND_FROM_DS == WLAN_TO_AND_FROM_DS {
+        length += WLAN_ADDRESS_BYTES;
+    }
+    if subtype & WLAN_SUBTYPE_QOS != 0 {
+        let qos = byte(data, start + length).ok_or(skips::TRUNCATED_LINK_HEADER)?;
+        if qos & WLAN_QOS_AMSDU != 0 {
+            return Err(skips::WLAN_AGGREGATE);
+        }
+        length += WLAN_QOS_BYTES;
+        if flags & WLAN_ORDER != 0 {
+            length += WLAN_HT_CONTROL_BYTES;
+        }
+    }
+    if data_pad {
+        length = length.next_multiple_of(4);
+    }
+    llc(data, start + length, 0)
+}
+
+/// A radiotap header, then the 802.11 frame it describes.
+fn radiotap(data: &[u8]) -> Result<Link, i64> {
+    let le32 = |at: usize| {
+        data.get(at..at + 4)
+            .map(|bytes| u32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]))
+    };
+    let header = data
+        .get(..RADIOTAP_PRESENT_AT + 4)
+        .ok_or(skips::TRUNCATED_LINK_HEADER)?;
+    let length = usize::from(u16::from_le_bytes([header[2], header[3]]));
+    if header[0] != 0 || length > data.len() {
+        return Err(skips::BAD_RADIOTAP_HEADER);
+    }
+    let present = le32(RADIOTAP_PRESENT_AT).ok_or(skips::TRUNCATED_LINK_HEADER)?;
+    let mut field = RADIOTAP_PRESENT_AT;
+    let mut bitmap = present;
+    while bitmap & RADIOTAP_MORE_PRESENT != 0 {
+        field += 4;
+        bitmap = le32(field)
+            .filter(|_| field < length)
+            .ok_or(skips::BAD_RADIOTAP_HEADER)?;
+    }
+    field += 4;
+    if present & RADIOTAP_TSFT != 0 {
+        field = field.next_multiple_of(RADIOTAP_TSFT_BYTES) + RADIOTAP_TSFT_BYTES;
+    }
+    let data_pad = present & RADIOTAP_FLAGS != 0
+        && byte(data, field)
+            .filter(|_| field < length)
+            .ok_or(skips::BAD_RADIOTAP_HEADER)?
+            & RADIOTAP_DATA_PAD
+            != 0;
+    wlan(data, length, data_pad)
+}
+
+/// A PPI header, then the 802.11 or Ethernet frame it carries (another link type inside is
+/// skipped by its number).
+fn ppi(data: &[u8]) -> Result<Link, i64> {
+    let header = data
+        .get(..PPI_HEADER_BYTES)
+        .ok_or(skips::TRUNCATED_LINK_HEADER)?;
+    let length = usize::from(u16::from_le_bytes([header[2], header[3]]));
+    let linktype = u32::from_le_bytes([header[4], header[5], header[6], header[7]]);
+    match linktype {
+        LINKTYPE_IEEE802_11 => wlan(data, length, false),
+        LINKTYPE_ETHERNET => ethernet(data, length),
+        other => Err(skips::LINK_TYPE_BASE + i64::from(other)),
+    }
 }
 
 /// A PPPoE session header (RFC 2516), then PPP (`ppp`). The PPPoE length bounds the IP
@@ -1145,6 +1283,10 @@ mod tests {
             ("ERSPAN type I", gre(0, GRE_ERSPAN_II, &[], &frame)),
             ("WCCP version 1", gre(0, GRE_WCCP, &[], &ip)),
             (
+                "802.11 in Aruba's GRE",
+                gre(0, GRE_ARUBA_LAST, &[], &wlan_syn()),
+            ),
+            (
                 "WCCP version 2",
                 gre(0, GRE_WCCP, &[0x05, 0x59, 0, 0x48], &ip),
             ),
@@ -1289,6 +1431,18 @@ mod tests {
         );
     }
 
+    /// The SYN's IP packet in an 802.11 QoS data frame from a station to its access point,
+    /// after LLC/SNAP.
+    fn wlan_syn() -> Vec<u8> {
+        let mut frame = vec![0x88, 0x01, 0, 0];
+        frame.extend([0x0A; 18]);
+        frame.extend([0x10, 0x00, 0x00, 0x00]);
+        frame.extend(LLC_SNAP);
+        frame.extend([0, 0, 0, 0x08, 0x00]);
+        frame.extend(inner_ip());
+        frame
+    }
+
     /// The SYN's IP packet on each link type decoded here besides Ethernet, raw IP and the
     /// loopbacks, each built by its header layout.
     fn syns_on_other_links() -> Vec<(&'static str, u32, Vec<u8>)> {
@@ -1321,7 +1475,31 @@ mod tests {
             }
             frame
         };
+        let wlan = wlan_syn();
+        let radiotap = |padded: bool| {
+            // Version 0, length 24, TSFT and flags present; the timestamp aligned to 8.
+            let mut frame = vec![0, 0, 24, 0, 0x03, 0, 0, 0];
+            frame.extend(7u64.to_le_bytes());
+            frame.push(if padded { RADIOTAP_DATA_PAD } else { 0 });
+            frame.resize(24, 0);
+            frame.extend(&wlan[..26]);
+            if padded {
+                frame.extend([0, 0]);
+            }
+            frame.extend(&wlan[26..]);
+            frame
+        };
+        let mut ppi = vec![0, 0, 8, 0, 105, 0, 0, 0];
+        ppi.extend(&wlan);
         vec![
+            ("802.11 QoS data", LINKTYPE_IEEE802_11, wlan.clone()),
+            ("radiotap", LINKTYPE_IEEE802_11_RADIOTAP, radiotap(false)),
+            (
+                "radiotap, data padded",
+                LINKTYPE_IEEE802_11_RADIOTAP,
+                radiotap(true),
+            ),
+            ("PPI", LINKTYPE_PPI, ppi),
             (
                 "PPP in HDLC-like framing",
                 LINKTYPE_PPP,

@@ -19,7 +19,7 @@ LINKTYPE_NAMES = {
     LINKTYPE_LINUX_SLL: "Linux cooked (SLL)", LINKTYPE_LINUX_SLL2: "Linux cooked v2 (SLL2)",
     12: "raw IP", 14: "raw IP", 101: "raw IP", 228: "raw IPv4", 229: "raw IPv6",
     9: "PPP", 10: "FDDI", 50: "PPP in HDLC framing", 51: "PPPoE", 104: "Cisco HDLC",
-    239: "Linux NFLOG",
+    239: "Linux NFLOG", 105: "802.11", 127: "802.11 with radiotap", 192: "PPI",
 }
 """The link types decoded (the core's `decode.rs`), by the names the report gives them."""
 

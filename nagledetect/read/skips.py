@@ -19,6 +19,11 @@ TRUNCATED_TCP_HEADER = 7
 BAD_TCP_HEADER_LENGTH = 8
 EXCLUDED_BY_FILTER = 9
 BAD_PPPOE_HEADER = 10
+WLAN_NO_DATA = 11
+WLAN_PROTECTED = 12
+WLAN_FRAGMENT = 13
+WLAN_AGGREGATE = 14
+BAD_RADIOTAP_HEADER = 15
 IP_PROTOCOL_BASE = 1_000
 PPP_PROTOCOL_BASE = 10_000
 ETHERTYPE_BASE = 100_000
@@ -36,6 +41,11 @@ _FIXED_REASONS = {
     BAD_TCP_HEADER_LENGTH: "bad TCP header length",
     EXCLUDED_BY_FILTER: "excluded by filter",
     BAD_PPPOE_HEADER: "bad PPPoE session header (not version 1, type 1, code 0)",
+    WLAN_NO_DATA: "802.11 frame without data (management, control, null data)",
+    WLAN_PROTECTED: "802.11 data frame encrypted",
+    WLAN_FRAGMENT: "802.11 fragment (not put back together)",
+    WLAN_AGGREGATE: "802.11 A-MSDU (several packets in one frame, not decoded)",
+    BAD_RADIOTAP_HEADER: "bad radiotap header (not version 0, or its length past the frame)",
 }
 
 _ETHERTYPE_NAMES = {0x8863: "PPPoE discovery"}
