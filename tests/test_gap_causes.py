@@ -9,7 +9,9 @@ gives the frames and the subtraction.
 from __future__ import annotations
 
 import io
+import subprocess
 
+import numpy as np
 import orjson
 import pytest
 
@@ -27,7 +29,7 @@ from nagledetect.detectors.model import Finding
 from nagledetect.pipeline import run_detectors
 from nagledetect.report.document import build_document, write_json
 from nagledetect.report.text import render_text
-from tests.conftest import SAMPLE_TRACES, corpus_file
+from tests.conftest import SAMPLE_TRACES, corpus_file, require_tool
 
 
 def _findings(relative: str) -> list[Finding]:
@@ -121,6 +123,39 @@ def test_pause_between_handshake_and_first_request_is_think_time() -> None:
     finding = _one(_findings("zeek/http__no-version.pcap"), THINK_TIME, "after-handshake", 0)
     assert _frames(finding) == [(2, 4, 4)]
     assert finding.time_lost_s == pytest.approx(12.142168, abs=1e-6)
+
+
+def test_a_handshake_seen_one_way_is_its_round_trip_not_think_time() -> None:
+    """An Aruba access point tunnels only its stations' frames: the capture holds no SYN/ACK.
+    tcp.stream 2 (tshark): SYN frame 5 at 0.975027 s, the client's ACK frame 6 at 1.044339
+    (69.312 ms: the whole round trip, unsplit), the request frame 7 261 us later. The 69.6 ms
+    from the SYN to the request is the round trip, not the application's; tcp.stream 7: SYN
+    8.514105, ACK 8.521995 (7.890 ms), request 8.551124, 37.0 ms after the SYN: more than
+    four round trips, think time."""
+    relative = "zeek/tunnels__gre-aruba.pcap"
+    connections = load_capture(str(corpus_file(relative))).connections.set_index("id")
+    assert connections.loc[2, "rtt_unsplit_ms"] == pytest.approx(69.312)
+    assert connections.loc[7, "rtt_unsplit_ms"] == pytest.approx(7.890)
+    assert np.isnan(connections.loc[2, "rtt_ms"])
+    thinking = [f for f in _findings(relative) if f.kind == THINK_TIME]
+    assert [f.connection for f in thinking] == [7]
+    assert _frames(thinking[0]) == [(19, 22, 22)]
+
+
+def test_a_lab_capture_cut_to_one_direction_has_no_think_time(tmp_path) -> None:
+    """remote-header-body.pcap (the lab's 80 ms delay line, captured at the client), cut to
+    the client's packets with tcpdump (as a tap on one direction of an asymmetric route sees
+    them): its SYN at 17.709648 and its ACK at 17.790107 are 80.459 ms apart; the request
+    follows 0.2 ms after the ACK. The whole capture has no think time either."""
+    source = SAMPLE_TRACES / "remote-header-body.pcap"
+    one_way = tmp_path / "client-only.pcap"
+    subprocess.run([require_tool("tcpdump"), "-r", str(source), "-w", str(one_way),
+                    "src host 10.77.0.1"], check=True, capture_output=True)
+    capture = load_capture(str(one_way))
+    assert capture.connections["rtt_unsplit_ms"].tolist() == [pytest.approx(80.459)]
+    for path in (source, one_way):
+        findings = run_detectors(load_capture(str(path)), charts=False).findings
+        assert not [f for f in findings if f.kind == THINK_TIME]
 
 
 def test_a_window_read_without_its_scale_is_not_window_limited() -> None:

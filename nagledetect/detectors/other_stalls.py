@@ -160,7 +160,7 @@ def gap_causes(gaps: dict[str, np.ndarray], connections: Table,
     _probed_until_reopened(gaps, cause, named)
     _never_reopened(gaps, cause)
     gap_us = gaps["after_time_us"] - gaps["before_time_us"]
-    rtt_us = np.nan_to_num(by_connection(connections, "rtt_ms", connection), nan=0.0) * 1000
+    rtt_us = _round_trip_us(connections, connection)
     path_time = np.isin(cause, [_CODE[(THINK_TIME, "response")],
                                 _CODE[(THINK_TIME, "after-handshake")], _CODE[(IDLE, "")]]) & (
         gap_us <= RTT_MULTIPLE * rtt_us)
@@ -170,6 +170,15 @@ def gap_causes(gaps: dict[str, np.ndarray], connections: Table,
             "before_time_us": gaps["before_time_us"][kept], "cause": cause[kept],
             "gap_s": gap_us[kept] / 1e6, "after_direction": gaps["after_direction"][kept],
             "after_kind": after[kept]}
+
+
+def _round_trip_us(connections: Table, connection: np.ndarray) -> np.ndarray:
+    """Each gap's connection's round trip (0: unknown): the two sides of the tap summed, else,
+    where the capture missed the SYN/ACK (it sees one direction), the SYN to the client's ACK,
+    which spans the whole round trip: a gap after such a handshake holds it."""
+    whole = by_connection(connections, "rtt_ms", connection)
+    unsplit = by_connection(connections, "rtt_unsplit_ms", connection)
+    return np.nan_to_num(np.where(np.isnan(whole), unsplit, whole), nan=0.0) * 1000
 
 
 def _scale_known(connections: Table, connection: np.ndarray) -> np.ndarray:

@@ -183,6 +183,8 @@ def _round_trips(columns: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         "rtt_client_side_ms": np.where(client_side >= 0, client_side / 1000, np.nan),
         "rtt_server_side_ms": np.where(server_side >= 0, server_side / 1000, np.nan),
         "rtt_ms": np.where(known, total / 1000, np.nan),
+        "rtt_unsplit_ms": np.where(columns["rtt_unsplit_us"] >= 0,
+                                   columns["rtt_unsplit_us"] / 1000, np.nan),
         "rtt_source": shared_words(np.where(columns["rtt_from_handshake"], "handshake",
                                             np.where(known, "ack-lag", "none"))),
         "vantage": shared_words(columns["vantage"]),

@@ -161,11 +161,14 @@ class HandshakeTimes:
     SYN/ACK, the SYN/ACK answered (the latest before the client's first pure ACK after one,
     none where the client sent its SYN again after it: it had not arrived) and that ACK. Only
     a pure ACK (no data, FIN or RST) is the handshake's third packet: a later packet standing
-    in for one the capture missed lags by the client's pause, not by a round trip."""
+    in for one the capture missed lags by the client's pause, not by a round trip. Also the
+    client's first pure ACK after a SYN and the latest SYN before it ("unanswered_syn",
+    "unanswered_ack"): where the capture misses the SYN/ACK, the whole round trip."""
 
     def __init__(self, count: int) -> None:
         self.times_us = {name: np.full(count, -1, dtype=np.int64)
-                         for name in ("syn", "syn_ack", "answered_syn_ack", "ack")}
+                         for name in ("syn", "syn_ack", "answered_syn_ack", "ack",
+                                      "unanswered_syn", "unanswered_ack")}
 
     def add(self, flags: np.ndarray, direction: np.ndarray, connection: np.ndarray,
             time_us: np.ndarray, payload_bytes: np.ndarray) -> None:
@@ -173,6 +176,7 @@ class HandshakeTimes:
         times = self.times_us
         count = len(times["syn"])
         connection = connection.astype(np.int64, copy=False)
+        latest_syn_before = times["syn"].copy()
         handshake_flags = flags & (FLAG_SYN | FLAG_ACK)
         syn_ack_rows = np.flatnonzero(handshake_flags == (FLAG_SYN | FLAG_ACK))
         first_syn_ack = first_per_key(connection, syn_ack_rows, count)
@@ -197,6 +201,26 @@ class HandshakeTimes:
         times["answered_syn_ack"][syn_again > answered] = -1
         found = waiting & (ack >= 0)
         times["ack"][found] = time_us[ack[found]]
+        self._unanswered(pure_acks, syn_rows, connection, time_us, latest_syn_before)
+
+    def _unanswered(self, pure_acks: np.ndarray, syn_rows: np.ndarray, connection: np.ndarray,
+                    time_us: np.ndarray, latest_syn_before: np.ndarray) -> None:
+        """The client's first pure ACK after a SYN, and the latest SYN before it (SYN/ACKs
+        aside: `vantage_table` keeps the pair only where none came). `latest_syn_before`:
+        each connection's latest SYN in the packets given before (while no SYN/ACK came, the
+        latest of all)."""
+        times = self.times_us
+        count = len(latest_syn_before)
+        first_syn = first_per_key(connection, syn_rows, count)
+        key = connection[pure_acks]
+        after_syn = (latest_syn_before[key] >= 0) | (
+            (first_syn[key] >= 0) & (pure_acks > first_syn[key]))
+        ack = first_per_key(connection, pure_acks[after_syn], count)
+        found = (times["unanswered_ack"] < 0) & (ack >= 0)
+        syn = last_per_key(connection, _before(syn_rows, connection, ack, found), count)
+        times["unanswered_syn"][found] = np.where(syn >= 0, time_us[np.maximum(syn, 0)],
+                                                  latest_syn_before)[found]
+        times["unanswered_ack"][found] = time_us[ack[found]]
 
 
 def _before(rows: np.ndarray, connection: np.ndarray, limit: np.ndarray, open_: np.ndarray
@@ -227,8 +251,9 @@ def vantage_table(handshake_times_us: dict[str, np.ndarray], lags_us: np.ndarray
     vantage (`handshake_times_us`: `HandshakeTimes.times_us`)."""
     client_data_lag = lags_us[0::2]
     server_data_lag = lags_us[1::2]
-    syn, syn_ack, answered, ack = (handshake_times_us[name] for name in
-                                   ("syn", "syn_ack", "answered_syn_ack", "ack"))
+    syn, syn_ack, answered, ack, unanswered_syn, unanswered_ack = (
+        handshake_times_us[name] for name in ("syn", "syn_ack", "answered_syn_ack", "ack",
+                                              "unanswered_syn", "unanswered_ack"))
     server_leg = np.where((syn >= 0) & (syn_ack >= syn), syn_ack - syn, -1)
     client_leg = np.where((answered >= 0) & (ack >= answered), ack - answered, -1)
     has_handshake = (server_leg >= 0) & (client_leg >= 0)
@@ -245,6 +270,9 @@ def vantage_table(handshake_times_us: dict[str, np.ndarray], lags_us: np.ndarray
         "rtt_client_side_ms": np.where(client_side >= 0, client_side / 1000, np.nan),
         "rtt_server_side_ms": np.where(server_side >= 0, server_side / 1000, np.nan),
         "rtt_ms": np.where(known, total / 1000, np.nan),
+        "rtt_unsplit_ms": np.where((syn_ack < 0) & (unanswered_syn >= 0)
+                                   & (unanswered_ack >= unanswered_syn),
+                                   (unanswered_ack - unanswered_syn) / 1000, np.nan),
         "rtt_source": np.where(has_handshake, "handshake", np.where(known, "ack-lag", "none")),
         "vantage": vantage,
     }

@@ -71,6 +71,10 @@ struct HandshakeClock {
     syn_since_syn_ack: bool,
     /// By sending endpoint: its first pure ACK after a SYN/ACK, and the SYN/ACK it answered.
     ack: [Option<(i64, Option<i64>)>; 2],
+    /// By sending endpoint, while no SYN/ACK has come: the latest SYN before its first pure
+    /// ACK after one, and that ACK. Where the capture misses the SYN/ACK (it sees one
+    /// direction), the two span the whole round trip, which it cannot split at the tap.
+    unanswered_ack: [Option<(i64, i64)>; 2],
 }
 
 impl HandshakeClock {
@@ -94,6 +98,23 @@ impl HandshakeClock {
         if pure_ack && self.syn_ack_us.is_some() && self.ack[sender].is_none() {
             let answered = self.latest_syn_ack_us.filter(|_| !self.syn_since_syn_ack);
             self.ack[sender] = Some((time_us, answered));
+        }
+        if let (true, None, Some(syn), None) = (
+            pure_ack,
+            self.syn_ack_us,
+            self.syn_us,
+            self.unanswered_ack[sender],
+        ) {
+            self.unanswered_ack[sender] = Some((syn, time_us));
+        }
+    }
+
+    /// The round trip from a SYN to its sender's ACK where no SYN/ACK was seen (`client`: the
+    /// endpoint that sent the SYN).
+    fn unsplit_round_trip_us(&self, client: usize) -> Option<i64> {
+        match (self.syn_ack_us, self.unanswered_ack[client]) {
+            (None, Some((syn, ack))) if ack >= syn => Some(ack - syn),
+            _ => None,
         }
     }
 }
@@ -135,6 +156,9 @@ pub struct Row {
     pub rtt_client_side_us: Option<i64>,
     pub rtt_server_side_us: Option<i64>,
     pub rtt_from_handshake: bool,
+    /// The whole round trip from the SYN to the client's ACK where the capture missed the
+    /// SYN/ACK (`HandshakeClock::unanswered_ack`), in µs.
+    pub rtt_unsplit_us: Option<i64>,
     pub vantage: &'static str,
 }
 
@@ -291,6 +315,7 @@ impl Connection {
             rtt_client_side_us: None,
             rtt_server_side_us: None,
             rtt_from_handshake: false,
+            rtt_unsplit_us: self.clock.unsplit_round_trip_us(client),
             vantage: "unknown",
         };
         self.place_tap(&mut row);

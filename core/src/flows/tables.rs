@@ -357,6 +357,7 @@ struct ConnectionColumns {
     rtt_client_side_us: Vec<i64>,
     rtt_server_side_us: Vec<i64>,
     rtt_from_handshake: Vec<bool>,
+    rtt_unsplit_us: Vec<i64>,
     vantage: Vec<&'static str>,
 }
 
@@ -419,6 +420,7 @@ impl ConnectionColumns {
         self.rtt_server_side_us
             .push(row.rtt_server_side_us.unwrap_or(-1));
         self.rtt_from_handshake.push(row.rtt_from_handshake);
+        self.rtt_unsplit_us.push(row.rtt_unsplit_us.unwrap_or(-1));
         self.vantage.push(row.vantage);
     }
 
@@ -480,6 +482,7 @@ impl ConnectionColumns {
             "rtt_from_handshake",
             self.rtt_from_handshake.into_pyarray(py),
         )?;
+        table.set_item("rtt_unsplit_us", self.rtt_unsplit_us.into_pyarray(py))?;
         table.set_item("vantage", self.vantage)?;
         Ok(table)
     }
