@@ -142,6 +142,17 @@ def test_a_handshake_seen_one_way_is_its_round_trip_not_think_time() -> None:
     assert _frames(thinking[0]) == [(19, 22, 22)]
 
 
+def test_syns_the_client_acknowledged_were_answered_in_a_capture_of_one_direction() -> None:
+    """ssh__ssh.client-side-half-duplex.pcap holds the client's packets only. tcp.stream 16
+    (tshark): SYNs frames 419, 420 and 421 (0.507725, 0.620228, 0.721425 s past 96934738),
+    then the client's pure ACK frame 422 (0.722462) and its data: the SYN/ACK came, unseen.
+    The two gaps are retries answered, not unanswered ones."""
+    retries = [f for f in _findings("zeek/ssh__ssh.client-side-half-duplex.pcap")
+               if f.kind == HANDSHAKE_RETRY]
+    assert [(f.connection, f.subkind) for f in retries] == [(16, "retried")]
+    assert _frames(retries[0]) == [(419, 420, 420), (420, 421, 421)]
+
+
 def test_a_lab_capture_cut_to_one_direction_has_no_think_time(tmp_path) -> None:
     """remote-header-body.pcap (the lab's 80 ms delay line, captured at the client), cut to
     the client's packets with tcpdump (as a tap on one direction of an asymmetric route sees

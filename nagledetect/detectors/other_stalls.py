@@ -151,8 +151,11 @@ def gap_causes(gaps: dict[str, np.ndarray], connections: Table,
     _loss_recovery(gaps, connections, named)
     _zero_window(gaps, named)
     _reopened_below_mss(gaps, connections, named)
-    answered = (by_connection(connections, "syn_ack_frame", connection) > 0) | (
-        by_connection(connections, "packets_server_to_client", connection) > 0)
+    # Answered: the SYN/ACK or any server packet was captured, or the client acknowledged
+    # a SYN/ACK the capture missed (it holds one direction).
+    answered = ((by_connection(connections, "syn_ack_frame", connection) > 0)
+                | (by_connection(connections, "packets_server_to_client", connection) > 0)
+                | ~np.isnan(by_connection(connections, "rtt_unsplit_ms", connection)))
     retry = (after == EVENT["syn_retry"]) | ((after == EVENT["syn"]) & (before == EVENT["syn_retry"]))
     named(retry & answered, (HANDSHAKE_RETRY, "retried"))
     named(retry & ~answered, (HANDSHAKE_RETRY, "unanswered"))
