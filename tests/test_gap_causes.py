@@ -153,6 +153,23 @@ def test_syns_the_client_acknowledged_were_answered_in_a_capture_of_one_directio
     assert _frames(retries[0]) == [(419, 420, 420), (420, 421, 421)]
 
 
+def test_think_time_on_a_connection_seen_one_way_is_of_low_confidence() -> None:
+    """ssh__ssh.server-side-half-duplex.pcap holds the server's packets only. tcp.stream 0
+    (tshark): SYN/ACK frame 1 at 0, the server's banner frame 2 at 0.154099 s. The banner
+    waits for the client's ACK, which the capture misses, so the 154.1 ms hold a round trip
+    it cannot measure: whose time the rest was, it cannot tell. Seen both ways
+    (http__no-version.pcap), the same kind of gap keeps its high confidence."""
+    findings = _findings("zeek/ssh__ssh.server-side-half-duplex.pcap")
+    finding = _one(findings, THINK_TIME, "after-handshake", 0)
+    assert _frames(finding) == [(1, 2, 2)]
+    assert finding.time_lost_s == pytest.approx(0.154099, abs=1e-6)
+    assert finding.confidence == "low"
+    assert "one direction" in finding.confidence_reasons[-1]
+    assert {f.confidence for f in findings if f.kind == THINK_TIME} == {"low"}
+    both_ways = _one(_findings("zeek/http__no-version.pcap"), THINK_TIME, "after-handshake", 0)
+    assert both_ways.confidence == "high"
+
+
 def test_a_lab_capture_cut_to_one_direction_has_no_think_time(tmp_path) -> None:
     """remote-header-body.pcap (the lab's 80 ms delay line, captured at the client), cut to
     the client's packets with tcpdump (as a tap on one direction of an asymmetric route sees

@@ -106,6 +106,11 @@ REASONS = {
                                "in a zero-window probe; data followed once it reopened",
 }
 CONFIDENCE = {(WINDOW_LIMITED, "below-data"): "medium"}
+ONE_WAY_REASON = ("the capture holds one direction of this connection: the gap may hold the "
+                  "other side's unseen packets (an answer, its delay) and a round trip it "
+                  "cannot measure")
+"""Why think time on a connection seen one way only is of low confidence: whose time it was,
+the capture cannot tell."""
 
 GAP_ROWS = "gap_rows"
 """The shared table of the gaps (`DetectorInput.shared`): a part read a slice at a time hands
@@ -173,6 +178,12 @@ def gap_causes(gaps: dict[str, np.ndarray], connections: Table,
             "before_time_us": gaps["before_time_us"][kept], "cause": cause[kept],
             "gap_s": gap_us[kept] / 1e6, "after_direction": gaps["after_direction"][kept],
             "after_kind": after[kept]}
+
+
+def _one_way(connections: Table, connection: np.ndarray) -> np.ndarray:
+    """Whether the capture holds only one direction of each connection."""
+    return ((by_connection(connections, "packets_client_to_server", connection) == 0)
+            | (by_connection(connections, "packets_server_to_client", connection) == 0))
 
 
 def _round_trip_us(connections: Table, connection: np.ndarray) -> np.ndarray:
@@ -324,18 +335,22 @@ def detect(columns: DetectorInput) -> list[Finding]:
     senders, receivers = columns.direction_names().of(stats["connection"], stats["side"])
     findings = []
     durations_s = by_connection(columns.connections, "duration_s", stats["connection"]).tolist()
-    for connection, code, side, count, lost_s, median_gap_s, duration_s, sender, receiver in zip(
-            *(stats[name].tolist() for name in ("connection", "cause", "side", "count", "lost_s",
-                                                 "median_gap_s")), durations_s, senders,
-            receivers):
+    one_way = _one_way(columns.connections, stats["connection"]).tolist()
+    rows = zip(*(stats[name].tolist() for name in ("connection", "cause", "side", "count",
+                                                   "lost_s", "median_gap_s")),
+               durations_s, senders, receivers)
+    for (connection, code, side, count, lost_s, median_gap_s, duration_s, sender,
+         receiver), seen_one_way in zip(rows, one_way):
         cause = GAP_CAUSES[code]
         kind, subkind = cause
         details = _details(kind, sender, receiver, probes.get((connection, code, side), []))
         details["median_gap_ms"] = round(median_gap_s * 1000, 3)
+        unsure = kind == THINK_TIME and seen_one_way
         findings.append(Finding(
             kind=kind, connection=connection, sender=sender, receiver=receiver, count=count,
             time_lost_s=lost_s, share=lost_s / duration_s if duration_s > 0 else 0.0,
-            confidence=CONFIDENCE.get(cause, "high"), confidence_reasons=[REASONS[cause]],
+            confidence="low" if unsure else CONFIDENCE.get(cause, "high"),
+            confidence_reasons=[REASONS[cause], *([ONE_WAY_REASON] if unsure else [])],
             events=events[(connection, code, side)], advice=ADVICE[kind],
             subkind=subkind or None, details=details,
             summary=f"{counted_ms(count, 'gap', median_gap_s)}: the connection "
