@@ -134,9 +134,10 @@ def test_a_handshake_seen_one_way_is_its_round_trip_not_think_time() -> None:
     four round trips, think time."""
     relative = "zeek/tunnels__gre-aruba.pcap"
     connections = load_capture(str(corpus_file(relative))).connections.set_index("id")
-    assert connections.loc[2, "rtt_unsplit_ms"] == pytest.approx(69.312)
-    assert connections.loc[7, "rtt_unsplit_ms"] == pytest.approx(7.890)
-    assert np.isnan(connections.loc[2, "rtt_ms"])
+    assert connections.loc[2, "rtt_ms"] == pytest.approx(69.312)
+    assert connections.loc[7, "rtt_ms"] == pytest.approx(7.890)
+    assert connections.loc[2, "rtt_source"] == "one-way-handshake"
+    assert np.isnan(connections.loc[2, "rtt_client_side_ms"])
     thinking = [f for f in _findings(relative) if f.kind == THINK_TIME]
     assert [f.connection for f in thinking] == [7]
     assert _frames(thinking[0]) == [(19, 22, 22)]
@@ -180,7 +181,7 @@ def test_a_lab_capture_cut_to_one_direction_has_no_think_time(tmp_path) -> None:
     subprocess.run([require_tool("tcpdump"), "-r", str(source), "-w", str(one_way),
                     "src host 10.77.0.1"], check=True, capture_output=True)
     capture = load_capture(str(one_way))
-    assert capture.connections["rtt_unsplit_ms"].tolist() == [pytest.approx(80.459)]
+    assert capture.connections["rtt_ms"].tolist() == [pytest.approx(80.459)]
     for path in (source, one_way):
         findings = run_detectors(load_capture(str(path)), charts=False).findings
         assert not [f for f in findings if f.kind == THINK_TIME]

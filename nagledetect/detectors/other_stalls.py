@@ -160,7 +160,7 @@ def gap_causes(gaps: dict[str, np.ndarray], connections: Table,
     # a SYN/ACK the capture missed (it holds one direction).
     answered = ((by_connection(connections, "syn_ack_frame", connection) > 0)
                 | (by_connection(connections, "packets_server_to_client", connection) > 0)
-                | ~np.isnan(by_connection(connections, "rtt_unsplit_ms", connection)))
+                | (by_connection(connections, "rtt_source", connection) == "one-way-handshake"))
     retry = (after == EVENT["syn_retry"]) | ((after == EVENT["syn"]) & (before == EVENT["syn_retry"]))
     named(retry & answered, (HANDSHAKE_RETRY, "retried"))
     named(retry & ~answered, (HANDSHAKE_RETRY, "unanswered"))
@@ -168,7 +168,7 @@ def gap_causes(gaps: dict[str, np.ndarray], connections: Table,
     _probed_until_reopened(gaps, cause, named)
     _never_reopened(gaps, cause)
     gap_us = gaps["after_time_us"] - gaps["before_time_us"]
-    rtt_us = _round_trip_us(connections, connection)
+    rtt_us = np.nan_to_num(by_connection(connections, "rtt_ms", connection), nan=0.0) * 1000
     path_time = np.isin(cause, [_CODE[(THINK_TIME, "response")],
                                 _CODE[(THINK_TIME, "after-handshake")], _CODE[(IDLE, "")]]) & (
         gap_us <= RTT_MULTIPLE * rtt_us)
@@ -184,15 +184,6 @@ def _one_way(connections: Table, connection: np.ndarray) -> np.ndarray:
     """Whether the capture holds only one direction of each connection."""
     return ((by_connection(connections, "packets_client_to_server", connection) == 0)
             | (by_connection(connections, "packets_server_to_client", connection) == 0))
-
-
-def _round_trip_us(connections: Table, connection: np.ndarray) -> np.ndarray:
-    """Each gap's connection's round trip (0: unknown): the two sides of the tap summed, else,
-    where the capture missed the SYN/ACK (it sees one direction), the SYN to the client's ACK,
-    which spans the whole round trip: a gap after such a handshake holds it."""
-    whole = by_connection(connections, "rtt_ms", connection)
-    unsplit = by_connection(connections, "rtt_unsplit_ms", connection)
-    return np.nan_to_num(np.where(np.isnan(whole), unsplit, whole), nan=0.0) * 1000
 
 
 def _scale_known(connections: Table, connection: np.ndarray) -> np.ndarray:

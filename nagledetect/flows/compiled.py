@@ -19,6 +19,7 @@ from nagledetect.flows.tables import (
     FoundEvents,
     connection_endpoints,
 )
+from nagledetect.flows.vantage import rtt_sources
 from nagledetect.ordering import codes_by_first_use
 from nagledetect.read import skips
 from nagledetect.read.accounting import Accounting, ProgressCallback
@@ -178,15 +179,13 @@ def _round_trips(columns: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     client_side = columns["rtt_client_side_us"]
     server_side = columns["rtt_server_side_us"]
     known = (client_side >= 0) & (server_side >= 0)
-    total = np.where(known, client_side + server_side, -1)
+    one_way = ~known & (columns["rtt_unsplit_us"] >= 0)
+    total = np.where(known, client_side + server_side, columns["rtt_unsplit_us"])
     return {
         "rtt_client_side_ms": np.where(client_side >= 0, client_side / 1000, np.nan),
         "rtt_server_side_ms": np.where(server_side >= 0, server_side / 1000, np.nan),
-        "rtt_ms": np.where(known, total / 1000, np.nan),
-        "rtt_unsplit_ms": np.where(columns["rtt_unsplit_us"] >= 0,
-                                   columns["rtt_unsplit_us"] / 1000, np.nan),
-        "rtt_source": shared_words(np.where(columns["rtt_from_handshake"], "handshake",
-                                            np.where(known, "ack-lag", "none"))),
+        "rtt_ms": np.where(known | one_way, total / 1000, np.nan),
+        "rtt_source": shared_words(rtt_sources(columns["rtt_from_handshake"], known, one_way)),
         "vantage": shared_words(columns["vantage"]),
     }
 

@@ -245,6 +245,15 @@ def _smaller_known(first_us: np.ndarray, second_us: np.ndarray) -> np.ndarray:
     return np.where(both, np.minimum(first_us, second_us), np.maximum(first_us, second_us))
 
 
+def rtt_sources(from_handshake: np.ndarray, known: np.ndarray, one_way: np.ndarray
+                ) -> np.ndarray:
+    """Where each connection's round trip comes from: both legs of the handshake; ACK lags
+    (both sides of the tap known); the SYN to its sender's ACK where the capture missed the
+    SYN/ACK (the whole round trip, not split at the tap); none."""
+    return np.where(from_handshake, "handshake", np.where(
+        known, "ack-lag", np.where(one_way, "one-way-handshake", "none")))
+
+
 def vantage_table(handshake_times_us: dict[str, np.ndarray], lags_us: np.ndarray
                   ) -> dict[str, np.ndarray]:
     """Columns per connection: RTT to the client side and to the server side of the tap, and
@@ -260,7 +269,10 @@ def vantage_table(handshake_times_us: dict[str, np.ndarray], lags_us: np.ndarray
     server_side = _smaller_known(server_leg, client_data_lag)
     client_side = _smaller_known(client_leg, server_data_lag)
     known = (server_side >= 0) & (client_side >= 0)
-    total = np.where(known, server_side + client_side, -1)
+    unsplit = np.where((syn_ack < 0) & (unanswered_syn >= 0) & (unanswered_ack >= unanswered_syn),
+                       unanswered_ack - unanswered_syn, -1)
+    one_way = ~known & (unsplit >= 0)
+    total = np.where(known, server_side + client_side, unsplit)
     vantage = np.full(len(total), "unknown", dtype=object)
     middle = known & (np.maximum(server_side, client_side) > DISTINCT_ROUND_TRIP_US)
     vantage[middle] = "middle"
@@ -269,10 +281,7 @@ def vantage_table(handshake_times_us: dict[str, np.ndarray], lags_us: np.ndarray
     return {
         "rtt_client_side_ms": np.where(client_side >= 0, client_side / 1000, np.nan),
         "rtt_server_side_ms": np.where(server_side >= 0, server_side / 1000, np.nan),
-        "rtt_ms": np.where(known, total / 1000, np.nan),
-        "rtt_unsplit_ms": np.where((syn_ack < 0) & (unanswered_syn >= 0)
-                                   & (unanswered_ack >= unanswered_syn),
-                                   (unanswered_ack - unanswered_syn) / 1000, np.nan),
-        "rtt_source": np.where(has_handshake, "handshake", np.where(known, "ack-lag", "none")),
+        "rtt_ms": np.where(known | one_way, total / 1000, np.nan),
+        "rtt_source": rtt_sources(has_handshake, known, one_way),
         "vantage": vantage,
     }
