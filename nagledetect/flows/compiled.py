@@ -12,6 +12,7 @@ import numpy as np
 
 from nagledetect import _core
 from nagledetect.errors import InputError
+from nagledetect.flows.connections import rtt_sources
 from nagledetect.flows.roles import ROLES
 from nagledetect.flows.tables import (
     PACKET_COLUMNS,
@@ -19,7 +20,6 @@ from nagledetect.flows.tables import (
     FoundEvents,
     connection_endpoints,
 )
-from nagledetect.flows.vantage import rtt_sources
 from nagledetect.ordering import codes_by_first_use
 from nagledetect.read import skips
 from nagledetect.read.accounting import Accounting, ProgressCallback

@@ -255,3 +255,11 @@ def direction_key(table: Table | pd.DataFrame) -> np.ndarray:
     of direction groups everywhere), from a table's connection and direction columns."""
     return np.asarray(table["connection"]).astype(np.int64) * 2 + np.asarray(table["direction"])
 
+
+def rtt_sources(from_handshake: np.ndarray, known: np.ndarray, one_way: np.ndarray
+                ) -> np.ndarray:
+    """Where each connection's round trip comes from: both legs of the handshake; ACK lags
+    (both sides of the tap known); the SYN to its sender's ACK where the capture missed the
+    SYN/ACK (the whole round trip, not split at the tap); none."""
+    return np.where(from_handshake, "handshake", np.where(
+        known, "ack-lag", np.where(one_way, "one-way-handshake", "none")))

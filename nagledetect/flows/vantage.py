@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from nagledetect.flows.connections import FLAG_ACK, FLAG_FIN, FLAG_RST, FLAG_SYN
+from nagledetect.flows.connections import FLAG_ACK, FLAG_FIN, FLAG_RST, FLAG_SYN, rtt_sources
 from nagledetect.flows.grouped import first_per_key, group_starts, last_per_key
 
 NEAR_SIDE_SHARE = 1 / 3
@@ -243,15 +243,6 @@ def _smaller_known(first_us: np.ndarray, second_us: np.ndarray) -> np.ndarray:
     """The smaller of two round-trip estimates where both are known (-1 = unknown)."""
     both = (first_us >= 0) & (second_us >= 0)
     return np.where(both, np.minimum(first_us, second_us), np.maximum(first_us, second_us))
-
-
-def rtt_sources(from_handshake: np.ndarray, known: np.ndarray, one_way: np.ndarray
-                ) -> np.ndarray:
-    """Where each connection's round trip comes from: both legs of the handshake; ACK lags
-    (both sides of the tap known); the SYN to its sender's ACK where the capture missed the
-    SYN/ACK (the whole round trip, not split at the tap); none."""
-    return np.where(from_handshake, "handshake", np.where(
-        known, "ack-lag", np.where(one_way, "one-way-handshake", "none")))
 
 
 def vantage_table(handshake_times_us: dict[str, np.ndarray], lags_us: np.ndarray
