@@ -80,8 +80,9 @@ def _connection_warnings(connections: Rows, read: ColumnReader) -> list[str]:
     checks = (
         (~column("handshake"), "without a handshake in the capture: MSS estimated, round "
                                "trip taken from ACK lags (too long where every ACK is "
-                               "delayed or answered late, which hides stalls), client and "
-                               "server roles may be guessed"),
+                               "delayed or answered late, which hides stalls) or, seen one "
+                               "way, from the SYN to its sender's ACK, client and server "
+                               "roles may be guessed"),
         (_one_way(column) & ~_unanswered(column),
          "with one direction only (the capture missed the other)"),
         (_unanswered(column), "never answered (a SYN, no SYN/ACK, no packet of the server, "
