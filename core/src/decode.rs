@@ -229,27 +229,6 @@ fn be32(data: &[u8], at: usize) -> Option<u32> {
     Some(u32::from_be_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]))
 }
 
-/// Whether the link type is decoded (others are skipped whole, by their number).
-pub fn supported(linktype: u32) -> bool {
-    matches!(
-        linktype,
-        LINKTYPE_NULL
-            | LINKTYPE_ETHERNET
-            | LINKTYPE_LOOP
-            | LINKTYPE_LINUX_SLL
-            | LINKTYPE_LINUX_SLL2
-            | LINKTYPE_PPP
-            | LINKTYPE_FDDI
-            | LINKTYPE_PPP_HDLC
-            | LINKTYPE_PPP_ETHER
-            | LINKTYPE_C_HDLC
-            | LINKTYPE_NFLOG
-            | LINKTYPE_IEEE802_11
-            | LINKTYPE_IEEE802_11_RADIOTAP
-            | LINKTYPE_PPI
-    ) || RAW_IP_LINKTYPES.contains(&linktype)
-}
-
 /// Decodes one capture's packets in file order, holding the fragments of IP datagrams until
 /// each is whole.
 #[derive(Default)]
@@ -260,9 +239,6 @@ pub struct Decoder {
 impl Decoder {
     /// The packet's TCP header fields, or the skip code of the first step that rejects it.
     pub fn decode(&mut self, linktype: u32, data: &[u8]) -> Result<TcpPacket, i64> {
-        if !supported(linktype) {
-            return Err(skips::LINK_TYPE_BASE + i64::from(linktype));
-        }
         let link = link_layer(linktype, data)?;
         self.carried(data, link, MAX_ENCAPSULATIONS)
     }
@@ -569,6 +545,8 @@ struct Link {
     end: i64,
 }
 
+/// The link layer of a packet of this link type (one not decoded here is skipped whole, by
+/// its number).
 fn link_layer(linktype: u32, data: &[u8]) -> Result<Link, i64> {
     let unbounded = |ethertype, position| Link {
         ethertype,
@@ -598,7 +576,7 @@ fn link_layer(linktype: u32, data: &[u8]) -> Result<Link, i64> {
         LINKTYPE_IEEE802_11 => wlan(data, 0, false),
         LINKTYPE_IEEE802_11_RADIOTAP => radiotap(data),
         LINKTYPE_PPI => ppi(data),
-        _ => {
+        raw if RAW_IP_LINKTYPES.contains(&raw) => {
             let first = byte(data, 0).ok_or(skips::TRUNCATED_IP_HEADER)?;
             let ethertype = if first >> 4 == 6 {
                 ETHERTYPE_IPV6
@@ -607,6 +585,7 @@ fn link_layer(linktype: u32, data: &[u8]) -> Result<Link, i64> {
             };
             Ok(unbounded(ethertype, 0))
         }
+        other => Err(skips::LINK_TYPE_BASE + i64::from(other)),
     }
 }
 
