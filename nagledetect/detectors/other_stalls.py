@@ -42,7 +42,7 @@ from nagledetect.detectors.model import (
     split_events,
 )
 from nagledetect.events.gaps import EVENT, GAP_MIN_US, GAP_PACKET_COLUMNS, GapsBySlice
-from nagledetect.flows.connections import by_connection
+from nagledetect.flows.connections import by_connection, seen_one_way
 from nagledetect.flows.grouped import KeyGroups
 from nagledetect.table import Table
 
@@ -178,12 +178,6 @@ def gap_causes(gaps: dict[str, np.ndarray], connections: Table,
             "before_time_us": gaps["before_time_us"][kept], "cause": cause[kept],
             "gap_s": gap_us[kept] / 1e6, "after_direction": gaps["after_direction"][kept],
             "after_kind": after[kept]}
-
-
-def _one_way(connections: Table, connection: np.ndarray) -> np.ndarray:
-    """Whether the capture holds only one direction of each connection."""
-    return ((by_connection(connections, "packets_client_to_server", connection) == 0)
-            | (by_connection(connections, "packets_server_to_client", connection) == 0))
 
 
 def _scale_known(connections: Table, connection: np.ndarray) -> np.ndarray:
@@ -326,17 +320,19 @@ def detect(columns: DetectorInput) -> list[Finding]:
     senders, receivers = columns.direction_names().of(stats["connection"], stats["side"])
     findings = []
     durations_s = by_connection(columns.connections, "duration_s", stats["connection"]).tolist()
-    one_way = _one_way(columns.connections, stats["connection"]).tolist()
+    one_way = seen_one_way(*(by_connection(columns.connections, name, stats["connection"])
+                             for name in ("packets_client_to_server",
+                                          "packets_server_to_client"))).tolist()
     rows = zip(*(stats[name].tolist() for name in ("connection", "cause", "side", "count",
                                                    "lost_s", "median_gap_s")),
                durations_s, senders, receivers)
     for (connection, code, side, count, lost_s, median_gap_s, duration_s, sender,
-         receiver), seen_one_way in zip(rows, one_way):
+         receiver), one_way_only in zip(rows, one_way):
         cause = GAP_CAUSES[code]
         kind, subkind = cause
         details = _details(kind, sender, receiver, probes.get((connection, code, side), []))
         details["median_gap_ms"] = round(median_gap_s * 1000, 3)
-        unsure = kind == THINK_TIME and seen_one_way
+        unsure = kind == THINK_TIME and one_way_only
         findings.append(Finding(
             kind=kind, connection=connection, sender=sender, receiver=receiver, count=count,
             time_lost_s=lost_s, share=lost_s / duration_s if duration_s > 0 else 0.0,

@@ -263,3 +263,9 @@ def rtt_sources(from_handshake: np.ndarray, known: np.ndarray, one_way: np.ndarr
     SYN/ACK (the whole round trip, not split at the tap); none."""
     return np.where(from_handshake, "handshake", np.where(
         known, "ack-lag", np.where(one_way, "one-way-handshake", "none")))
+
+
+def seen_one_way(packets_to_server: np.ndarray, packets_to_client: np.ndarray) -> np.ndarray:
+    """Whether the capture holds only one direction of each connection (from its two packet
+    counts)."""
+    return (np.asarray(packets_to_server) == 0) | (np.asarray(packets_to_client) == 0)

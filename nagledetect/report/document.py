@@ -23,6 +23,7 @@ from nagledetect.collector import collector_paused
 from nagledetect.detectors import kinds
 from nagledetect.detectors.model import Finding, HostValues, StallEvents
 from nagledetect.events.endpoints import endpoint
+from nagledetect.flows.connections import seen_one_way
 from nagledetect.memory import give_back_free_memory
 from nagledetect.ordering import as_strings, as_text
 from nagledetect.read.columns import LINKTYPE_NAMES
@@ -93,7 +94,7 @@ def _connection_warnings(connections: Rows, read: ColumnReader) -> list[str]:
 
 
 def _one_way(column: Callable[[str], np.ndarray]) -> np.ndarray:
-    return (column("packets_client_to_server") == 0) | (column("packets_server_to_client") == 0)
+    return seen_one_way(column("packets_client_to_server"), column("packets_server_to_client"))
 
 
 def _unanswered(column: Callable[[str], np.ndarray]) -> np.ndarray:
