@@ -146,8 +146,7 @@ def _accounting(path: str, read: dict) -> Accounting:
     accounting = Accounting(path=path, linktype=read["linktype"] or 0,
                             packets_read=read["packets_read"], warnings=list(read["warnings"]),
                             cut_short=read["cut_short"])
-    for code, count in read["skipped"].items():
-        accounting.add_skipped({skips.reason_text(code): count})
+    accounting.add_skipped(skips.reasons(read["skipped"]))
     accounting.tcp_packets = accounting.packets_read - sum(read["skipped"].values())
     return accounting
 

@@ -83,9 +83,7 @@ def _batches(reader: _core.Reader, first_batch: dict | None, accounting: Account
             progress(accounting.packets_read, batch["bytes_read"])
         if (columns := _counted(batch, skipped)) is not None:
             yield columns
-    # By skip code, as the one pass counts them (the report keeps this order among equals).
-    for code in sorted(skipped):
-        accounting.add_skipped({skips.reason_text(code): skipped[code]})
+    accounting.add_skipped(skips.reasons(skipped))
     accounting.tcp_packets = accounting.packets_read - sum(skipped.values())
     accounting.warnings = list(reader.warnings)
     accounting.cut_short = reader.cut_short

@@ -1,12 +1,12 @@
 """Why a packet was not used: integer codes on the hot path, words in the report.
 
-Codes are small integers so a whole batch can be counted with one `np.unique`; the few codes
+Codes are small integers so a whole batch can be counted at once; the few codes
 that carry a number (an IP protocol, a PPP protocol, an ethertype, a link type) add it to a base.
 """
 
 from __future__ import annotations
 
-import numpy as np
+from collections.abc import Mapping
 
 KEPT = 0
 TRUNCATED_LINK_HEADER = 1
@@ -83,11 +83,11 @@ def reason_text(code: int) -> str:
     return _FIXED_REASONS[code]
 
 
-def count_reasons(codes: np.ndarray) -> dict[str, int]:
-    """Count the non-zero codes of a batch under their report words."""
-    values, counts = np.unique(codes[codes != KEPT], return_counts=True)
-    reasons: dict[str, int] = {}
-    for value, count in zip(values.tolist(), counts.tolist()):
-        text = reason_text(value)  # several codes can share words (all 802.3 lengths)
-        reasons[text] = reasons.get(text, 0) + count
-    return reasons
+def reasons(counts: Mapping[int, int]) -> dict[str, int]:
+    """Packets skipped, counted by code, under their report words in code order (the order
+    the report keeps among equal counts)."""
+    worded: dict[str, int] = {}
+    for code in sorted(counts):
+        text = reason_text(code)  # several codes can share words (all 802.3 lengths)
+        worded[text] = worded.get(text, 0) + counts[code]
+    return worded
