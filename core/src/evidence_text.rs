@@ -10,6 +10,7 @@
 //! it (`1e+16`, `1e-6`); not a number (the gaps a column does not measure) as `null`.
 
 use numpy::PyReadonlyArray1;
+use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 
@@ -86,12 +87,21 @@ pub fn evidence_texts<'py>(
     counts: Vec<usize>,
     text: RowText,
 ) -> PyResult<Vec<Bound<'py, PyBytes>>> {
-    let arrays = Arrays::of(&columns, &decimals)?;
-    let columns = arrays.columns()?;
     let rows = counts.iter().sum::<usize>();
-    if columns.len() != text.between.len() + 1 || columns.iter().any(|column| column.len() != rows)
-    {
-        return Err(pyo3::exceptions::PyValueError::new_err(
+    let agree = |columns: &[Column<'_>]| {
+        decimals.len() == columns.len()
+            && columns.len() == text.between.len() + 1
+            && columns.iter().all(|column| column.len() == rows)
+    };
+    let arrays = (columns.iter().zip(&decimals))
+        .map(|(column, places)| Array::of(column, *places))
+        .collect::<PyResult<Vec<_>>>()?;
+    let columns = arrays
+        .iter()
+        .map(Array::column)
+        .collect::<PyResult<Vec<_>>>()?;
+    if !agree(&columns) {
+        return Err(PyValueError::new_err(
             "evidence columns, counts and row text do not agree",
         ));
     }
@@ -146,48 +156,32 @@ fn write_rows(
     }
 }
 
-/// The columns as numpy arrays of their kinds, read in place.
+/// A column as a numpy array of its kind, read in place.
 enum Array<'py> {
     Whole(PyReadonlyArray1<'py, i64>),
     Decimal(PyReadonlyArray1<'py, f64>, usize),
 }
 
-struct Arrays<'py>(Vec<Array<'py>>);
-
-impl<'py> Arrays<'py> {
-    fn of(columns: &[Bound<'py, PyAny>], decimals: &[Option<usize>]) -> PyResult<Arrays<'py>> {
-        let wrong = || pyo3::exceptions::PyValueError::new_err("evidence decimals out of range");
-        if columns.len() != decimals.len() {
-            return Err(wrong());
+impl<'py> Array<'py> {
+    fn of(column: &Bound<'py, PyAny>, places: Option<usize>) -> PyResult<Array<'py>> {
+        match places {
+            None => Ok(Array::Whole(column.extract()?)),
+            Some(places) if places < POWERS_OF_TEN.len() => {
+                Ok(Array::Decimal(column.extract()?, places))
+            }
+            Some(_) => Err(PyValueError::new_err("evidence decimals out of range")),
         }
-        let arrays = columns
-            .iter()
-            .zip(decimals)
-            .map(|(column, places)| match places {
-                None => Ok(Array::Whole(column.extract()?)),
-                Some(places) if *places < POWERS_OF_TEN.len() => {
-                    Ok(Array::Decimal(column.extract()?, *places))
-                }
-                Some(_) => Err(wrong()),
-            })
-            .collect::<PyResult<Vec<_>>>()?;
-        Ok(Arrays(arrays))
     }
 
-    fn columns(&self) -> PyResult<Vec<Column<'_>>> {
-        let contiguous = |error| pyo3::exceptions::PyValueError::new_err(format!("{error}"));
-        self.0
-            .iter()
-            .map(|array| {
-                Ok(match array {
-                    Array::Whole(values) => Column::Whole(values.as_slice().map_err(contiguous)?),
-                    Array::Decimal(values, places) => Column::Decimal(
-                        values.as_slice().map_err(contiguous)?,
-                        POWERS_OF_TEN[*places],
-                    ),
-                })
-            })
-            .collect()
+    fn column(&self) -> PyResult<Column<'_>> {
+        let contiguous = |error| PyValueError::new_err(format!("{error}"));
+        Ok(match self {
+            Array::Whole(values) => Column::Whole(values.as_slice().map_err(contiguous)?),
+            Array::Decimal(values, places) => Column::Decimal(
+                values.as_slice().map_err(contiguous)?,
+                POWERS_OF_TEN[*places],
+            ),
+        })
     }
 }
 
