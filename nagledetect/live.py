@@ -139,14 +139,17 @@ def capture_live(options: LiveOptions) -> Captured:
     path = written_path(options)
     looked_at = sys.stdout.isatty() or sys.stderr.isatty()  # as the view is shown
     live_packets = options.memory_bytes // 2 // BYTES_PER_LIVE_PACKET if looked_at else None
-    try:
-        capture = _core.LiveCapture(options.interface, options.snaplen, options.bpf_filter, path,
-                                    live_packets)
-    except (_core.LiveCaptureError, _core.FilterError) as error:
-        raise LiveError(str(error)) from None
-    worker = _CaptureThread(capture, options)
-    view = LiveView(options.interface, capture)
-    with _stop_on_interrupt(worker.stop):
+    stop = threading.Event()
+    # Ctrl-C is taken from before the capture opens (and writes its file): pressed that early,
+    # it ends a capture of nothing, whose report follows.
+    with _stop_on_interrupt(stop):
+        try:
+            capture = _core.LiveCapture(options.interface, options.snaplen, options.bpf_filter,
+                                        path, live_packets)
+        except (_core.LiveCaptureError, _core.FilterError) as error:
+            raise LiveError(str(error)) from None
+        worker = _CaptureThread(capture, options, stop)
+        view = LiveView(options.interface, capture)
         worker.start()
         while not worker.finished.wait(view.next_wait_s()):
             view.refresh(worker.counts)
@@ -162,11 +165,12 @@ class _CaptureThread(threading.Thread):
     """Calls the core's capture until a limit is reached or `stop` is set; keeps the counts
     and the windows in which libpcap's drop counters grew."""
 
-    def __init__(self, capture: _core.LiveCapture, options: LiveOptions) -> None:
+    def __init__(self, capture: _core.LiveCapture, options: LiveOptions,
+                 stop: threading.Event) -> None:
         super().__init__(name="live-capture", daemon=True)
         self.capture = capture
         self.options = options
-        self.stop = threading.Event()
+        self.stop = stop
         self.finished = threading.Event()
         self.counts: dict[str, int] = {"packets": 0, "dropped": 0, "interface_dropped": 0}
         self.drops: list[DropWindow] = []
@@ -210,7 +214,8 @@ def _dropped(counts: dict[str, int]) -> int:
 
 @contextmanager
 def _stop_on_interrupt(stop: threading.Event) -> Iterator[None]:
-    """Ctrl-C (SIGINT) ends the capture cleanly: the report of what was captured follows."""
+    """Ctrl-C (SIGINT) sets `stop`, which ends the capture cleanly: the report of what was
+    captured follows."""
     previous = signal.signal(signal.SIGINT, lambda signum, frame: stop.set())
     try:
         yield
