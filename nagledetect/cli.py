@@ -182,8 +182,11 @@ def main() -> None:
       nagledetect analyze --filter 'tcp port 443' capture.pcap
     """
     ordinary_pages_for_arrays()
-    run_folder = click.get_current_context().with_resource(
-        tempfile.TemporaryDirectory(prefix=RUN_FOLDER_PREFIX))
+    context = click.get_current_context()
+    run_folder = context.with_resource(tempfile.TemporaryDirectory(prefix=RUN_FOLDER_PREFIX))
+    # Every temporary file of the run goes in its folder; the next run in this process (a test,
+    # a program calling `main`) makes its own where the first did.
+    context.call_on_close(partial(setattr, tempfile, "tempdir", tempfile.tempdir))
     tempfile.tempdir = run_folder
     signal.signal(signal.SIGTERM, partial(_terminate_cleanly, os.getpid(), run_folder))
     os.register_at_fork(after_in_child=_default_sigterm)
