@@ -59,6 +59,83 @@ pub struct CaptureReader {
     finished: bool,
     big_endian: bool,
     cut_short: Option<String>,
+    clock: ClockStep,
+}
+
+/// The step of the clock that stamped a capture's packets: the greatest common divisor of
+/// their times less the first's (a clock of whole milliseconds, or a Windows clock ticking
+/// every 15.625 ms from any origin, puts its packets multiples of its step apart). A capture
+/// made on a coarse clock cannot show a delay shorter than its step.
+#[derive(Default)]
+struct ClockStep {
+    packets: u64,
+    first_us: i64,
+    step_us: i64,
+}
+
+/// Fewer packets than this say nothing of their clock's step: a few packets a whole number
+/// of seconds apart may have been sent so. (On a microsecond clock, eight packets fall whole
+/// milliseconds apart by chance once in 10^21 captures.)
+const CLOCK_STEP_MIN_PACKETS: u64 = 8;
+/// Three packets at one instant are already more than a clock that ticks can give.
+const SAME_TIME_MIN_PACKETS: u64 = 3;
+/// A step from this on is reported.
+const COARSE_CLOCK_STEP_US: i64 = 1_000;
+
+impl ClockStep {
+    fn see(&mut self, time_us: i64) {
+        self.packets += 1;
+        if self.packets == 1 {
+            self.first_us = time_us;
+        } else if self.step_us != 1 {
+            self.step_us = gcd(
+                self.step_us,
+                time_us.wrapping_sub(self.first_us).wrapping_abs(),
+            );
+        }
+    }
+
+    /// The warning for a coarse clock, once every packet has been seen.
+    fn warning(&self) -> Option<String> {
+        match self.step_us {
+            _ if self.packets < SAME_TIME_MIN_PACKETS => None,
+            0 => Some(format!(
+                "all {} packets carry the same timestamp: no delay can be measured",
+                self.packets
+            )),
+            step_us
+                if step_us >= COARSE_CLOCK_STEP_US && self.packets >= CLOCK_STEP_MIN_PACKETS =>
+            {
+                Some(format!(
+                    "timestamps step by {}: delays and round trips shorter than that are not \
+                 seen, and each time is off by up to that much",
+                    step_text(step_us)
+                ))
+            }
+            _ => None,
+        }
+    }
+}
+
+fn gcd(mut a: i64, mut b: i64) -> i64 {
+    while b != 0 {
+        (a, b) = (b, a % b);
+    }
+    a
+}
+
+/// A clock step in words: "15.625 ms", "1 s".
+fn step_text(step_us: i64) -> String {
+    let (value, decimals, unit) = if step_us < 1_000_000 {
+        (step_us as f64 / 1e3, 3, "ms")
+    } else {
+        (step_us as f64 / 1e6, 6, "s")
+    };
+    let text = format!("{value:.decimals$}");
+    format!(
+        "{} {unit}",
+        text.trim_end_matches('0').trim_end_matches('.')
+    )
 }
 
 enum Format {
@@ -125,6 +202,7 @@ impl CaptureReader {
             cut_short: None,
             finished: false,
             big_endian,
+            clock: ClockStep::default(),
         };
         reader.read_to_first_interface()?;
         Ok(reader)
@@ -167,13 +245,20 @@ impl CaptureReader {
     /// Hand up to `limit` records to `sink`, in file order; returns how many (0: the capture
     /// has been read to its end, or to the damage that ended it).
     pub fn read(&mut self, limit: usize, sink: &mut dyn FnMut(Record<'_>)) -> usize {
-        let mut given = 0;
+        let (mut given, mut ended_here) = (0, false);
+        let clock = &mut self.clock;
+        let mut timed = |record: Record<'_>| {
+            clock.see(record.time_us);
+            sink(record);
+        };
         while given < limit && !self.finished {
             let at_end = self.source.ended();
             let rest = self.source.available();
             let step = match &mut self.format {
-                Format::Pcap(pcap) => pcap.step(rest, at_end, self.packets, sink),
-                Format::PcapNg(pcapng) => pcapng.step(rest, at_end, self.source.position(), sink),
+                Format::Pcap(pcap) => pcap.step(rest, at_end, self.packets, &mut timed),
+                Format::PcapNg(pcapng) => {
+                    pcapng.step(rest, at_end, self.source.position(), &mut timed)
+                }
             };
             match step {
                 Step::Read { bytes, packet } => {
@@ -198,8 +283,12 @@ impl CaptureReader {
                             self.packets
                         )
                     }));
+                    ended_here = true;
                 }
             }
+        }
+        if ended_here {
+            self.warnings.extend(self.clock.warning());
         }
         given
     }
@@ -870,5 +959,34 @@ mod tests {
         assert_eq!(cut, all[..all.len() - 1]);
         assert_eq!(warnings.len(), 1);
         assert!(warnings[0].contains(&format!("record {}'s data", all.len())));
+    }
+
+    /// A clock's step from the times of its packets, in words, worked out by hand.
+    #[test]
+    fn clock_steps() {
+        let step = |times: &[i64]| {
+            let mut clock = ClockStep::default();
+            times.iter().for_each(|&time| clock.see(time));
+            clock.warning()
+        };
+        let ticks: Vec<i64> = (0..8).map(|k| 822_000 + 15_625 * k).collect();
+        assert!(
+            step(&ticks)
+                .unwrap()
+                .starts_with("timestamps step by 15.625 ms:")
+        );
+        let seconds: Vec<i64> = (0..8).map(|k| -5_000_000 + 1_000_000 * k).collect();
+        assert!(
+            step(&seconds)
+                .unwrap()
+                .starts_with("timestamps step by 1 s:")
+        );
+        assert_eq!(step(&seconds[..7]), None);
+        assert!(step(&[7; 3]).unwrap().starts_with("all 3 packets"));
+        assert_eq!(step(&[7; 2]), None);
+        let mut micro = ticks.clone();
+        micro.push(822_001);
+        assert_eq!(step(&micro), None);
+        assert_eq!(step_text(2_500_000), "2.5 s");
     }
 }

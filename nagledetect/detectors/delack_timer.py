@@ -2,10 +2,11 @@
 
 A sample is the pure ACK that answers a lone unacknowledged segment: when the segment left,
 everything before it was acknowledged; the sender sent no more data and the receiver no data
-before that ACK. The receiver's holding time is the ACK's lag at the tap minus the round trip
-between the tap and the receiver. Holding times of 10 ms or more (and well above that round trip)
-are delayed ACKs; their mode is the timer. Stack families by timer (SPEC section 2): Linux 40 ms
-minimum, BSD/macOS about 100 ms, Windows 200 ms.
+before that ACK, which acknowledges the segment and nothing after it. The receiver's holding
+time is the ACK's lag at the tap minus the round trip between the tap and the receiver.
+Holding times of 10 ms or more (and well above that round trip), and no longer than a delayed
+ACK may be held, are delayed ACKs; their mode is the timer. Stack families by timer (SPEC
+section 2): Linux 40 ms minimum, BSD/macOS about 100 ms, Windows 200 ms.
 """
 
 from __future__ import annotations
@@ -28,6 +29,9 @@ if TYPE_CHECKING:
 
 MIN_DELAYED_HOLD_MS = 10.0
 RTT_MULTIPLE = 1.5
+MAX_DELAYED_HOLD_MS = 600.0
+"""No delayed ACK is held longer: RFC 1122 allows 500 ms, Windows' TcpDelAckTicks 600 ms. A
+longer hold is something else (the receiving application, an ACK the capture missed)."""
 HISTOGRAM_BIN_MS = 2.0
 MODE_WINDOW = 0.2
 STACK_FAMILIES = (
@@ -55,9 +59,11 @@ detectors are done."""
 def answered_lone(segments: Table | pd.DataFrame, next_own_data_time_us: np.ndarray | None = None
                   ) -> np.ndarray:
     """Which segments are lone (everything before them acknowledged when they left) and
-    answered by the peer's next packet, a pure ACK covering them, before their sender's next
-    data: the segments a sample is taken from. A segment that filled the receiver's window is
-    none: its ACK comes when the receiving application reads, not when a timer fires.
+    answered by the peer's next packet, a pure ACK of exactly up to their end, before their
+    sender's next data: the segments a sample is taken from. An ACK of more answers what came
+    after the segment (its sender's FIN, acknowledged at once), not the segment. A segment
+    that filled the receiver's window is none: its ACK comes when the receiving application
+    reads, not when a timer fires.
     `next_own_data_time_us`: that column, where the caller knows better than the segments (a
     slice's last segments)."""
     next_own_us = (np.asarray(segments["next_own_data_time_us"]) if next_own_data_time_us is None
@@ -66,7 +72,7 @@ def answered_lone(segments: Table | pd.DataFrame, next_own_data_time_us: np.ndar
     return ((peer_ack >= np.asarray(segments["rel_seq"]))
             & (np.asarray(segments["end_seq"]) - peer_ack < np.asarray(segments["peer_window_bytes"]))
             & role_in(segments["next_peer_role"], PURE_ACK_ROLES)
-            & (np.asarray(segments["next_peer_ack"]) >= np.asarray(segments["end_seq"]))
+            & (np.asarray(segments["next_peer_ack"]) == np.asarray(segments["end_seq"]))
             & ((next_own_us < 0) | (next_own_us > np.asarray(segments["next_peer_time_us"]))))
 
 
@@ -104,7 +110,8 @@ def samples_of(lone: Mapping[str, np.ndarray], connections: Table) -> Table:
         "ack_frame": column("next_peer_frame"),
         "ack_time_s": ack_time_us / 1e6,
         "hold_ms": hold_ms,
-        "delayed": hold_ms >= np.maximum(MIN_DELAYED_HOLD_MS, RTT_MULTIPLE * rtt_ms),
+        "delayed": ((hold_ms >= np.maximum(MIN_DELAYED_HOLD_MS, RTT_MULTIPLE * rtt_ms))
+                    & (hold_ms <= MAX_DELAYED_HOLD_MS)),
     })
     return samples
 

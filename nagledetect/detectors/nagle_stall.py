@@ -33,6 +33,7 @@ import numpy as np
 
 from nagledetect.detectors import kinds
 from nagledetect.detectors.delack_timer import (
+    MAX_DELAYED_HOLD_MS,
     MIN_DELAYED_HOLD_MS,
     RTT_MULTIPLE,
     STACK_FAMILIES,
@@ -70,7 +71,6 @@ CAUSALITY_JITTER_MS = 0.5
 """A release may arrive this much sooner than the measured tap-to-sender round trip (the larger of
 the two): timestamp jitter, and a minimum round trip measured on few packets."""
 UNKNOWN_RTT_REACTION_LIMIT_MS = 5.0
-MAX_DELAYED_HOLD_MS = 600.0
 ORDINARY_ACK_FACTOR = 1.5
 ORDINARY_ACK_SLACK_MS = 2.0
 """An ACK whose lag is at most this multiple of the tap-to-receiver round trip, plus the slack,

@@ -88,6 +88,9 @@ def _connection_warnings(connections: Rows, read: ColumnReader) -> list[str]:
          "with one direction only (the capture missed the other)"),
         (_unanswered(column), "never answered (a SYN, no SYN/ACK, no packet of the server, "
                               "no data)"),
+        (column("handshake") & (column("rtt_ms") == 0),
+         "whose handshake took 0 us: the capture's times are coarser than the path (packets "
+         "stamped in batches or by a coarse clock), so their waits are not measured"),
     )
     return [f"{int(mask.sum())} of {len(connections)} connections {text}"
             for mask, text in checks if mask.any()]

@@ -188,15 +188,16 @@ impl LoneCandidate {
     }
 
     /// Read the packets after it that have come (their rows held), once each: the peer's
-    /// next, a pure ACK (or a duplicate or a window update) covering it, came before its
-    /// sender's next data. `ended`: no more packets come.
+    /// next, a pure ACK (or a duplicate or a window update) acknowledging up to its end and
+    /// no further, came before its sender's next data. An ACK of more answers what came
+    /// after the segment (its sender's FIN), not the segment. `ended`: no more packets come.
     fn verdict(&mut self, at: &Context, ended: bool) -> Verdict {
         if self.answer.is_none() && self.peer_next != NO_ROW {
             let peer_next = wide(self.peer_next);
             let answers = matches!(
                 at.role(peer_next),
                 ROLE_PURE_ACK | ROLE_DUP_ACK | ROLE_WINDOW_UPDATE
-            ) && at.ack(peer_next) >= self.end_seq;
+            ) && at.ack(peer_next) == self.end_seq;
             if !answers {
                 return Verdict::NotAnswered;
             }

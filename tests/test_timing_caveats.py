@@ -1,0 +1,114 @@
+"""What a capture's timing cannot show, said rather than measured wrongly: delayed-ACK samples
+that are not a timer's, clocks too coarse for the waits, packets stamped in batches.
+
+Corpus values were read with `tshark -n -r FILE -T fields -e frame.number -e frame.time_epoch
+-e ip.src -e tcp.len -e tcp.seq -e tcp.ack -e tcp.flags.str`; every corpus test skips where
+the corpora are absent.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from nagledetect import load_capture
+from nagledetect.analysis import run_detectors
+from nagledetect.cli import main
+from tests.conftest import corpus_file
+from tests.handbuilt import CLIENT, SERVER, segment, write
+
+
+def _document(path: Path) -> dict:
+    result = CliRunner().invoke(main, ["analyze", "--format", "json", str(path)])
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
+
+
+def _warnings(path: Path) -> list[str]:
+    return _document(path)["captures"][0]["warnings"]
+
+
+@pytest.mark.parametrize(("relative", "host"), [
+    # Frame 4: 157 bytes at 0.000008 s; frame 5, the client's FIN, at 1.012247 s; frame 6 at
+    # 1.012312 s acknowledges 159 (the data's end, 158, and the FIN).
+    ("zeek/smb__smb2_fscontrol.pcap", "10.0.0.2"),
+    # Frame 218: 721 bytes at 0.462385 s; frame 219, the client's FIN, at 1.474301 s; frame
+    # 220 acknowledges 251422, one past the data's end.
+    ("zeek/redis__oss-fuzz-473580107.pcap", "10.0.0.2"),
+])
+def test_an_ack_of_the_senders_fin_is_no_delayed_ack(relative: str, host: str) -> None:
+    """The ACK after a lone segment came only when its sender's FIN came, a second later, and
+    acknowledged the FIN: the receiver answered the FIN, and the second is not its timer (it
+    was shown as a timer of 1,012 ms, twice the most RFC 1122 allows)."""
+    analysis = run_detectors(load_capture(str(corpus_file(relative))))
+    assert host not in analysis.hosts
+
+
+def test_an_ack_held_longer_than_any_timer_is_no_delayed_ack(tmp_path: Path) -> None:
+    """Hand-built (no stack holds an ACK 800 ms to order): a handshake of 1 ms, then three
+    lone 10-byte segments each acknowledged exactly, 40 ms, 40 ms and 800 ms later: held 39.5,
+    39.5 and 799.5 ms, less the tap-to-server round trip (SYN to SYN/ACK, 0.5 ms). The two
+    40 ms ACKs are a timer's; the 800 ms one, past RFC 1122's 500 ms and Windows' 600 ms, is
+    not, and must not pull the timer."""
+    packets = [segment(CLIENT, SERVER, 40000, 80, "S", 0, time_s=0.0),
+               segment(SERVER, CLIENT, 80, 40000, "SA", 5000, 1, time_s=0.0005),
+               segment(CLIENT, SERVER, 40000, 80, "A", 1, 5001, time_s=0.001)]
+    seq, now = 1, 0.1
+    for hold_s in (0.040, 0.040, 0.800):
+        packets.append(segment(CLIENT, SERVER, 40000, 80, "PA", seq, 5001, 10, time_s=now))
+        seq += 10
+        packets.append(segment(SERVER, CLIENT, 80, 40000, "A", 5001, seq, time_s=now + hold_s))
+        now += hold_s + 1.0
+    analysis = run_detectors(load_capture(str(write(tmp_path / "long-hold.pcap", packets))))
+    samples = analysis.delack_samples
+    assert sorted(round(hold, 1) for hold in samples["hold_ms"].tolist()) == [39.5, 39.5, 799.5]
+    assert samples["delayed"].tolist().count(True) == 2
+    profile = analysis.hosts[SERVER]
+    assert profile.delack_samples == 2
+    assert profile.delack_timer_ms == pytest.approx(39.5)
+
+
+def test_a_clock_of_windows_ticks_is_named_by_its_step() -> None:
+    """krb__smb_gssapi.pcap: seven packets at .822000 s and one at .837625 s, 15.625 ms apart
+    (Windows' 64 Hz tick, from an origin that is not a whole millisecond)."""
+    (warning,) = [w for w in _warnings(corpus_file("zeek/krb__smb_gssapi.pcap"))
+                  if "timestamps" in w]
+    assert warning.startswith("timestamps step by 15.625 ms:")
+
+
+def test_a_handshake_of_no_time_warns_of_batched_stamps() -> None:
+    """nflog-http.pcap: SYN, SYN/ACK and ACK (frames 1-3) all at 1470574779.148133 s, eight
+    packets in all at that instant; the clock itself counts microseconds (.138255, .138261,
+    .138288 later), so no step is named, but the round trip is 0 us."""
+    warnings = _warnings(corpus_file("zeek/nflog-http.pcap"))
+    assert not [w for w in warnings if w.startswith("timestamps step")]
+    assert [w for w in warnings if w.startswith("1 of 1 connections whose handshake took 0 us")]
+
+
+def test_packets_all_at_one_instant_are_said_so() -> None:
+    """tls__ml-dsa-44-cert.pcap: all five packets at 1700000000.000000 s."""
+    assert "all 5 packets carry the same timestamp: no delay can be measured" in _warnings(
+        corpus_file("zeek/tls__ml-dsa-44-cert.pcap"))
+
+
+@pytest.mark.parametrize("trace", sorted((Path(__file__).parents[1] / "sample_traces").glob(
+    "*.pcap*")), ids=lambda path: path.name)
+def test_real_clocks_raise_no_timing_warning(trace: Path) -> None:
+    """The sample traces were recorded by tcpdump on Linux's microsecond clock."""
+    assert not [w for w in _warnings(trace) if "timestamp" in w or "handshake took" in w]
+
+
+def test_a_few_packets_whole_seconds_apart_name_no_clock(tmp_path: Path) -> None:
+    """Seven packets sent whole seconds apart say nothing of the clock that stamped them (a
+    sender can keep such a pace); the eighth, 3 us off, shows a microsecond clock."""
+    packets = [segment(CLIENT, SERVER, 40000, 80, "S", 0, time_s=float(second))
+               for second in range(7)]
+    assert not [w for w in _warnings(write(tmp_path / "seven.pcap", packets)) if "step" in w]
+    packets.append(segment(CLIENT, SERVER, 40000, 80, "S", 0, time_s=7.0))
+    assert [w for w in _warnings(write(tmp_path / "eight.pcap", packets))
+            if w.startswith("timestamps step by 1 s:")]
+    packets.append(segment(CLIENT, SERVER, 40000, 80, "S", 0, time_s=8.000003))
+    assert not [w for w in _warnings(write(tmp_path / "nine.pcap", packets)) if "step" in w]
