@@ -9,6 +9,7 @@ mod bpf;
 mod capture;
 mod columns;
 mod decode;
+mod display_filter;
 mod events;
 mod evidence_text;
 mod flows;
@@ -68,6 +69,7 @@ fn decode_file<'py>(
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(decode_file, m)?)?;
     m.add_function(wrap_pyfunction!(evidence_text::evidence_texts, m)?)?;
+    m.add_function(wrap_pyfunction!(display_filter::display_filters, m)?)?;
     m.add_function(wrap_pyfunction!(analysis::flow_tables, m)?)?;
     m.add_class::<analysis::FlowBatches>()?;
     m.add_class::<reader::Reader>()?;

@@ -28,7 +28,7 @@ from nagledetect.memory import give_back_free_memory
 from nagledetect.ordering import as_strings, as_text
 from nagledetect.read.columns import LINKTYPE_NAMES
 from nagledetect.read.inputs import NotAnalysed
-from nagledetect.report.display_filter import display_filter
+from nagledetect.report.display_filter import display_filters
 from nagledetect.report.evidence_text import EVENTS_CLOSE, evidence_texts
 from nagledetect.report.headline import LARGEST_DELAYS_SHOWN, headline_entry, plural
 from nagledetect.report.turns import write_in_turns
@@ -458,16 +458,22 @@ class FindingEntries(ChunkedSequence):
                  entry: Callable[[Finding, int, int], dict[str, Any]] | None = None
                  ) -> list[dict[str, Any]]:
         """The entries of the findings at these positions of the captures' findings laid end to
-        end, in that order, as `entry` makes them (by default, whole)."""
-        entry = entry or _finding_entry
+        end, in that order, as `entry` makes them (by default, whole: their display filters
+        made together)."""
         capture = self._capture_of(positions)
-        made: dict[int, dict[str, Any]] = {}
+        found: list[tuple[int, Finding, int, int]] = []
         for index in np.unique(capture).tolist():
             wanted = np.flatnonzero(capture == index)
             within = positions[wanted] - self._bounds[index]
-            for slot, finding in zip(wanted.tolist(), take(self._findings[index], within)):
-                made[slot] = entry(finding, index, self._ids.shown(index, finding.connection))
-        return [made[slot] for slot in range(len(positions))]
+            found += [(slot, finding, index, self._ids.shown(index, finding.connection))
+                      for slot, finding in zip(wanted.tolist(), take(self._findings[index], within))]
+        found.sort(key=lambda made: made[0])
+        if entry is not None:
+            return [entry(finding, index, shown) for _, finding, index, shown in found]
+        filters = display_filters([shown for *_, shown in found],
+                                  [finding.events for _, finding, _, _ in found])
+        return [_finding_entry(finding, index, shown, shown_filter)
+                for (_, finding, index, shown), shown_filter in zip(found, filters)]
 
 
 STALL_SUMMARY_NUMBERS = {"capture": np.int32, "connection": np.int64, "count": np.int64,
@@ -614,13 +620,15 @@ def kinds_and_times(findings: Sequence[dict[str, Any]]) -> tuple[list[str], list
             [finding["time_lost_s"] for finding in findings])
 
 
-def _finding_entry(finding: Finding, capture_index: int, connection: int) -> dict[str, Any]:
+def _finding_entry(finding: Finding, capture_index: int, connection: int,
+                   shown_filter: str) -> dict[str, Any]:
+    """A finding's entry, its display filter made (`display_filters`)."""
     return {
         **_finding_head(finding, capture_index, connection),
         "share": round(finding.share, 6),
         "confidence": {"level": finding.confidence, "reasons": finding.confidence_reasons},
         "summary": finding.summary,
-        "display_filter": display_filter(connection, finding.events),
+        "display_filter": shown_filter,
         "events": finding.events,
         "advice": finding.advice,
         "details": finding.details,
