@@ -42,6 +42,7 @@ from nagledetect.pipeline import (
     phase_lock_findings,
     rank_key,
     shared_empty_tables,
+    with_clock_caveat,
     without_tcp,
 )
 from nagledetect.read.accounting import Accounting
@@ -224,10 +225,10 @@ def _analysis(capture: _Read, connections: Rows, findings: list[Finding],
                                 host.delack_samples if host else 0)
     phase_findings = phase_lock_findings(hosts, samples, findings)
     empty = shared_empty_tables()
-    return Analysis(Capture(capture.path, empty.packets, connections, empty.sack_blocks,
-                            capture.accounting),
-                    empty.segments, empty.messages, empty.samples, hosts,
-                    sorted(findings + phase_findings, key=rank_key), parity, tables_kept=False)
+    return with_clock_caveat(Analysis(
+        Capture(capture.path, empty.packets, connections, empty.sack_blocks, capture.accounting),
+        empty.segments, empty.messages, empty.samples, hosts,
+        sorted(findings + phase_findings, key=rank_key), parity, tables_kept=False))
 
 
 def groups_by_size(sizes: list[int], workers: int) -> list[list[int]]:

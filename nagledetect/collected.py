@@ -50,6 +50,7 @@ from nagledetect.pipeline import (
     ConnectionLevel,
     Wanted,
     no_samples,
+    with_clock_caveat,
     without_packets,
 )
 from nagledetect.read.accounting import Accounting
@@ -292,9 +293,9 @@ class CollectedParts:
         del columns, host_step
         give_back_free_memory()
         connections = self._numbered_connections(numbering)
-        return Analysis(without_packets(path, accounting, connections), Table(),
-                        Table(), no_samples(), hosts, ranked, parity_table, tables_kept=False,
-                        charts=charts, part_tables=tables)
+        return with_clock_caveat(Analysis(
+            without_packets(path, accounting, connections), Table(), Table(), no_samples(),
+            hosts, ranked, parity_table, tables_kept=False, charts=charts, part_tables=tables))
 
     def _connection_numbering(self) -> _ConnectionNumbering:
         """Capture-wide connection ids, numbered by first packet as a one-part run numbers them,

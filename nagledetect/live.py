@@ -31,9 +31,9 @@ from nagledetect.detectors.model import Finding
 from nagledetect.flows.compiled import flow_tables_of
 from nagledetect.flows.tables import FlowTables
 from nagledetect.part_sizes import BYTES_PER_LIVE_PACKET, PARTS_MEMORY_BYTES
-from nagledetect.pipeline import connection_level
+from nagledetect.pipeline import connection_level, mend_findings
 from nagledetect.read.inputs import CaptureList
-from nagledetect.stored import RecordTable, StoredRows
+from nagledetect.stored import StoredRows
 from nagledetect.table import Table
 
 DEFAULT_SNAPLEN = 262_144
@@ -412,11 +412,7 @@ def add_capture_warnings(analysis: Analysis, captured: Captured) -> None:
     touched = _connections_open_during(analysis.capture.connections, captured.drops)
     if not touched:
         return
-    note = DropNote(frozenset(touched))
-    if isinstance(analysis.findings, RecordTable):
-        analysis.findings.also_fix(note)
-    else:
-        note(np.arange(len(analysis.findings)), list(analysis.findings))
+    mend_findings(analysis, DropNote(frozenset(touched)))
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ import numpy as np
 
 from nagledetect.api import Capture
 from nagledetect.detectors import CONNECTION_DETECTORS, nagle_stall, phase_lock, segment_parity
+from nagledetect.detectors.coarse_clock import CoarseClock
 from nagledetect.detectors.delack_timer import (
     SAMPLE_SEGMENT_COLUMNS,
     delack_samples,
@@ -40,6 +41,7 @@ from nagledetect.flows.compiled import empty_flow_tables
 from nagledetect.flows.tables import FlowTables, FoundEvents
 from nagledetect.read.accounting import Accounting
 from nagledetect.sent_tables import TableRows, sent_fields, shared_table
+from nagledetect.stored import RecordFix, RecordTable
 from nagledetect.table import Table, as_table
 
 if TYPE_CHECKING:
@@ -235,9 +237,27 @@ def run_detectors(capture: Capture, charts: bool = True, keep_segments: bool = T
         chart_data = connection_charts(capture.packets, level.connections, level.messages,
                                        level.findings)
         chart_data.hosts = busiest_hosts(hosts)
-    return Analysis(capture, level.segments, level.messages, level.samples, hosts,
-                    sorted(level.findings + phase_findings, key=rank_key), level.parity,
-                    charts=chart_data)
+    return with_clock_caveat(Analysis(
+        capture, level.segments, level.messages, level.samples, hosts,
+        sorted(level.findings + phase_findings, key=rank_key), level.parity, charts=chart_data))
+
+
+def mend_findings(analysis: Analysis, mend: RecordFix) -> None:
+    """Mend the analysis's findings with `mend`: those held now, those kept on disk as they
+    are read back."""
+    if isinstance(analysis.findings, RecordTable):
+        analysis.findings.also_fix(mend)
+    else:
+        mend(np.arange(len(analysis.findings)), list(analysis.findings))
+
+
+def with_clock_caveat(analysis: Analysis) -> Analysis:
+    """The analysis of a whole capture, its findings mended for a coarse clock
+    (`detectors.coarse_clock`)."""
+    step_us = analysis.capture.accounting.clock_step_us
+    if step_us:
+        mend_findings(analysis, CoarseClock(step_us))
+    return analysis
 
 
 def without_tcp(path: str, accounting: Accounting, charts: bool = False) -> Analysis:

@@ -9,15 +9,18 @@ the corpora are absent.
 from __future__ import annotations
 
 import json
+import struct
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
 from nagledetect import load_capture
-from nagledetect.analysis import run_detectors
+from nagledetect.analysis import analyze_capture, run_detectors
 from nagledetect.cli import main
-from tests.conftest import corpus_file
+from nagledetect.detectors.kinds import NAGLE_DELACK_STALL, THINK_TIME
+from nagledetect.streamed import analyze_in_batches
+from tests.conftest import SAMPLE_TRACES, corpus_file
 from tests.handbuilt import CLIENT, SERVER, segment, write
 
 
@@ -112,3 +115,59 @@ def test_a_few_packets_whole_seconds_apart_name_no_clock(tmp_path: Path) -> None
             if w.startswith("timestamps step by 1 s:")]
     packets.append(segment(CLIENT, SERVER, 40000, 80, "S", 0, time_s=8.000003))
     assert not [w for w in _warnings(write(tmp_path / "nine.pcap", packets)) if "step" in w]
+
+
+def _cut_to_milliseconds(source: Path, target: Path) -> Path:
+    """A copy of a little-endian microsecond pcap, each record's time cut to its millisecond."""
+    data = bytearray(source.read_bytes())
+    assert data[:4] == bytes.fromhex("d4c3b2a1")
+    at = 24
+    while at < len(data):
+        seconds, micros, kept, _ = struct.unpack_from("<IIII", data, at)
+        struct.pack_into("<II", data, at, seconds, micros // 1000 * 1000)
+        at += 16 + kept
+    target.write_bytes(bytes(data))
+    return target
+
+
+def test_a_hold_under_a_millisecond_clock_is_not_proven(tmp_path: Path) -> None:
+    """seed003-nagle.pcap with every time cut to its millisecond: the 39 delayed ACKs still
+    come 40-44 ms after the data (frame 41, 41.0 ms after frame 40), but the held data, 22 us
+    after each ACK in the real capture (frame 42), now shows in the ACK's millisecond or the
+    next: the hold is likely, not proven. The same however the capture is analysed: whole, a
+    batch of connections at a time, in parts, and beside another capture (which keeps its
+    own, fine clock and its high confidence)."""
+    cut = _cut_to_milliseconds(SAMPLE_TRACES / "seed003-nagle.pcap", tmp_path / "ms.pcap")
+    analyses = {
+        "whole": analyze_capture(str(cut)),
+        "batches": analyze_in_batches(str(cut), None, 16_000_000),
+        "parts": analyze_capture(str(cut), part_bytes=cut.stat().st_size // 3 + 1),
+    }
+    for how, analysis in analyses.items():
+        assert analysis.capture.accounting.clock_step_us == 1000, how
+        (stall,) = [f for f in analysis.findings if f.kind == NAGLE_DELACK_STALL]
+        assert (stall.count, stall.confidence) == (39, "medium"), how
+        assert stall.confidence_reasons[-1].startswith(
+            "the capture's clock steps by 1 ms: the held data leaving right after the ACK"), how
+    beside = _document_of([cut, SAMPLE_TRACES / "seed003-nagle.pcap"])
+    levels = {(f["capture"], f["kind"]): f["confidence"]["level"] for f in beside["findings"]}
+    assert levels[(0, NAGLE_DELACK_STALL)] == "medium"
+    assert levels[(1, NAGLE_DELACK_STALL)] == "high"
+
+
+def test_a_wait_of_one_clock_step_is_not_measured() -> None:
+    """krb__smb_gssapi.pcap: the server's answer (frame 8, .837625 s) one 15.625 ms step after
+    the client's request (frame 7, .822000 s): a think time of anything from none to two
+    steps."""
+    analysis = analyze_capture(str(corpus_file("zeek/krb__smb_gssapi.pcap")))
+    (think,) = [f for f in analysis.findings if f.kind == THINK_TIME]
+    assert think.confidence == "low"
+    assert think.confidence_reasons[-1] == (
+        "the capture's clock steps by 15.625 ms: waits of 15.6 ms (median) are 1.0 of its "
+        "steps, not measured")
+
+
+def _document_of(paths: list[Path]) -> dict:
+    result = CliRunner().invoke(main, ["analyze", "--format", "json", *map(str, paths)])
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)

@@ -95,25 +95,28 @@ impl ClockStep {
         }
     }
 
+    /// The step, where it is coarse and enough packets show it (once every packet has been
+    /// seen).
+    fn coarse_step_us(&self) -> Option<i64> {
+        (self.step_us >= COARSE_CLOCK_STEP_US && self.packets >= CLOCK_STEP_MIN_PACKETS)
+            .then_some(self.step_us)
+    }
+
     /// The warning for a coarse clock, once every packet has been seen.
     fn warning(&self) -> Option<String> {
-        match self.step_us {
-            _ if self.packets < SAME_TIME_MIN_PACKETS => None,
-            0 => Some(format!(
+        if self.step_us == 0 && self.packets >= SAME_TIME_MIN_PACKETS {
+            return Some(format!(
                 "all {} packets carry the same timestamp: no delay can be measured",
                 self.packets
-            )),
-            step_us
-                if step_us >= COARSE_CLOCK_STEP_US && self.packets >= CLOCK_STEP_MIN_PACKETS =>
-            {
-                Some(format!(
-                    "timestamps step by {}: delays and round trips shorter than that are not \
-                 seen, and each time is off by up to that much",
-                    step_text(step_us)
-                ))
-            }
-            _ => None,
+            ));
         }
+        self.coarse_step_us().map(|step_us| {
+            format!(
+                "timestamps step by {}: delays and round trips shorter than that are not \
+                 seen, and each time is off by up to that much",
+                step_text(step_us)
+            )
+        })
     }
 }
 
@@ -296,6 +299,12 @@ impl CaptureReader {
     /// Why the read ended early (complete once `read` has returned 0).
     pub fn warnings(&self) -> &[String] {
         &self.warnings
+    }
+
+    /// The step of the clock that stamped the packets, in microseconds, where it is 1 ms or
+    /// more (known once `read` has returned 0).
+    pub fn clock_step_us(&self) -> Option<i64> {
+        self.finished.then(|| self.clock.coarse_step_us()).flatten()
     }
 
     /// Why the read ended before the file's end (the input's own reason first: a compressed

@@ -44,6 +44,11 @@ impl Stream {
         self.capture.warnings()
     }
 
+    /// The capture clock's step where it is coarse (once the read has ended).
+    pub fn clock_step_us(&self) -> Option<i64> {
+        self.capture.clock_step_us()
+    }
+
     /// The capture's link type as libpcap reports it for the file (`CaptureReader::linktype`).
     pub fn linktype(&self) -> Option<u32> {
         self.capture.linktype()
@@ -158,7 +163,8 @@ pub fn batch_dict(py: Python<'_>, columns: Columns) -> PyResult<Bound<'_, PyDict
 /// that is not a capture raises `CaptureError` here; a filter libpcap does not compile for the
 /// capture's link type raises `FilterError` from the first batch (or, for a capture without
 /// packets, when the iteration would end). `linktype` and `cut_short` say what the file's
-/// header named and why the read ended early. Each batch also says `bytes_read`: the
+/// header named and why the read ended early, `clock_step_us` the step of a coarse clock
+/// that stamped the packets. Each batch also says `bytes_read`: the
 /// capture's bytes (decompressed) read up to its end.
 #[pyclass(module = "nagledetect._core")]
 pub struct Reader {
@@ -177,6 +183,7 @@ struct Ended {
     warnings: Vec<String>,
     linktype: Option<u32>,
     cut_short: Option<String>,
+    clock_step_us: Option<i64>,
 }
 
 impl Ended {
@@ -185,6 +192,7 @@ impl Ended {
             warnings: stream.warnings().to_vec(),
             linktype: stream.linktype(),
             cut_short: stream.cut_short().map(str::to_string),
+            clock_step_us: stream.clock_step_us(),
         }
     }
 }
@@ -259,6 +267,13 @@ impl Reader {
     #[getter]
     fn cut_short(&self) -> Option<String> {
         self.ended.cut_short.clone()
+    }
+
+    /// The step of the clock that stamped the packets, in microseconds, where it is 1 ms or
+    /// more; else None (once the iteration has ended).
+    #[getter]
+    fn clock_step_us(&self) -> Option<i64> {
+        self.ended.clock_step_us
     }
 }
 

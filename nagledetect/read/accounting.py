@@ -24,6 +24,9 @@ class Accounting:
     cut_short: str | None = None
     """Why the read ended before the file's end (a damaged or cut record, a compressed stream
     cut short), the packets before it analysed; None when the file was read to its end."""
+    clock_step_us: int | None = None
+    """The step of the clock that stamped the packets, where it is 1 ms or more (a Windows
+    clock's 15.625 ms): no wait is measured closer than that. None for a finer clock."""
 
     def add_skipped(self, reasons: dict[str, int]) -> None:
         for reason, count in reasons.items():

@@ -87,6 +87,7 @@ def _batches(reader: _core.Reader, first_batch: dict | None, accounting: Account
     accounting.tcp_packets = accounting.packets_read - sum(skipped.values())
     accounting.warnings = list(reader.warnings)
     accounting.cut_short = reader.cut_short
+    accounting.clock_step_us = reader.clock_step_us
 
 
 def _read(reader: _core.Reader) -> Iterator[dict]:

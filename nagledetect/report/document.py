@@ -119,6 +119,7 @@ def _capture_entry(capture: Capture, read: ColumnReader) -> dict[str, Any]:
         "skipped": dict(sorted(accounting.skipped.items(), key=lambda item: -item[1])),
         "balanced": accounting.balanced,
         "cut_short": accounting.cut_short,
+        "clock_step_us": accounting.clock_step_us,
         "warnings": list(accounting.warnings) + _connection_warnings(capture.connections, read),
         "connections": len(capture.connections),
     }
