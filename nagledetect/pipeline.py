@@ -17,7 +17,7 @@ import numpy as np
 
 from nagledetect.api import Capture
 from nagledetect.detectors import CONNECTION_DETECTORS, nagle_stall, phase_lock, segment_parity
-from nagledetect.detectors.coarse_clock import CoarseClock
+from nagledetect.detectors.capture_clock import ClockCaveat
 from nagledetect.detectors.delack_timer import (
     SAMPLE_SEGMENT_COLUMNS,
     delack_samples,
@@ -38,9 +38,10 @@ from nagledetect.events.messages import messages, number_messages
 from nagledetect.events.payloads import PAYLOAD_SIZES, CountedPayloads, PayloadCounts
 from nagledetect.events.segments import SEGMENT_PACKET_COLUMNS, data_segments
 from nagledetect.flows.compiled import empty_flow_tables
+from nagledetect.flows.connections import seen_one_way
 from nagledetect.flows.tables import FlowTables, FoundEvents
 from nagledetect.read.accounting import Accounting
-from nagledetect.sent_tables import TableRows, sent_fields, shared_table
+from nagledetect.sent_tables import ColumnReader, TableRows, sent_fields, shared_table
 from nagledetect.stored import RecordFix, RecordTable
 from nagledetect.table import Table, as_table
 
@@ -252,11 +253,17 @@ def mend_findings(analysis: Analysis, mend: RecordFix) -> None:
 
 
 def with_clock_caveat(analysis: Analysis) -> Analysis:
-    """The analysis of a whole capture, its findings mended for a coarse clock
-    (`detectors.coarse_clock`)."""
-    step_us = analysis.capture.accounting.clock_step_us
-    if step_us:
-        mend_findings(analysis, CoarseClock(step_us))
+    """The analysis of a whole capture, its findings mended for what its clock leaves unproven
+    (`detectors.capture_clock`), and its accounting saying whether its times were set."""
+    accounting, connections = analysis.capture.accounting, analysis.capture.connections
+    answered = len(connections) > 0 and not seen_one_way(
+        *(ColumnReader()(connections, f"packets_{way}") for way in ("client_to_server",
+                                                                     "server_to_client"))).all()
+    caveat = ClockCaveat.of(accounting, answered)
+    accounting.clock_spacing_us = caveat.spacing_us if caveat else None
+    if caveat is not None:
+        accounting.warnings += [caveat.warning()] if caveat.spacing_us else []
+        mend_findings(analysis, caveat)
     return analysis
 
 
@@ -266,9 +273,9 @@ def without_tcp(path: str, accounting: Accounting, charts: bool = False) -> Anal
     hold a thousand of them, and running every step on empty tables cost more than reading one.
     Its empty tables are shared: they are only read."""
     template = _without_tcp(charts)
-    return dataclasses.replace(
+    return with_clock_caveat(dataclasses.replace(
         template, capture=dataclasses.replace(template.capture, path=path, accounting=accounting),
-        hosts={}, findings=[], charts=copy.deepcopy(template.charts))
+        hosts={}, findings=[], charts=copy.deepcopy(template.charts)))
 
 
 @cache

@@ -171,3 +171,36 @@ def _document_of(paths: list[Path]) -> dict:
     result = CliRunner().invoke(main, ["analyze", "--format", "json", *map(str, paths)])
     assert result.exit_code == 0, result.output
     return json.loads(result.stdout)
+
+
+def test_a_periodic_sender_alone_keeps_real_time() -> None:
+    """spb_bpduv4.pcap: 25 BPDUs, each 2.000729-2.001078 s after the one before (a switch's
+    hello timer, within 0.05 %), no TCP: evenly spaced, but nobody answered on the beat, so the
+    times are not called set."""
+    bpdus = corpus_file("tcpdump/spb_bpduv4.pcap")
+    alone = _document(bpdus)["captures"]
+    # Three small captures are analysed together (`batch.analyze_together`).
+    beside = _document_of([bpdus, SAMPLE_TRACES / "seed003-nagle.pcap",
+                           SAMPLE_TRACES / "mixed.pcap"])["captures"]
+    for capture in (alone[0], beside[0]):
+        assert (capture["clock_spacing_us"], capture["clock_step_us"]) == (None, None)
+        assert not [w for w in capture["warnings"] if "set by" in w]
+
+
+def test_a_one_way_periodic_tcp_sender_keeps_real_time(tmp_path: Path) -> None:
+    """Hand-built: ten 100-byte segments one way, each exactly 500 ms after the last (a sensor
+    pushing readings, captured on one leg only): evenly spaced but never answered, so its times
+    are not called set; the same with the receiver's ACK 500 ms after each, a conversation on
+    one beat, are."""
+    one_way = [segment(CLIENT, SERVER, 40000, 80, "PA", 1 + 100 * k, 1, 100, time_s=0.5 * k)
+               for k in range(10)]
+    assert _document(write(tmp_path / "one-way.pcap", one_way))["captures"][0][
+        "clock_spacing_us"] is None
+    both = []
+    for k in range(5):
+        both.append(segment(CLIENT, SERVER, 40000, 80, "PA", 1 + 100 * k, 1, 100, time_s=k))
+        both.append(segment(SERVER, CLIENT, 80, 40000, "A", 1, 101 + 100 * k, time_s=k + 0.5))
+    capture = _document(write(tmp_path / "both.pcap", both))["captures"][0]
+    assert capture["clock_spacing_us"] == 500_000
+    assert [w for w in capture["warnings"]
+            if w.startswith("every packet comes 500 ms after the one before")]

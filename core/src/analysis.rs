@@ -336,7 +336,8 @@ fn take_records(
 /// One capture read into `tracker`: its accounting as a dict (`packets_read`, `skipped`:
 /// skip code -> packets, `linktype`: the first packet's, else the file's, `warnings`,
 /// `cut_short`: why the read ended before the file's end or None, `clock_step_us`: the step
-/// of a coarse clock that stamped the packets or None, `frame_offset`,
+/// of a coarse clock that stamped the packets or None, `clock_spacing_us`: the interval
+/// every packet came after the one before where all are the same, or None, `frame_offset`,
 /// `connections_ended_silent`: how many connections were finished before the capture's end
 /// for their silence) or the error that stopped it (`CaptureError` or `FilterError`, as `decode_file` raises
 /// them), with the packets read before an error left out of the tables.
@@ -385,6 +386,7 @@ fn accounting<'py>(
     capture.set_item("warnings", stream.warnings().to_vec())?;
     capture.set_item("cut_short", stream.cut_short())?;
     capture.set_item("clock_step_us", stream.clock_step_us())?;
+    capture.set_item("clock_spacing_us", stream.clock_spacing_us())?;
     capture.set_item("frame_offset", frame_offset)?;
     capture.set_item("connections_ended_silent", stages.flows.ended_silent)?;
     Ok(capture)

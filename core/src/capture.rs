@@ -15,6 +15,7 @@ use pcap_parser::pcap::{parse_pcap_frame, parse_pcap_frame_be, parse_pcap_frame_
 use pcap_parser::pcapng::{Block, parse_block_be, parse_block_le, parse_sectionheaderblock};
 use pcap_parser::{LegacyPcapBlock, PcapError, parse_pcap_header};
 
+use crate::clock::Clock;
 use crate::source::Source;
 
 /// One packet record.
@@ -59,86 +60,7 @@ pub struct CaptureReader {
     finished: bool,
     big_endian: bool,
     cut_short: Option<String>,
-    clock: ClockStep,
-}
-
-/// The step of the clock that stamped a capture's packets: the greatest common divisor of
-/// their times less the first's (a clock of whole milliseconds, or a Windows clock ticking
-/// every 15.625 ms from any origin, puts its packets multiples of its step apart). A capture
-/// made on a coarse clock cannot show a delay shorter than its step.
-#[derive(Default)]
-struct ClockStep {
-    packets: u64,
-    first_us: i64,
-    step_us: i64,
-}
-
-/// Fewer packets than this say nothing of their clock's step: a few packets a whole number
-/// of seconds apart may have been sent so. (On a microsecond clock, eight packets fall whole
-/// milliseconds apart by chance once in 10^21 captures.)
-const CLOCK_STEP_MIN_PACKETS: u64 = 8;
-/// Three packets at one instant are already more than a clock that ticks can give.
-const SAME_TIME_MIN_PACKETS: u64 = 3;
-/// A step from this on is reported.
-const COARSE_CLOCK_STEP_US: i64 = 1_000;
-
-impl ClockStep {
-    fn see(&mut self, time_us: i64) {
-        self.packets += 1;
-        if self.packets == 1 {
-            self.first_us = time_us;
-        } else if self.step_us != 1 {
-            self.step_us = gcd(
-                self.step_us,
-                time_us.wrapping_sub(self.first_us).wrapping_abs(),
-            );
-        }
-    }
-
-    /// The step, where it is coarse and enough packets show it (once every packet has been
-    /// seen).
-    fn coarse_step_us(&self) -> Option<i64> {
-        (self.step_us >= COARSE_CLOCK_STEP_US && self.packets >= CLOCK_STEP_MIN_PACKETS)
-            .then_some(self.step_us)
-    }
-
-    /// The warning for a coarse clock, once every packet has been seen.
-    fn warning(&self) -> Option<String> {
-        if self.step_us == 0 && self.packets >= SAME_TIME_MIN_PACKETS {
-            return Some(format!(
-                "all {} packets carry the same timestamp: no delay can be measured",
-                self.packets
-            ));
-        }
-        self.coarse_step_us().map(|step_us| {
-            format!(
-                "timestamps step by {}: delays and round trips shorter than that are not \
-                 seen, and each time is off by up to that much",
-                step_text(step_us)
-            )
-        })
-    }
-}
-
-fn gcd(mut a: i64, mut b: i64) -> i64 {
-    while b != 0 {
-        (a, b) = (b, a % b);
-    }
-    a
-}
-
-/// A clock step in words: "15.625 ms", "1 s".
-fn step_text(step_us: i64) -> String {
-    let (value, decimals, unit) = if step_us < 1_000_000 {
-        (step_us as f64 / 1e3, 3, "ms")
-    } else {
-        (step_us as f64 / 1e6, 6, "s")
-    };
-    let text = format!("{value:.decimals$}");
-    format!(
-        "{} {unit}",
-        text.trim_end_matches('0').trim_end_matches('.')
-    )
+    clock: Clock,
 }
 
 enum Format {
@@ -205,7 +127,7 @@ impl CaptureReader {
             cut_short: None,
             finished: false,
             big_endian,
-            clock: ClockStep::default(),
+            clock: Clock::default(),
         };
         reader.read_to_first_interface()?;
         Ok(reader)
@@ -301,10 +223,10 @@ impl CaptureReader {
         &self.warnings
     }
 
-    /// The step of the clock that stamped the packets, in microseconds, where it is 1 ms or
-    /// more (known once `read` has returned 0).
-    pub fn clock_step_us(&self) -> Option<i64> {
-        self.finished.then(|| self.clock.coarse_step_us()).flatten()
+    /// What the packets' times say of the clock that stamped them (known once `read` has
+    /// returned 0).
+    pub fn clock(&self) -> Option<&Clock> {
+        self.finished.then_some(&self.clock)
     }
 
     /// Why the read ended before the file's end (the input's own reason first: a compressed
@@ -968,34 +890,5 @@ mod tests {
         assert_eq!(cut, all[..all.len() - 1]);
         assert_eq!(warnings.len(), 1);
         assert!(warnings[0].contains(&format!("record {}'s data", all.len())));
-    }
-
-    /// A clock's step from the times of its packets, in words, worked out by hand.
-    #[test]
-    fn clock_steps() {
-        let step = |times: &[i64]| {
-            let mut clock = ClockStep::default();
-            times.iter().for_each(|&time| clock.see(time));
-            clock.warning()
-        };
-        let ticks: Vec<i64> = (0..8).map(|k| 822_000 + 15_625 * k).collect();
-        assert!(
-            step(&ticks)
-                .unwrap()
-                .starts_with("timestamps step by 15.625 ms:")
-        );
-        let seconds: Vec<i64> = (0..8).map(|k| -5_000_000 + 1_000_000 * k).collect();
-        assert!(
-            step(&seconds)
-                .unwrap()
-                .starts_with("timestamps step by 1 s:")
-        );
-        assert_eq!(step(&seconds[..7]), None);
-        assert!(step(&[7; 3]).unwrap().starts_with("all 3 packets"));
-        assert_eq!(step(&[7; 2]), None);
-        let mut micro = ticks.clone();
-        micro.push(822_001);
-        assert_eq!(step(&micro), None);
-        assert_eq!(step_text(2_500_000), "2.5 s");
     }
 }

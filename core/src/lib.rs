@@ -7,6 +7,7 @@
 mod analysis;
 mod bpf;
 mod capture;
+mod clock;
 mod columns;
 mod decode;
 mod display_filter;

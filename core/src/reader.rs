@@ -12,6 +12,7 @@ use pyo3::types::PyDict;
 
 use crate::bpf::{self, FilterError};
 use crate::capture::{CaptureReader, NotACapture, Record};
+use crate::clock::Clock;
 use crate::columns::Columns;
 use crate::decode::Decoder;
 use crate::{CaptureError, FilterError as PyFilterError};
@@ -46,7 +47,13 @@ impl Stream {
 
     /// The capture clock's step where it is coarse (once the read has ended).
     pub fn clock_step_us(&self) -> Option<i64> {
-        self.capture.clock_step_us()
+        self.capture.clock().and_then(Clock::coarse_step_us)
+    }
+
+    /// The interval every packet came after the one before, where all are the same (once the
+    /// read has ended).
+    pub fn clock_spacing_us(&self) -> Option<i64> {
+        self.capture.clock().and_then(Clock::even_spacing_us)
     }
 
     /// The capture's link type as libpcap reports it for the file (`CaptureReader::linktype`).
@@ -164,7 +171,8 @@ pub fn batch_dict(py: Python<'_>, columns: Columns) -> PyResult<Bound<'_, PyDict
 /// capture's link type raises `FilterError` from the first batch (or, for a capture without
 /// packets, when the iteration would end). `linktype` and `cut_short` say what the file's
 /// header named and why the read ended early, `clock_step_us` the step of a coarse clock
-/// that stamped the packets. Each batch also says `bytes_read`: the
+/// that stamped the packets, `clock_spacing_us` the interval of times set one after another.
+/// Each batch also says `bytes_read`: the
 /// capture's bytes (decompressed) read up to its end.
 #[pyclass(module = "nagledetect._core")]
 pub struct Reader {
@@ -184,6 +192,7 @@ struct Ended {
     linktype: Option<u32>,
     cut_short: Option<String>,
     clock_step_us: Option<i64>,
+    clock_spacing_us: Option<i64>,
 }
 
 impl Ended {
@@ -193,6 +202,7 @@ impl Ended {
             linktype: stream.linktype(),
             cut_short: stream.cut_short().map(str::to_string),
             clock_step_us: stream.clock_step_us(),
+            clock_spacing_us: stream.clock_spacing_us(),
         }
     }
 }
@@ -274,6 +284,13 @@ impl Reader {
     #[getter]
     fn clock_step_us(&self) -> Option<i64> {
         self.ended.clock_step_us
+    }
+
+    /// The interval every packet came after the one before, in microseconds, where the
+    /// intervals are all the same; else None (once the iteration has ended).
+    #[getter]
+    fn clock_spacing_us(&self) -> Option<i64> {
+        self.ended.clock_spacing_us
     }
 }
 

@@ -145,7 +145,8 @@ def _capture_read(path: str, read: dict | Exception) -> CaptureRead | InputError
 def _accounting(path: str, read: dict) -> Accounting:
     accounting = Accounting(path=path, linktype=read["linktype"] or 0,
                             packets_read=read["packets_read"], warnings=list(read["warnings"]),
-                            cut_short=read["cut_short"], clock_step_us=read["clock_step_us"])
+                            cut_short=read["cut_short"], clock_step_us=read["clock_step_us"],
+                            clock_spacing_us=read["clock_spacing_us"])
     accounting.add_skipped(skips.reasons(read["skipped"]))
     accounting.tcp_packets = accounting.packets_read - sum(read["skipped"].values())
     return accounting

@@ -27,6 +27,9 @@ class Accounting:
     clock_step_us: int | None = None
     """The step of the clock that stamped the packets, where it is 1 ms or more (a Windows
     clock's 15.625 ms): no wait is measured closer than that. None for a finer clock."""
+    clock_spacing_us: int | None = None
+    """The interval every packet came after the one before, where the times were set so (by a
+    script that wrote the capture), not measured. None for measured times."""
 
     def add_skipped(self, reasons: dict[str, int]) -> None:
         for reason, count in reasons.items():

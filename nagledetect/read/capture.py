@@ -88,6 +88,7 @@ def _batches(reader: _core.Reader, first_batch: dict | None, accounting: Account
     accounting.warnings = list(reader.warnings)
     accounting.cut_short = reader.cut_short
     accounting.clock_step_us = reader.clock_step_us
+    accounting.clock_spacing_us = reader.clock_spacing_us
 
 
 def _read(reader: _core.Reader) -> Iterator[dict]:

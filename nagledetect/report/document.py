@@ -120,6 +120,7 @@ def _capture_entry(capture: Capture, read: ColumnReader) -> dict[str, Any]:
         "balanced": accounting.balanced,
         "cut_short": accounting.cut_short,
         "clock_step_us": accounting.clock_step_us,
+        "clock_spacing_us": accounting.clock_spacing_us,
         "warnings": list(accounting.warnings) + _connection_warnings(capture.connections, read),
         "connections": len(capture.connections),
     }
