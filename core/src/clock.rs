@@ -12,9 +12,9 @@ const MIN_PACKETS: u64 = 8;
 /// Three packets at one instant are already more than a clock that ticks can give.
 const SAME_TIME_MIN_PACKETS: u64 = 3;
 /// A step from this on is reported.
-const COARSE_STEP_US: i64 = 1_000;
+const COARSE_STEP_US: u64 = 1_000;
 /// Intervals from this on, all equal to within `EVEN_SPACING_SHARE` of the shortest, are set.
-const MIN_EVEN_SPACING_US: i64 = 1_000;
+const MIN_EVEN_SPACING_US: u64 = 1_000;
 /// How far the intervals of set times may differ: the writer's own rounding (a capture made by
 /// a script whose every packet comes 200 ms after the last: 199.994-200.014 ms).
 const EVEN_SPACING_SHARE: f64 = 0.001;
@@ -25,9 +25,10 @@ pub struct Clock {
     packets: u64,
     first_us: i64,
     last_us: i64,
-    step_us: i64,
-    shortest_interval_us: i64,
-    longest_interval_us: i64,
+    /// Differences are unsigned: a damaged record's time may lie anywhere in an i64.
+    step_us: u64,
+    shortest_interval_us: u64,
+    longest_interval_us: u64,
 }
 
 impl Clock {
@@ -35,29 +36,26 @@ impl Clock {
         self.packets += 1;
         if self.packets == 1 {
             (self.first_us, self.last_us) = (time_us, time_us);
-            self.shortest_interval_us = i64::MAX;
+            self.shortest_interval_us = u64::MAX;
             return;
         }
         if self.step_us != 1 {
-            self.step_us = gcd(
-                self.step_us,
-                time_us.wrapping_sub(self.first_us).wrapping_abs(),
-            );
+            self.step_us = gcd(self.step_us, time_us.abs_diff(self.first_us));
         }
-        let interval = time_us.wrapping_sub(self.last_us).wrapping_abs();
+        let interval = time_us.abs_diff(self.last_us);
         self.shortest_interval_us = self.shortest_interval_us.min(interval);
         self.longest_interval_us = self.longest_interval_us.max(interval);
         self.last_us = time_us;
     }
 
     /// The clock's step, where it is 1 ms or more and enough packets show it.
-    pub fn coarse_step_us(&self) -> Option<i64> {
+    pub fn coarse_step_us(&self) -> Option<u64> {
         (self.step_us >= COARSE_STEP_US && self.packets >= MIN_PACKETS).then_some(self.step_us)
     }
 
     /// The interval every packet came after the one before, where all are the same (the
     /// shortest; the others within `EVEN_SPACING_SHARE` of it).
-    pub fn even_spacing_us(&self) -> Option<i64> {
+    pub fn even_spacing_us(&self) -> Option<u64> {
         let shortest = self.shortest_interval_us;
         let spread = self.longest_interval_us.saturating_sub(shortest);
         (self.packets >= MIN_PACKETS
@@ -85,7 +83,7 @@ impl Clock {
     }
 }
 
-fn gcd(mut a: i64, mut b: i64) -> i64 {
+fn gcd(mut a: u64, mut b: u64) -> u64 {
     while b != 0 {
         (a, b) = (b, a % b);
     }
@@ -93,7 +91,7 @@ fn gcd(mut a: i64, mut b: i64) -> i64 {
 }
 
 /// A duration in words: "15.625 ms", "1 s".
-fn duration_text(us: i64) -> String {
+fn duration_text(us: u64) -> String {
     let (value, decimals, unit) = if us < 1_000_000 {
         (us as f64 / 1e3, 3, "ms")
     } else {
@@ -167,5 +165,29 @@ mod tests {
         assert_eq!(clock(&seconds).even_spacing_us(), None);
         let beat: Vec<i64> = (0..8).map(|k| 500_000 * k).collect();
         assert_eq!(clock(&beat).even_spacing_us(), Some(500_000));
+    }
+
+    /// Damaged records' times anywhere in an i64: no overflow, whatever they say.
+    #[test]
+    fn any_times() {
+        let times = [
+            i64::MIN,
+            i64::MAX,
+            0,
+            -1,
+            1,
+            i64::MIN + 1,
+            i64::MAX - 1,
+            7,
+            i64::MIN,
+        ];
+        for length in 1..=times.len() {
+            let seen = clock(&times[..length]);
+            let _ = (
+                seen.warning(),
+                seen.even_spacing_us(),
+                seen.coarse_step_us(),
+            );
+        }
     }
 }

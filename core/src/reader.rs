@@ -46,13 +46,13 @@ impl Stream {
     }
 
     /// The capture clock's step where it is coarse (once the read has ended).
-    pub fn clock_step_us(&self) -> Option<i64> {
+    pub fn clock_step_us(&self) -> Option<u64> {
         self.capture.clock().and_then(Clock::coarse_step_us)
     }
 
     /// The interval every packet came after the one before, where all are the same (once the
     /// read has ended).
-    pub fn clock_spacing_us(&self) -> Option<i64> {
+    pub fn clock_spacing_us(&self) -> Option<u64> {
         self.capture.clock().and_then(Clock::even_spacing_us)
     }
 
@@ -171,7 +171,7 @@ pub fn batch_dict(py: Python<'_>, columns: Columns) -> PyResult<Bound<'_, PyDict
 /// capture's link type raises `FilterError` from the first batch (or, for a capture without
 /// packets, when the iteration would end). `linktype` and `cut_short` say what the file's
 /// header named and why the read ended early, `clock_step_us` the step of a coarse clock
-/// that stamped the packets, `clock_spacing_us` the interval of times set one after another.
+/// that stamped the packets, `clock_spacing_us` the interval every packet came after the one before where all are the same.
 /// Each batch also says `bytes_read`: the
 /// capture's bytes (decompressed) read up to its end.
 #[pyclass(module = "nagledetect._core")]
@@ -191,8 +191,8 @@ struct Ended {
     warnings: Vec<String>,
     linktype: Option<u32>,
     cut_short: Option<String>,
-    clock_step_us: Option<i64>,
-    clock_spacing_us: Option<i64>,
+    clock_step_us: Option<u64>,
+    clock_spacing_us: Option<u64>,
 }
 
 impl Ended {
@@ -282,14 +282,14 @@ impl Reader {
     /// The step of the clock that stamped the packets, in microseconds, where it is 1 ms or
     /// more; else None (once the iteration has ended).
     #[getter]
-    fn clock_step_us(&self) -> Option<i64> {
+    fn clock_step_us(&self) -> Option<u64> {
         self.ended.clock_step_us
     }
 
     /// The interval every packet came after the one before, in microseconds, where the
     /// intervals are all the same; else None (once the iteration has ended).
     #[getter]
-    fn clock_spacing_us(&self) -> Option<i64> {
+    fn clock_spacing_us(&self) -> Option<u64> {
         self.ended.clock_spacing_us
     }
 }
