@@ -40,6 +40,9 @@ DEFAULT_SNAPLEN = 262_144
 """tcpdump's default: whole packets. The analysis reads only headers: 128 bytes is enough."""
 CAPTURE_CALL_MS = 200
 """How long one call into the core captures before the thread looks at its limits again."""
+LAST_BLOCK_MS = 250
+"""How long the capture reads on once it is done: the kernel hands packets over a block at a
+time, the last one up to the core's read timeout (100 ms) after its first packet came."""
 VIEW_INTERVAL_S = 1.0
 ANALYSIS_SHARE_WAIT = 2.0
 """After an analysis that took T, the next starts no sooner than this many T later."""
@@ -179,6 +182,7 @@ class _CaptureThread(threading.Thread):
     def run(self) -> None:
         try:
             self._capture_until_done()
+            self._take_last_block()
         except Exception as error:  # noqa: BLE001 - the main thread says it in one line
             self.error = str(error)
         finally:
@@ -196,11 +200,22 @@ class _CaptureThread(threading.Thread):
             wanted = self.options.packets
             if wanted is not None and self.counts["packets"] >= wanted:
                 return
-            started_s = time.time()
-            counts = self.capture.capture(
-                left_ms, None if wanted is None else wanted - self.counts["packets"])
-            self._note_drops(started_s, counts)
-            self.counts = counts
+            self._take(left_ms)
+
+    def _take_last_block(self) -> None:
+        """The packets the kernel still holds once the capture is done (by its time, or
+        Ctrl-C), and any that come meanwhile: the capture ends that much later."""
+        wanted = self.options.packets
+        if wanted is None or self.counts["packets"] < wanted:
+            self._take(LAST_BLOCK_MS)
+
+    def _take(self, max_ms: int) -> None:
+        wanted = self.options.packets
+        started_s = time.time()
+        counts = self.capture.capture(
+            max_ms, None if wanted is None else wanted - self.counts["packets"])
+        self._note_drops(started_s, counts)
+        self.counts = counts
 
     def _note_drops(self, started_s: float, counts: dict[str, int]) -> None:
         grown = _dropped(counts) - _dropped(self.counts)

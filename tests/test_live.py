@@ -290,6 +290,50 @@ def test_packets_ends_the_capture_at_that_many_packets() -> None:
     assert json.loads(run.stdout)["captures"][0]["packets"] == 12
 
 
+def _burst_on_loopback(port: int, connections: int) -> None:
+    """`connections` connections to a server on this machine's loopback, one after another as
+    fast as they open, each writing two bytes and closing: about seven packets each, in tens
+    of milliseconds (one connection's small writes would not do: Linux corks them into few
+    packets on loopback)."""
+    with socket.create_server(("127.0.0.1", port), backlog=connections) as listening:
+        def serve() -> None:
+            for _ in range(connections):
+                accepted, _ = listening.accept()
+                with accepted:
+                    while accepted.recv(64):
+                        pass
+
+        server = threading.Thread(target=serve)
+        server.start()
+        for _ in range(connections):
+            with socket.create_connection(("127.0.0.1", port)) as client:
+                client.sendall(b"ab")
+        server.join()
+
+
+@needs_root
+def test_a_burst_on_loopback_at_tcpdumps_snapshot_length_loses_nothing() -> None:
+    """Loopback's packets may be 64 KB: in immediate mode libpcap cuts the kernel's buffer
+    into frames that large, and at its 2 MB default a burst of 300 short connections lost
+    packets at the default snapshot length (262,144, tcpdump's), where tcpdump lost none."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    with _folder() as folder:
+        written = folder / "burst.pcap"
+        command = _nagledetect("live", "-i", "lo", "--duration", "4", "--format", "json",
+                               "--filter", f"tcp port {port}", "--write", str(written))
+        with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True, env=_environment(), cwd=PROJECT) as live:
+            _wait_for_file(written, live)
+            _burst_on_loopback(port, 300)
+            stdout, stderr = live.communicate(timeout=RUN_TIMEOUT_S)
+    assert live.returncode == 0, stderr
+    stats = [line for line in stderr.splitlines() if "packets captured" in line]
+    assert len(stats) == 1 and " 0 dropped by the kernel" in stats[0], stderr
+    assert json.loads(stdout)["captures"][0]["packets"] >= 300 * 6
+
+
 @needs_root
 def test_ctrl_c_ends_the_capture_and_the_report_follows() -> None:
     with _folder() as folder:
