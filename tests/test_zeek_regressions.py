@@ -127,6 +127,19 @@ def test_a_generated_captures_tick_is_no_evidence() -> None:
                "the one before: its times were set, not measured" for f in family)
 
 
+def test_a_delayed_ack_shorter_than_the_path_is_still_delayed() -> None:
+    """zeek/http__100-continue.pcap, at a macOS curl client (192.168.3.103), the server 47.9 ms
+    away (SYN 0.000000, SYN/ACK 0.047911): after `100 Continue`, 1,460 bytes of the 2,001-byte body
+    (frame 8, 0.102213), the server's pure ACK 93.1 ms later (frame 9, 0.195327: held 45.2 ms
+    beyond the round trip, less than 1.5 round trips but far past an ordinary ACK's 73.9 ms),
+    the 541-byte tail 77 us after it (frame 10, 0.195404): classic Nagle holding a write's tail
+    behind a full segment until the server's delayed ACK."""
+    (stall,) = [f for f in _family("zeek/http__100-continue.pcap")
+                if f.kind == NAGLE_DELACK_STALL]
+    assert _triples(stall) == [(8, 9, 10)]
+    assert (stall.sender, stall.subkind) == ("192.168.3.103:54102", "2n-segment-tail")
+
+
 def test_an_ack_is_not_ordinary_by_its_own_lag() -> None:
     """tcpdump/of10_7050q.pcapng: four frames, no handshake. Frame 2 (24 B from 86.139.225.177)
     at 0.100027, the peer's pure ACK (frame 3) at 0.139815, 39.8 ms later (a 40 ms delayed-ACK

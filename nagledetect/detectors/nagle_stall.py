@@ -213,10 +213,14 @@ def timed_stalls(untimed: dict[str, np.ndarray], connections: Table
     ack_lag_ms = (peer_time_us - found["prev_time_us"]) / 1000
     receiver_rtt_ms = receiver_side_rtt_ms(connections, connection, direction)
     hold_ms = ack_lag_ms - receiver_rtt_ms
-    delayed = ((hold_ms >= np.maximum(MIN_DELAYED_HOLD_MS, RTT_MULTIPLE * receiver_rtt_ms))
-               & (hold_ms <= MAX_DELAYED_HOLD_MS))
     ordinary = rtt_known & (ack_lag_ms <= ORDINARY_ACK_FACTOR * receiver_rtt_ms
                             + ORDINARY_ACK_SLACK_MS)
+    # Against a round trip the handshake measured, an ACK later than an ordinary one and held
+    # 10 ms or more was delayed, however short its hold beside the path (a receiver whose ACKs
+    # fire on a global tick holds some for a few ms); against an estimate, well above it.
+    delayed = (((hold_ms >= np.maximum(MIN_DELAYED_HOLD_MS, RTT_MULTIPLE * receiver_rtt_ms))
+                | (measured & ~ordinary & (hold_ms >= MIN_DELAYED_HOLD_MS)))
+               & (hold_ms <= MAX_DELAYED_HOLD_MS))
     # An ordinary ACK is told by the round trip; one estimated from ACK lags alone may be this
     # very ACK's lag, so only a round trip the handshake measured can call an ACK ordinary.
     ack_kind = np.where(delayed, DELAYED, np.where(ordinary & measured, ORDINARY, NEITHER))
