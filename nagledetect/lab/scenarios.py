@@ -148,6 +148,8 @@ def finding(kind: str, count: tuple[int, int], each_ms: tuple[float, float], not
 SEED003_REQUEST = (2,) * 15
 REMOTE_RTT_MS = 80.0
 RTT_HOLD_RTT_MS = 60.0
+TIMER_LONG_PATH_RTT_MS = 40.0
+"""A path as long as Linux's delayed-ACK timer: the hold is no longer than the round trip."""
 TIMESTAMPED_MSS_BYTES = 1448
 SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
     Scenario("seed003-nagle", "many small writes held: ~40 ms stalls",
@@ -155,6 +157,14 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
              (Flow("tiny-writes", 40, SEED003_REQUEST, (2,)),),
              expectation="about 40 ms per exchange: the first write leaves, the other 14 wait for "
                          "the server's delayed ACK",
+             holder="client", source=LINUX_NODELAY_DOC),
+    Scenario("seed003-nagle-40ms-path", "the same over a 40 ms path",
+             "15 two-byte writes then a read, Nagle on, over a 40 ms round trip (delay line), "
+             "captured at the client: the server's 40 ms delayed ACK is no longer than the path",
+             (Flow("tiny-writes", 40, SEED003_REQUEST, (2,)),), rtt_ms=TIMER_LONG_PATH_RTT_MS,
+             expectation="about 125 ms per exchange: the first write's round trip, the "
+                         "server's delayed ACK (about 40 ms) holding the other 14 writes, and "
+                         "their round trip",
              holder="client", source=LINUX_NODELAY_DOC),
     Scenario("seed003-nodelay", "the TCP_NODELAY fix: no stall, tinygrams",
              "15 two-byte writes then a read with TCP_NODELAY",
