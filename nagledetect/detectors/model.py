@@ -112,12 +112,21 @@ def _stall_events_from_rows(rows_bytes: bytes, dtypes: tuple[str, ...]) -> Stall
     return StallEvents(np.frombuffer(rows_bytes, dtype=_row_layout(dtypes)))
 
 
+def joined_columns(evidence: Sequence[StallEvents],
+                   names: Sequence[str] = STALL_EVENT_COLUMNS) -> list[np.ndarray]:
+    """The named columns of several findings' stalls, each one array for all of them, the
+    findings' rows one after another: made and converted for all of them at once (per finding,
+    the numpy calls would cost more than the rows)."""
+    if not evidence:
+        return [np.zeros(0, dtype=np.int64) for _ in names]
+    return [np.concatenate([events.rows[name] for events in evidence]) for name in names]
+
+
 def evidence_rows(evidence: list[StallEvents]) -> list[list[dict[str, Any]]]:
     """The JSON rows of several findings' stalls, rounded and converted column by column for
-    all of them at once (per finding, the numpy calls would cost more than the rows)."""
-    by_column = zip(*(events.columns() for events in evidence))
-    lists = [_json_column(np.concatenate(arrays), decimals)
-             for arrays, decimals in zip(by_column, EVIDENCE_DECIMALS)]
+    all of them at once."""
+    lists = [_json_column(column, decimals)
+             for column, decimals in zip(joined_columns(evidence), EVIDENCE_DECIMALS)]
     frames, ack, released, stall, start, delay, reaction = EVIDENCE_KEYS
     rows = [{frames: a, ack: b, released: c, stall: d, start: e, delay: f, reaction: g}
             for a, b, c, d, e, f, g in zip(*lists)]

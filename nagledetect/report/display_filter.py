@@ -13,7 +13,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from nagledetect import _core
-from nagledetect.detectors.model import StallEvents
+from nagledetect.detectors.model import StallEvents, joined_columns
 
 MAX_FRAME_RUNS = 64
 """Runs of consecutive frames listed one by one (about 700 characters at most, which pastes
@@ -34,8 +34,7 @@ def display_filters(connections: Sequence[int], events: Sequence[StallEvents]) -
     """`display_filter` of many findings at once, made by the compiled core
     (`core/src/display_filter.rs`): a finding's filter took a third of the time of writing
     the JSON document of a capture with a hundred thousand findings."""
-    frames = [np.concatenate([getattr(rows, name) for rows in events]).astype(np.int64, copy=False)
-              if events else np.zeros(0, np.int64)
-              for name in ("last_data_frame", "ack_frame", "released_frame")]
+    frames = [column.astype(np.int64, copy=False) for column in
+              joined_columns(events, ("last_data_frame", "ack_frame", "released_frame"))]
     return _core.display_filters(list(connections), [len(rows) for rows in events], *frames,
                                  MAX_EVENTS_LISTED, MAX_FRAME_RUNS)

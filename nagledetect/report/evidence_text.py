@@ -13,7 +13,12 @@ import numpy as np
 import orjson
 
 from nagledetect import _core
-from nagledetect.detectors.model import EVIDENCE_DECIMALS, EVIDENCE_KEYS, StallEvents
+from nagledetect.detectors.model import (
+    EVIDENCE_DECIMALS,
+    EVIDENCE_KEYS,
+    StallEvents,
+    joined_columns,
+)
 
 ROW_INDENT = b"\n        "
 EVENTS_CLOSE = b"\n      ]"
@@ -35,7 +40,6 @@ def evidence_texts(events: list[StallEvents]) -> list[bytes]:
     counts = [len(rows) for rows in events]
     if not sum(counts):
         return [b"[]"] * len(events)
-    columns = [np.concatenate(arrays).astype(np.int64 if decimals is None else np.float64, copy=False)
-               for arrays, decimals in zip(zip(*(rows.columns() for rows in events)),
-                                           EVIDENCE_DECIMALS)]
+    columns = [column.astype(np.int64 if decimals is None else np.float64, copy=False)
+               for column, decimals in zip(joined_columns(events), EVIDENCE_DECIMALS)]
     return _core.evidence_texts(columns, list(EVIDENCE_DECIMALS), counts, ROW_TEXT)
