@@ -41,7 +41,7 @@ from nagledetect.flows.compiled import empty_flow_tables
 from nagledetect.flows.connections import seen_one_way
 from nagledetect.flows.tables import FlowTables, FoundEvents
 from nagledetect.read.accounting import Accounting
-from nagledetect.sent_tables import ColumnReader, TableRows, sent_fields, shared_table
+from nagledetect.sent_tables import ColumnReader, Rows, TableRows, sent_fields, shared_table
 from nagledetect.stored import RecordFix, RecordTable
 from nagledetect.table import Table, as_table
 
@@ -255,16 +255,22 @@ def mend_findings(analysis: Analysis, mend: RecordFix) -> None:
 def with_clock_caveat(analysis: Analysis) -> Analysis:
     """The analysis of a whole capture, its findings mended for what its clock leaves unproven
     (`detectors.capture_clock`), and its accounting saying whether its times were set."""
-    accounting, connections = analysis.capture.accounting, analysis.capture.connections
-    answered = len(connections) > 0 and not seen_one_way(
-        *(ColumnReader()(connections, f"packets_{way}") for way in ("client_to_server",
-                                                                     "server_to_client"))).all()
-    caveat = ClockCaveat.of(accounting, answered)
+    accounting = analysis.capture.accounting
+    caveat = ClockCaveat.of(accounting, accounting.clock_spacing_us is not None
+                            and _answered(analysis.capture.connections))
     accounting.clock_spacing_us = caveat.spacing_us if caveat else None
     if caveat is not None:
         accounting.warnings += [caveat.warning()] if caveat.spacing_us else []
         mend_findings(analysis, caveat)
     return analysis
+
+
+def _answered(connections: Rows) -> bool:
+    """Whether a connection was seen both ways (its two packet counts read only when asked: a
+    large capture's connection table is on disk)."""
+    return len(connections) > 0 and not seen_one_way(
+        *(ColumnReader()(connections, f"packets_{way}")
+          for way in ("client_to_server", "server_to_client"))).all()
 
 
 def without_tcp(path: str, accounting: Accounting, charts: bool = False) -> Analysis:
