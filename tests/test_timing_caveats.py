@@ -24,8 +24,9 @@ from tests.conftest import SAMPLE_TRACES, corpus_file
 from tests.handbuilt import CLIENT, SERVER, segment, write
 
 
-def _document(path: Path) -> dict:
-    result = CliRunner().invoke(main, ["analyze", "--format", "json", str(path)])
+def _document(*paths: Path) -> dict:
+    """`analyze --format json` of the captures, run in this process."""
+    result = CliRunner().invoke(main, ["analyze", "--format", "json", *map(str, paths)])
     assert result.exit_code == 0, result.output
     return json.loads(result.stdout)
 
@@ -149,7 +150,7 @@ def test_a_hold_under_a_millisecond_clock_is_not_proven(tmp_path: Path) -> None:
         assert (stall.count, stall.confidence) == (39, "medium"), how
         assert stall.confidence_reasons[-1].startswith(
             "the capture's clock steps by 1 ms: the held data leaving right after the ACK"), how
-    beside = _document_of([cut, SAMPLE_TRACES / "seed003-nagle.pcap"])
+    beside = _document(cut, SAMPLE_TRACES / "seed003-nagle.pcap")
     levels = {(f["capture"], f["kind"]): f["confidence"]["level"] for f in beside["findings"]}
     assert levels[(0, NAGLE_DELACK_STALL)] == "medium"
     assert levels[(1, NAGLE_DELACK_STALL)] == "high"
@@ -167,12 +168,6 @@ def test_a_wait_of_one_clock_step_is_not_measured() -> None:
         "steps, not measured")
 
 
-def _document_of(paths: list[Path]) -> dict:
-    result = CliRunner().invoke(main, ["analyze", "--format", "json", *map(str, paths)])
-    assert result.exit_code == 0, result.output
-    return json.loads(result.stdout)
-
-
 def test_a_periodic_sender_alone_keeps_real_time() -> None:
     """spb_bpduv4.pcap: 25 BPDUs, each 2.000729-2.001078 s after the one before (a switch's
     hello timer, within 0.05 %), no TCP: evenly spaced, but nobody answered on the beat, so the
@@ -180,8 +175,8 @@ def test_a_periodic_sender_alone_keeps_real_time() -> None:
     bpdus = corpus_file("tcpdump/spb_bpduv4.pcap")
     alone = _document(bpdus)["captures"]
     # Three small captures are analysed together (`batch.analyze_together`).
-    beside = _document_of([bpdus, SAMPLE_TRACES / "seed003-nagle.pcap",
-                           SAMPLE_TRACES / "mixed.pcap"])["captures"]
+    beside = _document(bpdus, SAMPLE_TRACES / "seed003-nagle.pcap",
+                       SAMPLE_TRACES / "mixed.pcap")["captures"]
     for capture in (alone[0], beside[0]):
         assert (capture["clock_spacing_us"], capture["clock_step_us"]) == (None, None)
         assert not [w for w in capture["warnings"] if "set by" in w]
