@@ -106,11 +106,29 @@ def test_writes_paced_apart_with_nodelay_are_no_tinygram_flood() -> None:
     assert "tinygram-flood" not in _kinds("trap-paced-nodelay")
 
 
-@pytest.mark.parametrize("trap", ["trap-think-40ms", "trap-think-200ms", "trap-paced-writes"])
+@pytest.mark.parametrize("trap", ["trap-think-40ms", "trap-think-40ms-path", "trap-think-200ms",
+                                  "trap-paced-writes"])
 def test_traps_are_named_for_what_they_are(trap: str) -> None:
     kinds = _kinds(trap)
     assert "nagle-delack-stall" not in kinds
     assert kinds & {"think-time", "idle"}
+
+
+@pytest.mark.parametrize("trap", ["trap-think-40ms", "trap-think-40ms-path", "trap-think-200ms"])
+def test_think_time_is_the_servers_own_not_the_paths(trap: str) -> None:
+    """One think-time finding per trap, its time lost the server's sleeps the manifest records
+    (the application's `think_time_s` per exchange) within 5 %, every exchange counted, the
+    path's round trip left out. In tshark, `trap-think-40ms-path` (40 ms delay line, tap at the
+    client): each request (e.g. frame 6, 30 bytes) is answered by the server's 30 bytes 81.7 ms
+    later (frame 8), the handshake's SYN to SYN/ACK 40.8 ms; on the LAN captures the answers
+    come 40.3 and 200.3 ms after the requests."""
+    manifest, document = _document(SAMPLE_TRACES / f"{trap}.json")
+    exchanges = manifest["connections"][0]["exchanges"]
+    think_s = sum(exchange["think_time_s"] for exchange in exchanges)
+    found = [f for f in document["findings"] if f["kind"] == "think-time"]
+    assert len(found) == 1 and found[0]["subkind"] == "response"
+    assert found[0]["count"] == len(exchanges)
+    assert abs(found[0]["time_lost_s"] - think_s) <= 0.05 * think_s, (found[0], think_s)
 
 
 def test_classic_receiver_fingerprints_at_200_ms_and_phase_locks() -> None:

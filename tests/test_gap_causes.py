@@ -119,10 +119,58 @@ def test_retried_syn_answered_later_is_a_handshake_retry() -> None:
 
 def test_pause_between_handshake_and_first_request_is_think_time() -> None:
     """The SYN/ACK is frame 2 (0.000314 s), the client's ACK frame 3, and its 123-byte request
-    frame 4 leaves at 12.142482 s: 12.142168 s after the handshake."""
+    frame 4 leaves at 12.142482 s: 12.142168 s after the handshake. The client's side of the
+    path, the least it takes to answer: 36 us (its ACK frame 7 after the server's data frame
+    6; 48 us at the handshake), the rest its own."""
     finding = _one(_findings("zeek/http__no-version.pcap"), THINK_TIME, "after-handshake", 0)
     assert _frames(finding) == [(2, 4, 4)]
-    assert finding.time_lost_s == pytest.approx(12.142168, abs=1e-6)
+    assert finding.events.stall_s.tolist() == pytest.approx([12.142168], abs=1e-6)
+    assert finding.time_lost_s == pytest.approx(12.142168 - 0.000036, abs=1e-6)
+
+
+def _connection_of(relative: str, client_port: int) -> int:
+    connections = load_capture(str(corpus_file(relative))).connections
+    return int(connections["id"][connections["client_port"] == client_port].iloc[0])
+
+
+def test_a_servers_answer_one_round_trip_away_is_think_time_less_the_path() -> None:
+    """http__methods.pcap, client port 46566, tapped at the client (tshark): SYN frame 40 at
+    4.172041 s, SYN/ACK frame 42 at 4.191267 (19.226 ms to the server and back), the client's
+    ACK 23 us later; the 37-byte request frame 44 at 4.191319, the server's answer frame 46 at
+    4.233367: 42.048 ms, of which the server's own 42.048 - 19.226 = 22.822 ms. Within four
+    round trips (77 ms), so once left to the path; beyond the round trip to the server and
+    10 ms, it is the server's."""
+    relative = "zeek/http__methods.pcap"
+    finding = _one(_findings(relative), THINK_TIME, "response", _connection_of(relative, 46566))
+    assert _frames(finding) == [(44, 46, 46)]
+    assert finding.events.stall_s.tolist() == pytest.approx([0.042048], abs=1e-6)
+    assert finding.details["median_path_ms"] == pytest.approx(19.226, abs=1e-3)
+    assert finding.time_lost_s == pytest.approx(0.022822, abs=1e-6)
+
+
+def test_a_clients_late_first_data_one_round_trip_away_is_think_time() -> None:
+    """ssh__ssh.pcap, tcp.stream 20, tapped at the client (tshark): SYN frame 945, SYN/ACK
+    frame 946 44.943 ms later, the client's ACK frame 947 71 us after it, its banner frame 948
+    41.878 ms after the SYN/ACK: the client's own time (its side of the path is 71 us at most),
+    though under four round trips (180 ms)."""
+    finding = _one(_findings("zeek/ssh__ssh.pcap"), THINK_TIME, "after-handshake", 20)
+    assert _frames(finding) == [(946, 948, 948)]
+    assert finding.events.stall_s.tolist() == pytest.approx([0.041878], abs=1e-6)
+    # The client's side of the path: 71 us at the handshake, less where a later ACK lag was.
+    assert 0.041878 - 0.000071 - 1e-6 <= finding.time_lost_s < 0.041878
+
+
+def test_answers_past_the_requesters_ack_tell_of_missed_packets() -> None:
+    """ftp__cwd-navigation.pcap (tshark): frame 830, the client's TYPE at 57.171373 s acking
+    16080; frame 831, the server's 227 at 57.348424 begins at 16099: its 19 bytes from 16080
+    (the 200 answering TYPE) and the client's PASV are not in the capture ("previous segment
+    not captured"), so the 177.1 ms gap holds two exchanges. Frames 3204 and 7151 are alike;
+    frame 874 (CWD answered 132.8 ms later, at the client's ACK) is not. The finding keeps
+    its five gaps at medium confidence and says why."""
+    finding = _one(_findings("zeek/ftp__cwd-navigation.pcap"), THINK_TIME, "response", 0)
+    assert finding.count == 5 and (830, 831, 831) in _frames(finding)
+    assert finding.confidence == "medium"
+    assert finding.confidence_reasons[-1].startswith("3 of the 5 answers began past")
 
 
 def test_a_handshake_seen_one_way_is_its_round_trip_not_think_time() -> None:

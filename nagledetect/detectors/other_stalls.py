@@ -13,7 +13,9 @@ allows; `fast-retransmit` where the peer sent dup ACKs in the gap; else `rto`); 
 window of the peer in the gap could not take the segment that ends it); think time (the
 server answered the client, or a side sent its first data after the handshake); idle (the
 rest: nobody was waiting for anything). Think time and idle are named only beyond four round
-trips: a shorter gap is the path's own time.
+trips: a shorter gap is the path's own time; where the handshake measured the round trip,
+think time beyond the least the path takes and a margin, its time lost the gap less that
+path (`_least_path_us`).
 """
 
 from __future__ import annotations
@@ -168,16 +170,57 @@ def gap_causes(gaps: dict[str, np.ndarray], connections: Table,
     _probed_until_reopened(gaps, cause, named)
     _never_reopened(gaps, cause)
     gap_us = gaps["after_time_us"] - gaps["before_time_us"]
-    rtt_us = np.nan_to_num(by_connection(connections, "rtt_ms", connection), nan=0.0) * 1000
-    path_time = np.isin(cause, [_CODE[(THINK_TIME, "response")],
-                                _CODE[(THINK_TIME, "after-handshake")], _CODE[(IDLE, "")]]) & (
-        gap_us <= RTT_MULTIPLE * rtt_us)
-    kept = ~path_time
+    path_us = _least_path_us(gaps, connections, cause)
+    kept = ~_path_time(gaps, connections, cause, gap_us, path_us)
     return {"connection": connection[kept], "before_frame": gaps["before_frame"][kept],
             "cause_frame": cause_frame[kept], "after_frame": gaps["after_frame"][kept],
             "before_time_us": gaps["before_time_us"][kept], "cause": cause[kept],
-            "gap_s": gap_us[kept] / 1e6, "after_direction": gaps["after_direction"][kept],
-            "after_kind": after[kept]}
+            "gap_s": gap_us[kept] / 1e6, "path_s": np.nan_to_num(path_us[kept]) / 1e6,
+            "after_direction": gaps["after_direction"][kept], "after_kind": after[kept],
+            "past_acked": _answer_past_acked(gaps)[kept]}
+
+
+def _answer_past_acked(gaps: dict[str, np.ndarray]) -> np.ndarray:
+    """Whether the data ending each gap began past what its peer had acknowledged by then:
+    an answer to a request normally begins where the requester's ACK stands, so beyond it
+    the capture may have missed the answerer's earlier data (or the answerer was still
+    sending), and the gap may hold more than one exchange."""
+    return (gaps["peer_ack_frame"] > 0) & (gaps["after_seq"] > gaps["peer_ack"]) & (
+        gaps["before_direction"] != gaps["after_direction"])
+
+
+def _least_path_us(gaps: dict[str, np.ndarray], connections: Table,
+                   cause: np.ndarray) -> np.ndarray:
+    """Of each think-time gap, the least the path alone takes, where the handshake measured
+    the round trip (NaN elsewhere): an answer of the other side (the server's to a request,
+    the client's first data after the SYN/ACK) comes no sooner than the round trip from the
+    tap to that side and back after the packet it answers passed the tap; a side that speaks
+    again after its own SYN/ACK waited for the peer's ACK, the whole round trip."""
+    connection = gaps["connection"]
+    measured = by_connection(connections, "rtt_source", connection) == "handshake"
+    think = np.isin(cause, [_CODE[(THINK_TIME, "response")],
+                            _CODE[(THINK_TIME, "after-handshake")]])
+    to_answerer_us = _rtt_beyond_tap_us(connections, connection, gaps["before_direction"])
+    whole_us = by_connection(connections, "rtt_ms", connection) * 1000
+    answer = gaps["after_direction"] != gaps["before_direction"]
+    return np.where(think & measured, np.where(answer, to_answerer_us, whole_us), np.nan)
+
+
+def _path_time(gaps: dict[str, np.ndarray], connections: Table, cause: np.ndarray,
+               gap_us: np.ndarray, path_us: np.ndarray) -> np.ndarray:
+    """Think time and idle gaps that the path's own time may explain, left unnamed: within
+    four round trips; a think-time gap whose least path is known (`_least_path_us`), within
+    that path and the larger of 10 ms and half of it (jitter, a queue), so a server that
+    thinks 40 ms on a 40 ms path is seen."""
+    rtt_us = np.nan_to_num(by_connection(connections, "rtt_ms", gaps["connection"]),
+                           nan=0.0) * 1000
+    within_rtts = gap_us <= RTT_MULTIPLE * rtt_us
+    path_known = ~np.isnan(path_us)
+    known_us = np.nan_to_num(path_us)
+    within_path = gap_us <= known_us + np.maximum(GAP_MIN_US, known_us / 2)
+    unnamed = np.isin(cause, [_CODE[(THINK_TIME, "response")],
+                              _CODE[(THINK_TIME, "after-handshake")], _CODE[(IDLE, "")]])
+    return unnamed & np.where(path_known, within_path, within_rtts)
 
 
 def _scale_known(connections: Table, connection: np.ndarray) -> np.ndarray:
@@ -324,24 +367,30 @@ def detect(columns: DetectorInput) -> list[Finding]:
                              for name in ("packets_client_to_server",
                                           "packets_server_to_client"))).tolist()
     rows = zip(*(stats[name].tolist() for name in ("connection", "cause", "side", "count",
-                                                   "lost_s", "median_gap_s")),
+                                                   "lost_s", "median_gap_s", "median_path_s",
+                                                   "past_acked")),
                durations_s, senders, receivers)
-    for (connection, code, side, count, lost_s, median_gap_s, duration_s, sender,
-         receiver), one_way_only in zip(rows, one_way):
+    for (connection, code, side, count, lost_s, median_gap_s, median_path_s, past_acked,
+         duration_s, sender, receiver), one_way_only in zip(rows, one_way):
         cause = GAP_CAUSES[code]
         kind, subkind = cause
         details = _details(kind, sender, receiver, probes.get((connection, code, side), []))
         details["median_gap_ms"] = round(median_gap_s * 1000, 3)
+        if median_path_s > 0:
+            details["median_path_ms"] = round(median_path_s * 1000, 3)
         unsure = kind == THINK_TIME and one_way_only
+        missed = kind == THINK_TIME and past_acked > 0
+        confidence = "low" if unsure else "medium" if missed else CONFIDENCE.get(cause, "high")
         findings.append(Finding(
             kind=kind, connection=connection, sender=sender, receiver=receiver, count=count,
             time_lost_s=lost_s, share=lost_s / duration_s if duration_s > 0 else 0.0,
-            confidence="low" if unsure else CONFIDENCE.get(cause, "high"),
-            confidence_reasons=[REASONS[cause], *([ONE_WAY_REASON] if unsure else [])],
+            confidence=confidence,
+            confidence_reasons=[REASONS[cause], *([ONE_WAY_REASON] if unsure else []),
+                                *([_missed_reason(past_acked, count)] if missed else [])],
             events=events[(connection, code, side)], advice=ADVICE[kind],
             subkind=subkind or None, details=details,
             summary=f"{counted_ms(count, 'gap', median_gap_s)}: the connection "
-                    f"{DESCRIPTIONS[cause]}{_probe_words(details)}"))
+                    f"{DESCRIPTIONS[cause]}{_probe_words(details)}{_path_words(details)}"))
     return findings
 
 
@@ -402,11 +451,32 @@ def _probe_words(details: dict[str, Any]) -> str:
     return f" (zero-window probes {listed} s apart{backing})"
 
 
+PATH_SHOWN_MS = 1.0
+"""A server's round trip short enough (a tap beside it) to leave out of a finding's words."""
+
+
+def _missed_reason(past_acked: int, count: int) -> str:
+    return (f"{past_acked} of the {count} answers began past what the peer had acknowledged "
+            f"(the capture missed packets of the answering side, as tshark's \"previous segment "
+            f"not captured\"): those gaps may hold more than one exchange")
+
+
+def _path_words(details: dict[str, Any]) -> str:
+    path_ms = details.get("median_path_ms", 0.0)
+    if path_ms < PATH_SHOWN_MS:
+        return ""
+    return (f"; the path took {path_ms:.1f} ms of each (the least an answer takes, seen from "
+            f"the tap), not counted as time lost")
+
+
 def _gap_stats(gaps: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Columns of one row per (connection, cause, side), in that order: the gaps' count, sum
-    and median (the gaps' cause as its code in `GAP_CAUSES`, in name order)."""
+    """Columns of one row per (connection, cause, side), in that order: the gaps' count, the
+    time lost (the gaps less the path's least time, `path_s`), the median gap and path, how
+    many answers began past the peer's ACK (the gaps' cause as its code in `GAP_CAUSES`, in
+    name order)."""
     gap_s = gaps["gap_s"]
     groups = KeyGroups(gaps["connection"], gaps["cause"], gaps["side"])
     return {"connection": groups.keys[0], "cause": groups.keys[1], "side": groups.keys[2],
-            "count": groups.sizes, "lost_s": groups.sum(gap_s),
-            "median_gap_s": groups.median(gap_s)}
+            "count": groups.sizes, "lost_s": groups.sum(gap_s - gaps["path_s"]),
+            "median_gap_s": groups.median(gap_s), "median_path_s": groups.median(gaps["path_s"]),
+            "past_acked": groups.sum(gaps["past_acked"].astype(np.int64))}

@@ -269,6 +269,12 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
              "one-write request, the server thinks 40 ms, one-write answer",
              (Flow("think", 30, (30,), (30,), think_time_s=0.04),),
              expectation="40 ms per exchange that is think time, not Nagle"),
+    Scenario("trap-think-40ms-path", "the same over a 40 ms path",
+             "one-write request, the server thinks 40 ms, one-write answer, over a 40 ms round "
+             "trip (delay line), captured at the client",
+             (Flow("think", 30, (30,), (30,), think_time_s=0.04),), rtt_ms=TIMER_LONG_PATH_RTT_MS,
+             expectation="about 80 ms per exchange at the client: 40 ms of think time and the "
+                         "40 ms path"),
     Scenario("trap-think-200ms", "200 ms think time, not Nagle",
              "one-write request, the server thinks 200 ms",
              (Flow("think", 15, (30,), (30,), think_time_s=0.2),),
