@@ -39,7 +39,7 @@ from nagledetect.analysis import (
     handed_over,
     spills_read_by,
 )
-from nagledetect.detectors.kinds import ALL_KINDS
+from nagledetect.detectors.kinds import ALL_KINDS, CONFIDENCE_LEVELS
 from nagledetect.errors import InputError
 from nagledetect.live import (
     DEFAULT_SNAPLEN,
@@ -748,6 +748,9 @@ def _write_tables(analyses: list[Analysis], folder: Path, table_format: str) -> 
 @click.option("--baseline", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="An earlier 'analyze --format json' document: fail only on regressions.")
 @click.option("--tolerance", type=click.FloatRange(0), help="Regression tolerance (default 0.1).")
+@click.option("--min-confidence", type=click.Choice(CONFIDENCE_LEVELS),
+              help="Count only findings of this confidence or higher toward every budget "
+                   "(default low: all); the verdict says how many were left out.")
 @click.option("--junit", type=click.Path(dir_okay=False, path_type=Path), help="Write JUnit XML here.")
 @click.option("--github", is_flag=True,
               help="Print GitHub Actions annotations for failures and warnings.")
@@ -765,7 +768,8 @@ def _write_tables(analyses: list[Analysis], folder: Path, table_format: str) -> 
 @FILES_FROM_OPTION
 def check(captures: tuple[str, ...], bpf_filter: str | None, max_stalls: int | None,
           max_stall_time: float | None, max_stall_share: float | None, fail_on: str | None,
-          baseline: Path | None, tolerance: float | None, junit: Path | None, github: bool,
+          baseline: Path | None, tolerance: float | None, min_confidence: str | None,
+          junit: Path | None, github: bool,
           live_capture: bool, interface: str | None, duration_s: float | None,
           packets: int | None, snaplen: int, write_path: str | None,
           jobs: int | None, parts_memory: int, dask_address: str | None,
@@ -793,12 +797,14 @@ def check(captures: tuple[str, ...], bpf_filter: str | None, max_stalls: int | N
       nagledetect check traces/*.pcap               # no budget set: any Nagle-family stall fails
       nagledetect check --max-stall-time 0.5 --junit nagle.xml --github traces/*.pcap
       nagledetect check --baseline main.json --fail-on tinygram-flood traces/*.pcap
+      nagledetect check --min-confidence medium traces/*.pcap   # unproven stalls pass
       sudo nagledetect check --live -i eth0 --duration 30 --max-stall-time 0.5
     """
     from nagledetect.gate import budgets_from, evaluate, load_config
 
     flags = {"max-stalls": max_stalls, "max-stall-time": max_stall_time,
-             "max-stall-share": max_stall_share, "fail-on": fail_on, "tolerance": tolerance}
+             "max-stall-share": max_stall_share, "fail-on": fail_on, "tolerance": tolerance,
+             "min-confidence": min_confidence}
     try:
         budgets = budgets_from(load_config(Path.cwd()), flags).with_default(bool(baseline))
         previous = _read_baseline(baseline) if baseline else None

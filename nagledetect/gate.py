@@ -1,8 +1,10 @@
 """The CI gate: budgets checked against a result document, capture by capture.
 
 Budgets come from `[tool.nagledetect]` in pyproject.toml or from nagledetect.toml (keys as the
-command-line flags: max-stalls, max-stall-time, max-stall-share, fail-on, tolerance); flags given
-on the command line win. A baseline is an earlier `analyze --format json` document: a capture
+command-line flags: max-stalls, max-stall-time, max-stall-share, fail-on, tolerance,
+min-confidence); flags given on the command line win. With min-confidence, findings of a lower
+confidence count toward no budget (nor in the baseline), and the verdict says how many were
+left out. A baseline is an earlier `analyze --format json` document: a capture
 fails only where its stalls grew beyond the tolerance. It reads the document only.
 
 The gate fails safe: "stalls" are the whole Nagle family (kinds.NAGLE_FAMILY), with no budget
@@ -19,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from nagledetect.detectors.kinds import ALL_KINDS, NAGLE_FAMILY
+from nagledetect.detectors.kinds import ALL_KINDS, CONFIDENCE_LEVELS, NAGLE_FAMILY
 from nagledetect.errors import InputError
 from nagledetect.report.document import kinds_and_times
 from nagledetect.stored import RECORDS_PER_CHUNK, take
@@ -29,7 +31,8 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - exercised on Python 3.10 only
     import tomli as tomllib
 
-CONFIG_KEYS = ("max-stalls", "max-stall-time", "max-stall-share", "fail-on", "tolerance")
+CONFIG_KEYS = ("max-stalls", "max-stall-time", "max-stall-share", "fail-on", "tolerance",
+               "min-confidence")
 DEFAULT_TOLERANCE = 0.1
 DEFAULT_MAX_STALLS = 0
 """The budget when none is configured (no max-*, no fail-on, no baseline): any Nagle-family
@@ -47,15 +50,23 @@ class Budgets:
     max_stall_share: float | None = None
     fail_on: tuple[str, ...] = ()
     tolerance: float = DEFAULT_TOLERANCE
+    min_confidence: str = CONFIDENCE_LEVELS[0]
+    """Findings of a lower confidence count toward no budget."""
     defaulted: bool = False
     """True when no budget was configured and `DEFAULT_MAX_STALLS` stands in."""
+
+    def counts(self, finding: dict[str, Any]) -> bool:
+        """Whether a document's finding is confident enough to count."""
+        return (CONFIDENCE_LEVELS.index(finding["confidence"]["level"])
+                >= CONFIDENCE_LEVELS.index(self.min_confidence))
 
     def with_default(self, has_baseline: bool) -> Budgets:
         """These budgets, or the default when none is configured and no baseline given."""
         configured = (self.max_stalls, self.max_stall_time_s, self.max_stall_share)
         if has_baseline or self.fail_on or any(value is not None for value in configured):
             return self
-        return Budgets(max_stalls=DEFAULT_MAX_STALLS, tolerance=self.tolerance, defaulted=True)
+        return Budgets(max_stalls=DEFAULT_MAX_STALLS, tolerance=self.tolerance,
+                       min_confidence=self.min_confidence, defaulted=True)
 
 
 @dataclass
@@ -120,6 +131,9 @@ def _checked_config(data: dict[str, Any], path: Path) -> dict[str, Any]:
     checked = dict(data)
     if "fail-on" in data:
         checked["fail-on"] = fail_on_kinds(data["fail-on"], f"{path}: fail-on")
+    if "min-confidence" in data and data["min-confidence"] not in CONFIDENCE_LEVELS:
+        raise InputError(f"{path}: min-confidence must be one of {', '.join(CONFIDENCE_LEVELS)}, "
+                         f"not {data['min-confidence']!r}")
     return checked
 
 
@@ -160,7 +174,8 @@ def budgets_from(config: dict[str, Any], flags: dict[str, Any]) -> Budgets:
     return Budgets(
         max_stalls=merged.get("max-stalls"), max_stall_time_s=merged.get("max-stall-time"),
         max_stall_share=merged.get("max-stall-share"), fail_on=merged.get("fail-on", ()),
-        tolerance=float(merged.get("tolerance", DEFAULT_TOLERANCE)))
+        tolerance=float(merged.get("tolerance", DEFAULT_TOLERANCE)),
+        min_confidence=merged.get("min-confidence", CONFIDENCE_LEVELS[0]))
 
 
 def _fix(finding: dict[str, Any], document: dict[str, Any]) -> str:
@@ -243,8 +258,11 @@ def _by_capture(findings: Iterable[dict[str, Any]]) -> dict[int, list[dict[str, 
     return grouped
 
 
-def _capture_rules(position: int, path: str, findings: list[dict[str, Any]], document: dict[str, Any],
-                   budgets: Budgets, baseline: _Baseline | None) -> list[RuleResult]:
+def _capture_rules(position: int, path: str, all_findings: list[dict[str, Any]],
+                   document: dict[str, Any], budgets: Budgets, baseline: _Baseline | None
+                   ) -> list[RuleResult]:
+    findings = [finding for finding in all_findings if budgets.counts(finding)]
+    left_out = _left_out_words(len(all_findings) - len(findings), budgets.min_confidence)
     count, time_s, share = _stall_totals(findings)
     stalls = _nagle_family(findings)
     checks = []
@@ -263,21 +281,31 @@ def _capture_rules(position: int, path: str, findings: list[dict[str, Any]], doc
         hits = [f for f in findings if f["kind"] == kind]
         checks.append((f"fail-on {kind}", not hits, f"{len(hits)} {kind} finding(s)", hits))
     if baseline is not None:
-        checks.append(_baseline_check(path, count, time_s, baseline, budgets.tolerance, stalls))
+        checks.append(_baseline_check(path, count, time_s, baseline, budgets, stalls))
     results = []
     for rule, passed, summary, evidence in checks:
+        summary += left_out
         message = summary if passed or not evidence else f"{summary}; {_describe(evidence, document)}"
         results.append(RuleResult(path, rule, passed, message, position))
     return results
 
 
+def _left_out_words(count: int, min_confidence: str) -> str:
+    if not count:
+        return ""
+    below = CONFIDENCE_LEVELS[:CONFIDENCE_LEVELS.index(min_confidence)]
+    return f" ({count} finding(s) of {' or '.join(below)} confidence not counted)"
+
+
 def _baseline_check(path: str, count: int, time_s: float, baseline: _Baseline,
-                    tolerance: float, stalls: list[dict[str, Any]]) -> tuple:
+                    budgets: Budgets, stalls: list[dict[str, Any]]) -> tuple:
     name = Path(path).name
     index = baseline.positions.get(name)
     if index is None:
         return ("baseline", True, f"{name} not in the baseline: nothing to compare", [])
-    old_count, old_time_s, _ = _stall_totals(baseline.findings.get(index, []))
+    old_count, old_time_s, _ = _stall_totals(
+        [finding for finding in baseline.findings.get(index, []) if budgets.counts(finding)])
+    tolerance = budgets.tolerance
     allowed_count = old_count * (1 + tolerance)
     allowed_time_s = old_time_s * (1 + tolerance) + 1e-9
     passed = count <= allowed_count and time_s <= allowed_time_s

@@ -89,6 +89,43 @@ def test_budgets_from_pyproject_and_flags_win(tmp_path) -> None:
     assert result.returncode == 2 and "unknown budget key" in result.stderr
 
 
+PACED = str(SAMPLE_TRACES / "paced-40ms.pcap")
+
+
+def test_a_confidence_floor_leaves_unproven_stalls_out_of_every_budget(tmp_path) -> None:
+    """paced-40ms: two writes 38-45 ms apart, which the trace cannot tell from holds (its
+    manifest: no exchange held; the writes' own times show the pacing), reported as one
+    low-confidence nagle-delack-stall finding of 22 stalls. seed003-nagle's 39 holds, each
+    released microseconds after the server's delayed ACK, are of high confidence."""
+    assert check(PACED).returncode == 1
+    floored = check("--min-confidence", "medium", PACED)
+    assert floored.returncode == 0
+    assert floored.stdout.startswith(f"PASS {PACED}: 0 stalls")
+    assert "(1 finding(s) of low confidence not counted)" in floored.stdout
+    assert check("--min-confidence", "high", NAGLE).returncode == 1
+    assert check("--min-confidence", "medium", "--max-stall-time", "0", PACED).returncode == 0
+    (tmp_path / "nagledetect.toml").write_text('min-confidence = "medium"\n')
+    assert check(PACED, cwd=tmp_path).returncode == 0
+    assert check("--min-confidence", "low", PACED, cwd=tmp_path).returncode == 1
+    (tmp_path / "nagledetect.toml").write_text('min-confidence = "certain"\n')
+    wrong = check(PACED, cwd=tmp_path)
+    assert wrong.returncode == 2 and "min-confidence must be one of" in wrong.stderr
+
+
+def test_a_confidence_floor_applies_to_the_baseline_too(tmp_path) -> None:
+    """A baseline's low-confidence stalls are left out as the run's are: seed003-nagle against
+    a baseline whose findings were all low would otherwise be a regression from nothing."""
+    document = json.loads(subprocess.run(
+        [sys.executable, "-m", "nagledetect", "analyze", "--format", "json", NAGLE],
+        capture_output=True, text=True, check=True).stdout)
+    for finding in document["findings"]:
+        finding["confidence"]["level"] = "low"
+    baseline = tmp_path / "base.json"
+    baseline.write_text(json.dumps(document))
+    assert check("--baseline", str(baseline), NAGLE).returncode == 0
+    assert check("--baseline", str(baseline), "--min-confidence", "medium", NAGLE).returncode == 1
+
+
 def test_bad_baseline_is_an_input_error(tmp_path) -> None:
     bogus = tmp_path / "b.json"
     bogus.write_text("{}")

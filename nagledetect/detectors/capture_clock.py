@@ -23,13 +23,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from nagledetect.detectors.kinds import NAGLE_FAMILY, PHASE_LOCK
+from nagledetect.detectors.kinds import CONFIDENCE_LEVELS, NAGLE_FAMILY, PHASE_LOCK
 from nagledetect.detectors.model import Finding
 from nagledetect.read.accounting import Accounting
 
 MIN_STEPS_MEASURED = 4
 """A median wait shorter than this many clock steps is not measured."""
-LEVELS = ("low", "medium", "high")
 
 
 @dataclass(frozen=True)
@@ -86,6 +85,6 @@ class ClockCaveat:
 
 
 def _at_most(finding: Finding, level: str, reason: str) -> None:
-    if LEVELS.index(finding.confidence) > LEVELS.index(level):
+    if CONFIDENCE_LEVELS.index(finding.confidence) > CONFIDENCE_LEVELS.index(level):
         finding.confidence = level
     finding.confidence_reasons = [*finding.confidence_reasons, reason]

@@ -34,6 +34,9 @@ trips, not stalls)."""
 ALL_KINDS = (*NAGLE_FAMILY, *OTHER_GAP_CAUSES, *PATTERNS)
 """What `check --fail-on` accepts; anything else is a mistake and exits 2."""
 
+CONFIDENCE_LEVELS = ("low", "medium", "high")
+"""A finding's confidence, weakest first."""
+
 NOT_LOST = (IDLE, STOP_AND_WAIT)
 """Kinds whose time nobody waited for (idle) or that count none (stop-and-wait): reported, folded
 per capture, never called time lost."""
