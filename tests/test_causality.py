@@ -50,6 +50,23 @@ def test_a_hold_seen_one_round_trip_away() -> None:
     assert manifest["summary"]["nagle_stalls"] == stalls[0].count + holds[0].count
 
 
+def test_a_bursts_tail_too_soon_for_the_latest_ack_proves_no_pacing() -> None:
+    """zeek/pop3__pop3.pcap, tcp.stream 6, captured at the client, the server 46-49 ms away
+    (SYN 150.179386, SYN/ACK 150.228101). The server answers RETR with 5 bytes and then full
+    segments: frame 94 (5 B) at 151.036214, 95 (1460 B), the client's ACK 96 of both at
+    151.038224, 97 and 98 (1460 B each, in flight), ACK 99 at 151.041459, the 1189-byte tail
+    frame 100 at 151.086118: 47.9 ms after ACK 96, one round trip (Linux's Nagle holds a small
+    segment while an earlier small one is unacknowledged), but 44.7 ms after ACK 99, sooner
+    than that ACK could reach the server. Frames 102-111 are alike (the tail 46.8 ms after ACK
+    104, 43.4 ms after ACK 110). Such a tail proves no writes on the server's own clock: the
+    hold found at frames 117-119 (the tail 45.3 ms after the ACK, RTT 46.3) is of medium
+    confidence, not low."""
+    holds = [f for f in _findings(corpus_file("zeek/pop3__pop3.pcap"), NAGLE_RTT_HOLD)
+             if f.connection == 6]
+    assert [(f.count, f.confidence) for f in holds] == [(1, "medium")]
+    assert not any("own clock" in reason for reason in holds[0].confidence_reasons)
+
+
 def test_a_hold_of_one_round_trip_for_an_ordinary_ack() -> None:
     """sample_traces/rtt-hold.pcap: 1,548 then 50 bytes per exchange over 60 ms, captured at the
     client. Frames 6-7 (1,448 + 100 B) at 0.121213-0.121215, the server's ACK of all of it
