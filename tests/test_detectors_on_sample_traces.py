@@ -131,10 +131,15 @@ def test_think_time_is_the_servers_own_not_the_paths(trap: str) -> None:
     assert abs(found[0]["time_lost_s"] - think_s) <= 0.05 * think_s, (found[0], think_s)
 
 
-def test_classic_receiver_fingerprints_at_200_ms_and_phase_locks() -> None:
+@pytest.mark.parametrize("name", ["classic-phase-lock", "classic-phase-lock-80ms-path"])
+def test_classic_receiver_fingerprints_at_200_ms_and_phase_locks(name: str) -> None:
     """classic-phase-lock: the scapy peer ACKs only on a global 200 ms tick (its code), so its
-    delayed ACKs share one phase across the four connections."""
-    _, document = _document(SAMPLE_TRACES / "classic-phase-lock.json")
+    delayed ACKs share one phase across the four connections; over an 80 ms path too, where
+    each ACK's hold beyond the path (0-200 ms) is often no longer than the path (tshark,
+    tcp.stream 0: the 2-byte write frame 14 at 0.269851 s, the peer's pure ACK frame 21 at
+    0.431253, 161.4 ms later, the 28 bytes 173 us after it; the next pair, frames 38 and 45,
+    262.1 ms apart; the peer's SYN/ACK itself waited for a tick, 186.5 ms after the SYN)."""
+    _, document = _document(SAMPLE_TRACES / f"{name}.json")
     peer = next(h for h in document["hosts"] if h["address"] == "10.77.0.2")
     assert 180 <= peer["delack_timer_ms"] <= 220
     lock = peer["phase_lock"]

@@ -33,10 +33,9 @@ import numpy as np
 
 from nagledetect.detectors import kinds
 from nagledetect.detectors.delack_timer import (
-    MAX_DELAYED_HOLD_MS,
-    MIN_DELAYED_HOLD_MS,
-    RTT_MULTIPLE,
     STACK_FAMILIES,
+    delayed_acks,
+    ordinary_acks,
     receiver_side_rtt_ms,
 )
 from nagledetect.detectors.model import (
@@ -71,10 +70,6 @@ CAUSALITY_JITTER_MS = 0.5
 """A release may arrive this much sooner than the measured tap-to-sender round trip (the larger of
 the two): timestamp jitter, and a minimum round trip measured on few packets."""
 UNKNOWN_RTT_REACTION_LIMIT_MS = 5.0
-ORDINARY_ACK_FACTOR = 1.5
-ORDINARY_ACK_SLACK_MS = 2.0
-"""An ACK whose lag is at most this multiple of the tap-to-receiver round trip, plus the slack,
-was not delayed (its receiver answered as soon as the data came)."""
 LATE_HORIZON_FACTOR = 2.0
 LATE_HORIZON_MS = 10.0
 """Small data later than the reaction limit but within this horizon (twice the limit plus 10 ms)
@@ -203,8 +198,6 @@ def timed_stalls(untimed: dict[str, np.ndarray], connections: Table
     the sender, or later than it reacts but within the late horizon)."""
     found = {name: untimed[name] for name in (*STALL_COLUMNS, "message")}
     connection, direction = found["connection"], found["direction"]
-    rtt_ms = by_connection(connections, "rtt_ms", connection)
-    rtt_known = ~np.isnan(rtt_ms)
     peer_time_us = untimed["peer_time_us"]
     reaction_ms = (found["time_us"] - peer_time_us) / 1000
     sender_rtt_ms = sender_side_rtt_ms(connections, connection, direction)
@@ -213,14 +206,8 @@ def timed_stalls(untimed: dict[str, np.ndarray], connections: Table
     ack_lag_ms = (peer_time_us - found["prev_time_us"]) / 1000
     receiver_rtt_ms = receiver_side_rtt_ms(connections, connection, direction)
     hold_ms = ack_lag_ms - receiver_rtt_ms
-    ordinary = rtt_known & (ack_lag_ms <= ORDINARY_ACK_FACTOR * receiver_rtt_ms
-                            + ORDINARY_ACK_SLACK_MS)
-    # Against a round trip the handshake measured, an ACK later than an ordinary one and held
-    # 10 ms or more was delayed, however short its hold beside the path (a receiver whose ACKs
-    # fire on a global tick holds some for a few ms); against an estimate, well above it.
-    delayed = (((hold_ms >= np.maximum(MIN_DELAYED_HOLD_MS, RTT_MULTIPLE * receiver_rtt_ms))
-                | (measured & ~ordinary & (hold_ms >= MIN_DELAYED_HOLD_MS)))
-               & (hold_ms <= MAX_DELAYED_HOLD_MS))
+    ordinary = ordinary_acks(ack_lag_ms, receiver_rtt_ms)
+    delayed = delayed_acks(hold_ms, ordinary, measured, receiver_rtt_ms)
     # An ordinary ACK is told by the round trip; one estimated from ACK lags alone may be this
     # very ACK's lag, so only a round trip the handshake measured can call an ACK ordinary.
     ack_kind = np.where(delayed, DELAYED, np.where(ordinary & measured, ORDINARY, NEITHER))

@@ -242,6 +242,14 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
                    stack="scapy-classic"),),
              expectation="stalls released on the 200 ms tick, one phase for all connections",
              holder="client", source=MINSHALL_ET_AL),
+    Scenario("classic-phase-lock-80ms-path", "the same over an 80 ms path",
+             "the four connections to the 200 ms-tick receiver over an 80 ms round trip (delay "
+             "line), captured at the client: each delayed ACK held 0-200 ms beyond the path",
+             (Flow("tick", 20, (2, 28), (2,), pause_range_s=(0.0, 0.3), connections=4,
+                   stack="scapy-classic"),), rtt_ms=REMOTE_RTT_MS,
+             expectation="stalls released on the 200 ms tick, one phase for all connections, "
+                         "seen one round trip away",
+             holder="client", source=MINSHALL_ET_AL),
     Scenario("classic-2n-blocks-100000", "classic Nagle: a 2N-segment tail held",
              "a classic-Nagle sender (scapy) answers each 1-byte request with a 100,000-byte "
              "block: 69 x 1448 + 88",
