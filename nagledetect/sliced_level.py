@@ -29,6 +29,7 @@ import pandas as pd
 from nagledetect.chart_data import ChartData, ChartsBySlice
 from nagledetect.detectors import CONNECTION_DETECTORS, segment_parity
 from nagledetect.detectors.delack_timer import SamplesBySlice
+from nagledetect.detectors.earlier_releases import EarlierReleases
 from nagledetect.detectors.model import DETECTOR_PACKET_COLUMNS, DetectorInput
 from nagledetect.detectors.nagle_stall import UNTIMED_STALLS, untimed_stalls
 from nagledetect.detectors.other_stalls import GAP_ROWS
@@ -171,6 +172,7 @@ class _SliceEvents:
         self._gaps = GapsBySlice(count)
         self._payloads = PayloadsBySlice()
         self._untimed: list[dict[str, np.ndarray]] = []
+        self._earlier = EarlierReleases()
 
     def add(self, packets: pd.DataFrame, segments: pd.DataFrame, later_from_us: int) -> None:
         if self._drawn is not None:
@@ -181,7 +183,7 @@ class _SliceEvents:
         segments = segments.drop(columns=list(LOOK_AHEAD_COLUMNS))
         segments["message"] = self._messages.add(segments)
         self._bursts.add(segments)
-        self._untimed.append(untimed_stalls(segments))
+        self._untimed.append(untimed_stalls(segments, self._earlier))
         last_frame = int(packets["frame"].iat[-1]) if len(packets) else 0
         self._gaps.add(packets[list(DETECTOR_PACKET_COLUMNS)],
                        self._sack_blocks.through(last_frame))

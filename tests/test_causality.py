@@ -50,21 +50,40 @@ def test_a_hold_seen_one_round_trip_away() -> None:
     assert manifest["summary"]["nagle_stalls"] == stalls[0].count + holds[0].count
 
 
-def test_a_bursts_tail_too_soon_for_the_latest_ack_proves_no_pacing() -> None:
+def test_a_bursts_tail_waits_for_the_ack_of_its_small_beginning() -> None:
     """zeek/pop3__pop3.pcap, tcp.stream 6, captured at the client, the server 46-49 ms away
     (SYN 150.179386, SYN/ACK 150.228101). The server answers RETR with 5 bytes and then full
     segments: frame 94 (5 B) at 151.036214, 95 (1460 B), the client's ACK 96 of both at
-    151.038224, 97 and 98 (1460 B each, in flight), ACK 99 at 151.041459, the 1189-byte tail
-    frame 100 at 151.086118: 47.9 ms after ACK 96, one round trip (Linux's Nagle holds a small
-    segment while an earlier small one is unacknowledged), but 44.7 ms after ACK 99, sooner
-    than that ACK could reach the server. Frames 102-111 are alike (the tail 46.8 ms after ACK
-    104, 43.4 ms after ACK 110). Such a tail proves no writes on the server's own clock: the
-    hold found at frames 117-119 (the tail 45.3 ms after the ACK, RTT 46.3) is of medium
-    confidence, not low."""
+    151.038224, 97 and 98 (1460 B each) 3.1-3.2 ms after it (in flight: sent before the ACK
+    could reach the server), ACK 99 at 151.041459, the 1189-byte tail frame 100 at 151.086118:
+    47.9 ms after ACK 96, one round trip (Linux's Nagle holds a small segment while an earlier
+    small one is unacknowledged), but 44.7 ms after ACK 99, sooner than that ACK could reach
+    the server. Frames 102-111 are alike (the tail 46.8 ms after ACK 104, 43.4 ms after ACK
+    110), and frames 113-119 end with the tail 45.3 ms after the latest ACK 118 (RTT 46.3).
+    Three holds of one round trip, each paired with the ACK that released it; the early tails
+    are no sign of writes on the server's own clock."""
     holds = [f for f in _findings(corpus_file("zeek/pop3__pop3.pcap"), NAGLE_RTT_HOLD)
              if f.connection == 6]
-    assert [(f.count, f.confidence) for f in holds] == [(1, "medium")]
+    assert [(f.count, f.confidence) for f in holds] == [(3, "medium")]
+    events = holds[0].events
+    assert list(zip(events.last_data_frame.tolist(), events.ack_frame.tolist(),
+                    events.released_frame.tolist())) == [(95, 96, 100), (103, 104, 111),
+                                                        (117, 118, 119)]
+    assert events.reaction_ms.tolist() == pytest.approx([47.894, 46.816, 45.3], abs=0.05)
     assert not any("own clock" in reason for reason in holds[0].confidence_reasons)
+
+
+def test_a_tail_sent_with_segments_the_ack_let_go_was_not_held_by_nagle() -> None:
+    """zeek/http__no_crlf.pcap, the server 203 ms from the client's tap: frame 1211 (1262 B, a
+    small end) at 16.381167, the client's ACK 1212 of everything at 16.382225; the server's
+    next data, frame 1213 (1382 B, full) at 16.585980, one round trip later, then 16 more
+    segments to the 1182-byte frame 1229 at 16.598261. The full segments waited for the ACK as
+    much as the tail did (the window, not Nagle, held them): the tail is no hold. The one stall
+    found is frames 301-303 (the 1,224-byte segment 204.9 ms after the ACK of the data
+    before it)."""
+    holds = _findings(corpus_file("zeek/http__no_crlf.pcap"), NAGLE_RTT_HOLD)
+    assert [f.count for f in holds] == [1]
+    assert holds[0].events.released_frame.tolist() == [303]
 
 
 def test_a_hold_of_one_round_trip_for_an_ordinary_ack() -> None:

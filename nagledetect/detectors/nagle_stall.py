@@ -38,6 +38,7 @@ from nagledetect.detectors.delack_timer import (
     ordinary_acks,
     receiver_side_rtt_ms,
 )
+from nagledetect.detectors.earlier_releases import TAIL_PREV_TIME, EarlierReleases
 from nagledetect.detectors.model import (
     DetectorInput,
     Finding,
@@ -145,14 +146,16 @@ def untimed_of_segments(columns: DetectorInput) -> dict[str, np.ndarray]:
     return untimed_stalls(columns.segments)
 
 
-def untimed_stalls(segments: Table) -> dict[str, np.ndarray]:
+def untimed_stalls(segments: Table, earlier: EarlierReleases | None = None
+                   ) -> dict[str, np.ndarray]:
     """The segments that pass the packet tests: small, after a pure ACK of exactly everything
     sent, starting where that ACK ends (not across a hole in the capture), with no peer data or
     own retransmission since the previous data, and an open window. Each on its own row and
-    context (so a part
-    read a slice at a time takes them a slice at a time), and that came `MIN_STALL_MS` or more
-    after the previous data (no stall of either kind is shorter, whatever the round trips,
-    which are known only once every packet has been read). In frame order, as the segments
+    context (so a part read a slice at a time takes them a slice at a time), and that came
+    `MIN_STALL_MS` or more after the previous data (no stall of either kind is shorter,
+    whatever the round trips, which are known only once every packet has been read). Beside
+    them, the tails a burst's earlier ACK may have released (`earlier_releases`: `earlier`
+    carries a part's open bursts from slice to slice). In frame order, as the segments
     come."""
     peer_ack = np.asarray(segments["peer_ack"])
     window_bytes = np.asarray(segments["peer_window_bytes"])
@@ -168,7 +171,22 @@ def untimed_stalls(segments: Table) -> dict[str, np.ndarray]:
         & (window_bytes > 0))
     found = {name: np.asarray(segments[name])[passed] for name in UNTIMED_STALL_COLUMNS}
     long_enough = (found["time_us"] - found["prev_time_us"]) / 1000 >= MIN_STALL_MS
-    return {name: values[long_enough] for name, values in found.items()}
+    plain = {name: values[long_enough] for name, values in found.items()}
+    earlier = (earlier or EarlierReleases()).rows(segments)
+    return _in_frame_order(plain, earlier)
+
+
+def _in_frame_order(plain: dict[str, np.ndarray], earlier: dict[str, np.ndarray]
+                    ) -> dict[str, np.ndarray]:
+    """The plain test's rows and the earlier releases' (`released_earlier` 1), in frame order,
+    a tail's plain row first."""
+    joined = {name: np.concatenate([plain[name], earlier[name].astype(plain[name].dtype)])
+              for name in UNTIMED_STALL_COLUMNS}
+    joined["released_earlier"] = np.r_[np.zeros(len(plain["frame"]), dtype=np.uint8),
+                                       np.ones(len(earlier["frame"]), dtype=np.uint8)]
+    joined[TAIL_PREV_TIME] = np.concatenate([plain["prev_time_us"], earlier[TAIL_PREV_TIME]])
+    order = np.argsort(joined["frame"], kind="stable")
+    return {name: values[order] for name, values in joined.items()}
 
 
 def reaction_window_ms(sender_rtt_ms: np.ndarray, measured: np.ndarray
@@ -196,7 +214,8 @@ def timed_stalls(untimed: dict[str, np.ndarray], connections: Table
     (`DELAYED`, `ORDINARY`, `NEITHER`), whether its release was tied to the ACK (`tied`), or
     shows the sender writing on its own clock (`untied`: too soon for the ACK to have reached
     the sender, or later than it reacts but within the late horizon)."""
-    found = {name: untimed[name] for name in (*STALL_COLUMNS, "message")}
+    found = {name: untimed[name] for name in (*STALL_COLUMNS, "message", "released_earlier")}
+    in_flight = untimed[TAIL_PREV_TIME] - untimed["peer_time_us"]
     connection, direction = found["connection"], found["direction"]
     peer_time_us = untimed["peer_time_us"]
     reaction_ms = (found["time_us"] - peer_time_us) / 1000
@@ -214,7 +233,11 @@ def timed_stalls(untimed: dict[str, np.ndarray], connections: Table
     ack_kind = np.where(_window_filled(found, untimed["peer_window_bytes"], connections), NEITHER,
                         ack_kind).astype(np.int8)
     horizon_ms = LATE_HORIZON_FACTOR * limit_ms + LATE_HORIZON_MS
-    tied = (reaction_ms >= floor_ms) & (reaction_ms <= limit_ms) & (ack_kind != NEITHER)
+    earlier = found["released_earlier"] > 0
+    # A burst's earlier ACK released its tail only where the full segments after the ACK were
+    # in flight when it reached the sender (sent because of it, the window held them all).
+    tied = ((reaction_ms >= floor_ms) & (reaction_ms <= limit_ms) & (ack_kind != NEITHER)
+            & (~earlier | (in_flight / 1000 < floor_ms)))
     # A burst's small tail (its previous segment full) that left before this ACK could reach
     # the sender was released by an earlier one: Linux's Nagle (Minshall's) holds a small
     # segment only while an earlier small one is unacknowledged, and a tap near the receiver
@@ -222,13 +245,24 @@ def timed_stalls(untimed: dict[str, np.ndarray], connections: Table
     burst_tail = found["prev_payload_bytes"] >= found["mss"]
     too_soon = (reaction_ms < floor_ms) & ~burst_tail
     untied = ((too_soon | ((reaction_ms > limit_ms) & (reaction_ms <= horizon_ms)))
-              & (ack_kind != NEITHER))
+              & (ack_kind != NEITHER) & ~earlier)
     found.update(ack_kind=ack_kind, tied=tied, untied=untied, reaction_ms=reaction_ms,
                  reaction_floor_ms=floor_ms, reaction_limit_ms=limit_ms,
                  sender_rtt_ms=sender_rtt_ms, causality_checked=measured, hold_ms=hold_ms,
                  ack_lag_ms=ack_lag_ms, receiver_rtt_ms=receiver_rtt_ms,
                  stall_s=(found["time_us"] - found["prev_time_us"]) / 1e6)
-    return found
+    standing = _one_row_per_tail(found["frame"], earlier, tied)
+    return {name: values[standing] for name, values in found.items()}
+
+
+def _one_row_per_tail(frame: np.ndarray, earlier: np.ndarray, tied: np.ndarray) -> np.ndarray:
+    """Which candidates stand (frames name tails, one capture's): a tail's plain row unless
+    only its earlier release is tied to its ACK; an earlier release only where tied and the
+    plain row is not."""
+    tied_earlier = frame[earlier & tied]
+    tied_plain = frame[~earlier & tied]
+    plain = ~earlier & (tied | ~np.isin(frame, tied_earlier))
+    return plain | (earlier & tied & ~np.isin(frame, tied_plain))
 
 
 def _window_filled(found: dict[str, np.ndarray], window_bytes: np.ndarray,

@@ -135,7 +135,113 @@ impl UntimedStalls {
         self.peer_time_us.push(peer_time_us);
         self.peer_window_bytes.push(peer_window_bytes);
         self.message.push(message);
+        self.released_earlier.push(0);
+        self.tail_prev_time_us.push(prev_time_us);
     }
+
+    /// Keep tail `segment` as released by its burst's earlier ACK (`release`).
+    fn take_earlier(&mut self, at: &Context, segment: &Segment, release: &Release, message: i64) {
+        self.connection.push(segment.connection as i32);
+        self.direction.push(segment.direction);
+        self.frame.push(segment.frame);
+        self.time_us.push(segment.time_us);
+        self.payload_bytes.push(segment.payload_bytes);
+        self.tail_bytes
+            .push(segment.payload_bytes % segment.mss.max(1));
+        self.mss.push(segment.mss);
+        self.prev_frame.push(release.prev_frame);
+        self.prev_time_us.push(release.prev_time_us);
+        self.prev_payload_bytes.push(release.prev_payload_bytes);
+        self.peer_frame.push(release.peer_frame);
+        self.peer_time_us.push(release.peer_time_us);
+        self.peer_window_bytes.push(release.peer_window_bytes);
+        self.message.push(message);
+        self.released_earlier.push(1);
+        self.tail_prev_time_us.push(at.time_us(segment.previous));
+    }
+}
+
+/// The ACK that names a burst's release (`earlier_releases.py`): the peer's latest packet
+/// before the first segment after the burst's opener that a pure ACK at or past the opener's
+/// end preceded, and the data before that segment.
+#[derive(Clone, Copy)]
+struct Release {
+    /// Whether the ACK acknowledged exactly everything sent before it.
+    exact: bool,
+    prev_frame: i64,
+    prev_time_us: i64,
+    prev_payload_bytes: i64,
+    peer_frame: i64,
+    peer_time_us: i64,
+    peer_window_bytes: i64,
+}
+
+/// A direction's burst since its latest segment ending small (its opener).
+#[derive(Clone, Copy, Default)]
+struct Burst {
+    /// The opener's sequence end and time (None: no segment ended small yet).
+    opener: Option<(i64, i64)>,
+    release: Option<Release>,
+    /// Peer data or an own retransmission came within it.
+    disturbed: bool,
+}
+
+/// The tails Linux's Nagle held until their burst's earlier ACK (`earlier_releases.py`):
+/// each direction's open burst, kept while its connection goes on.
+#[derive(Clone, Default)]
+pub struct EarlierReleases {
+    bursts: [Burst; 2],
+}
+
+impl EarlierReleases {
+    /// Take the connection's next segment: a full one may name its burst's release; one
+    /// ending small is a tail that release may have let go, and opens the next burst.
+    fn take(&mut self, at: &Context, segment: &Segment, message: i64, untimed: &mut UntimedStalls) {
+        let burst = &mut self.bursts[usize::from(segment.direction)];
+        let disturbing = segment.peer_data_between > 0 || segment.own_retransmissions_between > 0;
+        if segment.payload_bytes % segment.mss.max(1) == 0 {
+            burst.disturbed |= disturbing;
+            if burst.release.is_none() {
+                burst.release = burst
+                    .opener
+                    .and_then(|opener| named_release(at, segment, opener));
+            }
+            return;
+        }
+        if let Some(release) = burst.release
+            && release.exact
+            && !burst.disturbed
+            && !disturbing
+            && release.peer_window_bytes > 0
+            && segment.rel_seq == segment.sent_max_before
+            && segment.time_us - release.prev_time_us >= MIN_STALL_US
+        {
+            untimed.take_earlier(at, segment, &release, message);
+        }
+        *burst = Burst {
+            opener: Some((segment.rel_seq + segment.payload_bytes, segment.time_us)),
+            release: None,
+            disturbed: false,
+        };
+    }
+}
+
+/// The release `segment` names in a burst opened at `(end, time_us)`: where the peer's latest
+/// packet before it is a pure ACK at or past the opener's end, later than the opener.
+fn named_release(at: &Context, segment: &Segment, (end, time_us): (i64, i64)) -> Option<Release> {
+    let peer = segment.peer_latest;
+    let peer_ack = at.ack(peer);
+    let peer_time_us = at.time_us(peer);
+    let names = at.role(peer) == ROLE_PURE_ACK && peer_ack >= end && peer_time_us > time_us;
+    names.then(|| Release {
+        exact: peer_ack == segment.sent_max_before,
+        prev_frame: at.frame(segment.previous),
+        prev_time_us: at.time_us(segment.previous),
+        prev_payload_bytes: at.payload_bytes(segment.previous),
+        peer_frame: at.frame(peer),
+        peer_time_us,
+        peer_window_bytes: at.window_bytes(peer),
+    })
 }
 
 /// A lone segment whose test waits for the packets after it (`LoneSegments`): the peer's
@@ -297,7 +403,7 @@ impl PayloadSizes {
 /// come goes to `waiting`.
 pub fn detector_rows(
     connection: u32,
-    (segments, message): (&SegmentRows, &[i64]),
+    (segments, message, earlier): (&SegmentRows, &[i64], &mut EarlierReleases),
     flows: &Finished,
     (untimed, lone): (&mut UntimedStalls, &mut LoneSegments),
     (sizes, mut waiting): (&mut PayloadSizes, Option<&mut Vec<LoneCandidate>>),
@@ -308,6 +414,7 @@ pub fn detector_rows(
     for (index, message) in message.iter().enumerate() {
         let segment = at.segment(connection, segments, index);
         untimed.take(&at, &segment, *message);
+        earlier.take(&at, &segment, *message, untimed);
         if let Some(candidate) = LoneCandidate::of(&at, &segment, first + index) {
             let ended = waiting.is_none();
             if let Some(left) = lone.test(&at, candidate, ended)

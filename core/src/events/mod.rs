@@ -15,7 +15,7 @@ pub mod tables;
 use crate::flows::Taken;
 use crate::flows::packets::{ConnectionPackets, Finished, Finishing};
 use crate::flows::side::ROLE_DATA;
-use detector_rows::PayloadSizes;
+use detector_rows::{EarlierReleases, PayloadSizes};
 use gaps::ConnectionGaps;
 use messages::{BURST_GAP_US, ConnectionMessages, IDLE_GAP_US};
 use segments::{DirectionContext, SegmentRows};
@@ -41,6 +41,8 @@ struct ConnectionEvents {
     bursts: ConnectionMessages,
     /// Its payload sizes counted as its segments are finished.
     sizes: PayloadSizes,
+    /// Its directions' open bursts, as its segments are finished.
+    earlier: EarlierReleases,
     /// The rows finished while it went on, handed over with the rest when it ends.
     early: Option<Box<Found>>,
     /// How many packets it holds when it is next looked at to let some go.
@@ -59,6 +61,7 @@ impl ConnectionEvents {
             messages: ConnectionMessages::cut_at(IDLE_GAP_US),
             bursts: ConnectionMessages::cut_at(BURST_GAP_US),
             sizes: PayloadSizes::default(),
+            earlier: EarlierReleases::default(),
             early: None,
             let_go_at,
             kept_counted: 0,
@@ -85,6 +88,7 @@ impl ConnectionEvents {
             messages,
             bursts,
             mut sizes,
+            mut earlier,
             early,
             ..
         } = self;
@@ -114,7 +118,7 @@ impl ConnectionEvents {
         detector_rows::test_waiting(&mut waiting, &flows, &mut found.lone_segments, true);
         detector_rows::detector_rows(
             connection,
-            (&segments, &numbers),
+            (&segments, &numbers, &mut earlier),
             &flows,
             (&mut found.untimed_stalls, &mut found.lone_segments),
             (&mut sizes, None),
@@ -150,7 +154,7 @@ impl ConnectionEvents {
         detector_rows::test_waiting(&mut waiting, &flows, &mut early.lone_segments, false);
         detector_rows::detector_rows(
             connection,
-            (&self.segments, &numbers),
+            (&self.segments, &numbers, &mut self.earlier),
             &flows,
             (&mut early.untimed_stalls, &mut early.lone_segments),
             (&mut self.sizes, Some(&mut waiting)),

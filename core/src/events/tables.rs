@@ -172,6 +172,10 @@ event_table!(
         peer_time_us: i64,
         peer_window_bytes: i64,
         message: i64,
+        /// 1 where a burst's earlier ACK released the tail (`earlier_releases.py`).
+        released_earlier: u8,
+        /// The time of the data just before the tail (`earlier_releases.TAIL_PREV_TIME`).
+        tail_prev_time_us: i64,
     }
 );
 
