@@ -150,6 +150,9 @@ REMOTE_RTT_MS = 80.0
 RTT_HOLD_RTT_MS = 60.0
 TIMER_LONG_PATH_RTT_MS = 40.0
 """A path as long as Linux's delayed-ACK timer: the hold is no longer than the round trip."""
+LINE_SERVER_PATH_RTT_MS = 30.0
+"""A path long enough for a burst's full segments to be in flight when the ACK of its first
+line reaches the server."""
 TIMESTAMPED_MSS_BYTES = 1448
 SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
     Scenario("seed003-nagle", "many small writes held: ~40 ms stalls",
@@ -223,6 +226,15 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
              (Flow("nntp", 40, (14,), response_sizes_bytes=article_sizes(40),
                    response_line_by_line=True),),
              expectation="stalls on articles whose last lines wait for the delayed ACK",
+             holder="server", source=MINSHALL_ET_AL),
+    Scenario("seed000-nntp-lines-30ms-path", "the same over a 30 ms path",
+             "the line-by-line NNTP-like server over a 30 ms round trip (delay line), captured "
+             "at the client: each article's first line, full segments, and the tail held until "
+             "the ACK of the first line, the full segments after that ACK in flight",
+             (Flow("nntp", 40, (14,), response_sizes_bytes=article_sizes(40),
+                   response_line_by_line=True),), rtt_ms=LINE_SERVER_PATH_RTT_MS,
+             expectation="a hold of one round trip or more per article: the tail waits for the "
+                         "ACK of the first line",
              holder="server", source=MINSHALL_ET_AL),
     Scenario("seed000-nntp-lines-nodelay", "line by line with TCP_NODELAY: flood",
              "NNTP-like articles written line by line with TCP_NODELAY on the server",
