@@ -266,12 +266,11 @@ def _pcap_frames(capture: Path) -> list[bytes]:
 
 
 def _handshake_rtt_ms(capture: Path) -> list[float]:
-    """SYN to SYN/ACK of every connection, as seen at the capture (the client side)."""
-    rows = _tshark_rows(capture, "tcp.flags.syn == 1", "frame.time_epoch", "tcp.flags.ack",
-                        "tcp.stream")
-    syn_s = {row[2]: float(row[0]) for row in rows if row[1] in ("0", "False")}
-    return [(float(row[0]) - syn_s[row[2]]) * 1000 for row in rows
-            if row[1] in ("1", "True") and row[2] in syn_s]
+    """Every connection's handshake round trip as tshark measures it at any tap
+    (`tcp.analysis.initial_rtt`: the SYN to the client's ACK of the SYN/ACK)."""
+    rows = _tshark_rows(capture, "tcp.analysis.initial_rtt", "tcp.stream",
+                        "tcp.analysis.initial_rtt")
+    return [float(rtt) * 1000 for rtt in dict(rows).values()]
 
 
 DELAY_LINE_MANIFESTS = [path for path in sorted(SAMPLE_TRACES.glob("*.json"))
@@ -320,7 +319,7 @@ def test_delay_line_rules_act_on_the_nth_frame_of_their_kind() -> None:
 def test_the_handshake_shows_the_round_trip_the_manifest_names(manifest_path: Path) -> None:
     """The SYN to SYN/ACK time at the client's tap is the delay line's round trip, give or take
     6 ms; the classic peer (scapy) answers a SYN on its 200 ms tick, so its handshakes only
-    bound the path from above (classic-phase-lock-80ms-path: 186.5-199.7 ms), and its
+    bound the path from above (classic-phase-lock-80ms-path: 186.6-199.7 ms), and its
     connections' round trip is their quickest answer (the CONNECTIONS table: 81.7-82.3 ms)."""
     manifest = json.loads(manifest_path.read_text())
     capture = SAMPLE_TRACES / manifest["capture"]["file"]

@@ -9,10 +9,13 @@ pairs the tail with that one.
 
 Per direction, in segment order: after a segment that ends small (the opener), the first later
 segment whose peer's latest packet is a pure ACK at or past the opener's end, and later than
-it, names the releasing ACK; the next segment that ends small is released by it where that ACK
-acknowledged exactly everything sent before it with an open window, nothing else happened
-meanwhile (no peer data, no own retransmission), the tail begins where the data sent ends, and
-it came `MIN_STALL_US` or more after the data before the ACK. Its row is a stall candidate as the
+it, names the releasing ACK (where no full segment does, the tail's own latest peer packet may:
+at a tap near the sender the tail leaves right after an ACK of the opener that leaves full
+segments unacknowledged, which the plain test, wanting everything acknowledged, cannot pair);
+the next segment that ends small is released by it where that ACK acknowledged nothing the
+capture did not see sent, with an open window, nothing else happened meanwhile (no peer data,
+no own retransmission), the tail begins where the data sent ends, and it came `MIN_STALL_US` or
+more after the data before the ACK. Its row is a stall candidate as the
 plain test's are (the data before the ACK, the ACK, the tail), marked `released_earlier`; the
 timing tests decide which of the two rows of a tail, if any, stands, and keep an earlier
 release only where the full segments after the ACK were in flight when it reached the sender
@@ -43,7 +46,7 @@ where that data left the sender before the ACK could reach it (in flight at the 
 sender, not held by its window, waited for that ACK with the tail alone."""
 """The columns a row takes of the segment that names the releasing ACK (its peer's latest
 packet, and the data before it)."""
-_OPEN = ("key", "opener_end", "opener_time_us", "has_release", "exact", "disturbed",
+_OPEN = ("key", "opener_end", "opener_time_us", "has_release", "seen", "disturbed",
          *FROM_RELEASE)
 """What a direction's open burst carries to the next slice."""
 
@@ -114,7 +117,8 @@ class _Scan:
         self.opener_time_us = np.where(
             continued, self._carried_value("opener_time_us", self.carried_at),
             self.column["time_us"][safe] if len(safe) else safe)
-        naming = (~self.small & ((self.opener >= 0) | continued) & self.pure_ack
+        self.opener_known = (self.opener >= 0) | continued
+        naming = (~self.small & self.opener_known & self.pure_ack
                   & (self.column["peer_ack"] >= self.opener_end)
                   & (self.column["peer_time_us"] > self.opener_time_us))
         self.release_at = _first_in_run(self.burst, naming)
@@ -122,8 +126,8 @@ class _Scan:
 
     def _burst_of(self, rows: np.ndarray) -> dict[str, np.ndarray]:
         """The burst each of `rows` lies in: whether it has a release, that release's ACK
-        acknowledged exactly everything sent before it, the release's columns, and whether it
-        was disturbed; a continued burst's carried release comes first (named earlier)."""
+        acknowledged only data seen sent, the release's columns, and whether it was disturbed;
+        a continued burst's carried release comes first (named earlier)."""
         carried_at = np.where(self.burst_number[rows] == 0, self.carried_at[rows], -1)
         from_carry = self._carried_value("has_release", carried_at) > 0
         here = self.release_at[rows]
@@ -131,9 +135,9 @@ class _Scan:
         burst = {name: np.where(from_carry, self._carried_value(name, carried_at),
                                 self.column[name][safe]) for name in FROM_RELEASE}
         burst["has_release"] = from_carry | (here >= 0)
-        exact_here = self.column["peer_ack"][safe] == self.column["sent_max_before"][safe]
-        burst["exact"] = np.where(from_carry, self._carried_value("exact", carried_at) > 0,
-                                  exact_here)
+        seen_here = self.column["peer_ack"][safe] <= self.column["sent_max_before"][safe]
+        burst["seen"] = np.where(from_carry, self._carried_value("seen", carried_at) > 0,
+                                 seen_here)
         burst["disturbed"] = self.disturbed[rows] | (
             self._carried_value("disturbed", carried_at) > 0)
         return burst
@@ -142,7 +146,7 @@ class _Scan:
         """The bursts carried at positions `at` (-1: none), with no row in this slice."""
         burst = {name: self._carried_value(name, at) for name in FROM_RELEASE}
         burst["has_release"] = self._carried_value("has_release", at) > 0
-        burst["exact"] = self._carried_value("exact", at) > 0
+        burst["seen"] = self._carried_value("seen", at) > 0
         burst["disturbed"] = self._carried_value("disturbed", at) > 0
         return burst
 
@@ -154,8 +158,9 @@ class _Scan:
         carried = self._carried_burst(np.where(inside, -1, self.carried_at[tails]))
         for name, values in carried.items():
             burst[name] = np.where(inside, burst[name], values)
+        self._released_by_own_ack(tails, inside, burst)
         column = self.column
-        kept = (burst["has_release"] & burst["exact"] & ~burst["disturbed"]
+        kept = (burst["has_release"] & burst["seen"] & ~burst["disturbed"]
                 & ~self.disturbing[tails] & (burst["peer_window_bytes"] > 0)
                 & (column["rel_seq"][tails] == column["sent_max_before"][tails])
                 & (column["time_us"][tails] - burst["prev_time_us"] >= MIN_STALL_US))
@@ -165,6 +170,28 @@ class _Scan:
         rows[TAIL_PREV_TIME] = column["prev_time_us"][tails[kept]]
         order = np.argsort(rows["frame"], kind="stable")
         return {name: values[order] for name, values in rows.items()}
+
+    def _released_by_own_ack(self, tails: np.ndarray, inside: np.ndarray,
+                             burst: dict[str, np.ndarray]) -> None:
+        """Where no full segment named the release, the tail's own latest peer packet: a pure
+        ACK at or past the opener's end, later than the opener and than the data before the
+        tail, that left some data unacknowledged (else the plain test pairs them)."""
+        before = np.maximum(tails - 1, 0)
+        carried_at = np.where(inside, -1, self.carried_at[tails])
+        known = np.where(inside, self.opener_known[before], carried_at >= 0)
+        end = np.where(inside, self.opener_end[before],
+                       self._carried_value("opener_end", carried_at))
+        time_us = np.where(inside, self.opener_time_us[before],
+                           self._carried_value("opener_time_us", carried_at))
+        column = self.column
+        peer_ack, peer_time_us = column["peer_ack"][tails], column["peer_time_us"][tails]
+        own = (~burst["has_release"] & known & self.pure_ack[tails] & (peer_ack >= end)
+               & (peer_ack < column["sent_max_before"][tails]) & (peer_time_us > time_us)
+               & (peer_time_us > column["prev_time_us"][tails]))
+        for name in FROM_RELEASE:
+            burst[name] = np.where(own, column[name][tails], burst[name])
+        burst["has_release"] = burst["has_release"] | own
+        burst["seen"] = burst["seen"] | own
 
     def still_open(self) -> dict[str, np.ndarray]:
         """Each direction's last burst, to carry to the next slice (directions absent from
@@ -176,7 +203,7 @@ class _Scan:
         state = {"key": self.key[last], "opener_end": self.opener_end[last],
                  "opener_time_us": self.opener_time_us[last]}
         state.update((name, burst[name].astype(np.int64))
-                     for name in ("has_release", "exact", "disturbed", *FROM_RELEASE))
+                     for name in ("has_release", "seen", "disturbed", *FROM_RELEASE))
         kept = ~np.isin(self.carried["key"], self.key)
         keys = np.concatenate([self.carried["key"][kept], state["key"]])
         order = np.argsort(keys, kind="stable")

@@ -593,7 +593,7 @@ def _summary(kind: str, stats: StallStats, sender: str, receiver: str, upper_bou
     if upper_bound:
         counted = f"up to {stats.lost_s:.3f} s in {counted}; a hold cannot be told from a paced write"
     if kind == RTT_HOLD_KIND:
-        return (f"{sender} held a small segment until {receiver}'s ordinary ACK of all earlier "
-                f"data came back, one round trip: {counted}")
+        return (f"{sender} held a small segment until {receiver}'s ordinary ACK of the data before "
+                f"it came back, one round trip: {counted}")
     return (f"{sender} held small segments until {receiver}'s delayed ACK released them: "
             f"{counted}")

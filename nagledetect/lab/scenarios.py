@@ -236,6 +236,16 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
              expectation="a hold of one round trip or more per article: the tail waits for the "
                          "ACK of the first line",
              holder="server", source=MINSHALL_ET_AL),
+    Scenario("seed000-nntp-lines-at-server", "the same over 40 ms, seen at the server",
+             "the line-by-line NNTP-like server over a 40 ms round trip (delay line), captured "
+             "at the server: each article's tail leaves right after the ACK of its first line, "
+             "which leaves full segments unacknowledged",
+             (Flow("nntp", 40, (14,), response_sizes_bytes=article_sizes(40),
+                   response_line_by_line=True),), rtt_ms=TIMER_LONG_PATH_RTT_MS,
+             capture_side="server",
+             expectation="a hold of one round trip or more per article, seen from the holding "
+                         "side",
+             holder="server", source=MINSHALL_ET_AL),
     Scenario("seed000-nntp-lines-nodelay", "line by line with TCP_NODELAY: flood",
              "NNTP-like articles written line by line with TCP_NODELAY on the server",
              (Flow("nntp", 40, (14,), response_sizes_bytes=article_sizes(40),

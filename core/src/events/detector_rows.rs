@@ -166,8 +166,8 @@ impl UntimedStalls {
 /// end preceded, and the data before that segment.
 #[derive(Clone, Copy)]
 struct Release {
-    /// Whether the ACK acknowledged exactly everything sent before it.
-    exact: bool,
+    /// Whether the ACK acknowledged only data the capture saw sent.
+    seen: bool,
     prev_frame: i64,
     prev_time_us: i64,
     prev_payload_bytes: i64,
@@ -208,8 +208,13 @@ impl EarlierReleases {
             }
             return;
         }
-        if let Some(release) = burst.release
-            && release.exact
+        let release = burst.release.or_else(|| {
+            burst
+                .opener
+                .and_then(|opener| released_by_own_ack(at, segment, opener))
+        });
+        if let Some(release) = release
+            && release.seen
             && !burst.disturbed
             && !disturbing
             && release.peer_window_bytes > 0
@@ -226,6 +231,34 @@ impl EarlierReleases {
     }
 }
 
+/// Where no full segment named the release, tail `segment`'s own latest peer packet: a pure
+/// ACK at or past the opener's end, later than the opener and than the data before the tail,
+/// that left some data unacknowledged (else the plain test pairs them).
+fn released_by_own_ack(
+    at: &Context,
+    segment: &Segment,
+    (end, time_us): (i64, i64),
+) -> Option<Release> {
+    let peer = segment.peer_latest;
+    let peer_ack = at.ack(peer);
+    let peer_time_us = at.time_us(peer);
+    let prev_time_us = at.time_us(segment.previous);
+    let names = at.role(peer) == ROLE_PURE_ACK
+        && peer_ack >= end
+        && peer_ack < segment.sent_max_before
+        && peer_time_us > time_us
+        && peer_time_us > prev_time_us;
+    names.then(|| Release {
+        seen: true,
+        prev_frame: at.frame(segment.previous),
+        prev_time_us,
+        prev_payload_bytes: at.payload_bytes(segment.previous),
+        peer_frame: at.frame(peer),
+        peer_time_us,
+        peer_window_bytes: at.window_bytes(peer),
+    })
+}
+
 /// The release `segment` names in a burst opened at `(end, time_us)`: where the peer's latest
 /// packet before it is a pure ACK at or past the opener's end, later than the opener.
 fn named_release(at: &Context, segment: &Segment, (end, time_us): (i64, i64)) -> Option<Release> {
@@ -234,7 +267,7 @@ fn named_release(at: &Context, segment: &Segment, (end, time_us): (i64, i64)) ->
     let peer_time_us = at.time_us(peer);
     let names = at.role(peer) == ROLE_PURE_ACK && peer_ack >= end && peer_time_us > time_us;
     names.then(|| Release {
-        exact: peer_ack == segment.sent_max_before,
+        seen: peer_ack <= segment.sent_max_before,
         prev_frame: at.frame(segment.previous),
         prev_time_us: at.time_us(segment.previous),
         prev_payload_bytes: at.payload_bytes(segment.previous),
