@@ -154,6 +154,9 @@ LINE_SERVER_PATH_RTT_MS = 30.0
 """A path long enough for a burst's full segments to be in flight when the ACK of its first
 line reaches the server."""
 TIMESTAMPED_MSS_BYTES = 1448
+LINE_BY_LINE_ARTICLES = Flow("nntp", 40, (14,), response_sizes_bytes=article_sizes(40),
+                             response_line_by_line=True)
+"""The NNTP-like server writing each of 40 articles a line at a time."""
 SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
     Scenario("seed003-nagle", "many small writes held: ~40 ms stalls",
              "15 two-byte writes then a read; Nagle on (Linux default)",
@@ -223,16 +226,14 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
              holder="client", source=SUN_SMALL_PACKETS),
     Scenario("seed000-nntp-lines", "a server writing line by line",
              "NNTP-like article requests; the server writes each article line by line (Nagle on)",
-             (Flow("nntp", 40, (14,), response_sizes_bytes=article_sizes(40),
-                   response_line_by_line=True),),
+             (LINE_BY_LINE_ARTICLES,),
              expectation="stalls on articles whose last lines wait for the delayed ACK",
              holder="server", source=MINSHALL_ET_AL),
     Scenario("seed000-nntp-lines-30ms-path", "the same over a 30 ms path",
              "the line-by-line NNTP-like server over a 30 ms round trip (delay line), captured "
              "at the client: each article's first line, full segments, and the tail held until "
              "the ACK of the first line, the full segments after that ACK in flight",
-             (Flow("nntp", 40, (14,), response_sizes_bytes=article_sizes(40),
-                   response_line_by_line=True),), rtt_ms=LINE_SERVER_PATH_RTT_MS,
+             (LINE_BY_LINE_ARTICLES,), rtt_ms=LINE_SERVER_PATH_RTT_MS,
              expectation="a hold of one round trip or more per article: the tail waits for the "
                          "ACK of the first line",
              holder="server", source=MINSHALL_ET_AL),
@@ -240,8 +241,7 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
              "the line-by-line NNTP-like server over a 40 ms round trip (delay line), captured "
              "at the server: each article's tail leaves right after the ACK of its first line, "
              "which leaves full segments unacknowledged",
-             (Flow("nntp", 40, (14,), response_sizes_bytes=article_sizes(40),
-                   response_line_by_line=True),), rtt_ms=TIMER_LONG_PATH_RTT_MS,
+             (LINE_BY_LINE_ARTICLES,), rtt_ms=TIMER_LONG_PATH_RTT_MS,
              capture_side="server",
              expectation="a hold of one round trip or more per article, seen from the holding "
                          "side",
