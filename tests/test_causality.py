@@ -71,6 +71,7 @@ def test_a_bursts_tail_waits_for_the_ack_of_its_small_beginning() -> None:
                                                         (117, 118, 119)]
     assert events.reaction_ms.tolist() == pytest.approx([47.894, 46.816, 45.3], abs=0.05)
     assert not any("own clock" in reason for reason in holds[0].confidence_reasons)
+    assert holds[0].details["released_by_burst_start"] == 2  # frames 100 and 111
 
 
 def test_a_tail_sent_with_segments_the_ack_let_go_was_not_held_by_nagle() -> None:

@@ -297,6 +297,7 @@ class StallStats(NamedTuple):
     hold_spread_ms: float
     causality_checked: float
     median_floor_ms: float
+    released_earlier: int
     untied: int = 0
 
 
@@ -318,7 +319,8 @@ def _group_stats(stalls: dict[str, np.ndarray]) -> list[StallStats]:
         *(groups.median(stalls[name]) for name in (
             "sender_rtt_ms", "ack_lag_ms", "receiver_rtt_ms")),
         groups.median(np.abs(stalls["hold_ms"] - per_row_median)),
-        groups.mean(stalls["causality_checked"]), groups.median(stalls["reaction_floor_ms"]))
+        groups.mean(stalls["causality_checked"]), groups.median(stalls["reaction_floor_ms"]),
+        groups.sum(stalls["released_earlier"].astype(np.int64)))
     return [StallStats(*row) for row in zip(*(column.tolist() for column in columns))]
 
 
@@ -426,6 +428,8 @@ def _confidence(kind: str, stats: StallStats, host_timer: tuple[float | None, in
     if stats.count >= REPEATED:
         score += 1
         reasons.append(f"repeated {stats.count} times")
+    if stats.released_earlier:
+        reasons.append(_earlier_release_words(stats))
     if mss_estimated:
         score -= 1
         reasons.append("MSS estimated (no handshake in the capture)")
@@ -439,6 +443,12 @@ def _confidence(kind: str, stats: StallStats, host_timer: tuple[float | None, in
                        "before RFC 3390) would hold the tail the same way")
         level = "medium" if level == "high" else level
     return level, reasons
+
+
+def _earlier_release_words(stats: StallStats) -> str:
+    return (f"{stats.released_earlier} of them released by the ACK of their burst's small "
+            "first segment: Linux's Nagle holds a small segment only while an earlier small "
+            "one is unacknowledged, whatever full segments are still in flight")
 
 
 def _own_clock_words(stats: StallStats) -> str:
@@ -583,6 +593,7 @@ def _finding(kind: str, stats: StallStats, sender: str, receiver: str,
                  "sender_rtt_ms": (None if stats.median_sender_rtt_ms != stats.median_sender_rtt_ms
                                    else round(stats.median_sender_rtt_ms, 3)),
                  "untied_releases": stats.untied,
+                 "released_by_burst_start": stats.released_earlier,
                  "time_lost_upper_bound": upper_bound,
                  "warnings": _flood_warning(stats)},
         summary=_summary(kind, stats, sender, receiver, upper_bound))
