@@ -44,18 +44,23 @@ macro_rules! event_table {
                 $(self.$field.append(&mut other.$field);)*
             }
 
-            pub fn ordered(self, order: &Order) -> $name {
-                $name {
-                    $first: order.apply(self.$first),
-                    $($field: order.apply(self.$field),)*
-                }
+            /// The rows taken in `order`, each column gathered into a spare column of its
+            /// type (`Spares`), which then keeps the column it replaced.
+            pub fn ordered(mut self, order: &Order, spares: &mut Spares) -> $name {
+                order.apply(&mut self.$first, spares);
+                $(order.apply(&mut self.$field, spares);)*
+                self
             }
 
             /// The rows by the column `key` picks (ties as they are).
             #[allow(dead_code)] // some tables are ordered by two columns, or by another's
-            pub fn ordered_by<K: Ord + Copy>(self, key: impl FnOnce(&$name) -> &[K]) -> $name {
+            pub fn ordered_by<K: Ord + Copy>(
+                self,
+                key: impl FnOnce(&$name) -> &[K],
+                spares: &mut Spares,
+            ) -> $name {
                 let order = Order::by(key(&self));
-                self.ordered(&order)
+                self.ordered(&order, spares)
             }
 
             pub fn into_python<'py>(self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
@@ -80,18 +85,55 @@ impl Order {
         if key.is_sorted() {
             return Order::AsTheyAre;
         }
-        let mut rows: Vec<usize> = (0..key.len()).collect();
-        rows.sort_by_key(|row| key[*row]);
-        Order::Rows(rows)
+        // Each key with its row: no two pairs are equal, so an unstable sort of the pairs
+        // gives the stable order, and sorts them where they lie rather than through the rows.
+        let mut keyed: Vec<(K, usize)> = key.iter().copied().zip(0..).collect();
+        keyed.sort_unstable();
+        Order::Rows(keyed.into_iter().map(|(_, row)| row).collect())
     }
 
-    pub fn apply<T: Copy>(&self, column: Vec<T>) -> Vec<T> {
-        match self {
-            Order::AsTheyAre => column,
-            Order::Rows(rows) => rows.iter().map(|row| column[*row]).collect(),
-        }
+    /// Put `column` in this order, its rows gathered into the spare column of its type
+    /// (`spares`), which is left holding the column as it was.
+    pub fn apply<T: Spared>(&self, column: &mut Vec<T>, spares: &mut Spares) {
+        let Order::Rows(rows) = self else {
+            return;
+        };
+        let spare = T::spare(spares);
+        spare.clear();
+        spare.extend(rows.iter().map(|row| column[*row]));
+        std::mem::swap(column, spare);
     }
 }
+
+/// A spare column of each type the tables hold, for `Order::apply` to gather into: a table
+/// put in order reuses the memory of the columns put in order before it, rather than
+/// taking (and the system zeroing) new memory for each (the tables run to hundreds of MB).
+#[derive(Default)]
+pub struct Spares {
+    i64s: Vec<i64>,
+    i32s: Vec<i32>,
+    u32s: Vec<u32>,
+    u8s: Vec<u8>,
+    f64s: Vec<f64>,
+    bools: Vec<bool>,
+}
+
+/// A column type with its spare column among `Spares`.
+pub trait Spared: Copy {
+    fn spare(spares: &mut Spares) -> &mut Vec<Self>;
+}
+
+macro_rules! spared {
+    ($($type:ty => $field:ident),* $(,)?) => {
+        $(impl Spared for $type {
+            fn spare(spares: &mut Spares) -> &mut Vec<$type> {
+                &mut spares.$field
+            }
+        })*
+    };
+}
+
+spared!(i64 => i64s, i32 => i32s, u32 => u32s, u8 => u8s, f64 => f64s, bool => bools);
 
 event_table!(
     /// The gaps (`GapsBySlice.gaps`'s columns), the sides as directions (0: from the client).
@@ -423,16 +465,17 @@ impl Found {
         let gap_order = Order::by(&gap_keys);
         drop(gap_keys);
         let message_order = Order::by(&self.messages.connection);
+        let spares = &mut Spares::default();
         Found {
-            gaps: self.gaps.ordered(&gap_order),
-            message_details: self.message_details.ordered(&message_order),
-            messages: self.messages.ordered(&message_order),
-            bursts: self.bursts.ordered_by(|table| &table.connection),
-            untimed_stalls: self.untimed_stalls.ordered_by(|table| &table.frame),
-            lone_segments: self.lone_segments.ordered_by(|table| &table.frame),
-            payload_counts: self.payload_counts.ordered_by(|table| &table.key),
-            segments: self.segments.ordered_by(|table| &table.row),
-            chart_packets: self.chart_packets.ordered_by(|table| &table.frame),
+            gaps: self.gaps.ordered(&gap_order, spares),
+            message_details: self.message_details.ordered(&message_order, spares),
+            messages: self.messages.ordered(&message_order, spares),
+            bursts: self.bursts.ordered_by(|table| &table.connection, spares),
+            untimed_stalls: self.untimed_stalls.ordered_by(|table| &table.frame, spares),
+            lone_segments: self.lone_segments.ordered_by(|table| &table.frame, spares),
+            payload_counts: self.payload_counts.ordered_by(|table| &table.key, spares),
+            segments: self.segments.ordered_by(|table| &table.row, spares),
+            chart_packets: self.chart_packets.ordered_by(|table| &table.frame, spares),
             ..self
         }
     }
