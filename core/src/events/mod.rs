@@ -9,6 +9,7 @@ pub mod counts;
 pub mod detector_rows;
 pub mod gaps;
 pub mod messages;
+pub mod order;
 pub mod segments;
 pub mod tables;
 

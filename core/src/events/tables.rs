@@ -7,6 +7,8 @@ use numpy::IntoPyArray;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
+use super::order::{Order, SortKey, Spares};
+
 /// A table of named columns of one length: `len`, `truncate`, `ordered` (its rows taken in
 /// an `Order`) and `into_python`, which hands its columns to Python under their names, in
 /// the order declared.
@@ -54,7 +56,7 @@ macro_rules! event_table {
 
             /// The rows by the column `key` picks (ties as they are).
             #[allow(dead_code)] // some tables are ordered by two columns, or by another's
-            pub fn ordered_by<K: Ord + Copy>(
+            pub fn ordered_by<K: SortKey>(
                 self,
                 key: impl FnOnce(&$name) -> &[K],
                 spares: &mut Spares,
@@ -72,68 +74,6 @@ macro_rules! event_table {
         }
     };
 }
-
-/// The order a table's rows are handed over in: as they are, or by a key (stably).
-pub enum Order {
-    AsTheyAre,
-    Rows(Vec<usize>),
-}
-
-impl Order {
-    /// The rows by `key` (ties in the order they are), or as they are where they already are.
-    pub fn by<K: Ord + Copy>(key: &[K]) -> Order {
-        if key.is_sorted() {
-            return Order::AsTheyAre;
-        }
-        // Each key with its row: no two pairs are equal, so an unstable sort of the pairs
-        // gives the stable order, and sorts them where they lie rather than through the rows.
-        let mut keyed: Vec<(K, usize)> = key.iter().copied().zip(0..).collect();
-        keyed.sort_unstable();
-        Order::Rows(keyed.into_iter().map(|(_, row)| row).collect())
-    }
-
-    /// Put `column` in this order, its rows gathered into the spare column of its type
-    /// (`spares`), which is left holding the column as it was.
-    pub fn apply<T: Spared>(&self, column: &mut Vec<T>, spares: &mut Spares) {
-        let Order::Rows(rows) = self else {
-            return;
-        };
-        let spare = T::spare(spares);
-        spare.clear();
-        spare.extend(rows.iter().map(|row| column[*row]));
-        std::mem::swap(column, spare);
-    }
-}
-
-/// A spare column of each type the tables hold, for `Order::apply` to gather into: a table
-/// put in order reuses the memory of the columns put in order before it, rather than
-/// taking (and the system zeroing) new memory for each (the tables run to hundreds of MB).
-#[derive(Default)]
-pub struct Spares {
-    i64s: Vec<i64>,
-    i32s: Vec<i32>,
-    u32s: Vec<u32>,
-    u8s: Vec<u8>,
-    f64s: Vec<f64>,
-    bools: Vec<bool>,
-}
-
-/// A column type with its spare column among `Spares`.
-pub trait Spared: Copy {
-    fn spare(spares: &mut Spares) -> &mut Vec<Self>;
-}
-
-macro_rules! spared {
-    ($($type:ty => $field:ident),* $(,)?) => {
-        $(impl Spared for $type {
-            fn spare(spares: &mut Spares) -> &mut Vec<$type> {
-                &mut spares.$field
-            }
-        })*
-    };
-}
-
-spared!(i64 => i64s, i32 => i32s, u32 => u32s, u8 => u8s, f64 => f64s, bool => bools);
 
 event_table!(
     /// The gaps (`GapsBySlice.gaps`'s columns), the sides as directions (0: from the client).

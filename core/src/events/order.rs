@@ -1,0 +1,265 @@
+//! The order a table's rows are handed over in (`Order`: by a key, stably), found by a radix
+//! sort where the keys allow, and applied a column at a time into spare columns (`Spares`).
+
+/// The order a table's rows are handed over in: as they are, or by a key (stably).
+pub enum Order {
+    AsTheyAre,
+    Rows(Vec<usize>),
+}
+
+impl Order {
+    /// The rows by `key` (ties in the order they are), or as they are where they already are.
+    pub fn by<K: SortKey>(key: &[K]) -> Order {
+        if key.is_sorted() {
+            return Order::AsTheyAre;
+        }
+        Order::Rows(match Ranks::of(key) {
+            Some(ranks) => radix_rows(ranks),
+            None => compared_rows(key),
+        })
+    }
+
+    /// Put `column` in this order, its rows gathered into the spare column of its type
+    /// (`spares`), which is left holding the column as it was.
+    pub fn apply<T: Spared>(&self, column: &mut Vec<T>, spares: &mut Spares) {
+        let Order::Rows(rows) = self else {
+            return;
+        };
+        let spare = T::spare(spares);
+        spare.clear();
+        spare.extend(rows.iter().map(|row| column[*row]));
+        std::mem::swap(column, spare);
+    }
+}
+
+/// A key the tables are put in order by: one or two integer columns, compared in order.
+pub trait SortKey: Ord + Copy {
+    /// The key as two numbers compared in order (the second 0 for a key of one column).
+    fn parts(self) -> (i64, i64);
+}
+
+impl SortKey for i64 {
+    fn parts(self) -> (i64, i64) {
+        (self, 0)
+    }
+}
+
+impl SortKey for i32 {
+    fn parts(self) -> (i64, i64) {
+        (i64::from(self), 0)
+    }
+}
+
+impl SortKey for u32 {
+    fn parts(self) -> (i64, i64) {
+        (i64::from(self), 0)
+    }
+}
+
+impl SortKey for (i64, i64) {
+    fn parts(self) -> (i64, i64) {
+        self
+    }
+}
+
+/// Each row's key as one unsigned number in the keys' order (its first part above its
+/// second, each counted from its smallest), with the row's number in the bits below it, so
+/// that no two are equal and the row comes with its key; and how many bits the ranks take.
+struct Ranks {
+    packed: Vec<u64>,
+    rank_bits: u32,
+    row_bits: u32,
+}
+
+impl Ranks {
+    /// None where the two parts' spans and the rows do not fit in 64 bits together.
+    fn of<K: SortKey>(key: &[K]) -> Option<Ranks> {
+        let (first_low, first_high) = span(key.iter().map(|k| k.parts().0))?;
+        let (second_low, second_high) = span(key.iter().map(|k| k.parts().1))?;
+        let second_bits = bits_of(second_high.abs_diff(second_low));
+        let rank_bits = bits_of(first_high.abs_diff(first_low)) + second_bits;
+        let row_bits = bits_of(key.len() as u64 - 1);
+        if rank_bits + row_bits > u64::BITS {
+            return None;
+        }
+        let rank = |(first, second): (i64, i64)| {
+            let first = first.abs_diff(first_low);
+            let second = second.abs_diff(second_low);
+            // A shift by 64 (a second part of 64 bits, the first then all equal) is none.
+            first.checked_shl(second_bits).unwrap_or(0) | second
+        };
+        let packed = key
+            .iter()
+            .zip(0u64..)
+            .map(|(k, row)| rank(k.parts()).checked_shl(row_bits).unwrap_or(0) | row)
+            .collect();
+        Some(Ranks {
+            packed,
+            rank_bits,
+            row_bits,
+        })
+    }
+}
+
+/// The smallest and largest of `values` (None for none).
+fn span(values: impl Iterator<Item = i64>) -> Option<(i64, i64)> {
+    values.fold(None, |found, value| match found {
+        None => Some((value, value)),
+        Some((low, high)) => Some((low.min(value), high.max(value))),
+    })
+}
+
+/// How many bits `value` takes.
+fn bits_of(value: u64) -> u32 {
+    u64::BITS - value.leading_zeros()
+}
+
+/// Bits of the rank sorted on in each pass of the radix sort: its counts fit in the cache.
+const DIGIT_BITS: u32 = 11;
+
+/// The rows in the order of their ranks, ties in row order: a least-significant-digit radix
+/// sort of the ranks (the rows below them already in order), each pass a stable counting
+/// sort on the next `DIGIT_BITS` of them.
+fn radix_rows(ranks: Ranks) -> Vec<usize> {
+    let Ranks {
+        mut packed,
+        rank_bits,
+        row_bits,
+    } = ranks;
+    let mut sorted = vec![0u64; packed.len()];
+    let rank_end = row_bits + rank_bits;
+    for shift in (row_bits..rank_end).step_by(DIGIT_BITS as usize) {
+        let digit = |value: u64| ((value >> shift) & ((1 << DIGIT_BITS) - 1)) as usize;
+        let mut starts = [0usize; 1 << DIGIT_BITS];
+        for value in &packed {
+            starts[digit(*value)] += 1;
+        }
+        let mut start = 0;
+        for slot in starts.iter_mut() {
+            (*slot, start) = (start, start + *slot);
+        }
+        for &value in &packed {
+            let slot = &mut starts[digit(value)];
+            sorted[*slot] = value;
+            *slot += 1;
+        }
+        std::mem::swap(&mut packed, &mut sorted);
+    }
+    let row_mask = 1u64.checked_shl(row_bits).map_or(u64::MAX, |bit| bit - 1);
+    packed
+        .into_iter()
+        .map(|value| (value & row_mask) as usize)
+        .collect()
+}
+
+/// The rows by `key` (ties in the order they are) by comparing keys.
+fn compared_rows<K: SortKey>(key: &[K]) -> Vec<usize> {
+    // No two (key, row) pairs are equal, so an unstable sort of the pairs is stable by key.
+    let mut keyed: Vec<(K, usize)> = key.iter().copied().zip(0..).collect();
+    keyed.sort_unstable();
+    keyed.into_iter().map(|(_, row)| row).collect()
+}
+
+/// A spare column of each type the tables hold, for `Order::apply` to gather into: a table
+/// put in order reuses the memory of the columns put in order before it, rather than
+/// taking (and the system zeroing) new memory for each (the tables run to hundreds of MB).
+#[derive(Default)]
+pub struct Spares {
+    i64s: Vec<i64>,
+    i32s: Vec<i32>,
+    u32s: Vec<u32>,
+    u8s: Vec<u8>,
+    f64s: Vec<f64>,
+    bools: Vec<bool>,
+}
+
+/// A column type with its spare column among `Spares`.
+pub trait Spared: Copy {
+    fn spare(spares: &mut Spares) -> &mut Vec<Self>;
+}
+
+macro_rules! spared {
+    ($($type:ty => $field:ident),* $(,)?) => {
+        $(impl Spared for $type {
+            fn spare(spares: &mut Spares) -> &mut Vec<$type> {
+                &mut spares.$field
+            }
+        })*
+    };
+}
+
+spared!(i64 => i64s, i32 => i32s, u32 => u32s, u8 => u8s, f64 => f64s, bool => bools);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The rows a stable sort by key gives.
+    fn stable_rows<K: SortKey>(key: &[K]) -> Vec<usize> {
+        let mut rows: Vec<usize> = (0..key.len()).collect();
+        rows.sort_by_key(|row| key[*row]);
+        rows
+    }
+
+    fn rows_of<K: SortKey>(key: &[K]) -> Vec<usize> {
+        match Order::by(key) {
+            Order::AsTheyAre => (0..key.len()).collect(),
+            Order::Rows(rows) => rows,
+        }
+    }
+
+    /// Keys of a small generator's values, with many ties.
+    fn keys(count: usize, modulus: u64, seed: u64) -> Vec<i64> {
+        let mut state = seed;
+        (0..count)
+            .map(|_| {
+                state = state
+                    .wrapping_mul(6_364_136_223_846_793_005)
+                    .wrapping_add(1_442_695_040_888_963_407);
+                ((state >> 33) % modulus) as i64
+            })
+            .collect()
+    }
+
+    #[test]
+    fn radix_order_is_the_stable_order() {
+        for (count, modulus) in [(2, 3), (5000, 7), (5000, 1 << 20), (3000, 1 << 40)] {
+            let first = keys(count, modulus, 1);
+            assert_eq!(rows_of(&first), stable_rows(&first), "{count} {modulus}");
+            let second: Vec<i64> = keys(count, 5, 2).iter().map(|k| k - 2).collect();
+            let pairs: Vec<(i64, i64)> = first.iter().copied().zip(second).collect();
+            assert_eq!(rows_of(&pairs), stable_rows(&pairs), "{count} {modulus}");
+            let narrow: Vec<i32> = first.iter().map(|k| *k as i32 - 9).collect();
+            assert_eq!(rows_of(&narrow), stable_rows(&narrow));
+        }
+    }
+
+    #[test]
+    fn keys_too_wide_for_one_rank_are_compared() {
+        let pairs = [
+            (i64::MAX, 1),
+            (i64::MIN, 2),
+            (0, i64::MIN),
+            (0, i64::MAX),
+            (0, 0),
+        ];
+        assert!(Ranks::of(&pairs).is_none());
+        assert_eq!(rows_of(&pairs), stable_rows(&pairs));
+        let wide = [i64::MAX, i64::MIN, 0, i64::MIN, -1];
+        assert!(Ranks::of(&wide).is_none());
+        assert_eq!(rows_of(&wide), stable_rows(&wide));
+    }
+
+    #[test]
+    fn columns_are_put_in_order_through_the_spares() {
+        let order = Order::by(&[3i64, 1, 2, 1]);
+        let mut spares = Spares::default();
+        let mut column = vec![30.0, 10.0, 20.0, 11.0];
+        order.apply(&mut column, &mut spares);
+        assert_eq!(column, [10.0, 11.0, 20.0, 30.0]);
+        let mut again = vec![true, false, false, true];
+        order.apply(&mut again, &mut spares);
+        assert_eq!(again, [false, true, false, true]);
+        assert_eq!(spares.f64s, [30.0, 10.0, 20.0, 11.0]);
+    }
+}
