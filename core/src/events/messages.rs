@@ -64,9 +64,17 @@ impl Counted {
 
 /// The payloads of the segments at `rows`, sorted.
 fn sorted_payloads(rows: &[usize], flows: &Finished) -> Vec<i64> {
-    let mut payloads: Vec<i64> = rows.iter().map(|row| flows.payload_bytes(*row)).collect();
-    payloads.sort_unstable();
+    let mut payloads = Vec::new();
+    sort_payloads_into(rows, flows, &mut payloads);
     payloads
+}
+
+/// The payloads of the segments at `rows`, sorted, in `payloads` (emptied first): one vector
+/// serves a connection's messages one after another, rather than one allocated for each.
+fn sort_payloads_into(rows: &[usize], flows: &Finished, payloads: &mut Vec<i64>) {
+    payloads.clear();
+    payloads.extend(rows.iter().map(|row| flows.payload_bytes(*row)));
+    payloads.sort_unstable();
 }
 
 fn wire_segments(rows: &[usize], flows: &Finished) -> i64 {
@@ -139,20 +147,21 @@ impl Whole<'_> {
 }
 
 /// A message's row of `table`: its direction, its sizes and the MSS; its bytes and the
-/// segments they need, which the message table reads again.
+/// segments they need, which the message table reads again. `payloads` is room to sort its
+/// payloads in.
 fn push_sizes(
-    table: &mut MessageSizes,
+    (table, payloads): (&mut MessageSizes, &mut Vec<i64>),
     connection: u32,
     message: &Whole,
     flows: &Finished,
 ) -> (i64, i64) {
-    let payloads = sorted_payloads(message.rows, flows);
+    sort_payloads_into(message.rows, flows, payloads);
     let counted = message.counted();
     let bytes = payloads.iter().sum::<i64>() + counted.map_or(0, |counted| counted.bytes);
     let packets = payloads.len() as u64 + counted.map_or(0, Counted::packets);
     let sizes = counted.map_or(&[][..], |counted| counted.sizes.as_slice());
-    let lower = kth_smallest(&payloads, sizes, (packets - 1) / 2);
-    let upper = kth_smallest(&payloads, sizes, packets / 2);
+    let lower = kth_smallest(payloads, sizes, (packets - 1) / 2);
+    let upper = kth_smallest(payloads, sizes, packets / 2);
     let mss = flows.effective_mss();
     table.connection.push(connection as i32);
     table
@@ -169,14 +178,15 @@ fn push_sizes(
     (bytes, needed)
 }
 
-/// A message's rows of `sizes` and `details` (numbered `number` within its connection).
+/// A message's rows of `sizes` and `details` (numbered `number` within its connection;
+/// `payloads` as in `push_sizes`).
 fn push_message(
-    (sizes, details): (&mut MessageSizes, &mut MessageDetails),
+    (sizes, details, payloads): (&mut MessageSizes, &mut MessageDetails, &mut Vec<i64>),
     (connection, number): (u32, u32),
     message: &Whole,
     flows: &Finished,
 ) {
-    let (bytes, needed) = push_sizes(sizes, connection, message, flows);
+    let (bytes, needed) = push_sizes((sizes, payloads), connection, message, flows);
     let (first_frame, start_us) = message.first(flows);
     let (last_frame, end_us) = message.last(flows);
     details.message.push(i64::from(number));
@@ -255,9 +265,11 @@ impl ConnectionMessages {
         flows: &Finished,
         (sizes, details): (&mut MessageSizes, &mut MessageDetails),
     ) {
+        let payloads = &mut Vec::new();
         for (at, message) in self.wholes(rows).enumerate() {
             let number = self.finished + at as u32;
-            push_message((sizes, details), (connection, number), &message, flows);
+            let tables = (&mut *sizes, &mut *details, &mut *payloads);
+            push_message(tables, (connection, number), &message, flows);
         }
     }
 
@@ -269,8 +281,9 @@ impl ConnectionMessages {
         flows: &Finished,
         sizes: &mut MessageSizes,
     ) {
+        let payloads = &mut Vec::new();
         for message in self.wholes(rows) {
-            push_sizes(sizes, connection, &message, flows);
+            push_sizes((&mut *sizes, &mut *payloads), connection, &message, flows);
         }
     }
 
@@ -287,6 +300,7 @@ impl ConnectionMessages {
         let mut taken = 0usize;
         let mut ended = 0usize;
         let count = self.messages.len();
+        let payloads = &mut Vec::new();
         for (at, message) in self.messages.iter_mut().enumerate() {
             let held = message.segments as usize;
             let latest = at + 1 == count;
@@ -298,10 +312,11 @@ impl ConnectionMessages {
                 match details.as_deref_mut() {
                     Some(details) => {
                         let number = self.finished + at as u32;
-                        push_message((sizes, details), (connection, number), &whole, flows);
+                        let tables = (&mut *sizes, details, &mut *payloads);
+                        push_message(tables, (connection, number), &whole, flows);
                     }
                     None => {
-                        push_sizes(sizes, connection, &whole, flows);
+                        push_sizes((&mut *sizes, &mut *payloads), connection, &whole, flows);
                     }
                 }
                 taken += held;
