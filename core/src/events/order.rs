@@ -114,23 +114,27 @@ fn bits_of(value: u64) -> u32 {
     u64::BITS - value.leading_zeros()
 }
 
-/// Bits of the rank sorted on in each pass of the radix sort: its counts fit in the cache.
-const DIGIT_BITS: u32 = 11;
+/// The most bits of the rank sorted on in one pass of the radix sort: its counts (1 MB)
+/// still fit in the cache, and a key of connection numbers alone takes one pass.
+const MAX_DIGIT_BITS: u32 = 17;
 
 /// The rows in the order of their ranks, ties in row order: a least-significant-digit radix
 /// sort of the ranks (the rows below them already in order), each pass a stable counting
-/// sort on the next `DIGIT_BITS` of them.
+/// sort on the next digit of them, in as few passes as digits of `MAX_DIGIT_BITS` allow.
 fn radix_rows(ranks: Ranks) -> Vec<usize> {
     let Ranks {
         mut packed,
         rank_bits,
         row_bits,
     } = ranks;
+    let passes = rank_bits.div_ceil(MAX_DIGIT_BITS);
+    let digit_bits = rank_bits.div_ceil(passes);
     let mut sorted = vec![0u64; packed.len()];
-    let rank_end = row_bits + rank_bits;
-    for shift in (row_bits..rank_end).step_by(DIGIT_BITS as usize) {
-        let digit = |value: u64| ((value >> shift) & ((1 << DIGIT_BITS) - 1)) as usize;
-        let mut starts = [0usize; 1 << DIGIT_BITS];
+    let mut starts = vec![0usize; 1 << digit_bits];
+    for pass in 0..passes {
+        let shift = row_bits + pass * digit_bits;
+        let digit = |value: u64| ((value >> shift) & ((1 << digit_bits) - 1)) as usize;
+        starts.fill(0);
         for value in &packed {
             starts[digit(*value)] += 1;
         }
