@@ -1,5 +1,7 @@
 //! The order a table's rows are handed over in (`Order`: by a key, stably), found by a radix
-//! sort where the keys allow, and applied a column at a time into spare columns (`Spares`).
+//! sort where the keys allow, and applied a column at a time into a spare column (`Spare`).
+
+use std::any::Any;
 
 /// The order a table's rows are handed over in: as they are, or by a key (stably).
 pub enum Order {
@@ -19,16 +21,15 @@ impl Order {
         })
     }
 
-    /// Put `column` in this order, its rows gathered into the spare column of its type
-    /// (`spares`), which is left holding the column as it was.
-    pub fn apply<T: Spared>(&self, column: &mut Vec<T>, spares: &mut Spares) {
+    /// Put `column` in this order, its rows gathered into the spare column where it is of the
+    /// same type (`spare`), which is left holding the column as it was.
+    pub fn apply<T: Copy + 'static>(&self, column: &mut Vec<T>, spare: &mut Spare) {
         let Order::Rows(rows) = self else {
             return;
         };
-        let spare = T::spare(spares);
-        spare.clear();
-        spare.extend(rows.iter().map(|row| column[*row]));
-        std::mem::swap(column, spare);
+        let mut gathered = spare.take::<T>();
+        gathered.extend(rows.iter().map(|row| column[*row]));
+        spare.keep(std::mem::replace(column, gathered));
     }
 }
 
@@ -164,35 +165,30 @@ fn compared_rows<K: SortKey>(key: &[K]) -> Vec<usize> {
     keyed.into_iter().map(|(_, row)| row).collect()
 }
 
-/// A spare column of each type the tables hold, for `Order::apply` to gather into: a table
-/// put in order reuses the memory of the columns put in order before it, rather than
-/// taking (and the system zeroing) new memory for each (the tables run to hundreds of MB).
+/// The column the last column put in order replaced, for the next to be gathered into where
+/// it is of the same type: a table put in order reuses the memory of its columns put in order
+/// before, rather than taking (and the system zeroing) new memory for each (the tables run to
+/// hundreds of MB). One is kept at a time, so that ordering holds one column more at most.
 #[derive(Default)]
-pub struct Spares {
-    i64s: Vec<i64>,
-    i32s: Vec<i32>,
-    u32s: Vec<u32>,
-    u8s: Vec<u8>,
-    f64s: Vec<f64>,
-    bools: Vec<bool>,
-}
+pub struct Spare(Option<Box<dyn Any>>);
 
-/// A column type with its spare column among `Spares`.
-pub trait Spared: Copy {
-    fn spare(spares: &mut Spares) -> &mut Vec<Self>;
-}
+impl Spare {
+    /// The spare column where it is of type `T` (emptied), else a new one (a spare of
+    /// another type is let go).
+    fn take<T: 'static>(&mut self) -> Vec<T> {
+        let spare = self
+            .0
+            .take()
+            .and_then(|spare| spare.downcast::<Vec<T>>().ok());
+        let mut column = spare.map_or_else(Vec::new, |spare| *spare);
+        column.clear();
+        column
+    }
 
-macro_rules! spared {
-    ($($type:ty => $field:ident),* $(,)?) => {
-        $(impl Spared for $type {
-            fn spare(spares: &mut Spares) -> &mut Vec<$type> {
-                &mut spares.$field
-            }
-        })*
-    };
+    fn keep<T: 'static>(&mut self, column: Vec<T>) {
+        self.0 = Some(Box::new(column));
+    }
 }
-
-spared!(i64 => i64s, i32 => i32s, u32 => u32s, u8 => u8s, f64 => f64s, bool => bools);
 
 #[cfg(test)]
 mod tests {
@@ -255,15 +251,18 @@ mod tests {
     }
 
     #[test]
-    fn columns_are_put_in_order_through_the_spares() {
+    fn columns_are_put_in_order_through_the_spare() {
         let order = Order::by(&[3i64, 1, 2, 1]);
-        let mut spares = Spares::default();
+        let mut spare = Spare::default();
         let mut column = vec![30.0, 10.0, 20.0, 11.0];
-        order.apply(&mut column, &mut spares);
+        order.apply(&mut column, &mut spare);
         assert_eq!(column, [10.0, 11.0, 20.0, 30.0]);
-        let mut again = vec![true, false, false, true];
-        order.apply(&mut again, &mut spares);
-        assert_eq!(again, [false, true, false, true]);
-        assert_eq!(spares.f64s, [30.0, 10.0, 20.0, 11.0]);
+        let mut again = vec![31.0, 12.0, 21.0, 13.0];
+        order.apply(&mut again, &mut spare);
+        assert_eq!(again, [12.0, 13.0, 21.0, 31.0]);
+        let mut flags = vec![true, false, false, true];
+        order.apply(&mut flags, &mut spare);
+        assert_eq!(flags, [false, true, false, true]);
+        assert_eq!(spare.take::<bool>(), Vec::<bool>::new());
     }
 }

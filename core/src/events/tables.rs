@@ -7,7 +7,7 @@ use numpy::IntoPyArray;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
-use super::order::{Order, SortKey, Spares};
+use super::order::{Order, SortKey, Spare};
 
 /// A table of named columns of one length: `len`, `truncate`, `ordered` (its rows taken in
 /// an `Order`) and `into_python`, which hands its columns to Python under their names, in
@@ -46,11 +46,11 @@ macro_rules! event_table {
                 $(self.$field.append(&mut other.$field);)*
             }
 
-            /// The rows taken in `order`, each column gathered into a spare column of its
-            /// type (`Spares`), which then keeps the column it replaced.
-            pub fn ordered(mut self, order: &Order, spares: &mut Spares) -> $name {
-                order.apply(&mut self.$first, spares);
-                $(order.apply(&mut self.$field, spares);)*
+            /// The rows taken in `order`, each column gathered into the spare column where
+            /// it is of the same type (`Spare`), which then keeps the column it replaced.
+            pub fn ordered(mut self, order: &Order, spare: &mut Spare) -> $name {
+                order.apply(&mut self.$first, spare);
+                $(order.apply(&mut self.$field, spare);)*
                 self
             }
 
@@ -59,10 +59,10 @@ macro_rules! event_table {
             pub fn ordered_by<K: SortKey>(
                 self,
                 key: impl FnOnce(&$name) -> &[K],
-                spares: &mut Spares,
+                spare: &mut Spare,
             ) -> $name {
                 let order = Order::by(key(&self));
-                self.ordered(&order, spares)
+                self.ordered(&order, spare)
             }
 
             pub fn into_python<'py>(self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
@@ -395,6 +395,9 @@ impl Found {
                 self.number_messages(&all);
             }
         }
+        // Each order is let go once its tables are in it: the largest tables' orders are not
+        // held together.
+        let spare = &mut Spare::default();
         let gap_keys: Vec<(i64, i64)> = self
             .gaps
             .connection
@@ -404,18 +407,22 @@ impl Found {
             .collect();
         let gap_order = Order::by(&gap_keys);
         drop(gap_keys);
+        let gaps = self.gaps.ordered(&gap_order, spare);
+        drop(gap_order);
         let message_order = Order::by(&self.messages.connection);
-        let spares = &mut Spares::default();
+        let message_details = self.message_details.ordered(&message_order, spare);
+        let messages = self.messages.ordered(&message_order, spare);
+        drop(message_order);
         Found {
-            gaps: self.gaps.ordered(&gap_order, spares),
-            message_details: self.message_details.ordered(&message_order, spares),
-            messages: self.messages.ordered(&message_order, spares),
-            bursts: self.bursts.ordered_by(|table| &table.connection, spares),
-            untimed_stalls: self.untimed_stalls.ordered_by(|table| &table.frame, spares),
-            lone_segments: self.lone_segments.ordered_by(|table| &table.frame, spares),
-            payload_counts: self.payload_counts.ordered_by(|table| &table.key, spares),
-            segments: self.segments.ordered_by(|table| &table.row, spares),
-            chart_packets: self.chart_packets.ordered_by(|table| &table.frame, spares),
+            gaps,
+            message_details,
+            messages,
+            bursts: self.bursts.ordered_by(|table| &table.connection, spare),
+            untimed_stalls: self.untimed_stalls.ordered_by(|table| &table.frame, spare),
+            lone_segments: self.lone_segments.ordered_by(|table| &table.frame, spare),
+            payload_counts: self.payload_counts.ordered_by(|table| &table.key, spare),
+            segments: self.segments.ordered_by(|table| &table.row, spare),
+            chart_packets: self.chart_packets.ordered_by(|table| &table.frame, spare),
             ..self
         }
     }
