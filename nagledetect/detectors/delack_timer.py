@@ -19,7 +19,7 @@ import numpy as np
 
 from nagledetect.detectors.model import HostProfile, HostValues
 from nagledetect.events.segments import NONE, PURE_ACK_ROLES, role_in
-from nagledetect.flows.connections import by_connection, direction_key
+from nagledetect.flows.connections import by_connection, direction_key, rtt_measured
 from nagledetect.flows.grouped import first_per_key, joined_columns
 from nagledetect.ordering import factorize_in_name_order
 from nagledetect.table import Table, codes
@@ -121,7 +121,7 @@ def samples_of(lone: Mapping[str, np.ndarray], connections: Table) -> Table:
     lag_ms = (ack_time_us - column("time_us")) / 1000
     rtt_ms = receiver_side_rtt_ms(connections, lone_connection, lone_direction)
     hold_ms = lag_ms - rtt_ms
-    measured = by_connection(connections, "rtt_source", lone_connection) == "handshake"
+    measured = rtt_measured(connections, lone_connection)
     receiver = np.where(lone_direction == 0,
                         by_connection(connections, "server_address", lone_connection),
                         by_connection(connections, "client_address", lone_connection))

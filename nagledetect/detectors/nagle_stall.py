@@ -47,7 +47,7 @@ from nagledetect.detectors.model import (
     split_events,
 )
 from nagledetect.events.segments import role_in
-from nagledetect.flows.connections import by_connection
+from nagledetect.flows.connections import by_connection, rtt_measured
 from nagledetect.flows.grouped import KeyGroups
 from nagledetect.table import Table
 
@@ -220,7 +220,7 @@ def timed_stalls(untimed: dict[str, np.ndarray], connections: Table
     peer_time_us = untimed["peer_time_us"]
     reaction_ms = (found["time_us"] - peer_time_us) / 1000
     sender_rtt_ms = sender_side_rtt_ms(connections, connection, direction)
-    measured = by_connection(connections, "rtt_source", connection) == "handshake"
+    measured = rtt_measured(connections, connection)
     floor_ms, limit_ms = reaction_window_ms(sender_rtt_ms, measured)
     ack_lag_ms = (peer_time_us - found["prev_time_us"]) / 1000
     receiver_rtt_ms = receiver_side_rtt_ms(connections, connection, direction)

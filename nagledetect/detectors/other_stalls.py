@@ -44,7 +44,7 @@ from nagledetect.detectors.model import (
     split_events,
 )
 from nagledetect.events.gaps import EVENT, GAP_MIN_US, GAP_PACKET_COLUMNS, GapsBySlice
-from nagledetect.flows.connections import by_connection, seen_one_way
+from nagledetect.flows.connections import by_connection, rtt_measured, seen_one_way
 from nagledetect.flows.grouped import KeyGroups
 from nagledetect.table import Table
 
@@ -196,14 +196,17 @@ def _least_path_us(gaps: dict[str, np.ndarray], connections: Table,
     the client's first data after the SYN/ACK) comes no sooner than the round trip from the
     tap to that side and back after the packet it answers passed the tap; a side that speaks
     again after its own SYN/ACK waited for the peer's ACK, the whole round trip."""
-    connection = gaps["connection"]
-    measured = by_connection(connections, "rtt_source", connection) == "handshake"
-    think = np.isin(cause, [_CODE[(THINK_TIME, "response")],
-                            _CODE[(THINK_TIME, "after-handshake")]])
-    to_answerer_us = _rtt_beyond_tap_us(connections, connection, gaps["before_direction"])
+    path_us = np.full(len(cause), np.nan)
+    rows = np.flatnonzero(np.isin(cause, [_CODE[(THINK_TIME, "response")],
+                                          _CODE[(THINK_TIME, "after-handshake")]]))
+    connection = gaps["connection"][rows]
+    rows = rows[rtt_measured(connections, connection)]
+    connection = gaps["connection"][rows]
+    before, after = gaps["before_direction"][rows], gaps["after_direction"][rows]
+    to_answerer_us = _rtt_beyond_tap_us(connections, connection, before)
     whole_us = by_connection(connections, "rtt_ms", connection) * 1000
-    answer = gaps["after_direction"] != gaps["before_direction"]
-    return np.where(think & measured, np.where(answer, to_answerer_us, whole_us), np.nan)
+    path_us[rows] = np.where(after != before, to_answerer_us, whole_us)
+    return path_us
 
 
 def _path_time(gaps: dict[str, np.ndarray], connections: Table, cause: np.ndarray,
@@ -471,12 +474,12 @@ def _path_words(details: dict[str, Any]) -> str:
 
 def _gap_stats(gaps: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """Columns of one row per (connection, cause, side), in that order: the gaps' count, the
-    time lost (the gaps less the path's least time, `path_s`), the median gap and path, how
-    many answers began past the peer's ACK (the gaps' cause as its code in `GAP_CAUSES`, in
-    name order)."""
+    time lost (the gaps less the path's least time, `path_s`), the median gap, the path (one
+    per connection side, so its mean), how many answers began past the peer's ACK (the gaps'
+    cause as its code in `GAP_CAUSES`, in name order)."""
     gap_s = gaps["gap_s"]
     groups = KeyGroups(gaps["connection"], gaps["cause"], gaps["side"])
     return {"connection": groups.keys[0], "cause": groups.keys[1], "side": groups.keys[2],
             "count": groups.sizes, "lost_s": groups.sum(gap_s - gaps["path_s"]),
-            "median_gap_s": groups.median(gap_s), "median_path_s": groups.median(gaps["path_s"]),
+            "median_gap_s": groups.median(gap_s), "median_path_s": groups.mean(gaps["path_s"]),
             "past_acked": groups.sum(gaps["past_acked"].astype(np.int64))}

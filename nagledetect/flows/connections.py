@@ -265,6 +265,13 @@ def rtt_sources(from_handshake: np.ndarray, known: np.ndarray, one_way: np.ndarr
         known, "ack-lag", np.where(one_way, "one-way-handshake", "none")))
 
 
+def rtt_measured(connections: Table | pd.DataFrame, connection: np.ndarray) -> np.ndarray:
+    """Whether the handshake measured the round trip of each connection in `connection` (its
+    `rtt_source`, compared once per connection rather than once per row asking)."""
+    measured = np.asarray(connections["rtt_source"]) == "handshake"
+    return by_connection({"id": connections["id"], "measured": measured}, "measured", connection)
+
+
 def seen_one_way(packets_to_server: np.ndarray, packets_to_client: np.ndarray) -> np.ndarray:
     """Whether the capture holds only one direction of each connection (from its two packet
     counts)."""
