@@ -13,6 +13,10 @@ only where physics allows it:
 - near the sender, within a few times the sender's own turnaround (its handshake answer, or its
   quickest ACK), as a kernel releases held data while it processes the ACK.
 
+Linux's Nagle (Minshall's) also lets a burst's small tail go at the ACK of the burst's small
+beginning, full segments still unacknowledged: those tails are paired with that ACK
+(`earlier_releases.py`) and pass the same timing tests.
+
 Two kinds: `nagle-delack-stall` when that ACK came a delayed-ACK time after the data (far longer
 than the round trip, at most 500 ms, RFC 1122's limit), `nagle-rtt-hold` when it was the ordinary
 ACK one round trip after the data (on a long path, Nagle's whole cost). Either way the stall

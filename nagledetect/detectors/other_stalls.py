@@ -129,7 +129,8 @@ def gaps_of_packets(columns: DetectorInput) -> dict[str, np.ndarray]:
 
 def classify_gaps(columns: DetectorInput) -> dict[str, np.ndarray]:
     """The gaps, each with its cause (`cause`, its code in `GAP_CAUSES`), its cause's frame
-    (`cause_frame`) and length (`gap_s`), think time and idle within four round trips left out."""
+    (`cause_frame`) and length (`gap_s`), think time and idle the path may explain left out
+    (`_path_time`)."""
     gaps = columns.taken(GAP_ROWS, gaps_of_packets)
     released = released_frames(columns.earlier_findings, NAGLE_FAMILY)
     return gap_causes(gaps, columns.connections, released)
@@ -455,7 +456,7 @@ def _probe_words(details: dict[str, Any]) -> str:
 
 
 PATH_SHOWN_MS = 1.0
-"""A server's round trip short enough (a tap beside it) to leave out of a finding's words."""
+"""A path short enough (a tap beside the answering side) to leave out of a finding's words."""
 
 
 def _missed_reason(past_acked: int, count: int) -> str:
