@@ -295,6 +295,7 @@ class StallStats(NamedTuple):
     median_first_bytes: float
     previous_small: float
     previous_full: float
+    after_full: float
     median_sender_rtt_ms: float
     median_ack_lag_ms: float
     median_receiver_rtt_ms: float
@@ -310,6 +311,8 @@ def _group_stats(stalls: dict[str, np.ndarray]) -> list[StallStats]:
     groups = KeyGroups(stalls["connection"], stalls["direction"])
     previous_bytes = stalls["prev_payload_bytes"]
     mss = stalls["mss"]
+    # A burst whose earlier ACK released its tail began with a small write: held because of it.
+    began_small = stalls["released_earlier"] > 0
     median_hold_ms = groups.median(stalls["hold_ms"])
     per_row_median = np.zeros(len(previous_bytes))
     per_row_median[groups.order if groups.order is not None else slice(None)] = np.repeat(
@@ -319,7 +322,8 @@ def _group_stats(stalls: dict[str, np.ndarray]) -> list[StallStats]:
         groups.median(stalls["stall_s"]), median_hold_ms,
         *(groups.median(stalls[name]) for name in (
             "reaction_ms", "reaction_limit_ms", "tail_bytes", "prev_payload_bytes")),
-        groups.mean(previous_bytes < mss), groups.mean(previous_bytes == mss),
+        groups.mean((previous_bytes < mss) | began_small),
+        groups.mean((previous_bytes == mss) & ~began_small), groups.mean(previous_bytes == mss),
         *(groups.median(stalls[name]) for name in (
             "sender_rtt_ms", "ack_lag_ms", "receiver_rtt_ms")),
         groups.median(np.abs(stalls["hold_ms"] - per_row_median)),
@@ -338,8 +342,9 @@ def _untied_counts(candidates: dict[str, np.ndarray]) -> dict[tuple[int, int], i
 
 
 def _subkind(stats: StallStats) -> str:
-    """write-write-read when the data before the hold was itself small; a 2N-segment tail when
-    it was a full segment; otherwise a small tail after larger data."""
+    """write-write-read when the data before the hold was itself small (or the burst the tail
+    ends began small, the hold's cause under Linux's Nagle); a 2N-segment tail when it was a
+    full segment; otherwise a small tail after larger data."""
     if stats.previous_small >= 0.5:
         return "write-write-read"
     return "2n-segment-tail" if stats.previous_full >= 0.5 else "small-tail"
@@ -441,7 +446,7 @@ def _confidence(kind: str, stats: StallStats, host_timer: tuple[float | None, in
         reasons.append(_own_clock_words(stats))
         return "low", reasons
     level = "high" if score >= 3 else "medium" if score == 2 else "low"
-    if kind == RTT_HOLD_KIND and stats.previous_full >= 0.5:
+    if kind == RTT_HOLD_KIND and stats.after_full >= 0.5:
         reasons.append("the data before it were full segments, all sent at once: only a "
                        "congestion window of that few segments (an initial window of 2, as "
                        "before RFC 3390) would hold the tail the same way")
