@@ -112,6 +112,26 @@ def test_manifest_counts_stalls_beyond_think_time_and_pacing(tmp_path) -> None:
     assert "variant" in build_manifest(scenario.with_option("nodelay"), tmp_path / "v.pcap", results)
 
 
+def test_a_slow_exchange_with_nagle_off_is_no_nagle_stall(tmp_path) -> None:
+    """With TCP_NODELAY or TCP_CORK on the side that writes in pieces, Nagle holds nothing: an
+    exchange slower than its think time and path (a loaded machine) is counted slow, not a
+    stall (a mixed recording over 25 ms once showed one such exchange of its NODELAY flow)."""
+    exchanges = [{"index": i, "start_s": 1.0 + i, "latency_s": latency,
+                  "client_writes_bytes": [2] * 15, "server_writes_bytes": [2],
+                  "client_waits_s": [0.0] * 14, "think_time_s": 0.0, "pause_before_s": 0.0}
+                 for i, latency in enumerate((0.0004, 0.0003, 0.0450))]
+    results = [{"flow": "tiny-writes", "client": "10.77.0.1:5000", "server": "10.77.0.2:9000",
+                "exchanges": exchanges}]
+    scenario = shortened(SCENARIOS["seed003-nagle"], 3)
+    held = build_manifest(scenario, tmp_path / "a.pcap", results)["connections"][0]["expected"]
+    assert (held["slow_exchanges"], held["nagle_stalls"]) == (1, 1)
+    for option in ("nodelay", "cork"):
+        off = build_manifest(scenario.with_option(option), tmp_path / f"{option}.pcap", results)
+        expected = off["connections"][0]["expected"]
+        assert (expected["slow_exchanges"], expected["nagle_stalls"], expected["clean"]) == (
+            1, 0, True)
+
+
 def test_peer_spec_has_one_pause_list_per_connection() -> None:
     spec = peer_spec(SCENARIOS["mixed"])
     for flow in spec["flows"]:

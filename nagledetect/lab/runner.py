@@ -219,6 +219,17 @@ def _holder(flow: Flow) -> str:
     return "client" if sum(flow.client_writes_bytes) >= sum(flow.server_writes_for(0)) else "server"
 
 
+NAGLE_OFF_OPTIONS = ("nodelay", "cork")
+"""Options on the holding side under which Nagle holds nothing (TCP_CORK holds a message until
+the application uncorks it, its own choice)."""
+
+
+def _nagle_can_hold(flow: Flow) -> bool:
+    """Whether Nagle may hold the flow's data: not where its holder disabled it."""
+    holder_options = flow.client_options if _holder(flow) == "client" else flow.server_options
+    return not set(holder_options) & set(NAGLE_OFF_OPTIONS)
+
+
 def _explained_s(flow: Flow, exchange: dict[str, Any], rtt_s: float) -> float:
     """What an exchange costs without any hold: the server's thinking, the client's own waits
     between its writes (as it measured them) and one round trip of the path."""
@@ -234,7 +245,8 @@ def _connection_truth(result: dict[str, Any], flow: Flow, holds: list[dict[str, 
     exchanges = result["exchanges"]
     slow = [e for e in exchanges if not flow.one_way and "latency_s" in e
             and e["latency_s"] - _explained_s(flow, e, rtt_s) >= STALL_EXCESS_S]
-    stalled = slow if scenario.stall_kind else []
+    # A slow exchange where Nagle is off is slow for another reason (the machine, the path).
+    stalled = slow if scenario.stall_kind and _nagle_can_hold(flow) else []
     stall_ms = [(e["latency_s"] - _explained_s(flow, e, rtt_s)) * 1000 for e in stalled]
     stall_rule = (f"latency - (think time + the client's waits + one round trip) >= "
                   f"{STALL_EXCESS_S * 1000:.0f} ms")
