@@ -242,13 +242,7 @@ def timed_stalls(untimed: dict[str, np.ndarray], connections: Table
     # in flight when it reached the sender (sent because of it, the window held them all).
     tied = ((reaction_ms >= floor_ms) & (reaction_ms <= limit_ms) & (ack_kind != NEITHER)
             & (~earlier | (in_flight / 1000 < floor_ms)))
-    # A burst's small tail (its previous segment full) that left before this ACK could reach
-    # the sender was released by an earlier one: Linux's Nagle (Minshall's) holds a small
-    # segment only while an earlier small one is unacknowledged, and a tap near the receiver
-    # sees the ACK of that one before the full segments then in flight. It proves no pacing.
-    burst_tail = found["prev_payload_bytes"] >= found["mss"]
-    too_soon = (reaction_ms < floor_ms) & ~burst_tail
-    untied = ((too_soon | ((reaction_ms > limit_ms) & (reaction_ms <= horizon_ms)))
+    untied = (((reaction_ms < floor_ms) | ((reaction_ms > limit_ms) & (reaction_ms <= horizon_ms)))
               & (ack_kind != NEITHER) & ~earlier)
     found.update(ack_kind=ack_kind, tied=tied, untied=untied, reaction_ms=reaction_ms,
                  reaction_floor_ms=floor_ms, reaction_limit_ms=limit_ms,
