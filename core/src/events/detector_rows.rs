@@ -117,30 +117,15 @@ impl UntimedStalls {
             && segment.own_retransmissions_between == 0
             && peer_window_bytes > 0
             && segment.time_us - prev_time_us >= MIN_STALL_US;
-        if !passed {
-            return;
+        if passed {
+            let release = Release::of(at, segment.previous, segment.peer_latest, true);
+            self.push(segment, &release, message, (0, prev_time_us));
         }
-        self.connection.push(segment.connection as i32);
-        self.direction.push(segment.direction);
-        self.frame.push(segment.frame);
-        self.time_us.push(segment.time_us);
-        self.payload_bytes.push(segment.payload_bytes);
-        self.tail_bytes.push(tail_bytes);
-        self.mss.push(segment.mss);
-        self.prev_frame.push(at.frame(segment.previous));
-        self.prev_time_us.push(prev_time_us);
-        self.prev_payload_bytes
-            .push(at.payload_bytes(segment.previous));
-        self.peer_frame.push(at.frame(segment.peer_latest));
-        self.peer_time_us.push(peer_time_us);
-        self.peer_window_bytes.push(peer_window_bytes);
-        self.message.push(message);
-        self.released_earlier.push(0);
-        self.tail_prev_time_us.push(prev_time_us);
     }
 
-    /// Keep tail `segment` as released by its burst's earlier ACK (`release`).
-    fn take_earlier(&mut self, at: &Context, segment: &Segment, release: &Release, message: i64) {
+    /// Keep tail `segment` as released by `release`; `(released_earlier, tail_prev_time_us)`:
+    /// 1 where a burst's earlier ACK released it, and the time of the data just before it.
+    fn push(&mut self, segment: &Segment, release: &Release, message: i64, tail: (u8, i64)) {
         self.connection.push(segment.connection as i32);
         self.direction.push(segment.direction);
         self.frame.push(segment.frame);
@@ -156,8 +141,8 @@ impl UntimedStalls {
         self.peer_time_us.push(release.peer_time_us);
         self.peer_window_bytes.push(release.peer_window_bytes);
         self.message.push(message);
-        self.released_earlier.push(1);
-        self.tail_prev_time_us.push(at.time_us(segment.previous));
+        self.released_earlier.push(tail.0);
+        self.tail_prev_time_us.push(tail.1);
     }
 }
 
@@ -174,6 +159,21 @@ struct Release {
     peer_frame: i64,
     peer_time_us: i64,
     peer_window_bytes: i64,
+}
+
+impl Release {
+    /// The release by packet row `peer` of the data up to packet row `previous`.
+    fn of(at: &Context, previous: i64, peer: i64, seen: bool) -> Release {
+        Release {
+            seen,
+            prev_frame: at.frame(previous),
+            prev_time_us: at.time_us(previous),
+            prev_payload_bytes: at.payload_bytes(previous),
+            peer_frame: at.frame(peer),
+            peer_time_us: at.time_us(peer),
+            peer_window_bytes: at.window_bytes(peer),
+        }
+    }
 }
 
 /// A direction's burst since its latest segment ending small (its opener).
@@ -221,7 +221,12 @@ impl EarlierReleases {
             && segment.rel_seq == segment.sent_max_before
             && segment.time_us - release.prev_time_us >= MIN_STALL_US
         {
-            untimed.take_earlier(at, segment, &release, message);
+            untimed.push(
+                segment,
+                &release,
+                message,
+                (1, at.time_us(segment.previous)),
+            );
         }
         *burst = Burst {
             opener: Some((segment.rel_seq + segment.payload_bytes, segment.time_us)),
@@ -248,15 +253,7 @@ fn released_by_own_ack(
         && peer_ack < segment.sent_max_before
         && peer_time_us > time_us
         && peer_time_us > prev_time_us;
-    names.then(|| Release {
-        seen: true,
-        prev_frame: at.frame(segment.previous),
-        prev_time_us,
-        prev_payload_bytes: at.payload_bytes(segment.previous),
-        peer_frame: at.frame(peer),
-        peer_time_us,
-        peer_window_bytes: at.window_bytes(peer),
-    })
+    names.then(|| Release::of(at, segment.previous, peer, true))
 }
 
 /// The release `segment` names in a burst opened at `(end, time_us)`: where the peer's latest
@@ -266,14 +263,13 @@ fn named_release(at: &Context, segment: &Segment, (end, time_us): (i64, i64)) ->
     let peer_ack = at.ack(peer);
     let peer_time_us = at.time_us(peer);
     let names = at.role(peer) == ROLE_PURE_ACK && peer_ack >= end && peer_time_us > time_us;
-    names.then(|| Release {
-        seen: peer_ack <= segment.sent_max_before,
-        prev_frame: at.frame(segment.previous),
-        prev_time_us: at.time_us(segment.previous),
-        prev_payload_bytes: at.payload_bytes(segment.previous),
-        peer_frame: at.frame(peer),
-        peer_time_us,
-        peer_window_bytes: at.window_bytes(peer),
+    names.then(|| {
+        Release::of(
+            at,
+            segment.previous,
+            peer,
+            peer_ack <= segment.sent_max_before,
+        )
     })
 }
 
