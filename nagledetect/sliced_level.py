@@ -30,6 +30,7 @@ from nagledetect.chart_data import ChartData, ChartsBySlice
 from nagledetect.detectors import CONNECTION_DETECTORS, segment_parity
 from nagledetect.detectors.delack_timer import SamplesBySlice
 from nagledetect.detectors.earlier_releases import EarlierReleases
+from nagledetect.detectors.full_segment_gaps import FullSegmentGaps
 from nagledetect.detectors.model import DETECTOR_PACKET_COLUMNS, DetectorInput
 from nagledetect.detectors.nagle_stall import UNTIMED_STALLS, untimed_stalls
 from nagledetect.detectors.other_stalls import GAP_ROWS
@@ -173,6 +174,7 @@ class _SliceEvents:
         self._payloads = PayloadsBySlice()
         self._untimed: list[dict[str, np.ndarray]] = []
         self._earlier = EarlierReleases()
+        self._full_gaps = FullSegmentGaps()
 
     def add(self, packets: pd.DataFrame, segments: pd.DataFrame, later_from_us: int) -> None:
         if self._drawn is not None:
@@ -183,7 +185,7 @@ class _SliceEvents:
         segments = segments.drop(columns=list(LOOK_AHEAD_COLUMNS))
         segments["message"] = self._messages.add(segments)
         self._bursts.add(segments)
-        self._untimed.append(untimed_stalls(segments, self._earlier))
+        self._untimed.append(untimed_stalls(segments, self._earlier, self._full_gaps))
         last_frame = int(packets["frame"].iat[-1]) if len(packets) else 0
         self._gaps.add(packets[list(DETECTOR_PACKET_COLUMNS)],
                        self._sack_blocks.through(last_frame))

@@ -20,6 +20,11 @@ def _findings(path, kind=None):
     return [f for f in found if (f.kind == kind if kind else f.kind in NAGLE_FAMILY)]
 
 
+def _triples_of(finding) -> list[tuple[int, int, int]]:
+    return [(e["last_data_frame"], e["delayed_ack_frame"], e["released_frame"])
+            for e in finding.events.records()]
+
+
 def test_a_release_sooner_than_the_round_trip_is_not_a_hold() -> None:
     """zeek/ftp__cwd-navigation.pcap, captured at the client; the server is 87-88 ms away (SYN
     at 0.000000, SYN/ACK at 0.088105; its quickest answer to a command 87.155 ms). Frame 140
@@ -85,6 +90,44 @@ def test_a_tail_sent_with_segments_the_ack_let_go_was_not_held_by_nagle() -> Non
     holds = _findings(corpus_file("zeek/http__no_crlf.pcap"), NAGLE_RTT_HOLD)
     assert [f.count for f in holds] == [1]
     assert holds[0].events.released_frame.tolist() == [303]
+
+
+def test_a_tail_after_segments_on_the_ack_clock_waited_for_nagle() -> None:
+    """sample_traces/classic-2n-blocks-100000-30ms-path.pcap: the classic-Nagle sender (scapy)
+    30.4 ms from the client's tap (SYN 0.000000, SYN/ACK 0.030364). One block: the 1-byte
+    request (frame 673) at 1.043948, 69 full segments streaming to frame 777 at 1.121866, their
+    longest pause 8.5 ms (frame 743), far under half a round trip: no flights. The client ACKs
+    every second segment; ACK 724 (647,785) at 1.092549 is the first to reach the sender after
+    frame 777 left it (1.121866 less 31.3 ms: 1.0906), and any of the dozen ACKs from it on
+    would have let a tail held by a congestion window go. The 88-byte tail (frame 779) came at
+    1.153140, 31.2 ms after ACK 778 of everything (1.121899): it waited for that ACK, as classic
+    Nagle does. The same holds for frames 132-134; the other 18 blocks end in an odd segment
+    the client's delayed ACK released (the classic peer logs 20 holds)."""
+    holds = _findings(SAMPLE_TRACES / "classic-2n-blocks-100000-30ms-path.pcap", NAGLE_RTT_HOLD)
+    assert [(f.sender, f.count, f.confidence) for f in holds] == [("10.77.0.2:9000", 2, "medium")]
+    assert _triples_of(holds[0]) == [(132, 133, 134), (777, 778, 779)]
+    stalls = _findings(SAMPLE_TRACES / "classic-2n-blocks-100000-30ms-path.pcap",
+                       NAGLE_DELACK_STALL)
+    assert [f.count for f in stalls] == [18]
+
+
+def test_a_tail_after_a_final_flight_that_streamed_waited_for_nagle() -> None:
+    """sample_traces/classic-2n-blocks-100000-80ms-path.pcap: the classic-Nagle sender 80.5 ms
+    from the client's tap (SYN 0.000000, SYN/ACK 0.080543), the client's window 65,535 bytes
+    (no scaling). The first block: 45 full segments (frames 9-84, 0.341560-0.364827), then a
+    58.5 ms pause for the window, as slow start pauses; but the final flight streamed out
+    (frames 86-133, 0.423342-0.439956), and the client ACKed every second segment of it: ACK 88
+    (66,609) at 0.423923 reached the sender after frame 133 had left (0.439956 less 81.5 ms),
+    and a window-held tail would have come one round trip after it, about 0.505. The 88-byte
+    tail (frame 135) came at 0.521157, 81.2 ms after ACK 134 of everything (0.439975): it waited
+    for that ACK. Nineteen blocks end so, an even final flight; one (frames 1041-1043) in an
+    odd segment the client's delayed ACK released. The classic peer logs 20 holds."""
+    path = SAMPLE_TRACES / "classic-2n-blocks-100000-80ms-path.pcap"
+    (holds,) = _findings(path, NAGLE_RTT_HOLD)
+    assert _triples_of(holds)[0] == (133, 134, 135)
+    (stall,) = _findings(path, NAGLE_DELACK_STALL)
+    assert (holds.count, stall.count) == (19, 1)
+    assert _triples_of(stall) == [(1041, 1042, 1043)]
 
 
 def test_a_hold_of_one_round_trip_for_an_ordinary_ack() -> None:

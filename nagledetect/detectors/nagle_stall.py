@@ -43,6 +43,7 @@ from nagledetect.detectors.delack_timer import (
     receiver_side_rtt_ms,
 )
 from nagledetect.detectors.earlier_releases import TAIL_PREV_TIME, EarlierReleases
+from nagledetect.detectors.full_segment_gaps import FullSegmentGaps
 from nagledetect.detectors.model import (
     DetectorInput,
     Finding,
@@ -93,6 +94,13 @@ TINY_WRITE_BYTES = 16
 TINY_WRITE_FACTOR = 4
 MAX_TINY_WRITES = 16
 
+FLIGHT_PAUSE_RTT_SHARE = 0.5
+"""Flights an ACK apart pause this share of the round trip or more (`_sent_in_flights`)."""
+FLIGHT_SPREAD_RTT_SHARE = 0.1
+FLIGHT_SPREAD_MS = 2.0
+"""A final flight that went out over this share of the round trip, and this long at least,
+did not go at once: its ACKs came over as long, far more than the path's jitter."""
+
 RELEASING_ROLES = ("pure_ack",)
 """What can release held data: an ACK that acknowledges something new. A window update or a
 duplicate ACK acknowledges nothing the ACK before it had not: whatever waited for it waited for
@@ -114,9 +122,13 @@ def sender_side_rtt_ms(connections: Table, connection: np.ndarray,
 STALL_COLUMNS = ("connection", "direction", "frame", "time_us", "payload_bytes", "tail_bytes",
                  "mss", "prev_frame", "prev_time_us", "prev_payload_bytes", "peer_frame")
 """The segment columns a stall keeps (the others are let go before rows are selected)."""
-UNTIMED_STALL_COLUMNS = (*STALL_COLUMNS, "peer_time_us", "peer_window_bytes", "message")
+FULL_GAP, FINAL_FLIGHT = "full_gap_us", "final_flight_us"
+"""The longest pause between consecutive full segments of a tail's message before it, and how
+long its final flight had been going out (`full_segment_gaps.py`)."""
+UNTIMED_STALL_COLUMNS = (*STALL_COLUMNS, "peer_time_us", "peer_window_bytes", "message", FULL_GAP,
+                         FINAL_FLIGHT)
 """What `untimed_stalls` keeps of a segment: the stall's columns, what the timing tests read,
-and its message (segment parity asks which messages a stall released)."""
+its message (segment parity asks which messages a stall released) and the pauses before it."""
 UNTIMED_STALLS = "untimed_stalls"
 """The shared table of `untimed_stalls` (`DetectorInput.shared`): a part read a slice at a
 time hands it over made from its slices."""
@@ -150,8 +162,8 @@ def untimed_of_segments(columns: DetectorInput) -> dict[str, np.ndarray]:
     return untimed_stalls(columns.segments)
 
 
-def untimed_stalls(segments: Table, earlier: EarlierReleases | None = None
-                   ) -> dict[str, np.ndarray]:
+def untimed_stalls(segments: Table, earlier: EarlierReleases | None = None,
+                   full_gaps: FullSegmentGaps | None = None) -> dict[str, np.ndarray]:
     """The segments that pass the packet tests: small, after a pure ACK of exactly everything
     sent, starting where that ACK ends (not across a hole in the capture), with no peer data or
     own retransmission since the previous data, and an open window. Each on its own row and
@@ -159,8 +171,13 @@ def untimed_stalls(segments: Table, earlier: EarlierReleases | None = None
     `MIN_STALL_MS` or more after the previous data (no stall of either kind is shorter,
     whatever the round trips, which are known only once every packet has been read). Beside
     them, the tails a burst's earlier ACK may have released (`earlier_releases`: `earlier`
-    carries a part's open bursts from slice to slice). In frame order, as the segments
-    come."""
+    carries a part's open bursts from slice to slice, `full_gaps` its messages' pauses). In
+    frame order, as the segments come."""
+    pauses = dict(zip((FULL_GAP, FINAL_FLIGHT), (full_gaps or FullSegmentGaps()).of(segments)))
+
+    def column(name: str) -> np.ndarray:
+        return pauses[name] if name in pauses else np.asarray(segments[name])
+
     peer_ack = np.asarray(segments["peer_ack"])
     window_bytes = np.asarray(segments["peer_window_bytes"])
     passed = np.flatnonzero(
@@ -173,11 +190,19 @@ def untimed_stalls(segments: Table, earlier: EarlierReleases | None = None
         & (np.asarray(segments["peer_data_between"]) == 0)
         & (np.asarray(segments["own_retransmissions_between"]) == 0)
         & (window_bytes > 0))
-    found = {name: np.asarray(segments[name])[passed] for name in UNTIMED_STALL_COLUMNS}
+    found = {name: column(name)[passed] for name in UNTIMED_STALL_COLUMNS}
     long_enough = (found["time_us"] - found["prev_time_us"]) / 1000 >= MIN_STALL_MS
     plain = {name: values[long_enough] for name, values in found.items()}
     earlier = (earlier or EarlierReleases()).rows(segments)
+    rows = _rows_of_frames(np.asarray(segments["frame"]), earlier["frame"])
+    earlier.update((name, values[rows]) for name, values in pauses.items())
     return _in_frame_order(plain, earlier)
+
+
+def _rows_of_frames(frames: np.ndarray, wanted: np.ndarray) -> np.ndarray:
+    """The rows of `frames` (each packet's frame number, once) holding the frames `wanted`."""
+    order = np.argsort(frames, kind="stable")
+    return order[np.searchsorted(frames[order], wanted)]
 
 
 def _in_frame_order(plain: dict[str, np.ndarray], earlier: dict[str, np.ndarray]
@@ -218,7 +243,8 @@ def timed_stalls(untimed: dict[str, np.ndarray], connections: Table
     (`DELAYED`, `ORDINARY`, `NEITHER`), whether its release was tied to the ACK (`tied`), or
     shows the sender writing on its own clock (`untied`: too soon for the ACK to have reached
     the sender, or later than it reacts but within the late horizon)."""
-    found = {name: untimed[name] for name in (*STALL_COLUMNS, "message", "released_earlier")}
+    found = {name: untimed[name]
+             for name in (*STALL_COLUMNS, "message", FULL_GAP, FINAL_FLIGHT, "released_earlier")}
     in_flight = untimed[TAIL_PREV_TIME] - untimed["peer_time_us"]
     connection, direction = found["connection"], found["direction"]
     peer_time_us = untimed["peer_time_us"]
@@ -441,8 +467,8 @@ def _confidence(kind: str, stats: StallStats, host_timer: tuple[float | None, in
         return "low", reasons
     level = "high" if score >= 3 else "medium" if score == 2 else "low"
     if kind == RTT_HOLD_KIND and stats.after_full >= 0.5:
-        reasons.append("the data before it were full segments, all sent at once: only a "
-                       "congestion window of that few segments (an initial window of 2, as "
+        reasons.append("the data before it were full segments: a congestion window that "
+                       "only the ACK of all of them opened again (an initial window of 2, as "
                        "before RFC 3390) would hold the tail the same way")
         level = "medium" if level == "high" else level
     return level, reasons
@@ -519,22 +545,47 @@ def detect(columns: DetectorInput) -> list[Finding]:
 
 
 def _sent_in_flights(candidates: dict[str, np.ndarray], columns: DetectorInput) -> np.ndarray:
-    """Whether a candidate's message had been going out for half a round trip or more before the
-    data ahead of it: its earlier segments left in flights an ACK apart, as a congestion window
-    in slow start sends them (2, then 4 segments...), and a tail after such a flight waits for
-    the window whatever Nagle does. A message whose data ahead of the tail left at once waited
-    for Nagle alone."""
-    messages = columns.messages
-    if messages.empty or not len(candidates["message"]):
+    """Whether a candidate's message went out in flights an ACK apart, whose last one a
+    one-round-trip hold may have waited for whatever Nagle did.
+
+    After full segments: where two consecutive full segments of the message paused half a
+    round trip or more, as a congestion window in slow start sends them (2, then 4
+    segments...), and the final flight went out at once, its ACKs coming together
+    (`full_segment_gaps.py`). Full segments that streamed without such a pause had the ACK
+    clock running, and a final flight that took a tenth of a round trip (2 ms at least) to go
+    out was acknowledged over as long: either way the tail waited for the ACK of everything
+    past ACKs any of which a window would have released it at, sooner than the timing tests
+    allow. After small data, or where a burst's earlier ACK released the tail (the first ACK
+    after the data before it, which would let a window-held tail go as well): where the
+    message had been going out for half a round trip or more, flights or small writes an ACK
+    apart (which a writer pacing itself gives as well)."""
+    count = len(candidates["message"])
+    if not count:
+        return np.zeros(0, dtype=bool)
+    rtt_ms = np.nan_to_num(by_connection(columns.connections, "rtt_ms", candidates["connection"]),
+                           nan=np.inf)
+    after_full = candidates["prev_payload_bytes"] % np.maximum(candidates["mss"], 1) == 0
+    paused = candidates[FULL_GAP] / 1000 >= FLIGHT_PAUSE_RTT_SHARE * rtt_ms
+    at_once = candidates[FINAL_FLIGHT] / 1000 < np.maximum(FLIGHT_SPREAD_RTT_SHARE * rtt_ms,
+                                                           FLIGHT_SPREAD_MS)
+    released_by_all = candidates["released_earlier"] == 0
+    return np.where(after_full & released_by_all, paused & at_once,
+                    _going_out_long(candidates, columns.messages, rtt_ms))
+
+
+def _going_out_long(candidates: dict[str, np.ndarray], messages: Table,
+                    rtt_ms: np.ndarray) -> np.ndarray:
+    """Whether each candidate's message had been going out for half a round trip or more
+    before the data ahead of it."""
+    if messages.empty:
         return np.zeros(len(candidates["message"]), dtype=bool)
     ids = messages["message"]
     order = np.argsort(ids, kind="stable")
     position = np.minimum(np.searchsorted(ids[order], candidates["message"]), len(ids) - 1)
     found = ids[order][position] == candidates["message"]
     start_us = messages["start_us"][order][position]
-    rtt_ms = np.nan_to_num(by_connection(columns.connections, "rtt_ms", candidates["connection"]),
-                           nan=np.inf)
-    return found & ((candidates["prev_time_us"] - start_us) / 1000 >= 0.5 * rtt_ms)
+    return found & ((candidates["prev_time_us"] - start_us) / 1000
+                    >= FLIGHT_PAUSE_RTT_SHARE * rtt_ms)
 
 
 def _findings(columns: DetectorInput, kind: str, stalls: dict[str, np.ndarray],

@@ -278,6 +278,25 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
              (Flow("block-100000", 20, (1,), (100_000,), stack="scapy-classic"),),
              expectation="the 88-byte tail waits for Linux's delayed ACK of the 69th segment",
              holder="server", source=CHESHIRE),
+    Scenario("classic-2n-blocks-100000-30ms-path", "the same over a 30 ms path",
+             "the classic-Nagle sender's 100,000-byte blocks over a 30 ms round trip (delay "
+             "line), captured at the client: the full segments stream out as the sender's ACK "
+             "clock runs, and the 88-byte tail waits for the ACK of everything",
+             (Flow("block-100000", 20, (1,), (100_000,), stack="scapy-classic"),),
+             rtt_ms=LINE_SERVER_PATH_RTT_MS,
+             expectation="each tail waits for the client's delayed ACK of an odd last segment, "
+                         "or one round trip for the ordinary ACK of an even pair",
+             holder="server", source=CHESHIRE),
+    Scenario("classic-2n-blocks-100000-80ms-path", "the same over an 80 ms path",
+             "the classic-Nagle sender's 100,000-byte blocks over an 80 ms round trip (delay "
+             "line), captured at the client: the client's 64 KB window stops each block for a "
+             "round trip, the rest streams out as the ACKs come, and the 88-byte tail waits "
+             "for the ACK of everything",
+             (Flow("block-100000", 20, (1,), (100_000,), stack="scapy-classic"),),
+             rtt_ms=REMOTE_RTT_MS,
+             expectation="each tail waits one round trip for the ordinary ACK of an even pair, "
+                         "or for the client's delayed ACK of an odd last segment",
+             holder="server", source=CHESHIRE),
     Scenario("classic-2n-blocks-99912", "classic Nagle: whole segments, no stall",
              "the same classic-Nagle sender with 99,912-byte blocks: exactly 69 x 1448",
              (Flow("block-99912", 20, (1,), (99_912,), stack="scapy-classic"),),

@@ -101,7 +101,7 @@ impl UntimedStalls {
     /// came after the previous data, starting where that ACK ends, no peer data or own
     /// retransmission since the previous data, an open window, and at least `MIN_STALL_US`
     /// after the previous data.
-    fn take(&mut self, at: &Context, segment: &Segment, message: i64) {
+    fn take(&mut self, at: &Context, segment: &Segment, (message, pauses): (i64, Pauses)) {
         let tail_bytes = segment.payload_bytes % segment.mss.max(1);
         let peer_ack = at.ack(segment.peer_latest);
         let peer_window_bytes = at.window_bytes(segment.peer_latest);
@@ -119,13 +119,20 @@ impl UntimedStalls {
             && segment.time_us - prev_time_us >= MIN_STALL_US;
         if passed {
             let release = Release::of(at, segment.previous, segment.peer_latest, true);
-            self.push(segment, &release, message, (0, prev_time_us));
+            self.push(segment, &release, (message, pauses), (0, prev_time_us));
         }
     }
 
-    /// Keep tail `segment` as released by `release`; `(released_earlier, tail_prev_time_us)`:
-    /// 1 where a burst's earlier ACK released it, and the time of the data just before it.
-    fn push(&mut self, segment: &Segment, release: &Release, message: i64, tail: (u8, i64)) {
+    /// Keep tail `segment` (of message `message`, after `pauses`) as released by `release`;
+    /// `(released_earlier, tail_prev_time_us)`: 1 where a burst's earlier ACK released it, and
+    /// the time of the data just before it.
+    fn push(
+        &mut self,
+        segment: &Segment,
+        release: &Release,
+        (message, pauses): (i64, Pauses),
+        tail: (u8, i64),
+    ) {
         self.connection.push(segment.connection as i32);
         self.direction.push(segment.direction);
         self.frame.push(segment.frame);
@@ -141,6 +148,8 @@ impl UntimedStalls {
         self.peer_time_us.push(release.peer_time_us);
         self.peer_window_bytes.push(release.peer_window_bytes);
         self.message.push(message);
+        self.full_gap_us.push(pauses.longest_us);
+        self.final_flight_us.push(pauses.final_flight_us);
         self.released_earlier.push(tail.0);
         self.tail_prev_time_us.push(tail.1);
     }
@@ -186,17 +195,89 @@ struct Burst {
     disturbed: bool,
 }
 
+/// A direction's message so far (`full_segment_gaps.py`): its latest segment (time, and
+/// whether it was full), the longest pause between two consecutive full segments, and its
+/// final flight: the segment after the latest pause at least half that long, once it came.
+#[derive(Clone, Copy, Default)]
+struct FullGaps {
+    message: i64,
+    latest: Option<(i64, bool)>,
+    longest_us: i64,
+    /// A pause that long ended at the latest segment: the flight's second is still to come.
+    flight_opened: bool,
+    flight_second_us: Option<i64>,
+}
+
+/// What a segment reads of its message's pauses before it: the longest, and how long the
+/// final flight had been going out at the segment before it, from its second segment on (0:
+/// no such flight).
+#[derive(Clone, Copy)]
+struct Pauses {
+    longest_us: i64,
+    final_flight_us: i64,
+}
+
+impl FullGaps {
+    /// The pauses of `segment`'s message (number `message`) before it; then take it.
+    fn take(&mut self, segment: &Segment, message: i64) -> Pauses {
+        if message != self.message {
+            *self = FullGaps {
+                message,
+                ..FullGaps::default()
+            };
+        }
+        let final_flight_us = match (self.latest, self.flight_second_us) {
+            (Some((latest_us, _)), Some(second_us)) => (latest_us - second_us).max(0),
+            _ => 0,
+        };
+        let before = Pauses {
+            longest_us: self.longest_us,
+            final_flight_us,
+        };
+        let time_us = segment.time_us;
+        if self.flight_opened {
+            self.flight_second_us = Some(time_us);
+            self.flight_opened = false;
+        }
+        let full = segment.payload_bytes % segment.mss.max(1) == 0;
+        if let (true, Some((latest_us, true))) = (full, self.latest) {
+            let pause_us = time_us - latest_us;
+            self.longest_us = self.longest_us.max(pause_us);
+            if pause_us > 0 && 2 * pause_us >= self.longest_us {
+                self.flight_opened = true;
+                self.flight_second_us = None;
+            }
+        }
+        self.latest = Some((time_us, full));
+        before
+    }
+}
+
+/// What a connection's rows carry from one batch of its segments to the next: each
+/// direction's open burst and its message's pauses between full segments.
+#[derive(Clone, Default)]
+pub struct Carried {
+    earlier: EarlierReleases,
+    full_gaps: [FullGaps; 2],
+}
+
 /// The tails Linux's Nagle held until their burst's earlier ACK (`earlier_releases.py`):
 /// each direction's open burst, kept while its connection goes on.
 #[derive(Clone, Default)]
-pub struct EarlierReleases {
+struct EarlierReleases {
     bursts: [Burst; 2],
 }
 
 impl EarlierReleases {
     /// Take the connection's next segment: a full one may name its burst's release; one
     /// ending small is a tail that release may have let go, and opens the next burst.
-    fn take(&mut self, at: &Context, segment: &Segment, message: i64, untimed: &mut UntimedStalls) {
+    fn take(
+        &mut self,
+        at: &Context,
+        segment: &Segment,
+        message: (i64, Pauses),
+        untimed: &mut UntimedStalls,
+    ) {
         let burst = &mut self.bursts[usize::from(segment.direction)];
         let disturbing = segment.peer_data_between > 0 || segment.own_retransmissions_between > 0;
         if segment.payload_bytes % segment.mss.max(1) == 0 {
@@ -432,7 +513,7 @@ impl PayloadSizes {
 /// come goes to `waiting`.
 pub fn detector_rows(
     connection: u32,
-    (segments, message, earlier): (&SegmentRows, &[i64], &mut EarlierReleases),
+    (segments, message, carried): (&SegmentRows, &[i64], &mut Carried),
     flows: &Finished,
     (untimed, lone): (&mut UntimedStalls, &mut LoneSegments),
     (sizes, mut waiting): (&mut PayloadSizes, Option<&mut Vec<LoneCandidate>>),
@@ -442,8 +523,11 @@ pub fn detector_rows(
     let first = segments.len() - segments.rows.len();
     for (index, message) in message.iter().enumerate() {
         let segment = at.segment(connection, segments, index);
-        untimed.take(&at, &segment, *message);
-        earlier.take(&at, &segment, *message, untimed);
+        let pauses = carried.full_gaps[usize::from(segment.direction)].take(&segment, *message);
+        untimed.take(&at, &segment, (*message, pauses));
+        carried
+            .earlier
+            .take(&at, &segment, (*message, pauses), untimed);
         if let Some(candidate) = LoneCandidate::of(&at, &segment, first + index) {
             let ended = waiting.is_none();
             if let Some(left) = lone.test(&at, candidate, ended)

@@ -16,7 +16,7 @@ pub mod tables;
 use crate::flows::Taken;
 use crate::flows::packets::{ConnectionPackets, Finished, Finishing};
 use crate::flows::side::ROLE_DATA;
-use detector_rows::{EarlierReleases, PayloadSizes};
+use detector_rows::{Carried, PayloadSizes};
 use gaps::ConnectionGaps;
 use messages::{BURST_GAP_US, ConnectionMessages, IDLE_GAP_US};
 use segments::{DirectionContext, SegmentRows};
@@ -42,8 +42,8 @@ struct ConnectionEvents {
     bursts: ConnectionMessages,
     /// Its payload sizes counted as its segments are finished.
     sizes: PayloadSizes,
-    /// Its directions' open bursts, as its segments are finished.
-    earlier: EarlierReleases,
+    /// What its directions' rows carry, as its segments are finished.
+    carried: Carried,
     /// The rows finished while it went on, handed over with the rest when it ends.
     early: Option<Box<Found>>,
     /// How many packets it holds when it is next looked at to let some go.
@@ -62,7 +62,7 @@ impl ConnectionEvents {
             messages: ConnectionMessages::cut_at(IDLE_GAP_US),
             bursts: ConnectionMessages::cut_at(BURST_GAP_US),
             sizes: PayloadSizes::default(),
-            earlier: EarlierReleases::default(),
+            carried: Carried::default(),
             early: None,
             let_go_at,
             kept_counted: 0,
@@ -89,7 +89,7 @@ impl ConnectionEvents {
             messages,
             bursts,
             mut sizes,
-            mut earlier,
+            mut carried,
             early,
             ..
         } = self;
@@ -119,7 +119,7 @@ impl ConnectionEvents {
         detector_rows::test_waiting(&mut waiting, &flows, &mut found.lone_segments, true);
         detector_rows::detector_rows(
             connection,
-            (&segments, &numbers, &mut earlier),
+            (&segments, &numbers, &mut carried),
             &flows,
             (&mut found.untimed_stalls, &mut found.lone_segments),
             (&mut sizes, None),
@@ -155,7 +155,7 @@ impl ConnectionEvents {
         detector_rows::test_waiting(&mut waiting, &flows, &mut early.lone_segments, false);
         detector_rows::detector_rows(
             connection,
-            (&self.segments, &numbers, &mut self.earlier),
+            (&self.segments, &numbers, &mut self.carried),
             &flows,
             (&mut early.untimed_stalls, &mut early.lone_segments),
             (&mut self.sizes, Some(&mut waiting)),

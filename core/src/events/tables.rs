@@ -154,6 +154,12 @@ event_table!(
         peer_time_us: i64,
         peer_window_bytes: i64,
         message: i64,
+        /// The longest pause between two consecutive full segments of the tail's message
+        /// before it (`full_segment_gaps.py`).
+        full_gap_us: i64,
+        /// How long the final flight had been going out at the data before the tail, from
+        /// its second segment on (`full_segment_gaps.py`).
+        final_flight_us: i64,
         /// 1 where a burst's earlier ACK released the tail (`earlier_releases.py`).
         released_earlier: u8,
         /// The time of the data just before the tail (`earlier_releases.TAIL_PREV_TIME`).
