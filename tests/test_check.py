@@ -22,6 +22,13 @@ def check(*args: str, cwd=None) -> subprocess.CompletedProcess:
                           text=True, cwd=cwd or PROJECT, timeout=120)
 
 
+def analyzed(capture: str) -> dict:
+    """The `analyze --format json` document of `capture`, as a baseline is written."""
+    return json.loads(subprocess.run(
+        [sys.executable, "-m", "nagledetect", "analyze", "--format", "json", capture],
+        capture_output=True, text=True, check=True, timeout=120).stdout)
+
+
 def test_within_budget_exits_0_and_over_budget_exits_1() -> None:
     assert check("--max-stalls", "0", CLEAN).returncode == 0
     result = check("--max-stalls", "0", NAGLE, CLEAN)
@@ -67,9 +74,7 @@ def test_junit_and_github_outputs(tmp_path) -> None:
 
 
 def test_baseline_fails_only_on_regressions(tmp_path) -> None:
-    document = json.loads(subprocess.run(
-        [sys.executable, "-m", "nagledetect", "analyze", "--format", "json", NAGLE],
-        capture_output=True, text=True, check=True).stdout)
+    document = analyzed(NAGLE)
     baseline = tmp_path / "base.json"
     baseline.write_text(json.dumps(document))
     assert check("--baseline", str(baseline), NAGLE).returncode == 0
@@ -115,9 +120,7 @@ def test_a_confidence_floor_leaves_unproven_stalls_out_of_every_budget(tmp_path)
 def test_a_confidence_floor_applies_to_the_baseline_too(tmp_path) -> None:
     """A baseline's low-confidence stalls are left out as the run's are: seed003-nagle against
     a baseline whose findings were all low would otherwise be a regression from nothing."""
-    document = json.loads(subprocess.run(
-        [sys.executable, "-m", "nagledetect", "analyze", "--format", "json", NAGLE],
-        capture_output=True, text=True, check=True).stdout)
+    document = analyzed(NAGLE)
     for finding in document["findings"]:
         finding["confidence"]["level"] = "low"
     baseline = tmp_path / "base.json"

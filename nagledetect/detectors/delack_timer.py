@@ -37,12 +37,20 @@ ORDINARY_ACK_SLACK_MS = 2.0
 """An ACK whose lag is at most this multiple of the tap-to-receiver round trip, plus the slack,
 was not delayed (its receiver answered as soon as the data came)."""
 
+HISTOGRAM_BIN_MS = 2.0
+MODE_WINDOW = 0.2
+STACK_FAMILIES = (
+    (30.0, 70.0, "Linux-like (40 ms)"),
+    (70.0, 150.0, "BSD/macOS-like (100 ms)"),
+    (150.0, 300.0, "Windows-like (200 ms)"),
+)
+
 
 def ordinary_acks(ack_lag_ms: np.ndarray, receiver_rtt_ms: np.ndarray) -> np.ndarray:
-    """Whether each ACK came as soon as its receiver could answer (False where the round trip
-    is unknown)."""
-    return ~np.isnan(receiver_rtt_ms) & (
-        ack_lag_ms <= ORDINARY_ACK_FACTOR * receiver_rtt_ms + ORDINARY_ACK_SLACK_MS)
+    """Whether each ACK came as soon as its receiver could answer (`receiver_side_rtt_ms`: 0
+    where unknown, then only within the slack; callers trust it only against a round trip the
+    handshake measured)."""
+    return ack_lag_ms <= ORDINARY_ACK_FACTOR * receiver_rtt_ms + ORDINARY_ACK_SLACK_MS
 
 
 def delayed_acks(hold_ms: np.ndarray, ordinary: np.ndarray, measured: np.ndarray,
@@ -54,13 +62,6 @@ def delayed_acks(hold_ms: np.ndarray, ordinary: np.ndarray, measured: np.ndarray
     beyond_path = hold_ms >= np.maximum(MIN_DELAYED_HOLD_MS, RTT_MULTIPLE * receiver_rtt_ms)
     beyond_ordinary = measured & ~ordinary & (hold_ms >= MIN_DELAYED_HOLD_MS)
     return (beyond_path | beyond_ordinary) & (hold_ms <= MAX_DELAYED_HOLD_MS)
-HISTOGRAM_BIN_MS = 2.0
-MODE_WINDOW = 0.2
-STACK_FAMILIES = (
-    (30.0, 70.0, "Linux-like (40 ms)"),
-    (70.0, 150.0, "BSD/macOS-like (100 ms)"),
-    (150.0, 300.0, "Windows-like (200 ms)"),
-)
 
 
 def receiver_side_rtt_ms(connections: Table, connection: np.ndarray,

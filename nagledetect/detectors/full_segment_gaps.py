@@ -25,6 +25,8 @@ from typing import Any
 
 import numpy as np
 
+from nagledetect.flows.grouped import grouped_cummax, last_per_key, previous_in_group
+
 READ = ("connection", "direction", "message", "frame", "time_us", "tail_bytes")
 """The segment columns the pauses are read from."""
 STATE = ("longest_us", "flight_opened", "flight_second_us")
@@ -65,8 +67,9 @@ class FullSegmentGaps:
     def _carry(self, ordered: dict[str, np.ndarray], after: dict[str, np.ndarray]) -> None:
         """Keep each direction's latest segment, with its message's pauses so far."""
         key = ordered["connection"].astype(np.int64) * 2 + ordered["direction"]
-        by_key = np.lexsort((ordered["frame"], key))
-        last = by_key[np.r_[key[by_key][1:] != key[by_key][:-1], True]] if len(key) else by_key
+        # Rows go by message within a connection, and a direction's messages by frame.
+        last = last_per_key(key, np.arange(len(key)), int(key.max(initial=-1)) + 1)
+        last = last[last >= 0]
         self._carried = {name: ordered[name][last] for name in READ}
         self._carried.update((name, after[name][last]) for name in STATE)
 
@@ -83,44 +86,32 @@ def _state_after(ordered: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     pause = np.zeros(count, dtype=np.int64)
     pause[1:] = np.diff(time_us)
     pause = np.where(same & full & np.r_[False, full[:-1]], pause, 0)
-    group = np.cumsum(~same)
-    longest = _running_max(np.maximum(pause, ordered["longest_us"]), group)
+    starts = ~same
+    longest = grouped_cummax(np.maximum(pause, ordered["longest_us"]), starts)
     carried = ordered["carried"]
     opened = (pause > 0) & (2 * pause >= longest) | (carried & ordered["flight_opened"])
-    anchor = _running_max(np.where(opened, position, NONE), group)
+    anchor = grouped_cummax(np.where(opened, position, NONE), starts)
     fixed = carried & (ordered["flight_second_us"] != NONE)
     # The flight's second: the row after the latest opening, else the one a carried row knew.
     second_row = np.minimum(anchor + 1, max(count - 1, 0))
     second_us = np.where(anchor >= 0, np.where(anchor < position, time_us[second_row], NONE),
                          NONE)
-    known = _running_max(np.where(fixed, position, NONE), group)
+    known = grouped_cummax(np.where(fixed, position, NONE), starts)
     from_carried = (anchor < known) & (known >= 0)
     second_us = np.where(from_carried, ordered["flight_second_us"][np.maximum(known, 0)],
                          second_us)
     return {"longest_us": longest, "flight_opened": (anchor == position) & ~from_carried,
-            "flight_second_us": second_us, "same": same}
+            "flight_second_us": second_us, "starts": starts}
 
 
 def _before(ordered: dict[str, np.ndarray], after: dict[str, np.ndarray]
             ) -> tuple[np.ndarray, np.ndarray]:
     """Each row's message's longest pause and final flight before it: the state after the
     row before it, in the same message."""
-    same = after["same"]
-    count = len(same)
-    longest = np.zeros(count, dtype=np.int64)
-    flight = np.zeros(count, dtype=np.int64)
-    if count > 1:
-        previous_second = after["flight_second_us"][:-1]
-        spread = np.where(previous_second != NONE, ordered["time_us"][:-1] - previous_second, 0)
-        longest[1:] = np.where(same[1:], after["longest_us"][:-1], 0)
-        flight[1:] = np.where(same[1:], np.maximum(spread, 0), 0)
-    return longest, flight
-
-
-def _running_max(values: np.ndarray, group: np.ndarray) -> np.ndarray:
-    """The running maximum of `values` (at least -1) within each run of equal `group`."""
-    if not len(values):
-        return values.astype(np.int64)
-    # One running maximum over all groups: each group is lifted above the ones before it.
-    lift = group.astype(np.int64) * (int(values.max()) + 2)
-    return np.maximum.accumulate(values + 1 + lift) - lift - 1
+    starts = after["starts"]
+    if not len(starts):
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    second_us = previous_in_group(after["flight_second_us"], starts, NONE)
+    latest_us = previous_in_group(ordered["time_us"], starts, 0)
+    flight = np.where(second_us != NONE, np.maximum(latest_us - second_us, 0), 0)
+    return previous_in_group(after["longest_us"], starts, 0), flight

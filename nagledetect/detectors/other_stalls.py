@@ -62,6 +62,8 @@ GAP_CAUSES = tuple(sorted((
 """What can end a gap, as (kind, subkind), in name order (as findings group); a Nagle-family
 stall's gap is left to its finding."""
 _CODE = {cause: code for code, cause in enumerate(GAP_CAUSES)}
+_THINK_CODES = [_CODE[(THINK_TIME, "response")], _CODE[(THINK_TIME, "after-handshake")]]
+"""Think time's codes: an answer, and a side's first data after the handshake."""
 DESCRIPTIONS = {
     (HANDSHAKE_RETRY, "retried"): "retransmitted its SYN or SYN/ACK before the handshake "
                                   "completed",
@@ -198,10 +200,8 @@ def _least_path_us(gaps: dict[str, np.ndarray], connections: Table,
     tap to that side and back after the packet it answers passed the tap; a side that speaks
     again after its own SYN/ACK waited for the peer's ACK, the whole round trip."""
     path_us = np.full(len(cause), np.nan)
-    rows = np.flatnonzero(np.isin(cause, [_CODE[(THINK_TIME, "response")],
-                                          _CODE[(THINK_TIME, "after-handshake")]]))
-    connection = gaps["connection"][rows]
-    rows = rows[rtt_measured(connections, connection)]
+    rows = np.flatnonzero(np.isin(cause, _THINK_CODES))
+    rows = rows[rtt_measured(connections, gaps["connection"][rows])]
     connection = gaps["connection"][rows]
     before, after = gaps["before_direction"][rows], gaps["after_direction"][rows]
     to_answerer_us = _rtt_beyond_tap_us(connections, connection, before)
@@ -222,8 +222,7 @@ def _path_time(gaps: dict[str, np.ndarray], connections: Table, cause: np.ndarra
     path_known = ~np.isnan(path_us)
     known_us = np.nan_to_num(path_us)
     within_path = gap_us <= known_us + np.maximum(GAP_MIN_US, known_us / 2)
-    unnamed = np.isin(cause, [_CODE[(THINK_TIME, "response")],
-                              _CODE[(THINK_TIME, "after-handshake")], _CODE[(IDLE, "")]])
+    unnamed = np.isin(cause, [*_THINK_CODES, _CODE[(IDLE, "")]])
     return unnamed & np.where(path_known, within_path, within_rtts)
 
 

@@ -35,6 +35,13 @@ struct Segment {
     own_retransmissions_between: i64,
 }
 
+impl Segment {
+    /// The part after its last full MSS (0: it ends full).
+    fn tail_bytes(&self) -> i64 {
+        self.payload_bytes % self.mss.max(1)
+    }
+}
+
 /// The finished packets read at a context row, NONE (or the "none" role) without one.
 struct Context<'a> {
     flows: &'a Finished<'a>,
@@ -102,7 +109,7 @@ impl UntimedStalls {
     /// retransmission since the previous data, an open window, and at least `MIN_STALL_US`
     /// after the previous data.
     fn take(&mut self, at: &Context, segment: &Segment, (message, pauses): (i64, Pauses)) {
-        let tail_bytes = segment.payload_bytes % segment.mss.max(1);
+        let tail_bytes = segment.tail_bytes();
         let peer_ack = at.ack(segment.peer_latest);
         let peer_window_bytes = at.window_bytes(segment.peer_latest);
         let peer_time_us = at.time_us(segment.peer_latest);
@@ -138,8 +145,7 @@ impl UntimedStalls {
         self.frame.push(segment.frame);
         self.time_us.push(segment.time_us);
         self.payload_bytes.push(segment.payload_bytes);
-        self.tail_bytes
-            .push(segment.payload_bytes % segment.mss.max(1));
+        self.tail_bytes.push(segment.tail_bytes());
         self.mss.push(segment.mss);
         self.prev_frame.push(release.prev_frame);
         self.prev_time_us.push(release.prev_time_us);
@@ -239,7 +245,7 @@ impl FullGaps {
             self.flight_second_us = Some(time_us);
             self.flight_opened = false;
         }
-        let full = segment.payload_bytes % segment.mss.max(1) == 0;
+        let full = segment.tail_bytes() == 0;
         if let (true, Some((latest_us, true))) = (full, self.latest) {
             let pause_us = time_us - latest_us;
             self.longest_us = self.longest_us.max(pause_us);
@@ -280,7 +286,7 @@ impl EarlierReleases {
     ) {
         let burst = &mut self.bursts[usize::from(segment.direction)];
         let disturbing = segment.peer_data_between > 0 || segment.own_retransmissions_between > 0;
-        if segment.payload_bytes % segment.mss.max(1) == 0 {
+        if segment.tail_bytes() == 0 {
             burst.disturbed |= disturbing;
             if burst.release.is_none() {
                 burst.release = burst
