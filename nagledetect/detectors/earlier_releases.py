@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from nagledetect.events.segments import role_in
+from nagledetect.flows.grouped import first_per_key, group_starts
 
 MIN_STALL_US = 10_000
 """`nagle_stall.MIN_STALL_MS`, in the segments' unit."""
@@ -165,10 +166,5 @@ class _Scan:
 def _first_in_run(ids: np.ndarray, flags: np.ndarray) -> np.ndarray:
     """Each row's run's first flagged position (-1: none), runs being stretches of equal
     ids."""
-    if not len(ids):
-        return np.zeros(0, dtype=np.int64)
-    run = np.cumsum(np.r_[True, ids[1:] != ids[:-1]]) - 1
-    first = np.full(run[-1] + 1, -1, dtype=np.int64)
-    flagged = np.flatnonzero(flags)[::-1]
-    first[run[flagged]] = flagged
-    return first[run]
+    run = np.cumsum(group_starts(ids)) - 1
+    return first_per_key(run, np.flatnonzero(flags), len(ids))[run]
