@@ -17,9 +17,11 @@ capture did not see sent, with an open window, nothing else happened meanwhile (
 no own retransmission), the tail begins where the data sent ends, and it came `MIN_STALL_US` or
 more after the data before the ACK. Its row is a stall candidate as the
 plain test's are (the data before the ACK, the ACK, the tail), marked `released_earlier`; the
-timing tests decide which of the two rows of a tail, if any, stands, and keep an earlier
-release only where the full segments after the ACK were in flight when it reached the sender
-(a sender that sent them because of the ACK was held by its window, not by Nagle).
+timing tests decide which of the two rows of a tail, if any, stands (the plain one where
+both are tied, unless only the earlier release came no sooner than the round trip to the
+sender), and keep an earlier release only where the full segments after the ACK were in flight
+when it reached the sender (a sender that sent them because of the ACK was held by its window,
+not by Nagle).
 
 A part read a slice at a time carries each direction's open burst to the next slice as the few
 segments that tell of it (its opener, the segment naming its release, the first that disturbed

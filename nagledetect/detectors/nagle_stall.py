@@ -275,18 +275,27 @@ def timed_stalls(untimed: dict[str, np.ndarray], connections: Table
                  sender_rtt_ms=sender_rtt_ms, causality_checked=measured, hold_ms=hold_ms,
                  ack_lag_ms=ack_lag_ms, receiver_rtt_ms=receiver_rtt_ms,
                  stall_s=(found["time_us"] - found["prev_time_us"]) / 1e6)
-    standing = _one_row_per_tail(found["frame"], earlier, tied)
+    # A release no sooner than the measured round trip to the sender needs no jitter allowance.
+    clean = ~measured | (reaction_ms >= np.nan_to_num(sender_rtt_ms))
+    standing = _one_row_per_tail(found["frame"], earlier, tied, tied & clean)
     return {name: values[standing] for name, values in found.items()}
 
 
-def _one_row_per_tail(frame: np.ndarray, earlier: np.ndarray, tied: np.ndarray) -> np.ndarray:
-    """Which candidates stand (frames name tails, one capture's): a tail's plain row unless
-    only its earlier release is tied to its ACK; an earlier release only where tied and the
-    plain row is not."""
-    tied_earlier = frame[earlier & tied]
+def _one_row_per_tail(frame: np.ndarray, earlier: np.ndarray, tied: np.ndarray,
+                      clean: np.ndarray) -> np.ndarray:
+    """Which candidates stand (frames name tails, one capture's): of a tail's rows tied to
+    their ACKs, the one `clean` (released no sooner than the round trip to the sender) where
+    only one is, else the plain row; a plain row not tied stands where no earlier release of
+    its tail is tied (its sender's own clock counts it)."""
     tied_plain = frame[~earlier & tied]
-    plain = ~earlier & (tied | ~np.isin(frame, tied_earlier))
-    return plain | (earlier & tied & ~np.isin(frame, tied_plain))
+    tied_earlier = frame[earlier & tied]
+    plain_clean = frame[~earlier & clean]
+    earlier_clean = frame[earlier & clean]
+    plain = ~earlier & np.where(tied, clean | ~np.isin(frame, earlier_clean),
+                                ~np.isin(frame, tied_earlier))
+    earlier_stands = earlier & tied & (~np.isin(frame, tied_plain)
+                                       | (clean & ~np.isin(frame, plain_clean)))
+    return plain | earlier_stands
 
 
 def _window_filled(found: dict[str, np.ndarray], window_bytes: np.ndarray,
