@@ -281,3 +281,26 @@ def test_corpus_segments_by_slices_equal_whole(relative: str, slice_packets: int
     (http__connect-with-smtp, smtp: found by leaving the count out); ssh: 23 connections;
     http__vnd.ms-cab-compressed-multi-conn: a retransmission and its D-SACK in other slices."""
     _assert_segments_as_whole(corpus_file(relative), slice_packets)
+
+
+@pytest.mark.parametrize("cuts", [(3937, 3938, 3939), tuple(range(7, 8317, 7))])
+def test_the_furthest_data_sent_before_a_gap_is_carried_across_slices(
+        cuts: tuple[int, ...]) -> None:
+    """zeek/ftp__cwd-navigation.pcap (tshark, relative numbers): the server's frame 3937
+    sends 53 bytes from 75756 (to 75809); its next data, frame 3940, begins at 75889 (the 80
+    bytes between are not in the capture). The gap ending at 3940 keeps 75809 as the furthest
+    the server had sent, whether the packets come whole or cut just before 3938, 3939 and
+    3940 (frames are rows plus one), or every 7 packets."""
+    path = corpus_file("zeek/ftp__cwd-navigation.pcap")
+    packets = build_flows(decoded_batches(str(path))[1]).packets[list(GAP_PACKET_COLUMNS)]
+    whole = GapsBySlice(1)
+    whole.add(packets)
+    expected = whole.gaps()
+    sliced = GapsBySlice(1)
+    for start, stop in zip((0, *cuts), (*cuts, len(packets))):
+        sliced.add(packets.iloc[start:stop])
+    got = sliced.gaps()
+    np.testing.assert_array_equal(got["after_sent_end"], expected["after_sent_end"])
+    at = np.flatnonzero(expected["after_frame"] == 3940)
+    assert expected["after_seq"][at].tolist() == [75889]
+    assert expected["after_sent_end"][at].tolist() == [75809]

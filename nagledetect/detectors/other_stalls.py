@@ -43,7 +43,13 @@ from nagledetect.detectors.model import (
     released_frames,
     split_events,
 )
-from nagledetect.events.gaps import EVENT, GAP_MIN_US, GAP_PACKET_COLUMNS, GapsBySlice
+from nagledetect.events.gaps import (
+    EVENT,
+    GAP_MIN_US,
+    GAP_PACKET_COLUMNS,
+    NO_SENT_END,
+    GapsBySlice,
+)
 from nagledetect.flows.connections import by_connection, rtt_measured, seen_one_way
 from nagledetect.flows.grouped import KeyGroups
 from nagledetect.table import Table
@@ -184,12 +190,15 @@ def gap_causes(gaps: dict[str, np.ndarray], connections: Table,
 
 
 def _answer_past_acked(gaps: dict[str, np.ndarray]) -> np.ndarray:
-    """Whether the data ending each gap began past what its peer had acknowledged by then:
-    an answer to a request normally begins where the requester's ACK stands, so beyond it
-    the capture may have missed the answerer's earlier data (or the answerer was still
-    sending), and the gap may hold more than one exchange."""
-    return (gaps["peer_ack_frame"] > 0) & (gaps["after_seq"] > gaps["peer_ack"]) & (
-        gaps["before_direction"] != gaps["after_direction"])
+    """Whether the data ending each gap began past what its peer had acknowledged by then, or
+    past the furthest its own side had been seen to send: an answer to a request normally
+    begins where the requester's ACK stands and where the answerer's data so far ended, so
+    beyond either the capture may have missed the answerer's earlier data (or the answerer
+    was still sending), and the gap may hold more than one exchange."""
+    past_ack = (gaps["peer_ack_frame"] > 0) & (gaps["after_seq"] > gaps["peer_ack"])
+    past_sent = (gaps["after_sent_end"] != NO_SENT_END) & (
+        gaps["after_seq"] > gaps["after_sent_end"])
+    return (past_ack | past_sent) & (gaps["before_direction"] != gaps["after_direction"])
 
 
 def _least_path_us(gaps: dict[str, np.ndarray], connections: Table,
@@ -460,8 +469,9 @@ PATH_SHOWN_MS = 1.0
 
 def _missed_reason(past_acked: int, count: int) -> str:
     return (f"{past_acked} of the {count} answers began past what the peer had acknowledged "
-            f"(the capture missed packets of the answering side, as tshark's \"previous segment "
-            f"not captured\"): those gaps may hold more than one exchange")
+            f"or past the answering side's data seen before (the capture missed packets of "
+            f"the answering side, as tshark's \"previous segment not captured\"): those gaps "
+            f"may hold more than one exchange")
 
 
 def _path_words(details: dict[str, Any]) -> str:

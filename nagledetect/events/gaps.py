@@ -6,7 +6,8 @@ one of them to the next (either direction) when it is 10 ms or more. Each gap ke
 packets of its span tell about its cause: the span is the gap's first packet and every packet
 after it up to the next timeline packet, the gap's last, excluded. Of the side opposite the
 gap's last packet (its peer, whose window and ACKs the sender read) it keeps the dup ACKs, the
-smallest non-zero right window edge, the latest ACK; of either side, the first zero window.
+smallest non-zero right window edge, the latest ACK; of either side, the first zero window;
+of the side of its last packet, the furthest sequence end its data had reached before it.
 After a retransmission, the peer's first ACK that covers it is kept too (it tells whether the
 original had arrived), and whether the peer reported it as a duplicate: a D-SACK (RFC 2883:
 the first SACK block of an ACK lies below its cumulative ACK) that begins within the
@@ -26,7 +27,7 @@ import numpy as np
 
 from nagledetect.events.segments import RETRANSMISSION_ROLES, role_in
 from nagledetect.flows.connections import FLAG_SYN
-from nagledetect.flows.grouped import group_starts, joined_columns
+from nagledetect.flows.grouped import group_starts, grouped_cummax, joined_columns
 from nagledetect.flows.roles import ROLE
 from nagledetect.table import Table, codes
 
@@ -43,6 +44,8 @@ GAP_PACKET_COLUMNS = ("frame", "connection", "role", "window_bytes", "time_us", 
 """The packet columns the gaps read."""
 _NO_EDGE = np.iinfo(np.int64).max
 _NO_ACK = np.iinfo(np.int64).min
+NO_SENT_END = np.iinfo(np.int64).min
+"""`after_sent_end` where the side had sent no data before the gap's last packet."""
 
 _SPAN = {"zero_frame": 0, "dup_acks": 0, "dup_frame": 0, "edge": _NO_EDGE, "edge_frame": 0,
          "edge_window": 0, "ack": _NO_ACK, "ack_frame": 0}
@@ -80,6 +83,7 @@ class GapsBySlice:
                       for name, missing in _SPAN.items()}
         self._latest_window = np.full(2 * connection_count, -1, dtype=np.int64)
         self._latest_edge = np.full(2 * connection_count, -1, dtype=np.int64)
+        self._furthest_sent = np.full(2 * connection_count, NO_SENT_END, dtype=np.int64)
         self._gaps: list[dict[str, np.ndarray]] = []
         self._covers: list[dict[str, np.ndarray]] = []
         self._dsacks: list[dict[str, np.ndarray]] = []
@@ -214,7 +218,8 @@ GAP_COLUMNS = ("connection", "before_frame", "after_frame", "before_time_us", "a
                "before_direction", "after_direction", "before_kind", "after_kind", "after_seq",
                "after_end", "after_payload_bytes", "zero_frame", "peer_dup_acks",
                "peer_dup_frame", "peer_edge", "peer_edge_frame", "peer_edge_window", "peer_ack",
-               "peer_ack_frame", "peer_window_before", "before_end", "peer_edge_at_start")
+               "peer_ack_frame", "peer_window_before", "before_end", "peer_edge_at_start",
+               "after_sent_end")
 
 
 class _SliceGaps:
@@ -336,7 +341,25 @@ class _SliceGaps:
             "peer_ack": spans["ack"][peer_key], "peer_ack_frame": spans["ack_frame"][peer_key],
             "peer_window_before": self._peer_latest_before(
                 events, rows["window_bytes"], self.carried._latest_window),
-            "before_end": before_end, "peer_edge_at_start": peer_edge_at_start})
+            "before_end": before_end, "peer_edge_at_start": peer_edge_at_start,
+            "after_sent_end": self._furthest_sent_before(events)})
+
+    def _furthest_sent_before(self, at: np.ndarray) -> np.ndarray:
+        """The furthest sequence end of the data its own side sent before each row `at`
+        (NO_SENT_END: none yet), the slices before included."""
+        rows = self.rows
+        direction, connection = rows["direction"], rows["connection"]
+        found = self.carried._furthest_sent[connection[at] * 2 + direction[at]]
+        for side in (0, 1):
+            sent = np.flatnonzero((direction == side) & (rows["payload_bytes"] > 0))
+            mine = np.flatnonzero(direction[at] == side)
+            if not len(sent) or not len(mine):
+                continue
+            furthest = grouped_cummax(rows["end"][sent], group_starts(connection[sent]))
+            before = np.maximum(np.searchsorted(sent, at[mine]) - 1, 0)
+            here = (sent[before] < at[mine]) & (connection[sent[before]] == connection[at[mine]])
+            found[mine] = np.where(here, np.maximum(found[mine], furthest[before]), found[mine])
+        return found
 
 
     def _peer_latest_before(self, at: np.ndarray, values: np.ndarray, carried: np.ndarray
@@ -401,6 +424,8 @@ class _SliceGaps:
         seen = np.flatnonzero(last >= 0)
         carried._latest_window[seen] = rows["window_bytes"][last[seen]]
         carried._latest_edge[seen] = self.edges[last[seen]]
+        sent = rows["payload_bytes"] > 0
+        np.maximum.at(carried._furthest_sent, group[sent], rows["end"][sent])
 
 
 def _local_numbers(connection: np.ndarray, starts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -101,6 +101,9 @@ event_table!(
         peer_window_before: i64,
         before_end: i64,
         peer_edge_at_start: i64,
+        /// The furthest sequence end the after packet's side had sent before it (i64::MIN:
+        /// no data yet).
+        after_sent_end: i64,
         cover_frame: i64,
         cover_time_us: i64,
         dsack_frame: i64,
