@@ -150,6 +150,20 @@ def test_a_hold_of_one_round_trip_for_an_ordinary_ack() -> None:
     assert "quickack" not in holds[0].advice
 
 
+def test_a_one_way_streams_hold_costs_no_exchange() -> None:
+    """sample_traces/seed002-stream-40ms-path.pcap: 100-byte writes every 3 ms over 40 ms,
+    captured at the client; the server sends no data (tshark finds no payload from port 9000).
+    Frame 7 (100 B) at 0.123753, the server's ACK of it (frame 8) at 0.164017, 40.3 ms later,
+    the round trip; frame 9 (1,200 B, the writes held meanwhile) 36 us after it. The same
+    repeats each round trip (frames 10-11: 1,300 B) while the stream's one message goes on, but
+    nothing waits on it: the one hold found is low and says why."""
+    holds = _findings(SAMPLE_TRACES / "seed002-stream-40ms-path.pcap")
+    assert [(f.kind, f.count, f.confidence) for f in holds] == [(NAGLE_RTT_HOLD, 1, "low")]
+    assert _triples_of(holds[0]) == [(7, 8, 9)]
+    assert holds[0].details["one_way_stream"]
+    assert "nothing waited for an answer" in holds[0].confidence_reasons[-1]
+
+
 def test_tls_records_written_apart_are_held_one_round_trip() -> None:
     """zeek/tls__tls-expired-cert.pcap, at the client, the server 160 ms away: frame 14 (90 B of
     application data) at 4.190941, the server's ACK (frame 15) at 4.386476, 195.5 ms later, and

@@ -26,7 +26,8 @@ A trace cannot show when a write happened. A sender whose small data sometimes f
 ACK later than it could have been released, or sooner than the ACK could reach it, writes on its
 own clock: its "releases" may be paced writes that happened to follow the ACK, so its finding
 says so, its confidence is low and its time is an upper bound. A one-way stream whose held data
-accumulates is named stream coalescing instead (found first).
+accumulates is named stream coalescing instead (found first); a one-round-trip hold where the
+receiver sends no data at all delayed a stream's delivery, not an exchange: low as well.
 """
 
 from __future__ import annotations
@@ -333,6 +334,7 @@ class StallStats(NamedTuple):
     median_floor_ms: float
     released_earlier: int
     untied: int = 0
+    peer_silent: bool = False
 
 
 def _group_stats(stalls: dict[str, np.ndarray]) -> list[StallStats]:
@@ -474,6 +476,11 @@ def _confidence(kind: str, stats: StallStats, host_timer: tuple[float | None, in
     if writes_on_own_clock(stats.count, stats.untied):
         reasons.append(_own_clock_words(stats))
         return "low", reasons
+    if kind == RTT_HOLD_KIND and stats.peer_silent:
+        reasons.append("the receiver sent no data in the connection: nothing waited for an "
+                       "answer, so the hold delayed a one-way stream's delivery by a round "
+                       "trip, which no exchange paid")
+        return "low", reasons
     level = "high" if score >= 3 else "medium" if score == 2 else "low"
     if kind == RTT_HOLD_KIND and stats.after_full >= 0.5:
         reasons.append("the data before it were full segments: a congestion window that "
@@ -603,10 +610,12 @@ def _findings(columns: DetectorInput, kind: str, stalls: dict[str, np.ndarray],
     if kind == RTT_HOLD_KIND:
         stalls = _at_least_min_stall(stalls)
     events = _events(stalls)
-    table = [stats._replace(untied=untied.get((stats.connection, stats.direction), 0))
-             for stats in _group_stats(stalls)]
+    table = _group_stats(stalls)
     connections = np.array([stats.connection for stats in table], dtype=np.int64)
     directions = np.array([stats.direction for stats in table], dtype=np.int64)
+    silent = _peer_silent(columns.connections, connections, directions)
+    table = [stats._replace(untied=untied.get((stats.connection, stats.direction), 0),
+                            peer_silent=quiet) for stats, quiet in zip(table, silent)]
     senders, receivers = columns.direction_names().of(connections, directions)
     table_connections = columns.connections
 
@@ -625,6 +634,13 @@ def _findings(columns: DetectorInput, kind: str, stalls: dict[str, np.ndarray],
                                  bool(mss_estimated), duration_s,
                                  events[(stats.connection, stats.direction)]))
     return findings
+
+
+def _peer_silent(connections: Table, ids: np.ndarray, directions: np.ndarray) -> list[bool]:
+    """Whether the receiver of each (connection, direction) sent no data in the connection."""
+    to_client = by_connection(connections, "bytes_server_to_client", ids)
+    to_server = by_connection(connections, "bytes_client_to_server", ids)
+    return (np.where(directions == 0, to_client, to_server) == 0).tolist()
 
 
 def _at_least_min_stall(stalls: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -658,6 +674,7 @@ def _finding(kind: str, stats: StallStats, sender: str, receiver: str,
                  "untied_releases": stats.untied,
                  "released_by_burst_start": stats.released_earlier,
                  "time_lost_upper_bound": upper_bound,
+                 "one_way_stream": stats.peer_silent,
                  "warnings": _flood_warning(stats)},
         summary=_summary(kind, stats, sender, receiver, upper_bound))
 

@@ -224,6 +224,14 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
              (Flow("stream", 400, (100,), (), pause_s=0.003, one_way=True),),
              expectation="one small packet, then one accumulated packet per delayed-ACK cycle",
              holder="client", source=SUN_SMALL_PACKETS),
+    Scenario("seed002-stream-40ms-path", "the same over a 40 ms path",
+             "a one-way stream of 100-byte writes every 3 ms over a 40 ms round trip (delay "
+             "line), captured at the client",
+             (Flow("stream", 400, (100,), (), pause_s=0.003, one_way=True),),
+             rtt_ms=TIMER_LONG_PATH_RTT_MS,
+             expectation="one small packet, then one accumulated packet per ACK a round trip "
+                         "later; no exchange waits on the stream, so no stall",
+             holder="client", source=SUN_SMALL_PACKETS),
     Scenario("seed000-nntp-lines", "a server writing line by line",
              "NNTP-like article requests; the server writes each article line by line (Nagle on)",
              (LINE_BY_LINE_ARTICLES,),
