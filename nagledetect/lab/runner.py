@@ -225,9 +225,21 @@ the application uncorks it, its own choice)."""
 
 
 def _nagle_can_hold(flow: Flow) -> bool:
-    """Whether Nagle may hold the flow's data: not where its holder disabled it."""
+    """Whether Nagle may hold the flow's data: not where its holder disabled it, nor, on Linux,
+    where each side writes its message whole. Linux's Nagle (Minshall's variant) holds a small
+    segment only while an earlier small one is unacknowledged; an exchange that waits for its
+    answer has had everything before it acknowledged, so a whole write's tail leaves at once
+    (an exchange slower than its path there waited for the congestion window, or the machine)."""
     holder_options = flow.client_options if _holder(flow) == "client" else flow.server_options
-    return not set(holder_options) & set(NAGLE_OFF_OPTIONS)
+    if set(holder_options) & set(NAGLE_OFF_OPTIONS):
+        return False
+    return flow.stack != "linux" or _written_in_pieces(flow)
+
+
+def _written_in_pieces(flow: Flow) -> bool:
+    """Whether either side writes a message in more than one write."""
+    return len(flow.client_writes_bytes) > 1 or any(
+        len(flow.server_writes_for(exchange)) > 1 for exchange in range(flow.exchanges))
 
 
 def _explained_s(flow: Flow, exchange: dict[str, Any], rtt_s: float) -> float:
