@@ -59,7 +59,6 @@ from nagledetect.read.inputs import (
     capture_list,
     listed_names,
 )
-from nagledetect.report.annotate import FrameComments, connection_frames, write_annotated
 from nagledetect.report.document import SCHEMA, build_document, write_json
 from nagledetect.report.text import LANGUAGES, render_text
 from nagledetect.stored import SpillFile
@@ -611,7 +610,10 @@ def _check_annotate(path: Path | None, only_findings: bool, found: CaptureList) 
 
 def _write_annotated(document: dict, run: _Run, found: CaptureList, path: Path,
                      only_findings: bool) -> None:
-    """The capture with its evidence commented (`annotate`), said on stderr."""
+    """The capture with its evidence commented (`annotate`), said on stderr. Its module is
+    imported only here, as the report's are: a run without --annotate does not need it."""
+    from nagledetect.report.annotate import FrameComments, connection_frames, write_annotated
+
     comments = FrameComments(document["findings"])
     kept = (connection_frames(run.analyses[0], comments.connections) if only_findings
             else None)
