@@ -79,9 +79,9 @@ pub struct ConnectionGaps {
     spans: [Span; 2],
     /// By sending endpoint, its latest packet.
     latest: [Option<PacketRow>; 2],
-    /// By sending endpoint, its data packet that reached furthest (sequence end as counted
-    /// when it came: within one side the order holds however it is later counted).
-    furthest_sent: [Option<(i64, PacketRow)>; 2],
+    /// By sending endpoint, the furthest its data reached, as a raw sequence number unwrapped
+    /// (`seq_u`): counted from the ISN only once the connection is known whole.
+    furthest_sent_u: [Option<i64>; 2],
     /// By the endpoint whose data they name: retransmissions (`seq_u`, frame) and D-SACKs
     /// (the ACK's `ack_u`, how far below it the block begins, frame).
     retransmissions: [Vec<(i64, u32)>; 2],
@@ -100,8 +100,8 @@ struct Gap {
     peer_ack: Option<PacketRow>,
     peer_latest: Option<PacketRow>,
     peer_latest_at_start: Option<PacketRow>,
-    /// The after packet's side's data that reached furthest before it.
-    furthest_sent: Option<PacketRow>,
+    /// How far the after packet's side's data had reached before it (`seq_u`).
+    furthest_sent_u: Option<i64>,
     cover_time_us: i64,
     zero_frame: u32,
     peer_dup_frame: u32,
@@ -172,9 +172,10 @@ impl ConnectionGaps {
         }
         self.note_span(copy, packet.window_bytes, edge);
         self.latest[sender] = Some(copy);
-        let furthest = &mut self.furthest_sent[sender];
-        if packet.payload_bytes > 0 && furthest.is_none_or(|(most, _)| end > most) {
-            *furthest = Some((end, copy));
+        let sent_u = packet.seq_u + i64::from(packet.payload_bytes);
+        let furthest = &mut self.furthest_sent_u[sender];
+        if packet.payload_bytes > 0 && furthest.is_none_or(|most| sent_u > most) {
+            *furthest = Some(sent_u);
         }
     }
 
@@ -195,7 +196,7 @@ impl ConnectionGaps {
             peer_ack: span.ack_packet,
             peer_latest: self.latest[peer],
             peer_latest_at_start: opener.peer_latest,
-            furthest_sent: self.furthest_sent[usize::from(after.sender)].map(|(_, sent)| sent),
+            furthest_sent_u: self.furthest_sent_u[usize::from(after.sender)],
             cover_time_us: 0,
             zero_frame: span.zero_frame as u32,
             peer_dup_frame: span.dup_frame as u32,
@@ -357,9 +358,10 @@ fn push_gap_row(gap: &Gap, connection: u32, at: &Finishing, table: &mut GapTable
     table
         .peer_edge_at_start
         .push(maybe(&gap.peer_latest_at_start, &edge, -1));
-    table
-        .after_sent_end
-        .push(maybe(&gap.furthest_sent, &end, NO_ACK));
+    table.after_sent_end.push(
+        gap.furthest_sent_u
+            .map_or(NO_ACK, |sent_u| at.counted(after.sender, sent_u, NO_ACK).0),
+    );
     table.cover_frame.push(i64::from(gap.cover_frame));
     table.cover_time_us.push(gap.cover_time_us);
     table.dsack_frame.push(i64::from(gap.dsack_frame));
