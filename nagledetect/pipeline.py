@@ -19,6 +19,7 @@ from nagledetect.api import Capture
 from nagledetect.detectors import CONNECTION_DETECTORS, nagle_stall, phase_lock, segment_parity
 from nagledetect.detectors.capture_clock import ClockCaveat
 from nagledetect.detectors.delack_timer import (
+    LONE_SEGMENTS,
     SAMPLE_SEGMENT_COLUMNS,
     delack_samples,
     host_fingerprints,
@@ -146,6 +147,7 @@ def _core_level(found: FoundEvents, packets: Table, connections: Table, fingerpr
     samples = samples_of(found.lone_segments, connections)
     hosts = host_fingerprints(samples) if fingerprint else {}
     made = {GAP_ROWS: found.gap_rows, UNTIMED_STALLS: found.untimed_stalls,
+            LONE_SEGMENTS: found.lone_segments,
             WRITE_BURSTS: Table({name: found.burst_rows[name] for name in BURST_COLUMNS}),
             PAYLOAD_SIZES: CountedPayloads(PayloadCounts(**found.payload_counts))}
     columns = DetectorInput(packets, connections, Table(), message_table, hosts, made=made)

@@ -28,7 +28,7 @@ import pandas as pd
 
 from nagledetect.chart_data import ChartData, ChartsBySlice
 from nagledetect.detectors import CONNECTION_DETECTORS, segment_parity
-from nagledetect.detectors.delack_timer import SamplesBySlice
+from nagledetect.detectors.delack_timer import LONE_SEGMENTS, SamplesBySlice
 from nagledetect.detectors.earlier_releases import EarlierReleases
 from nagledetect.detectors.full_segment_gaps import FullSegmentGaps
 from nagledetect.detectors.model import DETECTOR_PACKET_COLUMNS, DetectorInput
@@ -201,7 +201,7 @@ class _SliceEvents:
         empty = Table()
         columns = DetectorInput(empty, connections, empty, messages, {}, made={
             UNTIMED_STALLS: untimed, GAP_ROWS: self._gaps.gaps(), PAYLOAD_SIZES: self._payloads,
-            WRITE_BURSTS: self._bursts.finish()[0]})
+            WRITE_BURSTS: self._bursts.finish()[0], LONE_SEGMENTS: self._samples.lone()})
         for detector in CONNECTION_DETECTORS:
             columns.earlier_findings.extend(detector.detect(columns))
         parity = segment_parity.parity_table(columns)

@@ -164,6 +164,21 @@ def test_a_one_way_streams_hold_costs_no_exchange() -> None:
     assert "nothing waited for an answer" in holds[0].confidence_reasons[-1]
 
 
+def test_a_sender_without_nagle_is_held_by_its_window_not_nagle() -> None:
+    """sample_traces/seed003-nodelay-80ms-at-server.pcap: 15 two-byte writes with TCP_NODELAY
+    over 80 ms, captured at the server. The first request: frames 7-25, ten 2-byte segments
+    (0.161580-0.161783), each ACKed by the server at once (frames 8-26) and the next passing
+    the tap within 160 us of that ACK, 80 ms before the ACK could reach the client: ten small
+    segments in flight together, which no Nagle allows. The other 10 bytes (frame 27) leave
+    80.7 ms after ACK 26, one round trip: the initial window of 10 segments held them. The
+    one-round-trip hold the timing shows is low and says why."""
+    holds = _findings(SAMPLE_TRACES / "seed003-nodelay-80ms-at-server.pcap")
+    assert [(f.kind, f.count, f.confidence) for f in holds] == [(NAGLE_RTT_HOLD, 1, "low")]
+    assert _triples_of(holds[0]) == [(25, 26, 27)]
+    assert holds[0].details["small_in_flight"] == 9
+    assert "does not run Nagle" in holds[0].confidence_reasons[-1]
+
+
 def test_tls_records_written_apart_are_held_one_round_trip() -> None:
     """zeek/tls__tls-expired-cert.pcap, at the client, the server 160 ms away: frame 14 (90 B of
     application data) at 4.190941, the server's ACK (frame 15) at 4.386476, 195.5 ms later, and

@@ -44,11 +44,12 @@ def _connection_id(document, truth) -> int:
 
 def _unproven(finding) -> bool:
     """A finding that says it cannot tell a hold from a paced write (its time an upper bound),
-    or that no exchange waited on it (a one-way stream): low, what a clean paced writer or
-    stream may still show."""
+    that no exchange waited on it (a one-way stream), or that its sender does not run Nagle:
+    low, what a clean paced writer, stream or TCP_NODELAY sender may still show."""
     details = finding["details"]
     return finding["confidence"]["level"] == "low" and bool(
-        details.get("time_lost_upper_bound") or details.get("one_way_stream"))
+        details.get("time_lost_upper_bound") or details.get("one_way_stream")
+        or details.get("small_in_flight"))
 
 
 @pytest.mark.parametrize("manifest_path", COUNTED_MANIFESTS, ids=[p.stem for p in COUNTED_MANIFESTS])

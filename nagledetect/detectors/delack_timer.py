@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from nagledetect.detectors.model import HostProfile, HostValues
+from nagledetect.detectors.model import DetectorInput, HostProfile, HostValues
 from nagledetect.events.segments import NONE, PURE_ACK_ROLES, role_in
 from nagledetect.flows.connections import by_connection, direction_key, rtt_measured
 from nagledetect.flows.grouped import first_per_key, joined_columns
@@ -72,9 +72,10 @@ def receiver_side_rtt_ms(connections: Table, connection: np.ndarray,
     return np.nan_to_num(np.where(direction == 0, to_server, to_client), nan=0.0)
 
 
-SAMPLE_SEGMENT_COLUMNS = ("connection", "direction", "frame", "time_us", "rel_seq", "end_seq",
-                          "peer_ack", "peer_window_bytes", "next_peer_frame", "next_peer_time_us",
-                          "next_peer_role", "next_peer_ack", "next_own_data_time_us")
+SAMPLE_SEGMENT_COLUMNS = ("connection", "direction", "frame", "time_us", "payload_bytes",
+                          "rel_seq", "end_seq", "peer_ack", "peer_window_bytes",
+                          "next_peer_frame", "next_peer_time_us", "next_peer_role",
+                          "next_peer_ack", "next_own_data_time_us")
 """The segment columns `delack_samples` reads: a part keeps only these for it, once its
 detectors are done."""
 
@@ -99,9 +100,23 @@ def answered_lone(segments: Table | pd.DataFrame, next_own_data_time_us: np.ndar
             & ((next_own_us < 0) | (next_own_us > np.asarray(segments["next_peer_time_us"]))))
 
 
-LONE_SEGMENT_COLUMNS = ("connection", "direction", "frame", "time_us", "next_peer_frame",
-                        "next_peer_time_us")
+LONE_SEGMENT_COLUMNS = ("connection", "direction", "frame", "time_us", "payload_bytes",
+                        "next_peer_frame", "next_peer_time_us")
 """What a sample is made of, once its segment is known to be lone and answered."""
+
+
+LONE_SEGMENTS = "lone_segments"
+"""The shared table of the lone answered segments (`LONE_SEGMENT_COLUMNS`, frame order): the
+compiled core and a part read a slice at a time hand it over made."""
+
+
+def lone_segments_of(columns: DetectorInput) -> dict[str, np.ndarray]:
+    """The maker of `LONE_SEGMENTS` where the segment table is held (a whole run)."""
+    segments = columns.segments
+    if segments.empty:
+        return {name: np.zeros(0, dtype=np.int64) for name in LONE_SEGMENT_COLUMNS}
+    lone = np.flatnonzero(answered_lone(segments))
+    return {name: np.asarray(segments[name])[lone] for name in LONE_SEGMENT_COLUMNS}
 
 
 def delack_samples(segments: Table, connections: Table) -> Table:
@@ -173,18 +188,22 @@ class SamplesBySlice:
         hopeless = ~peer_known & (own_time >= 0) & (own_time <= later_from_us)
         self._waiting = candidates[~done & ~hopeless].reset_index(drop=True)
 
-    def samples(self, connections: Table) -> Table:
-        """The delayed-ACK samples of every slice added, once the last has been: segments
-        still waiting for the peer's next packet had none; those answered, waiting for their
-        sender's next data, had none either."""
+    def lone(self) -> dict[str, np.ndarray]:
+        """The lone answered segments of every slice added, once the last has been, in frame
+        order (`LONE_SEGMENT_COLUMNS`): segments still waiting for the peer's next packet had
+        no answer; those answered, waiting for their sender's next data, were lone."""
         if self._waiting is not None:
             waiting = self._waiting[np.asarray(self._waiting["next_peer_frame"]) >= 0]
             self._keep_lone(waiting, np.full(len(waiting), NONE))
+            self._waiting = None
         kept = self._lone or [{name: np.zeros(0, dtype=np.int64) for name in LONE_SEGMENT_COLUMNS}]
-        self._waiting = None
         frame = np.concatenate([rows["frame"] for rows in kept])
-        lone = joined_columns(kept, np.argsort(frame, kind="stable"))
-        return samples_of(lone, connections)
+        self._lone = [joined_columns(kept, np.argsort(frame, kind="stable"))]
+        return self._lone[0]
+
+    def samples(self, connections: Table) -> Table:
+        """The delayed-ACK samples of every slice added, once the last has been (`lone`)."""
+        return samples_of(self.lone(), connections)
 
     def _keep_lone(self, segments: pd.DataFrame, next_own_data_time_us: np.ndarray) -> None:
         """Keep what a sample is made of, of the segments lone and answered (their sender's

@@ -27,7 +27,9 @@ ACK later than it could have been released, or sooner than the ACK could reach i
 own clock: its "releases" may be paced writes that happened to follow the ACK, so its finding
 says so, its confidence is low and its time is an upper bound. A one-way stream whose held data
 accumulates is named stream coalescing instead (found first); a one-round-trip hold where the
-receiver sends no data at all delayed a stream's delivery, not an exchange: low as well.
+receiver sends no data at all delayed a stream's delivery, not an exchange: low as well. So is
+a sender seen sending small segments in flight together (`small_in_flight`), which no Nagle
+allows: what held its data was not Nagle.
 """
 
 from __future__ import annotations
@@ -38,8 +40,10 @@ import numpy as np
 
 from nagledetect.detectors import kinds
 from nagledetect.detectors.delack_timer import (
+    LONE_SEGMENTS,
     STACK_FAMILIES,
     delayed_acks,
+    lone_segments_of,
     ordinary_acks,
     receiver_side_rtt_ms,
 )
@@ -106,6 +110,17 @@ RELEASING_ROLES = ("pure_ack",)
 """What can release held data: an ACK that acknowledges something new. A window update or a
 duplicate ACK acknowledges nothing the ACK before it had not: whatever waited for it waited for
 the window."""
+
+SMALL_IN_FLIGHT_MIN = 2
+"""A sender seen this many times sending a small segment before the ACK of the small one before
+it could reach it runs without Nagle (TCP_NODELAY): Linux's Nagle sends a small segment only
+when no earlier small one is unacknowledged, the classic rule only when nothing is."""
+IN_FLIGHT_RTT_SHARE = 0.5
+IN_FLIGHT_MIN_RTT_MS = 1.0
+"""A small segment that passed the tap less than this share of the round trip between the tap
+and its sender after the ACK of the small one before it left the sender before that ACK could
+reach it (half: room for the path's jitter); only over a round trip this long, which the
+handshake measured."""
 
 DELAYED, ORDINARY, NEITHER = 0, 1, -1
 """What kind of ACK preceded a candidate: delayed (a delayed-ACK stall), ordinary (a hold of one
@@ -335,6 +350,7 @@ class StallStats(NamedTuple):
     released_earlier: int
     untied: int = 0
     peer_silent: bool = False
+    small_in_flight: int = 0
 
 
 def _group_stats(stalls: dict[str, np.ndarray]) -> list[StallStats]:
@@ -476,6 +492,12 @@ def _confidence(kind: str, stats: StallStats, host_timer: tuple[float | None, in
     if writes_on_own_clock(stats.count, stats.untied):
         reasons.append(_own_clock_words(stats))
         return "low", reasons
+    if stats.small_in_flight >= SMALL_IN_FLIGHT_MIN:
+        reasons.append(f"{stats.small_in_flight} times the sender sent a small segment before "
+                       "the ACK of the small one before it could reach it: it does not run "
+                       "Nagle (TCP_NODELAY), so what held its data was its congestion window "
+                       "or its application")
+        return "low", reasons
     if kind == RTT_HOLD_KIND and stats.peer_silent:
         reasons.append("the receiver sent no data in the connection: nothing waited for an "
                        "answer, so the hold delayed a one-way stream's delivery by a round "
@@ -547,6 +569,8 @@ def _events(stalls: dict[str, np.ndarray]) -> dict[tuple, StallEvents]:
 def detect(columns: DetectorInput) -> list[Finding]:
     candidates = columns.taken("stall_candidates", _stall_candidates)
     untied = _untied_counts(candidates)
+    in_flight = small_in_flight(columns.taken(LONE_SEGMENTS, lone_segments_of),
+                                columns.connections)
     streams = {(f.connection, f.sender) for f in columns.earlier_findings
                if f.kind == STREAM_COALESCING_KIND}
     findings = []
@@ -556,8 +580,33 @@ def detect(columns: DetectorInput) -> list[Finding]:
         if kind == RTT_HOLD_KIND:
             chosen &= ~flights
         stalls = {name: values[chosen] for name, values in candidates.items()}
-        findings += _findings(columns, kind, stalls, untied, streams)
+        findings += _findings(columns, kind, stalls, (untied, in_flight), streams)
     return findings
+
+
+def small_in_flight(lone: dict[str, np.ndarray], connections: Table
+                    ) -> dict[tuple[int, int], int]:
+    """Per (connection, direction), how often its sender sent a small segment before the ACK
+    of the small one before it could reach it, told from the lone segments a pure ACK
+    answered: the next one passed the tap sooner after that ACK than `IN_FLIGHT_RTT_SHARE` of
+    the round trip between the tap and the sender. Seen from a tap near the receiver, as its
+    ACK of each segment passes the tap at once and crosses the path after."""
+    order = np.lexsort((lone["frame"], lone["direction"], lone["connection"]))
+    connection, direction = lone["connection"][order], lone["direction"][order]
+    if len(order) < 2:
+        return {}
+    small = lone["payload_bytes"][order] < by_connection(connections, "effective_mss", connection)
+    rtt_ms = np.nan_to_num(sender_side_rtt_ms(connections, connection, direction))
+    measured = rtt_measured(connections, connection)
+    soon_ms = (lone["time_us"][order][1:] - lone["next_peer_time_us"][order][:-1]) / 1000
+    hit = np.flatnonzero((connection[1:] == connection[:-1]) & (direction[1:] == direction[:-1])
+                         & small[1:] & small[:-1] & measured[1:]
+                         & (rtt_ms[1:] >= IN_FLIGHT_MIN_RTT_MS)
+                         & (soon_ms < IN_FLIGHT_RTT_SHARE * rtt_ms[1:])) + 1
+    if not len(hit):
+        return {}
+    groups = KeyGroups(connection[hit], direction[hit])
+    return groups.by_key(groups.sizes.tolist())
 
 
 def _sent_in_flights(candidates: dict[str, np.ndarray], columns: DetectorInput) -> np.ndarray:
@@ -605,8 +654,11 @@ def _going_out_long(candidates: dict[str, np.ndarray], messages: Table,
 
 
 def _findings(columns: DetectorInput, kind: str, stalls: dict[str, np.ndarray],
-              untied: dict[tuple[int, int], int], streams: set[tuple[int, str]]) -> list[Finding]:
-    """One finding per (connection, direction) of one kind's stalls."""
+              counts: tuple[dict[tuple[int, int], int], dict[tuple[int, int], int]],
+              streams: set[tuple[int, str]]) -> list[Finding]:
+    """One finding per (connection, direction) of one kind's stalls (`counts`: per direction,
+    its candidates untied to their ACK, and its small segments sent in flight together)."""
+    untied, in_flight = counts
     if kind == RTT_HOLD_KIND:
         stalls = _at_least_min_stall(stalls)
     events = _events(stalls)
@@ -615,6 +667,7 @@ def _findings(columns: DetectorInput, kind: str, stalls: dict[str, np.ndarray],
     directions = np.array([stats.direction for stats in table], dtype=np.int64)
     silent = _peer_silent(columns.connections, connections, directions)
     table = [stats._replace(untied=untied.get((stats.connection, stats.direction), 0),
+                            small_in_flight=in_flight.get((stats.connection, stats.direction), 0),
                             peer_silent=quiet) for stats, quiet in zip(table, silent)]
     senders, receivers = columns.direction_names().of(connections, directions)
     table_connections = columns.connections
@@ -675,6 +728,7 @@ def _finding(kind: str, stats: StallStats, sender: str, receiver: str,
                  "released_by_burst_start": stats.released_earlier,
                  "time_lost_upper_bound": upper_bound,
                  "one_way_stream": stats.peer_silent,
+                 "small_in_flight": stats.small_in_flight,
                  "warnings": _flood_warning(stats)},
         summary=_summary(kind, stats, sender, receiver, upper_bound))
 

@@ -177,6 +177,15 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
              (Flow("tiny-writes", 40, SEED003_REQUEST, (2,), client_options=("nodelay",)),),
              expectation="no stall, but 15 packets per request (tinygram flood)",
              holder="client", source=LINUX_NODELAY_DOC),
+    Scenario("seed003-nodelay-80ms-at-server", "the same over 80 ms, seen at the server",
+             "15 two-byte writes then a read with TCP_NODELAY, over an 80 ms round trip (delay "
+             "line), captured at the server",
+             (Flow("tiny-writes", 40, SEED003_REQUEST, (2,), client_options=("nodelay",)),),
+             rtt_ms=REMOTE_RTT_MS, capture_side="server",
+             expectation="no stall: the first request's writes beyond the initial window of 10 "
+                         "segments wait a round trip for its ACKs, as the window (not Nagle) "
+                         "holds them",
+             holder="client", source=LINUX_NODELAY_DOC),
     Scenario("seed003-cork", "the TCP_CORK fix: no stall",
              "15 two-byte writes then a read, corked (TCP_CORK)",
              (Flow("tiny-writes", 40, SEED003_REQUEST, (2,), client_options=("cork",)),),

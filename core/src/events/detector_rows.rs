@@ -370,6 +370,7 @@ pub struct LoneCandidate {
     direction: u8,
     frame: i64,
     time_us: i64,
+    payload_bytes: i64,
     end_seq: i64,
     /// The rows of the packets after it, as they come (NO_ROW until then).
     pub peer_next: u32,
@@ -401,6 +402,7 @@ impl LoneCandidate {
             direction: segment.direction,
             frame: segment.frame,
             time_us: segment.time_us,
+            payload_bytes: segment.payload_bytes,
             end_seq,
             peer_next: as_row(segment.peer_next),
             own_next_data: as_row(segment.own_next_data),
@@ -453,6 +455,7 @@ impl LoneSegments {
         self.direction.push(candidate.direction);
         self.frame.push(candidate.frame);
         self.time_us.push(candidate.time_us);
+        self.payload_bytes.push(candidate.payload_bytes);
         self.next_peer_frame.push(peer_frame);
         self.next_peer_time_us.push(peer_us);
     }

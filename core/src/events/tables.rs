@@ -177,6 +177,7 @@ event_table!(
         direction: u8,
         frame: i64,
         time_us: i64,
+        payload_bytes: i64,
         next_peer_frame: i64,
         next_peer_time_us: i64,
     }
