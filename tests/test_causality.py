@@ -164,6 +164,19 @@ def test_a_one_way_streams_hold_costs_no_exchange() -> None:
     assert "nothing waited for an answer" in holds[0].confidence_reasons[-1]
 
 
+def test_an_ack_held_a_few_ms_beyond_the_path_is_no_delayed_ack() -> None:
+    """zeek/dns-inverse-query.pcap, DNS over TCP captured at the server (SYN/ACK 1.9 ms after
+    the SYN, the client's ACK 217.2 ms after that): the client's 2-byte length prefix (frame 4,
+    0.219125 s), the server's pure ACK 5.7 ms later (frame 5, 0.224778: held 3.8 ms beyond the
+    server's round trip, too little for a delayed ACK, too much for the ordinary-ACK bound),
+    the 27-byte query (frame 6, 0.450508) 225.7 ms after it, one round trip to the client.
+    The query waited for that ACK: a one-round-trip hold, low as it stands alone."""
+    holds = _findings(corpus_file("zeek/dns-inverse-query.pcap"))
+    assert [(f.kind, f.count, f.confidence) for f in holds] == [(NAGLE_RTT_HOLD, 1, "low")]
+    assert _triples_of(holds[0]) == [(4, 5, 6)]
+    assert holds[0].time_lost_s == pytest.approx(0.231383, abs=1e-6)
+
+
 def test_a_sender_without_nagle_is_held_by_its_window_not_nagle() -> None:
     """sample_traces/seed003-nodelay-80ms-at-server.pcap: 15 two-byte writes with TCP_NODELAY
     over 80 ms, captured at the server. The first request: frames 7-25, ten 2-byte segments

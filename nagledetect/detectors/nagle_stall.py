@@ -41,6 +41,7 @@ import numpy as np
 from nagledetect.detectors import kinds
 from nagledetect.detectors.delack_timer import (
     LONE_SEGMENTS,
+    MIN_DELAYED_HOLD_MS,
     STACK_FAMILIES,
     delayed_acks,
     lone_segments_of,
@@ -275,6 +276,9 @@ def timed_stalls(untimed: dict[str, np.ndarray], connections: Table
     delayed = delayed_acks(hold_ms, ordinary, measured, receiver_rtt_ms)
     # An ordinary ACK is told by the round trip; one estimated from ACK lags alone may be this
     # very ACK's lag, so only a round trip the handshake measured can call an ACK ordinary.
+    # One held less than a delayed ACK's least hold beyond it (a global tick that fired just
+    # after the data came) cost the tail no more than an ordinary one: the round trip.
+    ordinary |= ~delayed & (hold_ms < MIN_DELAYED_HOLD_MS)
     ack_kind = np.where(delayed, DELAYED, np.where(ordinary & measured, ORDINARY, NEITHER))
     ack_kind = np.where(_window_filled(found, untimed["peer_window_bytes"], connections), NEITHER,
                         ack_kind).astype(np.int8)
