@@ -132,6 +132,24 @@ def test_holds_that_may_be_paced_writes_count_as_an_upper_bound(tmp_path) -> Non
     assert "on connection 0: up to 933.3 ms lost (58% of the connection), confidence low" in page
 
 
+def test_holds_that_may_be_no_ones_nagle_cost_say_so_in_the_headline(tmp_path) -> None:
+    """seed003-nodelay-80ms-at-server.pcap: a TCP_NODELAY sender whose 11th tinygram its
+    initial window held one round trip: in tshark frame 25 (the last of ten tinygrams in
+    flight together) at 0.161783 s, frame 27 (10 bytes) at 0.242470, 80.687 ms. The finding
+    says its sender runs no Nagle, and the headline says the time is low's."""
+    document, text, _ = _reports(tmp_path, str(SAMPLE_TRACES /
+                                                "seed003-nodelay-80ms-at-server.pcap"))
+    nagle = document["headline"]["nagle_family"]
+    assert (nagle["stalls"], nagle["time_lost_s"], nagle["time_lost_not_nagles_s"]) == (
+        1, 0.080687, 0.080687)
+    assert document["headline"]["text"] == (
+        "1 Nagle hold of one round trip cost 80.7 ms (where the sender runs no Nagle or no "
+        "exchange waited: low) on 1 connection direction (1 capture, 1 connection).")
+    finding = next(f for f in document["findings"] if f["kind"] == "nagle-rtt-hold")
+    assert finding["details"]["not_nagles"] == "no-nagle"
+    assert text.startswith(document["headline"]["text"] + "\n")
+
+
 def test_a_hold_of_one_round_trip_is_counted_with_the_nagle_family() -> None:
     """rtt-hold.pcap: 20 tails of 50 bytes, each leaving 7-32 us after the server's ordinary
     ACK of the 1,548 bytes before it, one 60 ms round trip after them; in tshark (frame 7 ->

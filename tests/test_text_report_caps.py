@@ -183,7 +183,8 @@ def test_the_findings_shown_are_the_documents_entries_at_their_ranks() -> None:
                     "time_lost_s", "advice")
     assert list(picked.stalls) == [
         {**{key: finding[key] for key in summary_keys},
-         "details": {"time_lost_upper_bound": finding["details"]["time_lost_upper_bound"]}}
+         "details": {name: finding["details"][name]
+                     for name in ("time_lost_upper_bound", "not_nagles")}}
         for finding in family]
     assert [(stall["sender"], stall["count"], stall["time_lost_s"]) for stall in picked.stalls] \
         == [(finding["sender"], finding["count"], finding["time_lost_s"]) for finding in family]

@@ -496,16 +496,9 @@ def _confidence(kind: str, stats: StallStats, host_timer: tuple[float | None, in
     if writes_on_own_clock(stats.count, stats.untied):
         reasons.append(_own_clock_words(stats))
         return "low", reasons
-    if stats.small_in_flight >= SMALL_IN_FLIGHT_MIN:
-        reasons.append(f"{stats.small_in_flight} times the sender sent a small segment before "
-                       "the ACK of the small one before it could reach it: it does not run "
-                       "Nagle (TCP_NODELAY), so what held its data was its congestion window "
-                       "or its application")
-        return "low", reasons
-    if kind == RTT_HOLD_KIND and stats.peer_silent:
-        reasons.append("the receiver sent no data in the connection: nothing waited for an "
-                       "answer, so the hold delayed a one-way stream's delivery by a round "
-                       "trip, which no exchange paid")
+    caveat = not_nagles(kind, stats)
+    if caveat is not None:
+        reasons.append(_CAVEAT_WORDS[caveat].format(stats=stats))
         return "low", reasons
     level = "high" if score >= 3 else "medium" if score == 2 else "low"
     if kind == RTT_HOLD_KIND and stats.after_full >= 0.5:
@@ -514,6 +507,27 @@ def _confidence(kind: str, stats: StallStats, host_timer: tuple[float | None, in
                        "before RFC 3390) would hold the tail the same way")
         level = "medium" if level == "high" else level
     return level, reasons
+
+
+NO_NAGLE, ONE_WAY = "no-nagle", "one-way"
+"""Why a hold may cost no one Nagle's time (`details.not_nagles`): its sender runs no Nagle, or
+no exchange waited on a one-way stream's hold of a round trip."""
+_CAVEAT_WORDS = {
+    NO_NAGLE: "{stats.small_in_flight} times the sender sent a small segment before the ACK of "
+              "the small one before it could reach it: it does not run Nagle (TCP_NODELAY), so "
+              "what held its data was its congestion window or its application",
+    ONE_WAY: "the receiver sent no data in the connection: nothing waited for an answer, so the "
+             "hold delayed a one-way stream's delivery by a round trip, which no exchange paid",
+}
+
+
+def not_nagles(kind: str, stats: StallStats) -> str | None:
+    """`NO_NAGLE` or `ONE_WAY` where the hold's time may be no one's Nagle cost, else None."""
+    if stats.small_in_flight >= SMALL_IN_FLIGHT_MIN:
+        return NO_NAGLE
+    if kind == RTT_HOLD_KIND and stats.peer_silent:
+        return ONE_WAY
+    return None
 
 
 def _earlier_release_words(stats: StallStats) -> str:
@@ -733,6 +747,7 @@ def _finding(kind: str, stats: StallStats, sender: str, receiver: str,
                  "time_lost_upper_bound": upper_bound,
                  "one_way_stream": stats.peer_silent,
                  "small_in_flight": stats.small_in_flight,
+                 "not_nagles": not_nagles(kind, stats),
                  "warnings": _flood_warning(stats)},
         summary=_summary(kind, stats, sender, receiver, upper_bound))
 

@@ -481,7 +481,7 @@ class FindingEntries(ChunkedSequence):
 STALL_SUMMARY_NUMBERS = {"capture": np.int32, "connection": np.int64, "count": np.int64,
                          "time_lost_s": np.float64}
 STALL_SUMMARY_ENDPOINTS = ("sender", "receiver")
-STALL_SUMMARY_VALUES = ("kind", "subkind", "advice", "upper_bound")
+STALL_SUMMARY_VALUES = ("kind", "subkind", "advice", "upper_bound", "not_nagles")
 """What the headline and the reports' connection tables read of a Nagle-family finding: its
 numbers, its endpoints, and values that repeat (its kinds and advice)."""
 
@@ -489,11 +489,11 @@ numbers, its endpoints, and values that repeat (its kinds and advice)."""
 class StallSummaries(ChunkedSequence):
     """The Nagle family's findings cut to what the headline and the reports' connection tables
     read, as entries with the keys of a finding's (`details` holding only whether its time lost
-    is an upper bound), made when read. Held as columns: numbers, endpoints as fixed-width text
-    (`ordering.as_text`), each repeated value once. A dict per finding, with the strings it
-    kept, took about 360 bytes (430 MB for the 1.2 M findings of the 100 M replica); a string
-    object for each endpoint of its 400,000 stalled connections, some 100 MB more while they
-    were numbered."""
+    is an upper bound and whether it may be no one's Nagle cost), made when read. Held as
+    columns: numbers, endpoints as fixed-width text (`ordering.as_text`), each repeated value
+    once. A dict per finding, with the strings it kept, took about 360 bytes (430 MB for the
+    1.2 M findings of the 100 M replica); a string object for each endpoint of its 400,000
+    stalled connections, some 100 MB more while they were numbered."""
 
     def __init__(self) -> None:
         self._pieces: dict[str, list[np.ndarray]] = {name: [] for name in (
@@ -512,7 +512,8 @@ class StallSummaries(ChunkedSequence):
                 "subkind": [entry["subkind"] for entry in entries],
                 "advice": [tuple(entry["advice"]) for entry in entries],
                 "upper_bound": [entry.get("details", {}).get("time_lost_upper_bound")
-                                for entry in entries]}
+                                for entry in entries],
+                "not_nagles": [entry.get("details", {}).get("not_nagles") for entry in entries]}
         for name, values in keys.items():
             codes = self._codes[name]
             self._pieces[name].append(np.array(
@@ -545,7 +546,8 @@ class StallSummaries(ChunkedSequence):
                      "time_lost_s": columns["time_lost_s"][row],
                      "advice": list(named["advice"][row])}
             if named["upper_bound"][row] is not None:
-                entry["details"] = {"time_lost_upper_bound": named["upper_bound"][row]}
+                entry["details"] = {"time_lost_upper_bound": named["upper_bound"][row],
+                                    "not_nagles": named["not_nagles"][row]}
             entries.append(entry)
         return entries
 

@@ -48,6 +48,12 @@ def cause_words(finding: dict[str, Any]) -> str:
     return CAUSE_WORDS.get((kind, subkind), CAUSE_WORDS.get((kind, None), kind))
 
 
+def is_not_nagles(finding: dict[str, Any]) -> bool:
+    """Whether a finding says its hold may be no one's Nagle cost (a sender without Nagle, a
+    one-way stream no exchange waited on), as the detector says in its details."""
+    return bool(finding.get("details", {}).get("not_nagles"))
+
+
 def is_upper_bound(finding: dict[str, Any]) -> bool:
     """Whether a finding's time lost is an upper bound (holds that cannot be told from paced
     writes, as the detector says in its details)."""
@@ -75,12 +81,13 @@ def headline_entry(family: Sequence[dict[str, Any]], largest: Sequence[dict[str,
     name their file, since frame numbers are each file's own)."""
     by_kind = {kind: {"stalls": 0, "time_lost_s": 0.0} for kind in kinds.NAGLE_FAMILY}
     directions = set()
-    upper_bound_s = 0.0
+    upper_bound_s = not_nagles_s = 0.0
     for finding in family:
         totals = by_kind[finding["kind"]]
         totals["stalls"] += finding["count"]
         totals["time_lost_s"] += finding["time_lost_s"]
         upper_bound_s += finding["time_lost_s"] if is_upper_bound(finding) else 0.0
+        not_nagles_s += finding["time_lost_s"] if is_not_nagles(finding) else 0.0
         directions.add((finding["capture"], finding["connection"], finding["sender"]))
     for totals in by_kind.values():
         totals["time_lost_s"] = round(totals["time_lost_s"], 6)
@@ -88,6 +95,7 @@ def headline_entry(family: Sequence[dict[str, Any]], largest: Sequence[dict[str,
     nagle = {"stalls": sum(totals["stalls"] for totals in by_kind.values()),
              "time_lost_s": round(sum(totals["time_lost_s"] for totals in by_kind.values()), 6),
              "time_lost_upper_bound_s": round(upper_bound_s, 6),
+             "time_lost_not_nagles_s": round(not_nagles_s, 6),
              "connection_directions": len(directions), "by_kind": by_kind}
     return {"text": _sentence(nagle, delays, scope, paths), "nagle_family": nagle,
             "largest_other_delays": delays}
@@ -113,7 +121,19 @@ def _sentence(nagle: dict[str, Any], delays: list[dict[str, Any]], scope: str,
 
 
 def _family_cost(nagle: dict[str, Any]) -> str:
-    """The family's time lost; the part of it that is an upper bound said so."""
+    """The family's time lost; the part of it that is an upper bound, and the part that may be
+    no one's Nagle cost, said so."""
+    cost = _bounded_cost(nagle)
+    unsure_s = nagle["time_lost_not_nagles_s"]
+    if not unsure_s:
+        return cost
+    where = "where the sender runs no Nagle or no exchange waited: low"
+    if unsure_s >= nagle["time_lost_s"]:
+        return f"{cost} ({where})"
+    return f"{cost} ({duration_text(unsure_s)} of it {where})"
+
+
+def _bounded_cost(nagle: dict[str, Any]) -> str:
     total_s, bound_s = nagle["time_lost_s"], nagle["time_lost_upper_bound_s"]
     if not bound_s:
         return duration_text(total_s)
