@@ -47,10 +47,13 @@ STACK_FAMILIES = (
 
 
 def ordinary_acks(ack_lag_ms: np.ndarray, receiver_rtt_ms: np.ndarray) -> np.ndarray:
-    """Whether each ACK came as soon as its receiver could answer (`receiver_side_rtt_ms`: 0
-    where unknown, then only within the slack; callers trust it only against a round trip the
-    handshake measured)."""
-    return ack_lag_ms <= ORDINARY_ACK_FACTOR * receiver_rtt_ms + ORDINARY_ACK_SLACK_MS
+    """Whether each ACK came as soon as its receiver could answer, or was held less than a
+    delayed ACK's least beyond the round trip (a receiver's global tick that fired just after
+    the data came: what waited for it waited the round trip); `receiver_side_rtt_ms`: 0 where
+    unknown, then only within the slack; callers trust it only against a round trip the
+    handshake measured."""
+    return ((ack_lag_ms <= ORDINARY_ACK_FACTOR * receiver_rtt_ms + ORDINARY_ACK_SLACK_MS)
+            | (ack_lag_ms - receiver_rtt_ms < MIN_DELAYED_HOLD_MS))
 
 
 def delayed_acks(hold_ms: np.ndarray, ordinary: np.ndarray, measured: np.ndarray,

@@ -88,7 +88,7 @@ class _Scan:
         self.small = self.column["tail_bytes"] > 0
         self.disturbing = ((self.column["peer_data_between"] > 0)
                            | (self.column["own_retransmissions_between"] > 0))
-        self.first = np.r_[True, self.key[1:] != self.key[:-1]] if count else np.zeros(0, bool)
+        self.first = group_starts(self.key)
         group = np.cumsum(self.first) - 1
         group_start = np.flatnonzero(self.first)
         small_so_far = np.cumsum(self.small)

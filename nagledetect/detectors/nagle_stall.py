@@ -41,7 +41,6 @@ import numpy as np
 from nagledetect.detectors import kinds
 from nagledetect.detectors.delack_timer import (
     LONE_SEGMENTS,
-    MIN_DELAYED_HOLD_MS,
     STACK_FAMILIES,
     delayed_acks,
     lone_segments_of,
@@ -59,7 +58,7 @@ from nagledetect.detectors.model import (
 )
 from nagledetect.events.segments import role_in
 from nagledetect.flows.connections import by_connection, rtt_measured
-from nagledetect.flows.grouped import KeyGroups
+from nagledetect.flows.grouped import KeyGroups, found_in_sorted, group_starts, rows_holding
 from nagledetect.table import Table
 
 KIND = kinds.NAGLE_DELACK_STALL
@@ -211,15 +210,9 @@ def untimed_stalls(segments: Table, earlier: EarlierReleases | None = None,
     long_enough = (found["time_us"] - found["prev_time_us"]) / 1000 >= MIN_STALL_MS
     plain = {name: values[long_enough] for name, values in found.items()}
     earlier = (earlier or EarlierReleases()).rows(segments)
-    rows = _rows_of_frames(np.asarray(segments["frame"]), earlier["frame"])
+    rows = rows_holding(np.asarray(segments["frame"]), earlier["frame"])
     earlier.update((name, values[rows]) for name, values in pauses.items())
     return _in_frame_order(plain, earlier)
-
-
-def _rows_of_frames(frames: np.ndarray, wanted: np.ndarray) -> np.ndarray:
-    """The rows of `frames` (each packet's frame number, once) holding the frames `wanted`."""
-    order = np.argsort(frames, kind="stable")
-    return order[np.searchsorted(frames[order], wanted)]
 
 
 def _in_frame_order(plain: dict[str, np.ndarray], earlier: dict[str, np.ndarray]
@@ -276,9 +269,6 @@ def timed_stalls(untimed: dict[str, np.ndarray], connections: Table
     delayed = delayed_acks(hold_ms, ordinary, measured, receiver_rtt_ms)
     # An ordinary ACK is told by the round trip; one estimated from ACK lags alone may be this
     # very ACK's lag, so only a round trip the handshake measured can call an ACK ordinary.
-    # One held less than a delayed ACK's least hold beyond it (a global tick that fired just
-    # after the data came) cost the tail no more than an ordinary one: the round trip.
-    ordinary |= ~delayed & (hold_ms < MIN_DELAYED_HOLD_MS)
     ack_kind = np.where(delayed, DELAYED, np.where(ordinary & measured, ORDINARY, NEITHER))
     ack_kind = np.where(_window_filled(found, untimed["peer_window_bytes"], connections), NEITHER,
                         ack_kind).astype(np.int8)
@@ -303,19 +293,15 @@ def timed_stalls(untimed: dict[str, np.ndarray], connections: Table
 
 def _one_row_per_tail(frame: np.ndarray, earlier: np.ndarray, tied: np.ndarray,
                       clean: np.ndarray) -> np.ndarray:
-    """Which candidates stand (frames name tails, one capture's): of a tail's rows tied to
-    their ACKs, the one `clean` (released no sooner than the round trip to the sender) where
-    only one is, else the plain row; a plain row not tied stands where no earlier release of
-    its tail is tied (its sender's own clock counts it)."""
-    tied_plain = frame[~earlier & tied]
-    tied_earlier = frame[earlier & tied]
-    plain_clean = frame[~earlier & clean]
-    earlier_clean = frame[earlier & clean]
-    plain = ~earlier & np.where(tied, clean | ~np.isin(frame, earlier_clean),
-                                ~np.isin(frame, tied_earlier))
-    earlier_stands = earlier & tied & (~np.isin(frame, tied_plain)
-                                       | (clean & ~np.isin(frame, plain_clean)))
-    return plain | earlier_stands
+    """Which candidates stand (frames name tails, one capture's): of a tail's rows (its plain
+    row, an earlier release), the first by being tied to its ACK, then `clean` (released no
+    sooner than the round trip to the sender), then plain; an earlier release stands only
+    tied (a plain row not tied stands, its sender's own clock counting it)."""
+    rank = 4 * tied + 2 * clean + ~earlier
+    order = np.lexsort((-rank, frame))
+    best = np.zeros(len(frame), dtype=bool)
+    best[order[group_starts(frame[order])]] = True
+    return best & (tied | ~earlier)
 
 
 def _window_filled(found: dict[str, np.ndarray], window_bytes: np.ndarray,
@@ -664,8 +650,7 @@ def _going_out_long(candidates: dict[str, np.ndarray], messages: Table,
         return np.zeros(len(candidates["message"]), dtype=bool)
     ids = messages["message"]
     order = np.argsort(ids, kind="stable")
-    position = np.minimum(np.searchsorted(ids[order], candidates["message"]), len(ids) - 1)
-    found = ids[order][position] == candidates["message"]
+    position, found = found_in_sorted(ids[order], candidates["message"])
     start_us = messages["start_us"][order][position]
     return found & ((candidates["prev_time_us"] - start_us) / 1000
                     >= FLIGHT_PAUSE_RTT_SHARE * rtt_ms)

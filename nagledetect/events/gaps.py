@@ -27,7 +27,12 @@ import numpy as np
 
 from nagledetect.events.segments import RETRANSMISSION_ROLES, role_in
 from nagledetect.flows.connections import FLAG_SYN
-from nagledetect.flows.grouped import group_starts, grouped_cummax, joined_columns
+from nagledetect.flows.grouped import (
+    group_starts,
+    grouped_cummax,
+    joined_columns,
+    rows_holding,
+)
 from nagledetect.flows.roles import ROLE
 from nagledetect.table import Table, codes
 
@@ -443,7 +448,5 @@ def _first_frame(key: np.ndarray, frame: np.ndarray, size: int) -> np.ndarray:
 
 def _row_of_frame(frame: np.ndarray, wanted: np.ndarray) -> np.ndarray:
     """The row of each wanted frame among the slice's rows (-1 for 0, not here)."""
-    order = np.argsort(frame, kind="stable")
-    at = np.minimum(np.searchsorted(frame[order], wanted), len(frame) - 1)
-    return np.where((wanted > 0) & (frame[order][at] == wanted), order[at], -1)
+    return np.where(wanted > 0, rows_holding(frame, wanted), -1)
 

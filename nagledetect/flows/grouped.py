@@ -244,3 +244,13 @@ def found_in_sorted(ordered: np.ndarray, wanted: np.ndarray) -> tuple[np.ndarray
     its position (the last where it would lie past the end), and True where it is found."""
     position = np.minimum(np.searchsorted(ordered, wanted), len(ordered) - 1)
     return position, ordered[position] == wanted
+
+
+def rows_holding(values: np.ndarray, wanted: np.ndarray) -> np.ndarray:
+    """The row of `values` (each distinct, in any order) holding each of `wanted`; -1 where
+    none does."""
+    if not len(values):
+        return np.full(len(wanted), -1, dtype=np.int64)
+    order = np.argsort(values, kind="stable")
+    position, found = found_in_sorted(values[order], wanted)
+    return np.where(found, order[position], -1)
