@@ -154,6 +154,12 @@ LINE_SERVER_PATH_RTT_MS = 30.0
 """A path long enough for a burst's full segments to be in flight when the ACK of its first
 line reaches the server."""
 TIMESTAMPED_MSS_BYTES = 1448
+UNBUFFERED_NODELAY = Flow("tiny-writes", 40, SEED003_REQUEST, (2,), client_options=("nodelay",))
+"""`seed003-nodelay`'s 15 two-byte writes with TCP_NODELAY, on a LAN and over a path."""
+SMALL_WRITE_STREAM = Flow("stream", 400, (100,), (), pause_s=0.003, one_way=True)
+"""`seed002-stream`'s one-way 100-byte writes every 3 ms, on a LAN and over a path."""
+CLASSIC_BLOCKS = Flow("block-100000", 20, (1,), (100_000,), stack="scapy-classic")
+"""The classic-Nagle sender's 100,000-byte blocks (69 x 1448 + 88), on a LAN and over paths."""
 LINE_BY_LINE_ARTICLES = Flow("nntp", 40, (14,), response_sizes_bytes=article_sizes(40),
                              response_line_by_line=True)
 """The NNTP-like server writing each of 40 articles a line at a time."""
@@ -174,13 +180,13 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
              holder="client", source=LINUX_NODELAY_DOC),
     Scenario("seed003-nodelay", "the TCP_NODELAY fix: no stall, tinygrams",
              "15 two-byte writes then a read with TCP_NODELAY",
-             (Flow("tiny-writes", 40, SEED003_REQUEST, (2,), client_options=("nodelay",)),),
+             (UNBUFFERED_NODELAY,),
              expectation="no stall, but 15 packets per request (tinygram flood)",
              holder="client", source=LINUX_NODELAY_DOC),
     Scenario("seed003-nodelay-80ms-at-server", "the same over 80 ms, seen at the server",
              "15 two-byte writes then a read with TCP_NODELAY, over an 80 ms round trip (delay "
              "line), captured at the server",
-             (Flow("tiny-writes", 40, SEED003_REQUEST, (2,), client_options=("nodelay",)),),
+             (UNBUFFERED_NODELAY,),
              rtt_ms=REMOTE_RTT_MS, capture_side="server",
              expectation="no stall: the first request's writes beyond the initial window of 10 "
                          "segments wait a round trip for its ACKs, as the window (not Nagle) "
@@ -230,13 +236,13 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
              holder="client", source=CHESHIRE),
     Scenario("seed002-stream", "a small-write stream to Linux",
              "a one-way stream of 100-byte writes every 3 ms",
-             (Flow("stream", 400, (100,), (), pause_s=0.003, one_way=True),),
+             (SMALL_WRITE_STREAM,),
              expectation="one small packet, then one accumulated packet per delayed-ACK cycle",
              holder="client", source=SUN_SMALL_PACKETS),
     Scenario("seed002-stream-40ms-path", "the same over a 40 ms path",
              "a one-way stream of 100-byte writes every 3 ms over a 40 ms round trip (delay "
              "line), captured at the client",
-             (Flow("stream", 400, (100,), (), pause_s=0.003, one_way=True),),
+             (SMALL_WRITE_STREAM,),
              rtt_ms=TIMER_LONG_PATH_RTT_MS,
              expectation="one small packet, then one accumulated packet per ACK a round trip "
                          "later; no exchange waits on the stream, so no stall",
@@ -292,14 +298,14 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
     Scenario("classic-2n-blocks-100000", "classic Nagle: a 2N-segment tail held",
              "a classic-Nagle sender (scapy) answers each 1-byte request with a 100,000-byte "
              "block: 69 x 1448 + 88",
-             (Flow("block-100000", 20, (1,), (100_000,), stack="scapy-classic"),),
+             (CLASSIC_BLOCKS,),
              expectation="the 88-byte tail waits for Linux's delayed ACK of the 69th segment",
              holder="server", source=CHESHIRE),
     Scenario("classic-2n-blocks-100000-30ms-path", "the same over a 30 ms path",
              "the classic-Nagle sender's 100,000-byte blocks over a 30 ms round trip (delay "
              "line), captured at the client: the full segments stream out as the sender's ACK "
              "clock runs, and the 88-byte tail waits for the ACK of everything",
-             (Flow("block-100000", 20, (1,), (100_000,), stack="scapy-classic"),),
+             (CLASSIC_BLOCKS,),
              rtt_ms=LINE_SERVER_PATH_RTT_MS,
              expectation="each tail waits for the client's delayed ACK of an odd last segment, "
                          "or one round trip for the ordinary ACK of an even pair",
@@ -309,7 +315,7 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
              "line), captured at the client: the client's 64 KB window stops each block for a "
              "round trip, the rest streams out as the ACKs come, and the 88-byte tail waits "
              "for the ACK of everything",
-             (Flow("block-100000", 20, (1,), (100_000,), stack="scapy-classic"),),
+             (CLASSIC_BLOCKS,),
              rtt_ms=REMOTE_RTT_MS,
              expectation="each tail waits one round trip for the ordinary ACK of an even pair, "
                          "or for the client's delayed ACK of an odd last segment",
