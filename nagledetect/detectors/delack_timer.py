@@ -115,18 +115,20 @@ compiled core and a part read a slice at a time hand it over made."""
 
 def lone_segments_of(columns: DetectorInput) -> dict[str, np.ndarray]:
     """The maker of `LONE_SEGMENTS` where the segment table is held (a whole run)."""
-    segments = columns.segments
-    if segments.empty:
+    if columns.segments.empty:
         return {name: np.zeros(0, dtype=np.int64) for name in LONE_SEGMENT_COLUMNS}
+    return _lone_rows(columns.segments)
+
+
+def _lone_rows(segments: Table) -> dict[str, np.ndarray]:
+    """The `LONE_SEGMENT_COLUMNS` of the segments lone and answered."""
     lone = np.flatnonzero(answered_lone(segments))
     return {name: np.asarray(segments[name])[lone] for name in LONE_SEGMENT_COLUMNS}
 
 
 def delack_samples(segments: Table, connections: Table) -> Table:
     """Delayed-ACK holding times, one row per lone segment answered by a pure ACK."""
-    lone = np.flatnonzero(answered_lone(segments))
-    return samples_of({name: np.asarray(segments[name])[lone] for name in LONE_SEGMENT_COLUMNS},
-                      connections)
+    return samples_of(_lone_rows(segments), connections)
 
 
 def samples_of(lone: Mapping[str, np.ndarray], connections: Table) -> Table:
@@ -168,6 +170,7 @@ class SamplesBySlice:
     def __init__(self) -> None:
         self._waiting: pd.DataFrame | None = None
         self._lone: list[dict[str, np.ndarray]] = []
+        self._joined: dict[str, np.ndarray] | None = None
 
     def add(self, segments: pd.DataFrame, packets: pd.DataFrame, later_from_us: int) -> None:
         """Take a slice's segments and packets (`events.by_slice.SegmentsBySlice`, frame
@@ -194,15 +197,19 @@ class SamplesBySlice:
     def lone(self) -> dict[str, np.ndarray]:
         """The lone answered segments of every slice added, once the last has been, in frame
         order (`LONE_SEGMENT_COLUMNS`): segments still waiting for the peer's next packet had
-        no answer; those answered, waiting for their sender's next data, were lone."""
+        no answer; those answered, waiting for their sender's next data, were lone. Joined
+        once, for the detectors and then the samples."""
+        if self._joined is not None:
+            return self._joined
         if self._waiting is not None:
             waiting = self._waiting[np.asarray(self._waiting["next_peer_frame"]) >= 0]
             self._keep_lone(waiting, np.full(len(waiting), NONE))
             self._waiting = None
         kept = self._lone or [{name: np.zeros(0, dtype=np.int64) for name in LONE_SEGMENT_COLUMNS}]
         frame = np.concatenate([rows["frame"] for rows in kept])
-        self._lone = [joined_columns(kept, np.argsort(frame, kind="stable"))]
-        return self._lone[0]
+        self._joined = joined_columns(kept, np.argsort(frame, kind="stable"))
+        self._lone = []
+        return self._joined
 
     def samples(self, connections: Table) -> Table:
         """The delayed-ACK samples of every slice added, once the last has been (`lone`)."""
