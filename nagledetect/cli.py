@@ -118,7 +118,8 @@ MEMORY_OPTION = click.option(
          "with -j each capture analysed at once. A capture whose whole analysis fits (about 6 "
          "bytes a byte of capture) is analysed whole; a larger one a batch of finished "
          "connections at a time, half of it for the batch, half for the connections still "
-         "open (about 200 bytes a packet they hold), or in parts where those need more. More "
+         "open (about 200 bytes a packet they hold; the events they keep are the findings' "
+         "evidence and are not counted), or in parts where those need more. More "
          "lets the parts of a few huge connections run at once, each counted at about 240 "
          "bytes a packet of its connections (read a slice at a time, such a part takes up to "
          "about 190, a bulk transfer almost nothing).")

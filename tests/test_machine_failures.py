@@ -30,9 +30,17 @@ from tests.conftest import PROJECT, SAMPLE_TRACES
 REPLICA_PACKETS = 600_000
 IN_PARTS = ["--memory", "200M"]
 """Memory the replicas' whole analysis (up to 6 bytes a capture byte: 320 MB) does not fit in
-(`part_sizes.WHOLE_MEMORY_PER_CAPTURE_BYTE`), and in which the batches keep at most 524,288
-live packets (`part_sizes.BYTES_PER_LIVE_PACKET`): a replica of 600,000 packets in connections
-open to its end is analysed in parts."""
+(`part_sizes.WHOLE_MEMORY_PER_CAPTURE_BYTE`). With `--tables` (`_in_parts`), the batches keep
+at most 395,689 live packets with their rows of the packet table (`part_sizes`:
+BYTES_PER_LIVE_PACKET and BYTES_PER_LIVE_TABLE_ROW), rows kept to each connection's end: a
+replica of 600,000 packets in connections open to its end is analysed in parts."""
+
+
+def _in_parts(tmp_path: Path) -> list[str]:
+    """`IN_PARTS` with the packet table written to a folder of the test's own: a capture
+    whose connections stay open goes to parts (the events they keep would not stop the
+    batches)."""
+    return [*IN_PARTS, "--tables", str(tmp_path / "tables")]
 POLL_S = 0.002
 HOST_STEP_KILL_AFTER_S = 0.02
 
@@ -145,7 +153,7 @@ def test_a_killed_worker_of_a_parallel_run_is_one_line_and_leaves_no_files(repli
     and spill file of the killed worker (which could not remove them) are in the run's own
     temporary folder, removed by the parent."""
     temporary = tmp_path / "tmp"
-    process = _start(["analyze", "-j", "2", *IN_PARTS, "--format", "json",
+    process = _start(["analyze", "-j", "2", *_in_parts(tmp_path), "--format", "json",
                       *map(str, replicas)], temporary, tmp_path / "out.json")
     os.kill(_first_child(process, lambda: any(temporary.iterdir())), signal.SIGKILL)
     _assert_one_line_and_clean(process, "a worker process was killed (out of memory, or by a "
@@ -161,7 +169,7 @@ def test_a_killed_part_worker_is_one_line_naming_the_capture_and_its_parts(open_
     half."""
     capture = open_to_the_end[0]
     temporary = tmp_path / "tmp"
-    process = _start(["analyze", *IN_PARTS, "--format", "json", str(capture)],
+    process = _start(["analyze", *_in_parts(tmp_path), "--format", "json", str(capture)],
                      temporary, tmp_path / "out.json")
     os.kill(_first_child(process), signal.SIGKILL)
     stderr = _stderr_within_a_minute(process)
@@ -198,12 +206,14 @@ def test_a_killed_worker_of_a_huge_connection_says_what_it_needed(
     240 bytes each (1,600,000: 0.4 GB); read a slice at a time (more than 2 M packets), its
     events, up to about 190 bytes each (2,300,000: 0.44 GB). It suggests pieces of a quarter of
     them, rounded down to 100,000s (2,300,000 / 4 = 575,000 -> 500,000; 1,600,000 / 4 =
-    400,000). Under `--memory 512M` the batches may keep 1,342,177 live packets: these
-    connections, open to the end, hold more, so the capture goes to parts."""
+    400,000). Under `--memory 512M` and with `--tables` the batches may keep 1,012,963 live
+    packets with their rows of the packet table: these connections, open to the end, hold
+    more, so the capture goes to parts."""
     capture = tmp_path / "huge.pcap"
     _replica(capture, "--connections", str(connections), packets=packets)
     temporary = tmp_path / "tmp"
-    process = _start(["analyze", "--memory", "512M", "--format", "json", str(capture)],
+    process = _start(["analyze", "--memory", "512M", "--tables", str(tmp_path / "tables"),
+                      "--format", "json", str(capture)],
                      temporary, tmp_path / "out.json")
     os.kill(_first_child(process), signal.SIGKILL)
     _assert_one_line_and_clean(
@@ -262,7 +272,7 @@ def test_sigterm_stops_the_run_its_workers_and_removes_its_files(open_to_the_end
     reports a process SIGTERM ended, its workers end too, and its 48 MB of part files per
     capture go: they were left in TMPDIR, and the workers went on."""
     temporary = tmp_path / "tmp"
-    process = _start(["analyze", *IN_PARTS, "--format", "json",
+    process = _start(["analyze", *_in_parts(tmp_path), "--format", "json",
                       *map(str, open_to_the_end[:captures])], temporary, tmp_path / "out.json")
     workers = [_first_child(process, lambda: any(temporary.iterdir()))]
     workers += _children(process.pid)
@@ -295,8 +305,8 @@ def small_disk(tmp_path) -> Path:
 @pytest.mark.parametrize("jobs", [["-j", "1"], ["-j", "2"]])
 def test_a_full_disk_for_temporary_files_names_the_folder_to_change(replicas, small_disk,
                                                                     tmp_path, jobs) -> None:
-    """The part files fill the small TMPDIR: the line names that folder (not a worker's own
-    folder inside it) and what to set."""
+    """The run's temporary files (the findings spilled as batches are analysed) fill the small
+    TMPDIR: the line names that folder (not a worker's own folder inside it) and what to set."""
     captures = [str(replicas[0])] if jobs == ["-j", "1"] else list(map(str, replicas))
     result = subprocess.run([sys.executable, "-m", "nagledetect", "analyze", *jobs, *IN_PARTS,
                              "--format", "json", *captures], capture_output=True, text=True, timeout=120,

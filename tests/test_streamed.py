@@ -1,7 +1,7 @@
 """A capture too large to analyse whole is analysed in one pass a batch of finished connections
 at a time (`streamed`), and its document is the whole analysis's, byte for byte; where its
-live connections would hold more packets than the memory allows, the pass stops and the
-capture is analysed in parts, with the same document again.
+live connections would hold more packets than the memory allows (the events they keep are not
+counted), the pass stops and the capture is analysed in parts, with the same document again.
 
 The captures are real traffic replicated (`benchmarks/make_large_capture.py`): the sample
 traces one copy after another with new addresses (88,620 packets over 497 s, capinfos), and
@@ -109,29 +109,43 @@ def test_a_filtered_capture_in_batches_keeps_wiresharks_stream_ids(copies: Path)
     assert _text(build_document([batched])) == _text(build_document([whole]))
 
 
-def test_live_connections_over_the_memory_fall_back_to_parts(tmp_path: Path) -> None:
-    """One connection of 400,000 packets is live to the end: more than the 40,000 live
-    packets allowed, so the pass stops, and `analyze_capture` analyses it in parts."""
+def test_a_connections_events_do_not_stop_the_pass_but_packets_the_charts_read_do(
+        tmp_path: Path) -> None:
+    """One connection of 400,000 packets whose every exchange stalls keeps its events to its
+    end: 136,834 gaps of 10 ms or more alone (tshark -Y 'frame.time_delta >= 0.01', every
+    packet the connection's), more than the 40,000 live packets allowed. They are its findings'
+    evidence, kept whichever way the capture is read, so the pass goes on, its packets let go
+    as it goes, and the document is the whole analysis's. The report's charts read every
+    packet of a connection as it ends, so with them the pass gives up and `analyze_capture`
+    analyses the capture in parts, with the same document."""
     huge = _replica(tmp_path / "huge.pcap", str(SAMPLE_TRACES / "seed003-nagle.pcap"),
                     "--packets", "400000", "--connections", "1")
+    batches = CompiledBatches(str(huge), None, MEMORY_BYTES // 2 // BYTES_PER_EVENT_ROW,
+                              MEMORY_BYTES // 2 // BYTES_PER_LIVE_PACKET)
+    assert [len(flows.found_events.gap_rows["connection"]) for flows in batches] == [136_834]
+    assert not batches.over_budget
     whole = analyze_capture(str(huge), charts=False)
-    fallen_back = analyze_capture(str(huge), charts=False, parts_memory_bytes=MEMORY_BYTES)
-    assert not fallen_back.tables_kept and whole.tables_kept
+    batched = analyze_in_batches(str(huge), None, MEMORY_BYTES)
+    assert batched is not None and not batched.tables_kept and whole.tables_kept
+    assert _text(build_document([batched])) == _text(build_document([whole]))
+    assert analyze_in_batches(str(huge), None, MEMORY_BYTES, wanted=Wanted(charts=True)) is None
+    fallen_back = analyze_capture(str(huge), parts_memory_bytes=MEMORY_BYTES)
     assert _text(build_document([fallen_back])) == _text(build_document([whole]))
 
 
 def test_a_pass_that_gives_up_lets_go_of_what_it_spilled(copies: Path, tmp_path: Path) -> None:
     """The copies, then one connection of 400,000 packets (`mergecap -a`): the pass hands over
-    batches of the copies' connections, spilled (with their tables), before the huge one
-    outgrows the live packets allowed; giving up, it cuts the spill back to what it held
-    before (a run's spill is shared by its captures)."""
+    batches of the copies' connections, spilled (with their tables), before the huge one,
+    whose packets the charts read (so none is let go), outgrows the live packets allowed;
+    giving up, it cuts the spill back to what it held before (a run's spill is shared by its
+    captures)."""
     huge = _replica(tmp_path / "huge.pcap", str(SAMPLE_TRACES / "seed003-nagle.pcap"),
                     "--packets", "400000", "--connections", "1")
     joined = tmp_path / "joined.pcap"
     subprocess.run(["mergecap", "-a", "-F", "pcap", "-w", str(joined), str(copies), str(huge)],
                    check=True)
     batches = CompiledBatches(str(joined), None, MEMORY_BYTES // 2 // BYTES_PER_EVENT_ROW,
-                              MEMORY_BYTES // 2 // BYTES_PER_LIVE_PACKET)
+                              MEMORY_BYTES // 2 // BYTES_PER_LIVE_PACKET, chart_packets=True)
     assert sum(1 for _ in batches) >= 2 and batches.over_budget
     spill = SpillFile()
     earlier = b"a finding of an earlier capture"

@@ -14,7 +14,7 @@ use pyo3::types::PyDict;
 
 use crate::bpf::FilterError;
 use crate::decode::Decoder;
-use crate::events::{EventTables, Events, EventsSnapshot, Found};
+use crate::events::{EventTables, Events, EventsSnapshot, Found, Load};
 use crate::flows::packets::Finishing;
 use crate::flows::settling::{MIN_PACKETS, Settling};
 use crate::flows::tables::{ConnectionRecord, FlowTables, PacketRows};
@@ -80,7 +80,7 @@ impl Stages {
     /// Let go what every live connection of `SQUEEZED_PACKETS` packets or more can of them
     /// (`Events::let_go`): whether they then hold at most `live_limit` packets, with a quarter
     /// of it to spare, so that the next look is a while away.
-    fn squeeze(&mut self, live_limit: usize) -> bool {
+    fn squeeze(&mut self, live_limit: usize, load: Load) -> bool {
         if !self.events.lets_go() {
             return false;
         }
@@ -91,7 +91,15 @@ impl Stages {
             let finishing = self.flows.settled_finishing(connection);
             self.events.let_go(connection, finishing.as_ref());
         }
-        self.events.live_load() <= live_limit - live_limit / 4
+        self.live_load(load) <= live_limit - live_limit / 4
+    }
+
+    /// What the live connections hold, counted in packets (`Events::live_load`), with the
+    /// packet table's rows of packets already let go (a row takes less than a packet, but a
+    /// pass that keeps the table is given fewer packets for it).
+    fn live_load(&self, load: Load) -> usize {
+        let rows = self.flows.live_packet_rows();
+        self.events.live_load(load) + rows.saturating_sub(self.events.live_packets())
     }
 
     /// Whether live connections whose finishing values are not known yet (seen without
@@ -218,14 +226,14 @@ impl Pass {
     }
 
     /// What the live connections hold, counted in packets (`Events::live_load`).
-    pub fn live_load(&self) -> usize {
-        self.stages.events.live_load()
+    pub fn live_load(&self, load: Load) -> usize {
+        self.stages.live_load(load)
     }
 
-    /// Whether the live connections hold at most `live_limit` packets, once they have let go
-    /// what they can where they held more (`Stages::squeeze`).
-    pub fn fits(&mut self, live_limit: usize) -> bool {
-        self.live_load() <= live_limit || self.stages.squeeze(live_limit)
+    /// Whether the live connections hold at most `live_limit` packets (as `load` counts
+    /// them), once they have let go what they can where they held more (`Stages::squeeze`).
+    pub fn fits(&mut self, live_limit: usize, load: Load) -> bool {
+        self.live_load(load) <= live_limit || self.stages.squeeze(live_limit, load)
     }
 
     /// The capture has ended: every live connection ends and is finished.
@@ -480,10 +488,11 @@ struct BatchPass {
 /// `flow_tables` gives with `packets=False` (no packet table), of the connections finished
 /// since the last (once they and their events hold `batch_rows` rows or more), numbered 0 on in the
 /// order of their first packet, the events naming them so, the messages numbered within the
-/// batch. Memory follows the live connections and one batch; where the live connections come
-/// to hold more than `live_packets_limit` packets (each connection counted as 10 packets too,
-/// `Events::live_load`), the iteration ends early with `over_budget`
-/// set (the batches given are then not the whole capture's). With `chart_packets`, each batch
+/// batch. Memory follows the live connections, the events they keep and one batch; where the
+/// live connections come to hold more than `live_packets_limit` packets (each connection
+/// counted as 10 packets too, `Events::live_load`; the events they keep are not counted: they
+/// are the evidence of the capture's findings, kept whichever way it is read), the iteration
+/// ends early with `over_budget` set (the batches given are then not the whole capture's). With `chart_packets`, each batch
 /// also gives its connections' packets as the report's charts read them (`chart_packets`, by
 /// frame; counted among its rows); with `packet_table`, each batch has its connections' rows
 /// of the packet table and their SACK blocks, by frame. `capture` is the accounting
@@ -650,7 +659,7 @@ impl BatchPass {
     fn fill(&mut self, rows: usize, live_limit: usize) -> Result<(), FilterError> {
         loop {
             self.pass.stages.finish_ended_until(rows);
-            if !self.pass.fits(live_limit) {
+            if !self.pass.fits(live_limit, Load::PacketsOnly) {
                 self.over_budget = true;
                 self.unsettled = self.pass.stages.mostly_unsettled();
                 return Ok(());

@@ -24,6 +24,7 @@ use pyo3::types::PyDict;
 
 use crate::analysis::{LiveSnapshot, Pass};
 use crate::bpf::FilterError;
+use crate::events::Load;
 use crate::reader::filter_error;
 
 create_exception!(
@@ -229,7 +230,7 @@ impl Session {
             return;
         };
         pass.take_record(record, 0, true);
-        if !pass.fits(self.live_packets_limit) {
+        if !pass.fits(self.live_packets_limit, Load::WithEvents) {
             self.pass = None;
         }
     }
@@ -625,7 +626,7 @@ impl LiveCapture {
         let slot = self.session.lock().unwrap_or_else(|p| p.into_inner());
         slot.as_ref()
             .and_then(|session| session.pass.as_ref())
-            .map_or(0, Pass::live_load)
+            .map_or(0, |pass| pass.live_load(Load::WithEvents))
     }
 
     /// Whether the packets go through the pass: asked for, and its live connections have

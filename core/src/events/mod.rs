@@ -25,6 +25,16 @@ pub use tables::{EventTables, Found, Mark};
 
 /// What a live connection's own state costs, counted in packets (`Events::live_load`).
 const CONNECTION_COST_PACKETS: usize = 10;
+
+/// What a budget on the live connections counts (`Events::live_load`).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Load {
+    /// Their packets and their state alone: a capture file's pass, whose events are its
+    /// findings' evidence, kept to the end whichever way the capture is read.
+    PacketsOnly,
+    /// Their kept event rows too: a capture from an interface, which has no end.
+    WithEvents,
+}
 /// A live connection holding this many packets has what it can of its events finished, and
 /// the packets they no longer read let go (`ConnectionEvents::let_go`); then again each time
 /// it holds this many more, or twice as many as it kept.
@@ -408,12 +418,21 @@ impl Events {
         self.found.ordered(None).into_python(py)
     }
 
-    /// What the live connections hold, counted in packets: each packet, each row they keep
-    /// beside their packets once they have let some go, and each connection as
+    /// How many packets the live connections hold.
+    pub fn live_packets(&self) -> usize {
+        self.live_packets
+    }
+
+    /// What the live connections hold, counted in packets: each packet, each connection as
     /// `CONNECTION_COST_PACKETS` (its state takes about 2 KB whatever its packets, as much as
-    /// 10 packets' share of rows, segments and gaps).
-    pub fn live_load(&self) -> usize {
-        self.live_packets + self.kept_rows + self.live_connections * CONNECTION_COST_PACKETS
+    /// 10 packets' share of rows, segments and gaps), and with `Load::WithEvents` each row
+    /// they keep beside their packets once they have let some go.
+    pub fn live_load(&self, load: Load) -> usize {
+        let kept_rows = match load {
+            Load::WithEvents => self.kept_rows,
+            Load::PacketsOnly => 0,
+        };
+        self.live_packets + kept_rows + self.live_connections * CONNECTION_COST_PACKETS
     }
 
     /// How many rows the event tables hold.

@@ -402,6 +402,16 @@ impl FlowTracker {
         !self.ended.is_empty()
     }
 
+    /// The packet table's rows of live connections (none where no table is kept): kept until
+    /// each connection ends, even where the pass lets its packets go.
+    pub fn live_packet_rows(&self) -> usize {
+        if self.keep_packets {
+            self.packets.len() - self.finished_packet_rows
+        } else {
+            0
+        }
+    }
+
     /// How many connections were finished since the records were last taken.
     pub fn finished_count(&self) -> usize {
         self.records.len()
