@@ -164,6 +164,24 @@ def test_a_one_way_streams_hold_costs_no_exchange() -> None:
     assert "nothing waited for an answer" in holds[0].confidence_reasons[-1]
 
 
+def test_a_hold_the_sender_wrote_on_after_is_not_proven() -> None:
+    """sample_traces/trap-paced-writes-10ms-path.pcap: three 2-byte writes 45 ms apart over a
+    10 ms path, captured at the client; the manifest's exchanges hold nothing (each 101 ms:
+    the two pauses and the path). Frame 15 (2 B) at 0.132405, the server's delayed ACK (frame
+    16) at 0.183229, 50.8 ms later; frame 17 (2 B) 28 us after it; the ACK of it (frame 18, an
+    ordinary one) at 0.193464; frame 19 (2 B) at 0.223029, 29.6 ms after that ACK with nothing
+    in between, and the server's answer (frame 21) after it. The sender wrote the third on its
+    own clock, so the second may have been written 45 ms after the first as well, held only
+    the few ms until the ACK, and the answer waited for the third: 14 such exchanges, each
+    hold low and an upper bound, none of them medium or high."""
+    holds = _findings(SAMPLE_TRACES / "trap-paced-writes-10ms-path.pcap")
+    assert [(f.kind, f.count, f.confidence) for f in holds] == [(NAGLE_DELACK_STALL, 14, "low")]
+    assert _triples_of(holds[0])[0] == (15, 16, 17)
+    assert holds[0].details["written_after_release"] == 14
+    assert holds[0].details["time_lost_upper_bound"]
+    assert "the sender writes on its own clock" in holds[0].confidence_reasons[-1]
+
+
 def test_an_ack_held_a_few_ms_beyond_the_path_is_no_delayed_ack() -> None:
     """zeek/dns-inverse-query.pcap, DNS over TCP captured at the server (SYN/ACK 1.9 ms after
     the SYN, the client's ACK 217.2 ms after that): the client's 2-byte length prefix (frame 4,

@@ -252,7 +252,8 @@ def timed_stalls(untimed: dict[str, np.ndarray], connections: Table
     those: the timing columns are made for few rows). Every candidate is kept with its ACK kind
     (`DELAYED`, `ORDINARY`, `NEITHER`), whether its release was tied to the ACK (`tied`), or
     shows the sender writing on its own clock (`untied`: too soon for the ACK to have reached
-    the sender, or later than it reacts but within the late horizon)."""
+    the sender, or later than it reacts but within the late horizon; `continued`: beyond the
+    horizon, in a message whose earlier data a tied release ended)."""
     found = {name: untimed[name]
              for name in (*STALL_COLUMNS, "message", FULL_GAP, FINAL_FLIGHT, "released_earlier")}
     in_flight = untimed[TAIL_PREV_TIME] - untimed["peer_time_us"]
@@ -280,7 +281,10 @@ def timed_stalls(untimed: dict[str, np.ndarray], connections: Table
             & (~earlier | (in_flight / 1000 < floor_ms)))
     untied = (((reaction_ms < floor_ms) | ((reaction_ms > limit_ms) & (reaction_ms <= horizon_ms)))
               & (ack_kind != NEITHER) & ~earlier)
-    found.update(ack_kind=ack_kind, tied=tied, untied=untied, reaction_ms=reaction_ms,
+    late = (reaction_ms > horizon_ms) & (ack_kind != NEITHER) & ~earlier
+    continued = late & _after_a_release(found["message"], found["frame"], tied)
+    found.update(ack_kind=ack_kind, tied=tied, untied=untied, continued=continued,
+                 reaction_ms=reaction_ms,
                  reaction_floor_ms=floor_ms, reaction_limit_ms=limit_ms,
                  sender_rtt_ms=sender_rtt_ms, causality_checked=measured, hold_ms=hold_ms,
                  ack_lag_ms=ack_lag_ms, receiver_rtt_ms=receiver_rtt_ms,
@@ -289,6 +293,19 @@ def timed_stalls(untimed: dict[str, np.ndarray], connections: Table
     clean = ~measured | (reaction_ms >= np.nan_to_num(sender_rtt_ms))
     standing = _one_row_per_tail(found["frame"], earlier, tied, tied & clean)
     return {name: values[standing] for name, values in found.items()}
+
+
+def _after_a_release(message: np.ndarray, frame: np.ndarray, tied: np.ndarray) -> np.ndarray:
+    """Whether each candidate comes after a release tied to its ACK in the same message (the
+    sender's data with no answer between): data written long after that ACK, its message
+    still going on, shows the sender pausing between writes on its own clock, so the hold
+    before it may have been such a pause too, and the answer waited for the later data."""
+    if not tied.any():
+        return np.zeros(len(message), dtype=bool)
+    order = np.lexsort((frame[tied], message[tied]))
+    released_messages, first = np.unique(message[tied][order], return_index=True)
+    position, found = found_in_sorted(released_messages, message)
+    return found & (frame > frame[tied][order][first][position])
 
 
 def _one_row_per_tail(frame: np.ndarray, earlier: np.ndarray, tied: np.ndarray,
@@ -339,6 +356,8 @@ class StallStats(NamedTuple):
     median_floor_ms: float
     released_earlier: int
     untied: int = 0
+    continued: int = 0
+    """Small data written beyond the late horizon after a release in the same message."""
     peer_silent: bool = False
     small_in_flight: int = 0
 
@@ -369,12 +388,16 @@ def _group_stats(stalls: dict[str, np.ndarray]) -> list[StallStats]:
     return [StallStats(*row) for row in zip(*(column.tolist() for column in columns))]
 
 
-def _untied_counts(candidates: dict[str, np.ndarray]) -> dict[tuple[int, int], int]:
-    """Per (connection, direction), its candidates not tied to their ACK."""
-    untied = candidates["untied"]
-    if not untied.any():
+Counted = dict[tuple[int, int], int]
+"""A count per (connection, direction)."""
+
+
+def _counts(candidates: dict[str, np.ndarray], name: str) -> Counted:
+    """Per (connection, direction), its candidates marked `name` (`untied`, `continued`)."""
+    marked = candidates[name]
+    if not marked.any():
         return {}
-    groups = KeyGroups(candidates["connection"][untied], candidates["direction"][untied])
+    groups = KeyGroups(candidates["connection"][marked], candidates["direction"][marked])
     return groups.by_key(groups.sizes.tolist())
 
 
@@ -387,9 +410,12 @@ def _subkind(stats: StallStats) -> str:
     return "2n-segment-tail" if stats.previous_full >= 0.5 else "small-tail"
 
 
-def writes_on_own_clock(count: int, untied: int) -> bool:
-    """Whether a direction's small data is too often untied to ACKs for its ties to prove holds."""
-    return untied >= OWN_CLOCK_MIN and untied >= OWN_CLOCK_SHARE * (count + untied)
+def writes_on_own_clock(stats: StallStats) -> bool:
+    """Whether a direction's small data is too often untied to ACKs for its ties to prove
+    holds: written too soon or too late for an ACK to have released it, or long after a
+    release in the same message."""
+    untied = stats.untied + stats.continued
+    return untied >= OWN_CLOCK_MIN and untied >= OWN_CLOCK_SHARE * (stats.count + untied)
 
 
 def _causality_unchecked(stats: StallStats) -> bool:
@@ -479,7 +505,7 @@ def _confidence(kind: str, stats: StallStats, host_timer: tuple[float | None, in
     if mss_estimated:
         score -= 1
         reasons.append("MSS estimated (no handshake in the capture)")
-    if writes_on_own_clock(stats.count, stats.untied):
+    if writes_on_own_clock(stats):
         reasons.append(_own_clock_words(stats))
         return "low", reasons
     caveat = not_nagles(kind, stats)
@@ -523,9 +549,10 @@ def _earlier_release_words(stats: StallStats) -> str:
 
 
 def _own_clock_words(stats: StallStats) -> str:
-    return (f"{stats.untied} other small segments after such an ACK came later than the sender "
-            "reacts, or before the ACK could reach it: the sender writes on its own clock, so a "
-            "hold cannot be told from a paced write and the time is an upper bound")
+    return (f"{stats.untied + stats.continued} other small segments after such an ACK came later "
+            "than the sender reacts, or before the ACK could reach it: the sender writes on its "
+            "own clock, so a hold cannot be told from a paced write and the time is an upper "
+            "bound")
 
 
 def rescore(finding: Finding, receiver_timer_ms: float | None, receiver_samples: int) -> None:
@@ -572,7 +599,7 @@ def _events(stalls: dict[str, np.ndarray]) -> dict[tuple, StallEvents]:
 
 def detect(columns: DetectorInput) -> list[Finding]:
     candidates = columns.taken("stall_candidates", _stall_candidates)
-    untied = _untied_counts(candidates)
+    untied = (_counts(candidates, "untied"), _counts(candidates, "continued"))
     in_flight = small_in_flight(columns.taken(LONE_SEGMENTS, lone_segments_of),
                                 columns.connections)
     streams = {(f.connection, f.sender) for f in columns.earlier_findings
@@ -588,8 +615,7 @@ def detect(columns: DetectorInput) -> list[Finding]:
     return findings
 
 
-def small_in_flight(lone: dict[str, np.ndarray], connections: Table
-                    ) -> dict[tuple[int, int], int]:
+def small_in_flight(lone: dict[str, np.ndarray], connections: Table) -> Counted:
     """Per (connection, direction), how often its sender sent a small segment before the ACK
     of the small one before it could reach it, told from the lone segments a pure ACK
     answered: the next one passed the tap sooner after that ACK than `IN_FLIGHT_RTT_SHARE` of
@@ -657,11 +683,12 @@ def _going_out_long(candidates: dict[str, np.ndarray], messages: Table,
 
 
 def _findings(columns: DetectorInput, kind: str, stalls: dict[str, np.ndarray],
-              counts: tuple[dict[tuple[int, int], int], dict[tuple[int, int], int]],
+              counts: tuple[tuple[Counted, Counted], Counted],
               streams: set[tuple[int, str]]) -> list[Finding]:
     """One finding per (connection, direction) of one kind's stalls (`counts`: per direction,
-    its candidates untied to their ACK, and its small segments sent in flight together)."""
-    untied, in_flight = counts
+    its candidates untied to their ACK and those written long after a release, and its small
+    segments sent in flight together)."""
+    (untied, continued), in_flight = counts
     if kind == RTT_HOLD_KIND:
         stalls = _at_least_min_stall(stalls)
     events = _events(stalls)
@@ -670,6 +697,7 @@ def _findings(columns: DetectorInput, kind: str, stalls: dict[str, np.ndarray],
     directions = np.array([stats.direction for stats in table], dtype=np.int64)
     silent = _peer_silent(columns.connections, connections, directions)
     table = [stats._replace(untied=untied.get((stats.connection, stats.direction), 0),
+                            continued=continued.get((stats.connection, stats.direction), 0),
                             small_in_flight=in_flight.get((stats.connection, stats.direction), 0),
                             peer_silent=quiet) for stats, quiet in zip(table, silent)]
     senders, receivers = columns.direction_names().of(connections, directions)
@@ -714,7 +742,7 @@ def _finding(kind: str, stats: StallStats, sender: str, receiver: str,
              events: StallEvents) -> Finding:
     confidence, reasons = _confidence(kind, stats, host_timer, mss_estimated)
     subkind = _subkind(stats)
-    upper_bound = writes_on_own_clock(stats.count, stats.untied)
+    upper_bound = writes_on_own_clock(stats)
     return Finding(
         kind=kind, connection=stats.connection, sender=sender, receiver=receiver,
         count=stats.count, time_lost_s=stats.lost_s,
@@ -728,6 +756,7 @@ def _finding(kind: str, stats: StallStats, sender: str, receiver: str,
                  "sender_rtt_ms": (None if stats.median_sender_rtt_ms != stats.median_sender_rtt_ms
                                    else round(stats.median_sender_rtt_ms, 3)),
                  "untied_releases": stats.untied,
+                 "written_after_release": stats.continued,
                  "released_by_burst_start": stats.released_earlier,
                  "time_lost_upper_bound": upper_bound,
                  "one_way_stream": stats.peer_silent,

@@ -156,6 +156,10 @@ line reaches the server."""
 TIMESTAMPED_MSS_BYTES = 1448
 UNBUFFERED_NODELAY = Flow("tiny-writes", 40, SEED003_REQUEST, (2,), client_options=("nodelay",))
 """`seed003-nodelay`'s 15 two-byte writes with TCP_NODELAY, on a LAN and over a path."""
+PACED_WRITES = Flow("paced", 15, (2, 2, 2), (2,), pacing_s=0.045)
+"""`trap-paced-writes`' three writes 45 ms apart, on a LAN and over a path."""
+PACED_PATH_RTT_MS = 10.0
+"""A path that, with a 40 ms delayed ACK, outlasts a 45 ms pause between writes."""
 SMALL_WRITE_STREAM = Flow("stream", 400, (100,), (), pause_s=0.003, one_way=True)
 """`seed002-stream`'s one-way 100-byte writes every 3 ms, on a LAN and over a path."""
 CLASSIC_BLOCKS = Flow("block-100000", 20, (1,), (100_000,), stack="scapy-classic")
@@ -353,8 +357,17 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
              expectation="200 ms per exchange that is think time, not Nagle"),
     Scenario("trap-paced-writes", "paced writes, not Nagle",
              "three 2-byte writes paced 45 ms apart, then a read",
-             (Flow("paced", 15, (2, 2, 2), (2,), pacing_s=0.045),),
+             (PACED_WRITES,),
              expectation="90 ms per exchange of pacing, not Nagle",
+             holder="client"),
+    Scenario("trap-paced-writes-10ms-path", "the same over a 10 ms path",
+             "three 2-byte writes paced 45 ms apart, then a read, over a 10 ms round trip "
+             "(delay line), captured at the client: the server's delayed ACK and the path outlast "
+             "the pause, so each second write waits a few ms for the ACK; the answer waits for "
+             "the third",
+             (PACED_WRITES,), rtt_ms=PACED_PATH_RTT_MS,
+             expectation="about 100 ms per exchange of pacing and the path; the second write's "
+                         "short hold delays no answer",
              holder="client"),
     Scenario("trap-paced-nodelay", "paced writes with TCP_NODELAY: no flood",
              "15 two-byte writes paced 5 ms apart with TCP_NODELAY, then a read",
