@@ -2,7 +2,8 @@
 //! `capture`, `bpf`, `decode`, `reader`: the decoded columns of `decode_file` and `Reader`),
 //! then one pass that rebuilds connections (`flows`) and finds events (`events`) as packets
 //! come (`analysis`: `flow_tables`, and `FlowBatches` a batch of finished connections at a
-//! time); at the other end, the JSON text of the findings' evidence rows (`evidence_text`).
+//! time); for the detectors, medians per group (`grouped`); at the other end, the JSON text
+//! of the findings' evidence rows (`evidence_text`).
 
 mod analysis;
 mod bpf;
@@ -15,6 +16,7 @@ mod events;
 mod evidence_text;
 mod flows;
 mod fragments;
+mod grouped;
 mod live;
 mod pcap_types;
 mod reader;
@@ -71,6 +73,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(decode_file, m)?)?;
     m.add_function(wrap_pyfunction!(evidence_text::evidence_texts, m)?)?;
     m.add_function(wrap_pyfunction!(display_filter::display_filters, m)?)?;
+    m.add_function(wrap_pyfunction!(grouped::group_medians, m)?)?;
     m.add_function(wrap_pyfunction!(analysis::flow_tables, m)?)?;
     m.add_class::<analysis::FlowBatches>()?;
     m.add_class::<reader::Reader>()?;

@@ -11,6 +11,8 @@ from typing import Any
 
 import numpy as np
 
+from nagledetect import _core
+
 
 def group_starts(keys: np.ndarray) -> np.ndarray:
     """True at the first element of each run of equal keys."""
@@ -153,55 +155,14 @@ class KeyGroups:
 
     def median(self, values: np.ndarray) -> np.ndarray:
         """Each group's median: the middle value, or the mean of the two middle ones, as pandas
-        computes it (NaN where a group has no value)."""
-        ordered = self.rows_of(values).astype(np.float64)
-        if not len(ordered):
-            return ordered
-        if len(self.first) <= FEW_GROUPS and len(ordered) >= FEW_GROUPS_ROWS:
-            return np.array([_median_of(ordered[part]) for part in self.slices()])
-        ranked = _sorted_within(ordered, self.sizes)
-        present = self._summed((~np.isnan(ordered)).astype(np.int64))
-        lower = self.first + np.maximum(present - 1, 0) // 2
-        upper = self.first + present // 2 - (present == 0)
-        return np.where(present > 0, (ranked[lower] + ranked[upper]) / 2, np.nan)
+        computes it (NaN where a group has no value); selected group by group by the core."""
+        ordered = np.ascontiguousarray(self.rows_of(values), dtype=np.float64)
+        return _core.group_medians(ordered, self.first.astype(np.int64))
 
     def _summed(self, ordered: np.ndarray) -> np.ndarray:
         if not len(self.first):
             return np.zeros(0, dtype=ordered.dtype)
         return np.add.reduceat(ordered, self.first)
-
-
-FEW_GROUPS = 16
-FEW_GROUPS_ROWS = 1 << 16
-"""A median over this few groups of this many rows or more (a part of a few huge connections)
-is taken group by group by partial sorts, a pass each, not by sorting every row."""
-
-
-def _median_of(values: np.ndarray) -> float:
-    """The middle value of a group's values present, or the mean of the two middle ones; NaN
-    without one (the same order statistics `_sorted_within` ranks)."""
-    present = values[~np.isnan(values)]
-    if not len(present):
-        return np.nan
-    lower, upper = (len(present) - 1) // 2, len(present) // 2
-    chosen = np.partition(present, (lower, upper))
-    return (chosen[lower] + chosen[upper]) / 2
-
-
-def _sorted_within(values: np.ndarray, sizes: np.ndarray) -> np.ndarray:
-    """`values` (in runs of `sizes`, one per group) sorted within each run, NaN last (as +inf).
-
-    Each value's rank in the whole array is packed under its group number into one 64-bit key,
-    so one sort of plain integers does what a two-key lexsort does, four times faster (fewer
-    than 2**32 values: a part's table). NaN is ranked as +inf: numpy sorts an array with NaN in
-    it five times slower."""
-    values = np.where(np.isnan(values), np.inf, values)
-    by_value = np.argsort(values)
-    rank = np.empty(len(values), dtype=np.int64)
-    rank[by_value] = np.arange(len(values))
-    group = np.repeat(np.arange(len(sizes), dtype=np.int64), sizes)
-    rows = np.sort((group << 32) | rank) & 0xFFFFFFFF
-    return values[by_value][rows]
 
 
 def key_order(*keys: np.ndarray) -> np.ndarray | None:
