@@ -55,6 +55,7 @@ from nagledetect.pipeline import (
 )
 from nagledetect.read.accounting import Accounting
 from nagledetect.stored import (
+    FamilySummaries,
     HostColumns,
     HostRows,
     PickledFindings,
@@ -161,8 +162,10 @@ class _FindingColumns:
     sender: list[np.ndarray] = dataclasses.field(default_factory=list)
     receiver_host: list[np.ndarray] = dataclasses.field(default_factory=list)
     rankings: list[RankingColumns] = dataclasses.field(default_factory=list)
+    families: list[FamilySummaries] = dataclasses.field(default_factory=list)
 
     def extend(self, offsets: np.ndarray, found: PickledFindings, connection: np.ndarray) -> None:
+        self.families.append(found.family)
         self.offsets.append(offsets)
         self.lengths.append(found.lengths)
         self.connection.append(connection)
@@ -591,9 +594,12 @@ def _ranked(spill: SpillFile, columns: _FindingColumns, timers: _HostTimers) -> 
     kind_in_name_order = factorize_in_name_order(ranking.kinds)[0][ranking.kind_codes]
     order = np.lexsort((np.arange(len(connection)), columns.column("sender"),
                         kind_in_name_order, connection, -ranking.time_lost_s))
+    family = FamilySummaries.joined(columns.families, [len(piece) for piece in columns.lengths],
+                                    connection)
     return StoredFindings(spill, columns.column("offsets")[order],
                           columns.column("lengths")[order], ranking.take(order),
-                          fix=_CaptureWideFinding(connection[order], timers))
+                          fix=_CaptureWideFinding(connection[order], timers),
+                          family=family.reordered(order))
 
 
 @dataclass

@@ -21,10 +21,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from nagledetect.chunked import RECORDS_PER_CHUNK, take
 from nagledetect.detectors.kinds import ALL_KINDS, CONFIDENCE_LEVELS, NAGLE_FAMILY
 from nagledetect.errors import InputError
 from nagledetect.report.document import kinds_and_times
-from nagledetect.stored import RECORDS_PER_CHUNK, take
 
 if sys.version_info >= (3, 11):
     import tomllib

@@ -23,7 +23,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from nagledetect.chunked import ChunkedSequence
 from nagledetect.collector import collector_paused
+from nagledetect.detectors.kinds import is_nagle_family
 from nagledetect.detectors.model import Finding, HostProfile, HostValues
 from nagledetect.ordering import (
     as_strings,
@@ -32,12 +34,12 @@ from nagledetect.ordering import (
     looked_up_as,
     name_order,
 )
+from nagledetect.summaries import StallSummaries
 from nagledetect.table import Table, object_column
 
 if TYPE_CHECKING:
     import pandas as pd
 
-RECORDS_PER_CHUNK = 2048
 COPY_BYTES = 8 * 1024 * 1024
 """Bytes copied at a time when a spill file adopts another's."""
 SPILL_PREFIX = "nagledetect-results-"
@@ -197,44 +199,6 @@ def pickled(records: Sequence[Any]) -> tuple[list[bytes], np.ndarray]:
     """Records pickled one by one, with each one's length."""
     pieces = [pickle.dumps(record, protocol=pickle.HIGHEST_PROTOCOL) for record in records]
     return pieces, np.array([len(piece) for piece in pieces], dtype=np.int64)
-
-
-class ChunkedSequence(Sequence):
-    """A sequence whose items are made (read, converted) a range at a time: iteration goes
-    RECORDS_PER_CHUNK items at a time, so a million items never exist at once. Subclasses give
-    the length and `items(start, stop)`."""
-
-    def __len__(self) -> int:
-        raise NotImplementedError
-
-    def items(self, start: int, stop: int) -> list[Any]:
-        raise NotImplementedError
-
-    def __getitem__(self, index: Any) -> Any:
-        if isinstance(index, slice):
-            start, stop, step = index.indices(len(self))
-            if step != 1:
-                return [self[position] for position in range(start, stop, step)]
-            return self.items(start, stop) if start < stop else []
-        position = index + len(self) if index < 0 else index
-        if not 0 <= position < len(self):
-            raise IndexError(index)
-        return self.items(position, position + 1)[0]
-
-    def __iter__(self) -> Iterator[Any]:
-        for start in range(0, len(self), RECORDS_PER_CHUNK):
-            yield from self.items(start, min(start + RECORDS_PER_CHUNK, len(self)))
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, Sequence) and list(self) == list(other)
-
-    def take(self, positions: Sequence[int] | np.ndarray) -> list[Any]:
-        """The items at these positions, in that order, made a run of neighbours at a time; a
-        sequence that can make scattered items together says how."""
-        ordered = np.asarray(positions, dtype=np.int64)
-        breaks = (np.flatnonzero(np.diff(ordered) != 1) + 1).tolist()
-        return [item for run in np.split(ordered, breaks) if len(run)
-                for item in self.items(int(run[0]), int(run[-1]) + 1)]
 
 
 class RecordTable(ChunkedSequence):
@@ -440,6 +404,7 @@ class PickledFindings:
     receiver_host: np.ndarray
     """Each finding's receiving host as text, empty for none."""
     ranking: RankingColumns
+    family: FamilySummaries
 
 
 def pickle_findings(findings: list[Finding]) -> PickledFindings:
@@ -454,7 +419,7 @@ def pickle_findings(findings: list[Finding]) -> PickledFindings:
         np.array([f.connection for f in findings], dtype=np.int64),
         as_text([str(f.sender) for f in findings]),
         as_text([f.receiver_host or "" for f in findings]),
-        RankingColumns.of(findings))
+        RankingColumns.of(findings), FamilySummaries.of(findings))
 
 
 def stored_findings(findings: Sequence[Finding], spill: SpillFile) -> StoredFindings:
@@ -467,7 +432,7 @@ def stored_findings(findings: Sequence[Finding], spill: SpillFile) -> StoredFind
         return _no_findings(spill)
     found = pickle_findings(list(findings))
     return StoredFindings(spill, spill.append_joined(found.records, found.lengths),
-                          found.lengths, found.ranking)
+                          found.lengths, found.ranking, family=found.family)
 
 
 def _no_findings(spill: SpillFile) -> StoredFindings:
@@ -485,9 +450,47 @@ class StoredFindings(RecordTable):
     few they show, without reading them."""
 
     def __init__(self, spill: SpillFile, offsets: np.ndarray, lengths: np.ndarray,
-                 ranking: RankingColumns, fix: RecordFix | None = None) -> None:
+                 ranking: RankingColumns, fix: RecordFix | None = None,
+                 family: FamilySummaries | None = None) -> None:
         super().__init__(spill, offsets, lengths, fix)
         self.ranking = ranking
+        self.family = family
+        """The Nagle family's summaries, where kept as the findings were stored (their
+        connection ids those the fix gives)."""
+
+
+@dataclass
+class FamilySummaries:
+    """The summaries of a table's Nagle-family findings (`summaries.StallSummaries`) and each
+    one's position in it, ascending."""
+
+    summaries: StallSummaries
+    rows: np.ndarray
+
+    @classmethod
+    def of(cls, findings: Sequence[Finding]) -> FamilySummaries:
+        rows = [row for row, finding in enumerate(findings) if is_nagle_family(finding.kind)]
+        return cls(StallSummaries.of_findings([findings[row] for row in rows]),
+                   np.array(rows, dtype=np.int64))
+
+    @staticmethod
+    def joined(pieces: Sequence[FamilySummaries], sizes: Sequence[int],
+               connection: np.ndarray) -> FamilySummaries:
+        """The pieces' summaries of tables of `sizes` findings laid end to end, with these
+        tables' connection ids (`connection`, one per finding of them all)."""
+        starts = np.cumsum([0, *sizes[:-1]]).astype(np.int64)
+        rows = _joined([piece.rows + start for piece, start in zip(pieces, starts)])
+        summaries = StallSummaries.joined([piece.summaries for piece in pieces])
+        return FamilySummaries(summaries.taken(np.arange(len(rows)), connection=connection[rows]),
+                               rows)
+
+    def reordered(self, order: np.ndarray) -> FamilySummaries:
+        """The summaries of the findings at positions `order`, in that order."""
+        position = np.empty(len(order), dtype=np.int64)
+        position[order] = np.arange(len(order))
+        moved = position[self.rows]
+        by_position = np.argsort(moved, kind="stable")
+        return FamilySummaries(self.summaries.taken(by_position), moved[by_position])
 
 
 class HostColumns:
@@ -764,11 +767,3 @@ def ranking_columns(findings: Sequence[Finding]) -> RankingColumns:
     if isinstance(findings, StoredFindings):
         return findings.ranking
     return RankingColumns.of(findings)
-
-
-def take(records: Sequence[Any], positions: Sequence[int] | np.ndarray) -> list[Any]:
-    """The records at these positions: a sequence whose items are made when read makes only
-    those (`ChunkedSequence.take`), a list is indexed."""
-    if isinstance(records, ChunkedSequence):
-        return records.take(positions)
-    return [records[position] for position in np.asarray(positions, dtype=np.int64).tolist()]

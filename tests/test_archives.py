@@ -207,9 +207,9 @@ def test_capture_entries_made_when_read_are_the_same_in_any_order() -> None:
     import dataclasses
 
     from nagledetect.analysis import analyze_capture
+    from nagledetect.chunked import RECORDS_PER_CHUNK
     from nagledetect.report.document import CaptureEntries
     from nagledetect.sent_tables import ColumnReader
-    from nagledetect.stored import RECORDS_PER_CHUNK
 
     capture = analyze_capture(str(SAMPLE_TRACES / NAGLE)).capture
     count = RECORDS_PER_CHUNK + 5

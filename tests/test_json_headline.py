@@ -165,10 +165,11 @@ def test_a_hold_of_one_round_trip_is_counted_with_the_nagle_family() -> None:
 
 def test_stall_summaries_give_back_endpoints_as_strings_across_chunks() -> None:
     """The headline's stall summaries keep senders and receivers as fixed-width text. A chunk
-    with a missing endpoint (None) is held as objects; joined with chunks held as text, every
-    endpoint must still read back as the string it was (not bytes), and None as None. No real
+    with a missing endpoint (None) is held as objects; joined with chunks held as text (added
+    in turn, or the summaries of batches joined), every endpoint must still read back as the
+    string it was (not bytes), and None as None. No real
     capture gives a Nagle-family finding without a sender, so the entries are made here."""
-    from nagledetect.report.document import StallSummaries
+    from nagledetect.summaries import StallSummaries
 
     def entry(sender: str | None, receiver: str) -> dict:
         return {"kind": kinds.NAGLE_DELACK_STALL, "subkind": None, "capture": 0,
@@ -184,3 +185,9 @@ def test_stall_summaries_give_back_endpoints_as_strings_across_chunks() -> None:
         expected = [(found["sender"], found["receiver"]) for chunk in chunks for found in chunk]
         assert [(found["sender"], found["receiver"])
                 for found in summaries.items(0, len(summaries))] == expected
+        pieces = [StallSummaries() for _ in chunks]
+        for piece, chunk in zip(pieces, chunks):
+            piece.add(chunk)
+            piece.done()
+        joined = StallSummaries.joined(pieces)
+        assert [(found["sender"], found["receiver"]) for found in joined] == expected

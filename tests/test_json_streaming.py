@@ -20,10 +20,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nagledetect.analysis import analyze_capture
+from nagledetect.chunked import ChunkedSequence
 from nagledetect.detectors.model import StallEvents
 from nagledetect.report import document, evidence_text, turns
 from nagledetect.report.document import build_document, write_json
-from nagledetect.stored import ChunkedSequence
 from tests.conftest import SAMPLE_TRACES
 
 CAPTURES = ["seed003-nagle.pcap", "mixed.pcap", "classic-phase-lock.pcap"]

@@ -148,10 +148,11 @@ def _in_parts_for_parent(path: str, folder: str):
 
 def test_a_worker_hands_its_spill_file_over_by_name(tmp_path) -> None:
     """A worker process analyses a capture in parts into a named spill file; its findings,
-    hosts and tables cross the pipe as where they lie (the findings of mixed.pcap as 1.6 kB,
-    against 22 kB as records), the parent takes the file over (gone from the folder) and adopts it into
-    its own: the same document and tables as a run in one process, whose document the other
-    tests check by hand."""
+    hosts and tables cross the pipe as where they lie (the findings of mixed.pcap as 3.1 kB,
+    most of it their Nagle family's summaries as columns, against 23.5 kB as records), the
+    parent takes the file over (gone from the folder) and adopts it into its own: the same
+    document and tables as a run in one process, whose document the other tests check by
+    hand."""
     from nagledetect.analysis import analyze_capture, kept_on_disk
     from nagledetect.report.document import build_document
     from nagledetect.report.tables import write_tables
@@ -170,7 +171,7 @@ def test_a_worker_hands_its_spill_file_over_by_name(tmp_path) -> None:
     kept = kept_on_disk(handed, shared)
     assert shared.size == len(b"an earlier capture's records") + handed.findings.spill.size
     as_records = len(pickle.dumps(list(kept.findings)))
-    assert by_reference * 10 < as_records, (by_reference, as_records)
+    assert by_reference * 5 < as_records, (by_reference, as_records)
     whole = analyze_capture(path, keep_tables=True)
     assert build_document([kept]) == build_document([whole])
     write_tables([whole], tmp_path / "whole", "csv")

@@ -19,13 +19,14 @@ import orjson
 from nagledetect.advice import ADVICE
 from nagledetect.analysis import Analysis
 from nagledetect.api import Capture
+from nagledetect.chunked import RECORDS_PER_CHUNK, ChunkedSequence, take
 from nagledetect.collector import collector_paused
 from nagledetect.detectors import kinds
 from nagledetect.detectors.model import Finding, HostValues, StallEvents
 from nagledetect.events.endpoints import endpoint
 from nagledetect.flows.connections import seen_one_way
+from nagledetect.flows.grouped import rows_holding
 from nagledetect.memory import give_back_free_memory
-from nagledetect.ordering import as_strings, as_text
 from nagledetect.read.columns import LINKTYPE_NAMES
 from nagledetect.read.inputs import NotAnalysed
 from nagledetect.report.display_filter import display_filters
@@ -41,14 +42,12 @@ from nagledetect.sent_tables import (
     rows_table,
 )
 from nagledetect.stored import (
-    RECORDS_PER_CHUNK,
-    ChunkedSequence,
     StoredHosts,
     host_values,
     joined_ranking,
     ranking_columns,
-    take,
 )
+from nagledetect.summaries import StallSummaries, finding_head, summary_entry
 from nagledetect.table import Table, object_column
 
 SCHEMA = "nagledetect/1"
@@ -262,6 +261,11 @@ class ConnectionEntries(ChunkedSequence):
         ids = self._shown_ids(capture)
         return connection if ids is None else int(ids[connection])
 
+    def shown_ids(self, capture: int, connection: np.ndarray) -> np.ndarray:
+        """`shown` for several of a capture's connections."""
+        ids = self._shown_ids(capture)
+        return connection if ids is None else np.asarray(ids)[connection]
+
     def position(self, capture: int, shown: int) -> int:
         """The position in the list of the capture's connection shown as `shown`."""
         ids = self._shown_ids(capture)
@@ -418,18 +422,37 @@ class FindingEntries(ChunkedSequence):
 
     def nagle_family(self) -> StallSummaries:
         """The Nagle family's findings, in document order, each cut to what the headline and
-        the reports' connection tables read (`StallSummaries`): read once (a chunk at a time)
-        and kept."""
+        the reports' connection tables read (`StallSummaries`): from the summaries a capture's
+        stored findings kept, else read once (a chunk at a time); kept."""
         if self._nagle_family is None:
             family = [code for code, kind in enumerate(self._kind_names.tolist())
                       if kinds.is_nagle_family(kind)]
-            wanted = np.flatnonzero(np.isin(self._kind_codes, family))
-            summaries = StallSummaries()
-            for start in range(0, len(wanted), RECORDS_PER_CHUNK):
-                chunk = wanted[start:start + RECORDS_PER_CHUNK]
-                summaries.add(self._entries(self._order[chunk], _summary_entry))
-            self._nagle_family = summaries.done()
+            positions = self._order[np.isin(self._kind_codes, family)]
+            capture = self._capture_of(positions)
+            pieces, slots = [], []
+            for index in np.unique(capture).tolist():
+                wanted = np.flatnonzero(capture == index)
+                pieces.append(self._family_of(index, positions[wanted]))
+                slots.append(wanted)
+            joined = StallSummaries.joined(pieces) if pieces else StallSummaries().done()
+            order = np.argsort(np.concatenate(slots)) if slots else np.zeros(0, np.int64)
+            self._nagle_family = joined.taken(order)
         return self._nagle_family
+
+    def _family_of(self, capture: int, positions: np.ndarray) -> StallSummaries:
+        """The summaries of one capture's Nagle-family findings at these positions of the
+        captures' findings laid end to end, in that order."""
+        findings = self._findings[capture]
+        kept = getattr(findings, "family", None)
+        if kept is None:
+            summaries = StallSummaries()
+            for start in range(0, len(positions), RECORDS_PER_CHUNK):
+                summaries.add(self._entries(positions[start:start + RECORDS_PER_CHUNK],
+                                            summary_entry))
+            return summaries.done()
+        rows = rows_holding(kept.rows, positions - self._bounds[capture])
+        connection = kept.summaries.connection[rows]
+        return kept.summaries.taken(rows, capture, self._ids.shown_ids(capture, connection))
 
     def evidence_counts(self) -> list[int]:
         """Each finding's number of evidence rows, in document order."""
@@ -476,97 +499,6 @@ class FindingEntries(ChunkedSequence):
                                   [finding.events for _, finding, _, _ in found])
         return [_finding_entry(finding, index, shown, shown_filter)
                 for (_, finding, index, shown), shown_filter in zip(found, filters)]
-
-
-STALL_SUMMARY_NUMBERS = {"capture": np.int32, "connection": np.int64, "count": np.int64,
-                         "time_lost_s": np.float64}
-STALL_SUMMARY_ENDPOINTS = ("sender", "receiver")
-STALL_SUMMARY_VALUES = ("kind", "subkind", "advice", "upper_bound", "not_nagles")
-"""What the headline and the reports' connection tables read of a Nagle-family finding: its
-numbers, its endpoints, and values that repeat (its kinds and advice)."""
-
-
-class StallSummaries(ChunkedSequence):
-    """The Nagle family's findings cut to what the headline and the reports' connection tables
-    read, as entries with the keys of a finding's (`details` holding only whether its time lost
-    is an upper bound and whether it may be no one's Nagle cost), made when read. Held as
-    columns: numbers, endpoints as fixed-width text (`ordering.as_text`), each repeated value
-    once. A dict per finding, with the strings it kept, took about 360 bytes (430 MB for the
-    1.2 M findings of the 100 M replica); a string object for each endpoint of its 400,000
-    stalled connections, some 100 MB more while they were numbered."""
-
-    def __init__(self) -> None:
-        self._pieces: dict[str, list[np.ndarray]] = {name: [] for name in (
-            *STALL_SUMMARY_NUMBERS, *STALL_SUMMARY_ENDPOINTS, *STALL_SUMMARY_VALUES)}
-        self._codes: dict[str, dict[Any, int]] = {name: {} for name in STALL_SUMMARY_VALUES}
-        self._columns: dict[str, np.ndarray] = {}
-        self._values: dict[str, list[Any]] = {}
-
-    def add(self, entries: list[dict[str, Any]]) -> None:
-        """Findings' entries, in order."""
-        for name, dtype in STALL_SUMMARY_NUMBERS.items():
-            self._pieces[name].append(np.array([entry[name] for entry in entries], dtype=dtype))
-        for name in STALL_SUMMARY_ENDPOINTS:
-            self._pieces[name].append(_endpoint_text([entry[name] for entry in entries]))
-        keys = {"kind": [entry["kind"] for entry in entries],
-                "subkind": [entry["subkind"] for entry in entries],
-                "advice": [tuple(entry["advice"]) for entry in entries],
-                "upper_bound": [entry.get("details", {}).get("time_lost_upper_bound")
-                                for entry in entries],
-                "not_nagles": [entry.get("details", {}).get("not_nagles") for entry in entries]}
-        for name, values in keys.items():
-            codes = self._codes[name]
-            self._pieces[name].append(np.array(
-                [codes.setdefault(value, len(codes)) for value in values], dtype=np.int32))
-
-    def done(self) -> StallSummaries:
-        """Every finding added: the columns joined."""
-        self._columns = {name: _joined_endpoints(pieces) if name in STALL_SUMMARY_ENDPOINTS
-                         else np.concatenate(pieces) if pieces else np.zeros(0, np.int32)
-                         for name, pieces in self._pieces.items()}
-        self._values = {name: list(codes) for name, codes in self._codes.items()}
-        self._pieces, self._codes = {}, {}
-        return self
-
-    def __len__(self) -> int:
-        return len(self._columns["count"]) if self._columns else 0
-
-    def items(self, start: int, stop: int) -> list[dict[str, Any]]:
-        columns = {name: as_strings(values[start:stop]).tolist() if name in STALL_SUMMARY_ENDPOINTS
-                   else values[start:stop].tolist() for name, values in self._columns.items()}
-        named = {name: [self._values[name][code] for code in columns[name]]
-                 for name in STALL_SUMMARY_VALUES}
-        entries = []
-        for row in range(stop - start):
-            entry = {"kind": named["kind"][row], "subkind": named["subkind"][row],
-                     "capture": columns["capture"][row],
-                     "connection": columns["connection"][row],
-                     "sender": columns["sender"][row], "receiver": columns["receiver"][row],
-                     "count": columns["count"][row],
-                     "time_lost_s": columns["time_lost_s"][row],
-                     "advice": list(named["advice"][row])}
-            if named["upper_bound"][row] is not None:
-                entry["details"] = {"time_lost_upper_bound": named["upper_bound"][row],
-                                    "not_nagles": named["not_nagles"][row]}
-            entries.append(entry)
-        return entries
-
-
-def _endpoint_text(endpoints: list[str | None]) -> np.ndarray:
-    """Endpoints as fixed-width text, or as objects where one is missing (None)."""
-    if None in endpoints:
-        return object_column(endpoints)
-    return as_text(endpoints) if endpoints else np.zeros(0, dtype="S1")
-
-
-def _joined_endpoints(pieces: list[np.ndarray]) -> np.ndarray:
-    """Chunks' endpoints in one column: text, or objects throughout where a chunk has a missing
-    one (text joined to objects would stay bytes)."""
-    if not pieces:
-        return np.zeros(0, dtype="S1")
-    if all(piece.dtype.kind in "SU" for piece in pieces):
-        return np.concatenate(pieces)
-    return np.concatenate([as_strings(piece) for piece in pieces])
 
 
 DIAGNOSIS_GROUPS = {
@@ -628,7 +560,7 @@ def _finding_entry(finding: Finding, capture_index: int, connection: int,
                    shown_filter: str) -> dict[str, Any]:
     """A finding's entry, its display filter made (`display_filters`)."""
     return {
-        **_finding_head(finding, capture_index, connection),
+        **finding_head(finding, capture_index, connection),
         "share": round(finding.share, 6),
         "confidence": {"level": finding.confidence, "reasons": finding.confidence_reasons},
         "summary": finding.summary,
@@ -637,20 +569,6 @@ def _finding_entry(finding: Finding, capture_index: int, connection: int,
         "advice": finding.advice,
         "details": finding.details,
     }
-
-
-def _summary_entry(finding: Finding, capture_index: int, connection: int) -> dict[str, Any]:
-    """What `StallSummaries` keeps of a finding's entry (`_finding_entry`), without making the
-    rest: its display filter alone took more time than the rest of the document's headline."""
-    return {**_finding_head(finding, capture_index, connection), "advice": finding.advice,
-            "details": finding.details}
-
-
-def _finding_head(finding: Finding, capture_index: int, connection: int) -> dict[str, Any]:
-    """The first keys of a finding's entry: what it is, where, and what it cost."""
-    return {"kind": finding.kind, "subkind": finding.subkind, "capture": capture_index,
-            "connection": connection, "sender": finding.sender, "receiver": finding.receiver,
-            "count": finding.count, "time_lost_s": round(finding.time_lost_s, 6)}
 
 
 def _host_entries(values: HostValues, capture_index: int, shown: Callable[[int], int]

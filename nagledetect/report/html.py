@@ -17,6 +17,7 @@ from plotly.offline import get_plotlyjs
 
 from nagledetect.analysis import Analysis
 from nagledetect.chart_data import MAX_POINTS, WORST_CONNECTIONS
+from nagledetect.chunked import take
 from nagledetect.report.document import connection_position
 from nagledetect.report.html_cards import (
     LANGUAGE_SCRIPT,
@@ -33,7 +34,6 @@ from nagledetect.report.text import (
     in_capture,
     stalls_by_connection,
 )
-from nagledetect.stored import take
 
 MAX_TABLE_ROWS = 2_000
 MAX_FINDINGS_SHOWN = 50

@@ -30,10 +30,10 @@ from nagledetect.chart_data import (
     TimeSequence,
     Trace,
 )
+from nagledetect.chunked import take
 from nagledetect.detectors.model import HostProfile
 from nagledetect.report.document import connection_position
 from nagledetect.report.headline import plural
-from nagledetect.stored import take
 
 CHART_TEMPLATE = "plotly_white"
 CHART_HEIGHT_PX = 420

@@ -14,6 +14,7 @@ from typing import Any
 
 import click
 
+from nagledetect.chunked import take
 from nagledetect.detectors import kinds
 from nagledetect.report.document import (
     connection_position,
@@ -24,7 +25,6 @@ from nagledetect.report.document import (
 )
 from nagledetect.report.evidence_words import evidence_line
 from nagledetect.report.headline import duration_text, frames_of, is_upper_bound, plural
-from nagledetect.stored import take
 
 KIND_TITLES = {
     kinds.NAGLE_DELACK_STALL: "Nagle / delayed-ACK stall",
