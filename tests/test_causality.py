@@ -156,11 +156,17 @@ def test_a_one_way_streams_hold_costs_no_exchange() -> None:
     Frame 7 (100 B) at 0.123753, the server's ACK of it (frame 8) at 0.164017, 40.3 ms later,
     the round trip; frame 9 (1,200 B, the writes held meanwhile) 36 us after it. The same
     repeats each round trip (frames 10-11: 1,300 B) while the stream's one message goes on, but
-    nothing waits on it: the one hold found is low and says why."""
+    nothing waits on it: the one hold found is low and says why. Of the client's 32 data
+    segments, 30 leave within 1 ms of a pure ACK from the server (frames 9, 11, 13...), 29 of
+    them right after such a release of the one before: data written after that release (it
+    would have left with it), the stream written on its own clock, so the hold's time is an
+    upper bound too."""
     holds = _findings(SAMPLE_TRACES / "seed002-stream-40ms-path.pcap")
     assert [(f.kind, f.count, f.confidence) for f in holds] == [(NAGLE_RTT_HOLD, 1, "low")]
     assert _triples_of(holds[0]) == [(7, 8, 9)]
     assert holds[0].details["one_way_stream"]
+    assert holds[0].details["written_after_release"] == 29
+    assert holds[0].details["time_lost_upper_bound"]
     assert "nothing waited for an answer" in holds[0].confidence_reasons[-1]
 
 

@@ -252,8 +252,8 @@ def timed_stalls(untimed: dict[str, np.ndarray], connections: Table
     those: the timing columns are made for few rows). Every candidate is kept with its ACK kind
     (`DELAYED`, `ORDINARY`, `NEITHER`), whether its release was tied to the ACK (`tied`), or
     shows the sender writing on its own clock (`untied`: too soon for the ACK to have reached
-    the sender, or later than it reacts but within the late horizon; `continued`: beyond the
-    horizon, in a message whose earlier data a tied release ended)."""
+    the sender, or later than it reacts but within the late horizon; `continued`: written
+    after a tied release in the same message, `_written_after_release`)."""
     found = {name: untimed[name]
              for name in (*STALL_COLUMNS, "message", FULL_GAP, FINAL_FLIGHT, "released_earlier")}
     in_flight = untimed[TAIL_PREV_TIME] - untimed["peer_time_us"]
@@ -282,7 +282,7 @@ def timed_stalls(untimed: dict[str, np.ndarray], connections: Table
     untied = (((reaction_ms < floor_ms) | ((reaction_ms > limit_ms) & (reaction_ms <= horizon_ms)))
               & (ack_kind != NEITHER) & ~earlier)
     late = (reaction_ms > horizon_ms) & (ack_kind != NEITHER) & ~earlier
-    continued = late & _after_a_release(found["message"], found["frame"], tied)
+    continued = _written_after_release(found, tied, late)
     found.update(ack_kind=ack_kind, tied=tied, untied=untied, continued=continued,
                  reaction_ms=reaction_ms,
                  reaction_floor_ms=floor_ms, reaction_limit_ms=limit_ms,
@@ -295,17 +295,23 @@ def timed_stalls(untimed: dict[str, np.ndarray], connections: Table
     return {name: values[standing] for name, values in found.items()}
 
 
-def _after_a_release(message: np.ndarray, frame: np.ndarray, tied: np.ndarray) -> np.ndarray:
-    """Whether each candidate comes after a release tied to its ACK in the same message (the
-    sender's data with no answer between): data written long after that ACK, its message
-    still going on, shows the sender pausing between writes on its own clock, so the hold
-    before it may have been such a pause too, and the answer waited for the later data."""
+def _written_after_release(found: dict[str, np.ndarray], tied: np.ndarray, late: np.ndarray
+                           ) -> np.ndarray:
+    """Whether each candidate shows its sender writing on after a release tied to its ACK, in
+    the same message (the sender's data with no answer between): data written long after that
+    ACK (`late`), or released by a later ACK right after it, as its own small release (had it
+    been written before the first release, it would have left with it: an ACK lets all the
+    data Nagle held go). Either way the sender wrote its message over time, so the hold before
+    may have been a pause between writes too, and the answer waited for the later data."""
     if not tied.any():
-        return np.zeros(len(message), dtype=bool)
+        return np.zeros(len(tied), dtype=bool)
+    message, frame = found["message"], found["frame"]
     order = np.lexsort((frame[tied], message[tied]))
     released_messages, first = np.unique(message[tied][order], return_index=True)
-    position, found = found_in_sorted(released_messages, message)
-    return found & (frame > frame[tied][order][first][position])
+    position, found_message = found_in_sorted(released_messages, message)
+    after_release = found_message & (frame > frame[tied][order][first][position])
+    released_again = tied & np.isin(found["prev_frame"], frame[tied])
+    return (late & after_release) | released_again
 
 
 def _one_row_per_tail(frame: np.ndarray, earlier: np.ndarray, tied: np.ndarray,
@@ -357,7 +363,8 @@ class StallStats(NamedTuple):
     released_earlier: int
     untied: int = 0
     continued: int = 0
-    """Small data written beyond the late horizon after a release in the same message."""
+    """Small data written after a release in the same message: beyond the late horizon, or
+    released on its own by a later ACK."""
     peer_silent: bool = False
     small_in_flight: int = 0
 
@@ -505,13 +512,11 @@ def _confidence(kind: str, stats: StallStats, host_timer: tuple[float | None, in
     if mss_estimated:
         score -= 1
         reasons.append("MSS estimated (no handshake in the capture)")
-    if writes_on_own_clock(stats):
-        reasons.append(_own_clock_words(stats))
-        return "low", reasons
     caveat = not_nagles(kind, stats)
-    if caveat is not None:
-        reasons.append(_CAVEAT_WORDS[caveat].format(stats=stats))
-        return "low", reasons
+    lowering = ([_own_clock_words(stats)] if writes_on_own_clock(stats) else []) + (
+        [] if caveat is None else [_CAVEAT_WORDS[caveat].format(stats=stats)])
+    if lowering:
+        return "low", reasons + lowering
     level = "high" if score >= 3 else "medium" if score == 2 else "low"
     if kind == RTT_HOLD_KIND and stats.after_full >= 0.5:
         reasons.append("the data before it were full segments: a congestion window that "
