@@ -18,7 +18,6 @@ import numpy as np
 
 from nagledetect.detectors.delack_timer import sample_hosts
 from nagledetect.detectors.model import Finding, HostProfile
-from nagledetect.flows.grouped import distinct
 from nagledetect.table import Table
 
 KIND = "phase-lock"
@@ -71,12 +70,14 @@ def _hold_variation(hold_ms: np.ndarray, group: np.ndarray, count: np.ndarray) -
 
 
 def _sharing_connections(times_s: np.ndarray, host: np.ndarray, connection: np.ndarray,
-                         period_s: np.ndarray, phase_s: np.ndarray) -> dict[int, list[int]]:
+                         period_s: np.ndarray, phase_s: np.ndarray
+                         ) -> tuple[dict[int, list[int]], np.ndarray]:
     """Per host: its connections (3+ delayed ACKs) whose own mean phase is within a tenth of the
-    tick of the host's."""
+    tick of the host's; and how many connections each host's delayed ACKs came on."""
     width = int(connection.max()) + 1
     keys, pair = np.unique(host * width + connection, return_inverse=True)
     pair_host, pair_connection = np.divmod(keys, width)
+    tested = np.bincount(pair_host, minlength=len(period_s))
     count, _, _, own_phase_s = rayleigh(times_s, pair, period_s[pair_host])
     period = period_s[pair_host]
     distance = np.abs(np.mod(own_phase_s - phase_s[pair_host] + period / 2, period) - period / 2)
@@ -84,7 +85,7 @@ def _sharing_connections(times_s: np.ndarray, host: np.ndarray, connection: np.n
     sharing: dict[int, list[int]] = {}
     for owner, member in zip(pair_host[shares].tolist(), pair_connection[shares].tolist()):
         sharing.setdefault(owner, []).append(int(member))
-    return sharing
+    return sharing, tested
 
 
 def lock_tests(hosts: Mapping[str, HostProfile], samples: Table) -> dict[str, dict]:
@@ -116,9 +117,7 @@ def lock_tests(hosts: Mapping[str, HostProfile], samples: Table) -> dict[str, di
     period_s = ticks_ms[pick, best] / 1000
     variation = _hold_variation(delayed("hold_ms"), host, count)
     connection = delayed("connection").astype(np.int64)
-    sharing = _sharing_connections(times_s, host, connection, period_s, phase_s)
-    width = int(connection.max()) + 1
-    tested = np.bincount(distinct(host * width + connection) // width, minlength=len(kept))
+    sharing, tested = _sharing_connections(times_s, host, connection, period_s, phase_s)
     tests = {}
     for index, code in enumerate(kept.tolist()):
         p_value = float(p_values[index, best[index]])
