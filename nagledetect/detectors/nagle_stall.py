@@ -554,10 +554,15 @@ def _earlier_release_words(stats: StallStats) -> str:
 
 
 def _own_clock_words(stats: StallStats) -> str:
-    return (f"{stats.untied + stats.continued} other small segments after such an ACK came later "
-            "than the sender reacts, or before the ACK could reach it: the sender writes on its "
-            "own clock, so a hold cannot be told from a paced write and the time is an upper "
-            "bound")
+    signs = []
+    if stats.untied:
+        signs.append(f"{stats.untied} other small segments after such an ACK came later than the "
+                     "sender reacts, or before the ACK could reach it")
+    if stats.continued:
+        signs.append(f"{stats.continued} small segments were written after an earlier release in "
+                     "their message, with no answer between")
+    return (f"{'; '.join(signs)}: the sender writes on its own clock, so a hold cannot be told "
+            "from a paced write and the time is an upper bound")
 
 
 def rescore(finding: Finding, receiver_timer_ms: float | None, receiver_samples: int) -> None:
