@@ -442,15 +442,15 @@ class FindingEntries(ChunkedSequence):
     def _family_of(self, capture: int, positions: np.ndarray) -> StallSummaries:
         """The summaries of one capture's Nagle-family findings at these positions of the
         captures' findings laid end to end, in that order."""
-        findings = self._findings[capture]
-        kept = getattr(findings, "family", None)
-        if kept is None:
+        kept = getattr(self._findings[capture], "family", None)
+        rows = (rows_holding(kept.rows, positions - self._bounds[capture]) if kept is not None
+                else np.full(len(positions), -1))
+        if kept is None or (rows < 0).any():  # findings in memory, or kept without summaries
             summaries = StallSummaries()
             for start in range(0, len(positions), RECORDS_PER_CHUNK):
                 summaries.add(self._entries(positions[start:start + RECORDS_PER_CHUNK],
                                             summary_entry))
             return summaries.done()
-        rows = rows_holding(kept.rows, positions - self._bounds[capture])
         connection = kept.summaries.connection[rows]
         return kept.summaries.taken(rows, capture, self._ids.shown_ids(capture, connection))
 
