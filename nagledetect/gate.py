@@ -184,10 +184,15 @@ def _fix(finding: dict[str, Any], document: dict[str, Any]) -> str:
 
 
 def _describe(findings: list[dict[str, Any]], document: dict[str, Any]) -> str:
+    """The finding that lost the most time: where, how much (as an upper bound where it is
+    one), of what confidence when low, and the fix."""
     worst = max(findings, key=lambda f: f["time_lost_s"])
+    bound = "up to " if worst.get("details", {}).get("time_lost_upper_bound") else ""
+    low = (" (low confidence; --min-confidence medium leaves such findings out)"
+           if worst.get("confidence", {}).get("level") == "low" else "")
     return (f"connection {worst['connection']} ({worst['sender']} -> {worst['receiver']}): "
-            f"{worst['count']} x {worst['kind']}, {worst['time_lost_s']:.3f} s lost; "
-            f"fix: {_fix(worst, document)}")
+            f"{worst['count']} x {worst['kind']}{low}, {bound}{worst['time_lost_s']:.3f} s "
+            f"lost; fix: {_fix(worst, document)}")
 
 
 def _nagle_family(findings: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -224,3 +224,19 @@ def test_the_help_says_the_default_budget_and_the_kinds() -> None:
                 "stream-coalescing findings")
     assert says("has no packets, or no TCP packet (none in it, or none left by --filter)")
     assert says(f"Fail on any finding of these kinds: {', '.join(ALL_KINDS)}.")
+
+
+def test_a_low_finding_that_fails_the_default_says_so() -> None:
+    """trap-paced-writes-10ms-path: the client's 14 holds (frames 15 -> 17, 22 -> 24, 30 -> 33
+    and on; 0.730039 s summed from tshark's frame.time_epoch) are low, their time an upper
+    bound (the client wrote on after each release). The default budget counts every finding;
+    the failure says the one it names is low and how to leave such findings out, and the
+    gate passes with `--min-confidence medium`, counting the one finding left out."""
+    paced = str(SAMPLE_TRACES / "trap-paced-writes-10ms-path.pcap")
+    result = check(paced)
+    assert result.returncode == 1
+    assert ("14 x nagle-delack-stall (low confidence; --min-confidence medium leaves such "
+            "findings out), up to 0.730 s lost; fix: ") in result.stdout
+    medium = check("--min-confidence", "medium", paced)
+    assert medium.returncode == 0
+    assert "(1 finding(s) of low confidence not counted)" in medium.stdout
