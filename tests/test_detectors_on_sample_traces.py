@@ -159,6 +159,23 @@ def test_one_way_small_message_stream_is_stream_coalescing() -> None:
     assert "stream-coalescing" in kinds and "nagle-delack-stall" not in kinds
 
 
+def test_requests_each_answered_by_an_accumulated_packet_are_no_stream() -> None:
+    """seed000-nntp-lines-jumbo (MTU 9000): in tshark the client sends 41 data segments, 561
+    bytes (40 requests of 14 bytes and a 1-byte end), the server 133,997 bytes: 0.42 % back,
+    one-way by bytes. But each article's first line (frame 26, 72 B, at 0.026641 s) waits for
+    the client's delayed ACK (frame 27, 41.2 ms later) and the rest of the article leaves 66 us
+    after it as one 1,986-byte packet (frame 28), each answering a request: delayed-ACK stalls
+    of the server's answers, not a one-way stream's coalescing."""
+    _, document = _document(SAMPLE_TRACES / "seed000-nntp-lines-jumbo.json")
+    kinds = {f["kind"] for f in document["findings"]}
+    assert "stream-coalescing" not in kinds
+    stalls = [f for f in document["findings"] if f["kind"] == NAGLE_DELACK_STALL]
+    assert [(f["sender"], f["count"]) for f in stalls] == [("10.77.0.2:9000", 39)]
+    first = stalls[0]["events"][0:1][0]
+    assert (first["last_data_frame"], first["delayed_ack_frame"], first["released_frame"]) == (
+        26, 27, 28)
+
+
 def test_a_byte_back_at_the_end_leaves_a_stream_one_way() -> None:
     """classic-stream-answered: the classic stream's 150 writes of 100 bytes, 30 ms apart, as one
     request that the peer answers with one byte; the client then writes its one-byte end

@@ -2,8 +2,10 @@
 delayed ACK goes out as one small packet, then one large accumulated packet per ACK cycle.
 
 A direction qualifies when nearly all the connection's data goes its way (its peer sends at
-most 1% of the bytes it sends: a one-byte answer at the end does not make a stream two-way),
-it carries many packets, and a third or more
+most 1% of the bytes it sends: a one-byte answer at the end does not make a stream two-way, and
+at most one message for every ten accumulated packets: small requests each answered by an
+accumulated packet are exchanges, which the stall detector names), it carries many packets,
+and a third or more
 of them are accumulated packets (several times the smallest common write, under one MSS) that
 left right after a pure ACK acknowledged everything. The hold of each accumulated packet (from
 the previous data to its release) is the delay the stream's messages suffered.
@@ -28,6 +30,10 @@ ACCUMULATED_SHARE = 0.3
 ACCUMULATION_FACTOR = 3
 MIN_WRITE_BYTES = 8
 PEER_BYTES_SHARE = 0.01
+PEER_MESSAGES_SHARE = 0.1
+"""A stream's peer sends at most one message (a request, say) for every ten accumulated
+packets: more, and the small packets answer requests (an exchange waits on each), whatever
+their bytes against the answers'."""
 
 
 def _write_sizes(sent: PayloadCounts) -> np.ndarray:
@@ -56,6 +62,14 @@ def one_way_directions(columns: DetectorInput) -> list[tuple[int, int]]:
     position = np.flatnonzero(np.column_stack([to_server, to_client]))
     ids = table["id"][position // 2].astype(np.int64)
     return list(zip(ids.tolist(), (position % 2).tolist()))
+
+
+def _message_counts(messages: Table) -> dict[tuple[int, int], int]:
+    """How many messages each (connection, direction) sent."""
+    if messages.empty:
+        return {}
+    groups = KeyGroups(messages["connection"], messages["direction"])
+    return groups.by_key(groups.sizes.tolist())
 
 
 def _of_pairs(table: Table, pairs: list[tuple[int, int]], kept: list[str]) -> Table:
@@ -99,6 +113,7 @@ def detect(columns: DetectorInput) -> list[Finding]:
     sent_by_direction = dict(zip(sent.keys().tolist(), zip(sent.segments().tolist(),
                                                            _write_sizes(sent).tolist())))
     names = columns.direction_names()
+    peer_messages = _message_counts(columns.messages)
     findings = []
     for connection, direction in pairs:
         segment_count, write_bytes = sent_by_direction.get(2 * connection + direction, (0, 0))
@@ -106,7 +121,9 @@ def detect(columns: DetectorInput) -> list[Finding]:
             continue
         mine = candidates.take(released[(connection, direction)])
         accumulated = mine.take(mine["payload_bytes"] >= ACCUMULATION_FACTOR * write_bytes)
-        if len(accumulated) < ACCUMULATED_SHARE * segment_count:
+        if (len(accumulated) < ACCUMULATED_SHARE * segment_count
+                or peer_messages.get((connection, 1 - direction), 0)
+                > PEER_MESSAGES_SHARE * len(accumulated)):
             continue
         sender, receiver = names[(connection, direction)]
         mss = int(by_connection(columns.connections, "effective_mss", np.array([connection]))[0])

@@ -153,6 +153,8 @@ TIMER_LONG_PATH_RTT_MS = 40.0
 LINE_SERVER_PATH_RTT_MS = 30.0
 """A path long enough for a burst's full segments to be in flight when the ACK of its first
 line reaches the server."""
+JUMBO_MTU = 9000
+"""Jumbo frames: an article of a few kilobytes fits one segment."""
 TIMESTAMPED_MSS_BYTES = 1448
 UNBUFFERED_NODELAY = Flow("tiny-writes", 40, SEED003_REQUEST, (2,), client_options=("nodelay",))
 """`seed003-nodelay`'s 15 two-byte writes with TCP_NODELAY, on a LAN and over a path."""
@@ -272,6 +274,15 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
              capture_side="server",
              expectation="a hold of one round trip or more per article, seen from the holding "
                          "side",
+             holder="server", source=MINSHALL_ET_AL),
+    Scenario("seed000-nntp-lines-jumbo", "the same with 9000-byte frames",
+             "the line-by-line NNTP-like server on a veth of MTU 9000: each article fits one "
+             "segment, so its first line goes alone and the rest leaves as one packet at the "
+             "client's delayed ACK, like a stream's accumulated packet, each one answering a "
+             "request",
+             (LINE_BY_LINE_ARTICLES,), mtu=JUMBO_MTU,
+             expectation="about 40 ms per article: a Nagle stall of each request's answer, not "
+                         "a one-way stream",
              holder="server", source=MINSHALL_ET_AL),
     Scenario("seed000-nntp-lines-nodelay", "line by line with TCP_NODELAY: flood",
              "NNTP-like articles written line by line with TCP_NODELAY on the server",
