@@ -150,6 +150,18 @@ def test_holds_that_may_be_no_ones_nagle_cost_say_so_in_the_headline(tmp_path) -
     assert text.startswith(document["headline"]["text"] + "\n")
 
 
+def test_a_hold_both_unproven_and_no_ones_cost_says_both_in_one_bracket() -> None:
+    """seed002-stream-40ms-path.pcap: the one hold (frame 7 at 0.123753 s to frame 9 at
+    0.164053 in tshark, 40.3 ms) is an upper bound (the stream wrote on after each release)
+    and no exchange waited on it (the server sends no data): the headline says both, once."""
+    document = json.loads(_run("analyze", "--format", "json",
+                               str(SAMPLE_TRACES / "seed002-stream-40ms-path.pcap")))
+    assert document["headline"]["text"] == (
+        "1 Nagle hold of one round trip cost up to 40.3 ms (where a hold cannot be told from a "
+        "paced write; where the sender runs no Nagle or no exchange waited: low) on 1 "
+        "connection direction (1 capture, 1 connection).")
+
+
 def test_a_hold_of_one_round_trip_is_counted_with_the_nagle_family() -> None:
     """rtt-hold.pcap: 20 tails of 50 bytes, each leaving 7-32 us after the server's ordinary
     ACK of the 1,548 bytes before it, one 60 ms round trip after them; in tshark (frame 7 ->

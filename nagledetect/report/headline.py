@@ -122,26 +122,26 @@ def _sentence(nagle: dict[str, Any], delays: list[dict[str, Any]], scope: str,
 
 def _family_cost(nagle: dict[str, Any]) -> str:
     """The family's time lost; the part of it that is an upper bound, and the part that may be
-    no one's Nagle cost, said so."""
-    cost = _bounded_cost(nagle)
+    no one's Nagle cost, said so in one bracket."""
+    cost, notes = _bounded_cost(nagle)
     unsure_s = nagle["time_lost_not_nagles_s"]
-    if not unsure_s:
-        return cost
     where = "where the sender runs no Nagle or no exchange waited: low"
-    if unsure_s >= nagle["time_lost_s"]:
-        return f"{cost} ({where})"
-    return f"{cost} ({duration_text(unsure_s)} of it {where})"
+    if unsure_s:
+        notes.append(where if unsure_s >= nagle["time_lost_s"]
+                     else f"{duration_text(unsure_s)} of it {where}")
+    return f"{cost} ({'; '.join(notes)})" if notes else cost
 
 
-def _bounded_cost(nagle: dict[str, Any]) -> str:
+def _bounded_cost(nagle: dict[str, Any]) -> tuple[str, list[str]]:
+    """The family's time lost, "up to" where some of it is an upper bound, and the words for
+    that."""
     total_s, bound_s = nagle["time_lost_s"], nagle["time_lost_upper_bound_s"]
     if not bound_s:
-        return duration_text(total_s)
-    where = "where a hold cannot be told from a paced write"
+        return duration_text(total_s), []
+    where = ["where a hold cannot be told from a paced write"]
     if bound_s >= total_s:
-        return f"up to {duration_text(total_s)} ({where})"
-    return (f"{duration_text(total_s - bound_s)} and up to {duration_text(bound_s)} more "
-            f"({where})")
+        return f"up to {duration_text(total_s)}", where
+    return f"{duration_text(total_s - bound_s)} and up to {duration_text(bound_s)} more", where
 
 
 def _family_count(nagle: dict[str, Any]) -> str:
