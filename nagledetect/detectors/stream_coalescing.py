@@ -64,11 +64,13 @@ def one_way_directions(columns: DetectorInput) -> list[tuple[int, int]]:
     return list(zip(ids.tolist(), (position % 2).tolist()))
 
 
-def _message_counts(messages: Table) -> dict[tuple[int, int], int]:
-    """How many messages each (connection, direction) sent."""
+def _message_counts(messages: Table, pairs: list[tuple[int, int]]) -> dict[tuple[int, int], int]:
+    """How many messages each of these (connection, direction) pairs sent (grouping only
+    theirs: a batch's message table has a row per message of every connection)."""
     if messages.empty:
         return {}
-    groups = KeyGroups(messages["connection"], messages["direction"])
+    mine = _of_pairs(messages, pairs, [])
+    groups = KeyGroups(mine["connection"], mine["direction"])
     return groups.by_key(groups.sizes.tolist())
 
 
@@ -113,7 +115,8 @@ def detect(columns: DetectorInput) -> list[Finding]:
     sent_by_direction = dict(zip(sent.keys().tolist(), zip(sent.segments().tolist(),
                                                            _write_sizes(sent).tolist())))
     names = columns.direction_names()
-    peer_messages = _message_counts(columns.messages)
+    peer_messages = _message_counts(columns.messages,
+                                    [(connection, 1 - direction) for connection, direction in pairs])
     findings = []
     for connection, direction in pairs:
         segment_count, write_bytes = sent_by_direction.get(2 * connection + direction, (0, 0))
