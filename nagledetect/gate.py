@@ -25,6 +25,7 @@ from nagledetect.chunked import RECORDS_PER_CHUNK, take
 from nagledetect.detectors.kinds import ALL_KINDS, CONFIDENCE_LEVELS, NAGLE_FAMILY
 from nagledetect.errors import InputError
 from nagledetect.report.document import kinds_and_times
+from nagledetect.report.headline import is_upper_bound
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -187,7 +188,7 @@ def _describe(findings: list[dict[str, Any]], document: dict[str, Any]) -> str:
     """The finding that lost the most time: where, how much (as an upper bound where it is
     one), of what confidence when low, and the fix."""
     worst = max(findings, key=lambda f: f["time_lost_s"])
-    bound = "up to " if worst.get("details", {}).get("time_lost_upper_bound") else ""
+    bound = "up to " if is_upper_bound(worst) else ""
     low = (" (low confidence; --min-confidence medium leaves such findings out)"
            if worst.get("confidence", {}).get("level") == "low" else "")
     return (f"connection {worst['connection']} ({worst['sender']} -> {worst['receiver']}): "
