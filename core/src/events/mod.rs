@@ -380,9 +380,11 @@ impl Events {
         )
     }
 
-    /// The event tables of the connections finished since they were last taken.
+    /// The event tables of the connections finished since they were last taken; the next
+    /// batch's made with room for as many rows (`Found::with_room_like`).
     pub fn take_found(&mut self) -> Found {
-        std::mem::take(&mut self.found)
+        let room = self.found.with_room_like();
+        std::mem::replace(&mut self.found, room)
     }
 
     pub fn mark(&self) -> Mark {

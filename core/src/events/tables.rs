@@ -30,15 +30,24 @@ macro_rules! event_table {
                 self.$first.len()
             }
 
+            /// An empty table with room for `rows` rows in each column.
+            pub fn with_room(rows: usize) -> $name {
+                $name {
+                    $first: Vec::with_capacity(rows),
+                    $($field: Vec::with_capacity(rows),)*
+                }
+            }
+
             pub fn truncate(&mut self, count: usize) {
                 self.$first.truncate(count);
                 $(self.$field.truncate(count);)*
             }
 
             /// Move the rows of `other` to the end of this table (taking its columns
-            /// whole where this one is empty, rather than copying them).
+            /// whole where this one is empty and has no room for them, rather than copying
+            /// them).
             pub fn append(&mut self, other: &mut $name) {
-                if self.$first.is_empty() {
+                if self.$first.is_empty() && self.$first.capacity() < other.$first.len() {
                     std::mem::swap(self, other);
                     return;
                 }
@@ -279,6 +288,26 @@ impl Found {
         ]
     }
 
+    /// Empty tables with room for as many rows as each of these holds and a quarter more: the
+    /// next batch, about as large, then fills them without its columns moving as they grow
+    /// (by doubling, they moved 2.3 GB over the 10 M replica's batches). Room never touched
+    /// takes no memory.
+    pub fn with_room_like(&self) -> Found {
+        let room = |rows: usize| rows + rows / 4;
+        Found {
+            gaps: GapTable::with_room(room(self.gaps.len())),
+            messages: MessageSizes::with_room(room(self.messages.len())),
+            message_details: MessageDetails::with_room(room(self.message_details.len())),
+            bursts: MessageSizes::with_room(room(self.bursts.len())),
+            untimed_stalls: UntimedStalls::with_room(room(self.untimed_stalls.len())),
+            lone_segments: LoneSegments::with_room(room(self.lone_segments.len())),
+            payload_counts: PayloadCounts::with_room(room(self.payload_counts.len())),
+            segments: SegmentContext::with_room(room(self.segments.len())),
+            chart_packets: ChartPackets::with_room(room(self.chart_packets.len())),
+            message_counts: Vec::with_capacity(room(self.message_counts.len())),
+        }
+    }
+
     pub fn mark(&self) -> Mark {
         Mark {
             lengths: self.lengths(),
@@ -457,5 +486,31 @@ impl Found {
             payload_counts: self.payload_counts.into_python(py)?,
             chart_packets: self.chart_packets.into_python(py)?,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_next_batch_has_room_for_as_many_rows_and_keeps_it() {
+        let mut found = Found::default();
+        found.gaps.connection.extend(0..400);
+        found.gaps.after_frame.extend(0..400);
+        found.messages.connection.extend(0..80);
+        let next = found.with_room_like();
+        assert_eq!(next.rows(), 0);
+        assert!(next.gaps.connection.capacity() >= 500);
+        assert!(next.gaps.dsack_frame.capacity() >= 500);
+        assert!(next.messages.segments_needed.capacity() >= 100);
+        // A finished connection's few early rows are copied in, not swapped for the room.
+        let mut next = next;
+        let mut early = GapTable::default();
+        early.connection.extend([7, 7]);
+        early.after_frame.extend([1, 2]);
+        next.gaps.append(&mut early);
+        assert_eq!(next.gaps.after_frame, [1, 2]);
+        assert!(next.gaps.connection.capacity() >= 500);
     }
 }
