@@ -7,8 +7,8 @@
 //! After a retransmission, the peer's first ACK that covers it is noted; D-SACKs and
 //! retransmissions are kept per connection to tell, at the end, which retransmissions were
 //! spurious. A connection's gaps are finished, their values counted, when it has ended; they
-//! keep copies of the packets they read, not their rows, so that a long connection's packets
-//! can be let go as it goes.
+//! keep copies of what they read of their packets, not their rows, so that a long
+//! connection's packets can be let go as it goes.
 
 use super::tables::GapTable;
 use crate::flows::packets::{Finishing, PacketRow};
@@ -29,9 +29,49 @@ const KEEPALIVE: i64 = 5;
 const NO_EDGE: i64 = i64::MAX;
 const NO_ACK: i64 = i64::MIN;
 
-/// What a span's packets of one direction tell. Packets are kept as they came (`PacketRow`):
-/// a packet's numbers are counted from the ISNs, and its window scaled, only once the
-/// connection is known whole; copies, so that the connection's packets can be let go.
+/// What a gap reads of a packet of the side that did not end it: its ACK and window as it
+/// came (counted from the ISN, and scaled, only once the connection is known whole) and its
+/// frame. A copy, so that the connection's packets can be let go; 16 bytes where the whole
+/// packet took 40 (a gap keeps four), and none more as an `Option` (the flag's spare values
+/// tell None).
+#[derive(Clone, Copy)]
+struct PeerMark {
+    ack_u: i64,
+    frame: u32,
+    window_raw: u16,
+    sender: u8,
+    syn: bool,
+}
+
+impl PeerMark {
+    fn of(packet: &PacketRow) -> PeerMark {
+        PeerMark {
+            ack_u: packet.ack_u,
+            frame: packet.frame,
+            window_raw: packet.window_raw,
+            sender: packet.sender,
+            syn: packet.flags & FLAG_SYN != 0,
+        }
+    }
+
+    /// Its ACK counted from the peer's ISN (`NO_ACK` without the ACK flag).
+    fn ack(&self, at: &Finishing) -> i64 {
+        at.counted(self.sender, 0, self.ack_u).1
+    }
+
+    /// Its window in bytes.
+    fn window_bytes(&self, at: &Finishing) -> i64 {
+        let flags = if self.syn { FLAG_SYN } else { 0 };
+        at.window_bytes(self.window_raw, flags, at.direction(self.sender))
+    }
+
+    /// The right edge of the window it offered.
+    fn edge(&self, at: &Finishing) -> i64 {
+        self.ack(at).wrapping_add(self.window_bytes(at))
+    }
+}
+
+/// What a span's packets of one direction tell, kept as they came (`PeerMark`).
 #[derive(Clone, Copy)]
 struct Span {
     zero_frame: i64,
@@ -40,8 +80,8 @@ struct Span {
     /// The smallest window edge as the packets came (an edge within one side keeps its order
     /// whatever its ACKs are later counted from), and its first packet.
     edge: i64,
-    edge_packet: Option<PacketRow>,
-    ack_packet: Option<PacketRow>,
+    edge_packet: Option<PeerMark>,
+    ack_packet: Option<PeerMark>,
 }
 
 impl Default for Span {
@@ -65,7 +105,7 @@ struct Opener {
     /// Its sequence end as counted when it came (for the cover test).
     end: i64,
     /// The peer's latest packet before it (its window edge is the gap's edge at start).
-    peer_latest: Option<PacketRow>,
+    peer_latest: Option<PeerMark>,
     /// The gap it ended (its index), if it ended one: a retransmission's cover goes there.
     gap: Option<usize>,
     covered: bool,
@@ -78,7 +118,7 @@ pub struct ConnectionGaps {
     /// By sending endpoint, what the current span's packets of that side tell.
     spans: [Span; 2],
     /// By sending endpoint, its latest packet.
-    latest: [Option<PacketRow>; 2],
+    latest: [Option<PeerMark>; 2],
     /// By sending endpoint, the furthest its data reached, as a raw sequence number unwrapped
     /// (`seq_u`): counted from the ISN only once the connection is known whole.
     furthest_sent_u: [Option<i64>; 2],
@@ -96,10 +136,10 @@ pub struct ConnectionGaps {
 struct Gap {
     before: PacketRow,
     after: PacketRow,
-    peer_edge: Option<PacketRow>,
-    peer_ack: Option<PacketRow>,
-    peer_latest: Option<PacketRow>,
-    peer_latest_at_start: Option<PacketRow>,
+    peer_edge: Option<PeerMark>,
+    peer_ack: Option<PeerMark>,
+    peer_latest: Option<PeerMark>,
+    peer_latest_at_start: Option<PeerMark>,
     /// How far the after packet's side's data had reached before it (`seq_u`).
     furthest_sent_u: Option<i64>,
     cover_time_us: i64,
@@ -171,7 +211,7 @@ impl ConnectionGaps {
             self.spans = [Span::default(), Span::default()];
         }
         self.note_span(copy, packet.window_bytes, edge);
-        self.latest[sender] = Some(copy);
+        self.latest[sender] = Some(PeerMark::of(&copy));
         let sent_u = packet.seq_u + i64::from(packet.payload_bytes);
         let furthest = &mut self.furthest_sent_u[sender];
         if packet.payload_bytes > 0 && furthest.is_none_or(|most| sent_u > most) {
@@ -223,10 +263,10 @@ impl ConnectionGaps {
         }
         if counted && window_bytes > 0 && edge < span.edge {
             span.edge = edge;
-            span.edge_packet = Some(packet);
+            span.edge_packet = Some(PeerMark::of(&packet));
         }
         if role != ROLE_SYN {
-            span.ack_packet = Some(packet);
+            span.ack_packet = Some(PeerMark::of(&packet));
         }
     }
 
@@ -310,12 +350,13 @@ impl ConnectionGaps {
 
 /// Gap `gap` of connection `connection`, its values counted by `at`, goes to `table`.
 fn push_gap_row(gap: &Gap, connection: u32, at: &Finishing, table: &mut GapTable) {
-    let edge = |packet: &PacketRow| at.ack(packet).wrapping_add(at.packet_window_bytes(packet));
     let end = |packet: &PacketRow| at.seq(packet) + i64::from(packet.payload_bytes);
     let frame = |packet: &PacketRow| i64::from(packet.frame);
-    let maybe = |packet: &Option<PacketRow>, value: &dyn Fn(&PacketRow) -> i64, none: i64| {
-        packet.as_ref().map_or(none, value)
+    let maybe = |mark: &Option<PeerMark>, value: &dyn Fn(&PeerMark) -> i64, none: i64| {
+        mark.as_ref().map_or(none, value)
     };
+    let edge = |mark: &PeerMark| mark.edge(at);
+    let mark_frame = |mark: &PeerMark| i64::from(mark.frame);
     let (before, after) = (&gap.before, &gap.after);
     table.connection.push(i64::from(connection));
     table.before_frame.push(frame(before));
@@ -339,21 +380,21 @@ fn push_gap_row(gap: &Gap, connection: u32, at: &Finishing, table: &mut GapTable
     table.peer_dup_acks.push(i64::from(gap.peer_dup_acks));
     table.peer_dup_frame.push(i64::from(gap.peer_dup_frame));
     table.peer_edge.push(maybe(&gap.peer_edge, &edge, NO_EDGE));
-    table.peer_edge_frame.push(maybe(&gap.peer_edge, &frame, 0));
-    table.peer_edge_window.push(maybe(
-        &gap.peer_edge,
-        &|packet| at.packet_window_bytes(packet),
-        0,
-    ));
+    table
+        .peer_edge_frame
+        .push(maybe(&gap.peer_edge, &mark_frame, 0));
+    table
+        .peer_edge_window
+        .push(maybe(&gap.peer_edge, &|mark| mark.window_bytes(at), 0));
     table
         .peer_ack
-        .push(maybe(&gap.peer_ack, &|packet| at.ack(packet), NO_ACK));
-    table.peer_ack_frame.push(maybe(&gap.peer_ack, &frame, 0));
-    table.peer_window_before.push(maybe(
-        &gap.peer_latest,
-        &|packet| at.packet_window_bytes(packet),
-        -1,
-    ));
+        .push(maybe(&gap.peer_ack, &|mark| mark.ack(at), NO_ACK));
+    table
+        .peer_ack_frame
+        .push(maybe(&gap.peer_ack, &mark_frame, 0));
+    table
+        .peer_window_before
+        .push(maybe(&gap.peer_latest, &|mark| mark.window_bytes(at), -1));
     table.before_end.push(end(before));
     table
         .peer_edge_at_start
