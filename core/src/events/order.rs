@@ -3,10 +3,40 @@
 
 use std::any::Any;
 
-/// The order a table's rows are handed over in: as they are, or by a key (stably).
+/// The order a table's rows are handed over in: as they are, or by a key (stably), row by
+/// row or, where the rows come in long runs that follow one another, run by run (a
+/// connection's rows of a table come together, so a table ordered by connection is mostly
+/// runs as long as a connection's rows, each copied whole).
 pub enum Order {
     AsTheyAre,
     Rows(Vec<usize>),
+    Runs(Vec<Run>),
+}
+
+/// Runs shorter than this on average are gathered row by row: a copy per run costs more than
+/// a few rows' gathering.
+const MIN_MEAN_RUN_ROWS: usize = 8;
+
+/// Rows `start..start + length`, in that order.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Run {
+    start: usize,
+    length: usize,
+}
+
+/// The rows in turn as runs of rows that follow one another.
+fn runs_of(rows: &[usize]) -> Vec<Run> {
+    let mut runs: Vec<Run> = Vec::new();
+    for &row in rows {
+        match runs.last_mut() {
+            Some(run) if run.start + run.length == row => run.length += 1,
+            _ => runs.push(Run {
+                start: row,
+                length: 1,
+            }),
+        }
+    }
+    runs
 }
 
 impl Order {
@@ -15,20 +45,34 @@ impl Order {
         if key.is_sorted() {
             return Order::AsTheyAre;
         }
-        Order::Rows(match Ranks::of(key) {
+        let rows = match Ranks::of(key) {
             Some(ranks) => radix_rows(ranks),
             None => compared_rows(key),
-        })
+        };
+        let breaks = rows
+            .windows(2)
+            .filter(|pair| pair[1] != pair[0] + 1)
+            .count();
+        if (breaks + 1) * MIN_MEAN_RUN_ROWS > rows.len() {
+            return Order::Rows(rows);
+        }
+        Order::Runs(runs_of(&rows))
     }
 
-    /// Put `column` in this order, its rows gathered into the spare column where it is of the
+    /// Put `column` in this order, its runs copied into the spare column where it is of the
     /// same type (`spare`), which is left holding the column as it was.
     pub fn apply<T: Copy + 'static>(&self, column: &mut Vec<T>, spare: &mut Spare) {
-        let Order::Rows(rows) = self else {
-            return;
-        };
         let mut gathered = spare.take::<T>();
-        gathered.extend(rows.iter().map(|row| column[*row]));
+        match self {
+            Order::AsTheyAre => return,
+            Order::Rows(rows) => gathered.extend(rows.iter().map(|row| column[*row])),
+            Order::Runs(runs) => {
+                gathered.reserve(column.len());
+                for run in runs {
+                    gathered.extend_from_slice(&column[run.start..run.start + run.length]);
+                }
+            }
+        }
         spare.keep(std::mem::replace(column, gathered));
     }
 }
@@ -205,6 +249,10 @@ mod tests {
         match Order::by(key) {
             Order::AsTheyAre => (0..key.len()).collect(),
             Order::Rows(rows) => rows,
+            Order::Runs(runs) => runs
+                .iter()
+                .flat_map(|run| run.start..run.start + run.length)
+                .collect(),
         }
     }
 
@@ -248,6 +296,25 @@ mod tests {
         let wide = [i64::MAX, i64::MIN, 0, i64::MIN, -1];
         assert!(Ranks::of(&wide).is_none());
         assert_eq!(rows_of(&wide), stable_rows(&wide));
+    }
+
+    #[test]
+    fn rows_that_follow_one_another_are_copied_as_runs() {
+        let mut key: Vec<i64> = [5; 10].into_iter().chain([1; 10]).collect();
+        key.push(3);
+        let Order::Runs(runs) = Order::by(&key) else {
+            panic!("runs of ten rows are not copied as runs");
+        };
+        let run = |start, length| Run { start, length };
+        assert_eq!(runs, [run(10, 11), run(0, 10)]);
+        let mut column: Vec<i64> = (0..21).collect();
+        Order::Runs(runs).apply(&mut column, &mut Spare::default());
+        let expected: Vec<i64> = (10..20).chain([20]).chain(0..10).collect();
+        assert_eq!(column, expected);
+        assert!(matches!(
+            Order::by(&[5i64, 5, 5, 1, 1, 9, 1]),
+            Order::Rows(_)
+        ));
     }
 
     #[test]
