@@ -21,7 +21,7 @@ use gaps::ConnectionGaps;
 use messages::{BURST_GAP_US, ConnectionMessages, IDLE_GAP_US};
 use segments::{DirectionContext, SegmentRows};
 use tables::ChartPackets;
-pub use tables::{EventTables, Found, Mark};
+pub use tables::{EventTables, Found, Mark, TableSizes};
 
 /// What a live connection's own state costs, counted in packets (`Events::live_load`).
 const CONNECTION_COST_PACKETS: usize = 10;
@@ -232,6 +232,8 @@ pub struct Events {
     /// What is made beside the events: the segments in context where the run's packet table
     /// is kept (their packets named by its rows), or the packets' chart values.
     made: Made,
+    /// The sizes of the tables last taken, until the next batch's are given room for as many.
+    room_for: Option<TableSizes>,
     /// The packets the live connections hold, how many they are, and the rows they keep
     /// beside them once they have let packets go (`ConnectionEvents::kept_rows`, counted as
     /// they let go).
@@ -249,6 +251,7 @@ impl Default for Events {
             live: Vec::new(),
             found: Found::default(),
             made: Made::default(),
+            room_for: None,
             live_packets: 0,
             live_connections: 0,
             kept_rows: 0,
@@ -364,6 +367,7 @@ impl Events {
         self.live_connections -= 1;
         self.kept_rows -= events.kept_counted;
         events.finish(connection, finishing, &mut self.found, self.made);
+        self.make_room_when_due();
     }
 
     /// A copy of the live connections' events (numbered, each with what its packets are
@@ -380,11 +384,23 @@ impl Events {
         )
     }
 
-    /// The event tables of the connections finished since they were last taken; the next
-    /// batch's made with room for as many rows (`Found::with_room_like`).
+    /// The event tables of the connections finished since they were last taken. The next
+    /// batch's are given room for as many rows once they hold an eighth of them
+    /// (`Found::make_room`): made at once, the room was taken while Python still held the
+    /// batch before, and the memory Python let go of after was not reused.
     pub fn take_found(&mut self) -> Found {
-        let room = self.found.with_room_like();
-        std::mem::replace(&mut self.found, room)
+        self.room_for = Some(self.found.sizes());
+        std::mem::take(&mut self.found)
+    }
+
+    /// Make the tables' room once they hold an eighth of the last batch's rows.
+    fn make_room_when_due(&mut self) {
+        if let Some(sizes) = self.room_for
+            && self.found.rows() * 8 >= sizes.rows()
+        {
+            self.found.make_room(&sizes);
+            self.room_for = None;
+        }
     }
 
     pub fn mark(&self) -> Mark {

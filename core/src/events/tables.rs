@@ -30,12 +30,11 @@ macro_rules! event_table {
                 self.$first.len()
             }
 
-            /// An empty table with room for `rows` rows in each column.
-            pub fn with_room(rows: usize) -> $name {
-                $name {
-                    $first: Vec::with_capacity(rows),
-                    $($field: Vec::with_capacity(rows),)*
-                }
+            /// Make room for `rows` rows in all in each column.
+            pub fn make_room(&mut self, rows: usize) {
+                let more = rows.saturating_sub(self.len());
+                self.$first.reserve(more);
+                $(self.$field.reserve(more);)*
             }
 
             pub fn truncate(&mut self, count: usize) {
@@ -250,6 +249,19 @@ pub struct Found {
     pub message_counts: Vec<(u32, u32)>,
 }
 
+/// How many rows each table holds.
+#[derive(Clone, Copy, Default)]
+pub struct TableSizes {
+    lengths: [usize; 8],
+    messages: usize,
+}
+
+impl TableSizes {
+    pub fn rows(&self) -> usize {
+        self.lengths.iter().sum()
+    }
+}
+
 /// Where the tables stand, to go back to.
 #[derive(Clone, Copy)]
 pub struct Mark {
@@ -288,24 +300,40 @@ impl Found {
         ]
     }
 
-    /// Empty tables with room for as many rows as each of these holds and a quarter more: the
-    /// next batch, about as large, then fills them without its columns moving as they grow
-    /// (by doubling, they moved 2.3 GB over the 10 M replica's batches). Room never touched
-    /// takes no memory.
-    pub fn with_room_like(&self) -> Found {
-        let room = |rows: usize| rows + rows / 4;
-        Found {
-            gaps: GapTable::with_room(room(self.gaps.len())),
-            messages: MessageSizes::with_room(room(self.messages.len())),
-            message_details: MessageDetails::with_room(room(self.message_details.len())),
-            bursts: MessageSizes::with_room(room(self.bursts.len())),
-            untimed_stalls: UntimedStalls::with_room(room(self.untimed_stalls.len())),
-            lone_segments: LoneSegments::with_room(room(self.lone_segments.len())),
-            payload_counts: PayloadCounts::with_room(room(self.payload_counts.len())),
-            segments: SegmentContext::with_room(room(self.segments.len())),
-            chart_packets: ChartPackets::with_room(room(self.chart_packets.len())),
-            message_counts: Vec::with_capacity(room(self.message_counts.len())),
+    /// How many rows each table holds (`make_room`).
+    pub fn sizes(&self) -> TableSizes {
+        TableSizes {
+            lengths: self.lengths(),
+            messages: self.message_counts.len(),
         }
+    }
+
+    /// Make room in each table for the rows `sizes` counted and a quarter more: a batch
+    /// about as large as the last then fills them without its columns moving as they grow
+    /// (by doubling, each column was copied again and again).
+    pub fn make_room(&mut self, sizes: &TableSizes) {
+        let room = |rows: usize| rows + rows / 4;
+        let [
+            gaps,
+            messages,
+            bursts,
+            untimed,
+            lone,
+            payloads,
+            segments,
+            charts,
+        ] = sizes.lengths;
+        self.gaps.make_room(room(gaps));
+        self.messages.make_room(room(messages));
+        self.message_details.make_room(room(messages));
+        self.bursts.make_room(room(bursts));
+        self.untimed_stalls.make_room(room(untimed));
+        self.lone_segments.make_room(room(lone));
+        self.payload_counts.make_room(room(payloads));
+        self.segments.make_room(room(segments));
+        self.chart_packets.make_room(room(charts));
+        let finished = room(sizes.messages).saturating_sub(self.message_counts.len());
+        self.message_counts.reserve(finished);
     }
 
     pub fn mark(&self) -> Mark {
@@ -499,13 +527,13 @@ mod tests {
         found.gaps.connection.extend(0..400);
         found.gaps.after_frame.extend(0..400);
         found.messages.connection.extend(0..80);
-        let next = found.with_room_like();
+        let mut next = Found::default();
+        next.make_room(&found.sizes());
         assert_eq!(next.rows(), 0);
         assert!(next.gaps.connection.capacity() >= 500);
         assert!(next.gaps.dsack_frame.capacity() >= 500);
         assert!(next.messages.segments_needed.capacity() >= 100);
         // A finished connection's few early rows are copied in, not swapped for the room.
-        let mut next = next;
         let mut early = GapTable::default();
         early.connection.extend([7, 7]);
         early.after_frame.extend([1, 2]);
