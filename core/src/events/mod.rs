@@ -225,6 +225,11 @@ impl EventsSnapshot {
     }
 }
 
+/// A batch of fewer connections makes no room for the next: a long connection's rows come
+/// whole (its early rows, taken over as they are) or grow by mapping more memory, not by
+/// copying, and room for millions of rows held the memory the batch before let go of.
+const ROOM_MIN_CONNECTIONS: usize = 64;
+
 pub struct Events {
     /// By connection number, its events while it is live (None once finished).
     live: Vec<Option<Box<ConnectionEvents>>>,
@@ -389,7 +394,8 @@ impl Events {
     /// (`Found::make_room`): made at once, the room was taken while Python still held the
     /// batch before, and the memory Python let go of after was not reused.
     pub fn take_found(&mut self) -> Found {
-        self.room_for = Some(self.found.sizes());
+        let sizes = self.found.sizes();
+        self.room_for = (sizes.connections() >= ROOM_MIN_CONNECTIONS).then_some(sizes);
         std::mem::take(&mut self.found)
     }
 

@@ -249,16 +249,21 @@ pub struct Found {
     pub message_counts: Vec<(u32, u32)>,
 }
 
-/// How many rows each table holds.
+/// How many rows each table holds, and of how many connections.
 #[derive(Clone, Copy, Default)]
 pub struct TableSizes {
     lengths: [usize; 8],
-    messages: usize,
+    connections: usize,
 }
 
 impl TableSizes {
     pub fn rows(&self) -> usize {
         self.lengths.iter().sum()
+    }
+
+    /// How many connections the tables held the rows of.
+    pub fn connections(&self) -> usize {
+        self.connections
     }
 }
 
@@ -304,7 +309,7 @@ impl Found {
     pub fn sizes(&self) -> TableSizes {
         TableSizes {
             lengths: self.lengths(),
-            messages: self.message_counts.len(),
+            connections: self.message_counts.len(),
         }
     }
 
@@ -332,7 +337,7 @@ impl Found {
         self.payload_counts.make_room(room(payloads));
         self.segments.make_room(room(segments));
         self.chart_packets.make_room(room(charts));
-        let finished = room(sizes.messages).saturating_sub(self.message_counts.len());
+        let finished = room(sizes.connections).saturating_sub(self.message_counts.len());
         self.message_counts.reserve(finished);
     }
 
