@@ -21,7 +21,7 @@ use gaps::ConnectionGaps;
 use messages::{BURST_GAP_US, ConnectionMessages, IDLE_GAP_US};
 use segments::{DirectionContext, SegmentRows};
 use tables::ChartPackets;
-pub use tables::{EventTables, Found, Mark, TableSizes};
+pub use tables::{EventTables, Found, Mark};
 
 /// What a live connection's own state costs, counted in packets (`Events::live_load`).
 const CONNECTION_COST_PACKETS: usize = 10;
@@ -238,7 +238,7 @@ pub struct Events {
     /// is kept (their packets named by its rows), or the packets' chart values.
     made: Made,
     /// The sizes of the tables last taken, until the next batch's are given room for as many.
-    room_for: Option<TableSizes>,
+    room_for: Option<Mark>,
     /// The packets the live connections hold, how many they are, and the rows they keep
     /// beside them once they have let packets go (`ConnectionEvents::kept_rows`, counted as
     /// they let go).
@@ -394,7 +394,7 @@ impl Events {
     /// (`Found::make_room`): made at once, the room was taken while Python still held the
     /// batch before, and the memory Python let go of after was not reused.
     pub fn take_found(&mut self) -> Found {
-        let sizes = self.found.sizes();
+        let sizes = self.found.mark();
         self.room_for = (sizes.connections() >= ROOM_MIN_CONNECTIONS).then_some(sizes);
         std::mem::take(&mut self.found)
     }

@@ -30,13 +30,6 @@ macro_rules! event_table {
                 self.$first.len()
             }
 
-            /// Make room for `rows` rows in all in each column.
-            pub fn make_room(&mut self, rows: usize) {
-                let more = rows.saturating_sub(self.len());
-                self.$first.reserve(more);
-                $(self.$field.reserve(more);)*
-            }
-
             pub fn truncate(&mut self, count: usize) {
                 self.$first.truncate(count);
                 $(self.$field.truncate(count);)*
@@ -80,7 +73,26 @@ macro_rules! event_table {
                 Ok(table)
             }
         }
+
+        impl Rows for $name {
+            fn cut_to(&mut self, rows: usize) {
+                self.truncate(rows);
+            }
+
+            fn make_room(&mut self, rows: usize) {
+                let more = rows.saturating_sub(self.len());
+                self.$first.reserve(more);
+                $(self.$field.reserve(more);)*
+            }
+        }
     };
+}
+
+/// What is done to every event table by its length: cut back to a length, or given room for
+/// so many rows in all.
+trait Rows {
+    fn cut_to(&mut self, rows: usize);
+    fn make_room(&mut self, rows: usize);
 }
 
 event_table!(
@@ -249,29 +261,23 @@ pub struct Found {
     pub message_counts: Vec<(u32, u32)>,
 }
 
-/// How many rows each table holds, and of how many connections.
-#[derive(Clone, Copy, Default)]
-pub struct TableSizes {
+/// How many rows each table holds, and of how many finished connections: where the tables
+/// stand, to go back to, or to make room for as many.
+#[derive(Clone, Copy)]
+pub struct Mark {
     lengths: [usize; 8],
-    connections: usize,
+    finished: usize,
 }
 
-impl TableSizes {
+impl Mark {
     pub fn rows(&self) -> usize {
         self.lengths.iter().sum()
     }
 
     /// How many connections the tables held the rows of.
     pub fn connections(&self) -> usize {
-        self.connections
+        self.finished
     }
-}
-
-/// Where the tables stand, to go back to.
-#[derive(Clone, Copy)]
-pub struct Mark {
-    lengths: [usize; 8],
-    finished: usize,
 }
 
 /// The event tables as dicts of numpy arrays.
@@ -305,39 +311,30 @@ impl Found {
         ]
     }
 
-    /// How many rows each table holds (`make_room`).
-    pub fn sizes(&self) -> TableSizes {
-        TableSizes {
-            lengths: self.lengths(),
-            connections: self.message_counts.len(),
-        }
+    /// Each table, with its length's place in a `Mark` (the message tables share one).
+    fn tables(&mut self) -> [(&mut dyn Rows, usize); 9] {
+        [
+            (&mut self.gaps, 0),
+            (&mut self.messages, 1),
+            (&mut self.message_details, 1),
+            (&mut self.bursts, 2),
+            (&mut self.untimed_stalls, 3),
+            (&mut self.lone_segments, 4),
+            (&mut self.payload_counts, 5),
+            (&mut self.segments, 6),
+            (&mut self.chart_packets, 7),
+        ]
     }
 
     /// Make room in each table for the rows `sizes` counted and a quarter more: a batch
     /// about as large as the last then fills them without its columns moving as they grow
     /// (by doubling, each column was copied again and again).
-    pub fn make_room(&mut self, sizes: &TableSizes) {
+    pub fn make_room(&mut self, sizes: &Mark) {
         let room = |rows: usize| rows + rows / 4;
-        let [
-            gaps,
-            messages,
-            bursts,
-            untimed,
-            lone,
-            payloads,
-            segments,
-            charts,
-        ] = sizes.lengths;
-        self.gaps.make_room(room(gaps));
-        self.messages.make_room(room(messages));
-        self.message_details.make_room(room(messages));
-        self.bursts.make_room(room(bursts));
-        self.untimed_stalls.make_room(room(untimed));
-        self.lone_segments.make_room(room(lone));
-        self.payload_counts.make_room(room(payloads));
-        self.segments.make_room(room(segments));
-        self.chart_packets.make_room(room(charts));
-        let finished = room(sizes.connections).saturating_sub(self.message_counts.len());
+        for (table, at) in self.tables() {
+            table.make_room(room(sizes.lengths[at]));
+        }
+        let finished = room(sizes.finished).saturating_sub(self.message_counts.len());
         self.message_counts.reserve(finished);
     }
 
@@ -350,25 +347,9 @@ impl Found {
 
     /// Drop what was found since `mark` (a capture whose read failed adds nothing).
     pub fn truncate(&mut self, mark: Mark) {
-        let [
-            gaps,
-            messages,
-            bursts,
-            untimed,
-            lone,
-            payloads,
-            segments,
-            charts,
-        ] = mark.lengths;
-        self.gaps.truncate(gaps);
-        self.messages.truncate(messages);
-        self.message_details.truncate(messages);
-        self.bursts.truncate(bursts);
-        self.untimed_stalls.truncate(untimed);
-        self.lone_segments.truncate(lone);
-        self.payload_counts.truncate(payloads);
-        self.segments.truncate(segments);
-        self.chart_packets.truncate(charts);
+        for (table, at) in self.tables() {
+            table.cut_to(mark.lengths[at]);
+        }
         self.message_counts.truncate(mark.finished);
     }
 
@@ -533,7 +514,7 @@ mod tests {
         found.gaps.after_frame.extend(0..400);
         found.messages.connection.extend(0..80);
         let mut next = Found::default();
-        next.make_room(&found.sizes());
+        next.make_room(&found.mark());
         assert_eq!(next.rows(), 0);
         assert!(next.gaps.connection.capacity() >= 500);
         assert!(next.gaps.dsack_frame.capacity() >= 500);
