@@ -59,20 +59,26 @@ impl Order {
         Order::Runs(runs_of(&rows))
     }
 
-    /// Put `column` in this order, its runs copied into the spare column where it is of the
-    /// same type (`spare`), which is left holding the column as it was.
+    /// Put `column` in this order, its rows gathered (or its runs copied) into the spare
+    /// column where it is of the same type (`spare`), which is left holding the column as it
+    /// was.
     pub fn apply<T: Copy + 'static>(&self, column: &mut Vec<T>, spare: &mut Spare) {
-        let mut gathered = spare.take::<T>();
-        match self {
+        let gathered = match self {
             Order::AsTheyAre => return,
-            Order::Rows(rows) => gathered.extend(rows.iter().map(|row| column[*row])),
+            Order::Rows(rows) => {
+                let mut gathered = spare.take::<T>();
+                gathered.extend(rows.iter().map(|row| column[*row]));
+                gathered
+            }
             Order::Runs(runs) => {
+                let mut gathered = spare.take::<T>();
                 gathered.reserve(column.len());
                 for run in runs {
                     gathered.extend_from_slice(&column[run.start..run.start + run.length]);
                 }
+                gathered
             }
-        }
+        };
         spare.keep(std::mem::replace(column, gathered));
     }
 }
