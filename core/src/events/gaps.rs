@@ -29,9 +29,9 @@ const KEEPALIVE: i64 = 5;
 const NO_EDGE: i64 = i64::MAX;
 const NO_ACK: i64 = i64::MIN;
 
-/// What a gap reads of a packet of the side that did not end it: its ACK and window as it
-/// came (counted from the ISN, and scaled, only once the connection is known whole) and its
-/// frame. A copy, so that the connection's packets can be let go; 16 bytes where the whole
+/// What a gap reads of a packet other than its own two (the other side's latest packet, its
+/// smallest window edge, its latest ACK): its ACK and window as it came (counted from the
+/// ISN, and scaled, only once the connection is known whole) and its frame. A copy, so that the connection's packets can be let go; 16 bytes where the whole
 /// packet took 40 (a gap keeps four), and none more as an `Option` (the flag's spare values
 /// tell None).
 #[derive(Clone, Copy)]
