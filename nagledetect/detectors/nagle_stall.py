@@ -404,8 +404,7 @@ def _counts(candidates: dict[str, np.ndarray], name: str) -> Counted:
     marked = candidates[name]
     if not marked.any():
         return {}
-    groups = KeyGroups(candidates["connection"][marked], candidates["direction"][marked])
-    return groups.by_key(groups.sizes.tolist())
+    return KeyGroups(candidates["connection"][marked], candidates["direction"][marked]).counts_by_key()
 
 
 def _subkind(stats: StallStats) -> str:
@@ -645,8 +644,7 @@ def small_in_flight(lone: dict[str, np.ndarray], connections: Table) -> Counted:
                          & (soon_ms < IN_FLIGHT_RTT_SHARE * rtt_ms[1:])) + 1
     if not len(hit):
         return {}
-    groups = KeyGroups(connection[hit], direction[hit])
-    return groups.by_key(groups.sizes.tolist())
+    return KeyGroups(connection[hit], direction[hit]).counts_by_key()
 
 
 def _sent_in_flights(candidates: dict[str, np.ndarray], columns: DetectorInput) -> np.ndarray:

@@ -70,8 +70,7 @@ def _message_counts(messages: Table, pairs: list[tuple[int, int]]) -> dict[tuple
     if messages.empty:
         return {}
     mine = _of_pairs(messages, pairs, [])
-    groups = KeyGroups(mine["connection"], mine["direction"])
-    return groups.by_key(groups.sizes.tolist())
+    return KeyGroups(mine["connection"], mine["direction"]).counts_by_key()
 
 
 def _of_pairs(table: Table, pairs: list[tuple[int, int]], kept: list[str]) -> Table:

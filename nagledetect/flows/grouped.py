@@ -136,6 +136,10 @@ class KeyGroups:
         """Each group's keys, as a tuple of Python values, mapped to its item of `per_group`."""
         return dict(zip(zip(*(key.tolist() for key in self.keys)), per_group))
 
+    def counts_by_key(self) -> dict[tuple, int]:
+        """Each group's keys, as a tuple of Python values, mapped to how many rows it has."""
+        return self.by_key(self.sizes.tolist())
+
     def sum(self, values: np.ndarray) -> np.ndarray:
         """Each group's sum (of counts, for a mask)."""
         ordered = self.rows_of(values)
