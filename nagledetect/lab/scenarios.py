@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import asdict, dataclass, field, replace
+from typing import Any
 
 from nagledetect.advice import CHESHIRE, MINSHALL_ET_AL, SUN_SMALL_PACKETS
 from nagledetect.detectors.kinds import (
@@ -169,6 +170,16 @@ CLASSIC_BLOCKS = Flow("block-100000", 20, (1,), (100_000,), stack="scapy-classic
 LINE_BY_LINE_ARTICLES = Flow("nntp", 40, (14,), response_sizes_bytes=article_sizes(40),
                              response_line_by_line=True)
 """The NNTP-like server writing each of 40 articles a line at a time."""
+
+
+def line_by_line_server(name: str, shows: str, description: str, expectation: str,
+                        **path: Any) -> Scenario:
+    """The NNTP-like server writing its articles a line at a time (Minshall et al.), Nagle
+    holding its lines, on a LAN or on the `path` given (round trip, capture side, MTU)."""
+    return Scenario(name, shows, description, (LINE_BY_LINE_ARTICLES,), expectation=expectation,
+                    holder="server", source=MINSHALL_ET_AL, **path)
+
+
 SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
     Scenario("seed003-nagle", "many small writes held: ~40 ms stalls",
              "15 two-byte writes then a read; Nagle on (Linux default)",
@@ -253,37 +264,32 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
              expectation="one small packet, then one accumulated packet per ACK a round trip "
                          "later; no exchange waits on the stream, so no stall",
              holder="client", source=SUN_SMALL_PACKETS),
-    Scenario("seed000-nntp-lines", "a server writing line by line",
-             "NNTP-like article requests; the server writes each article line by line (Nagle on)",
-             (LINE_BY_LINE_ARTICLES,),
-             expectation="stalls on articles whose last lines wait for the delayed ACK",
-             holder="server", source=MINSHALL_ET_AL),
-    Scenario("seed000-nntp-lines-30ms-path", "the same over a 30 ms path",
-             "the line-by-line NNTP-like server over a 30 ms round trip (delay line), captured "
-             "at the client: each article's first line, full segments, and the tail held until "
-             "the ACK of the first line, the full segments after that ACK in flight",
-             (LINE_BY_LINE_ARTICLES,), rtt_ms=LINE_SERVER_PATH_RTT_MS,
-             expectation="a hold of one round trip or more per article: the tail waits for the "
-                         "ACK of the first line",
-             holder="server", source=MINSHALL_ET_AL),
-    Scenario("seed000-nntp-lines-at-server", "the same over 40 ms, seen at the server",
-             "the line-by-line NNTP-like server over a 40 ms round trip (delay line), captured "
-             "at the server: each article's tail leaves right after the ACK of its first line, "
-             "which leaves full segments unacknowledged",
-             (LINE_BY_LINE_ARTICLES,), rtt_ms=TIMER_LONG_PATH_RTT_MS,
-             capture_side="server",
-             expectation="a hold of one round trip or more per article, seen from the holding "
-                         "side",
-             holder="server", source=MINSHALL_ET_AL),
-    Scenario("seed000-nntp-lines-jumbo", "the same with 9000-byte frames",
-             "the line-by-line NNTP-like server on a veth of MTU 9000: each article fits one "
-             "segment, so its first line goes alone and the rest leaves as one packet at the "
-             "client's delayed ACK, like a stream's accumulated packet, each one answering a "
-             "request",
-             (LINE_BY_LINE_ARTICLES,), mtu=JUMBO_MTU,
-             expectation="about 40 ms per article: a Nagle stall of each request's answer, not "
-                         "a one-way stream",
-             holder="server", source=MINSHALL_ET_AL),
+    line_by_line_server(
+        "seed000-nntp-lines", "a server writing line by line",
+        "NNTP-like article requests; the server writes each article line by line (Nagle on)",
+        "stalls on articles whose last lines wait for the delayed ACK"),
+    line_by_line_server(
+        "seed000-nntp-lines-30ms-path", "the same over a 30 ms path",
+        "the line-by-line NNTP-like server over a 30 ms round trip (delay line), captured at the "
+        "client: each article's first line, full segments, and the tail held until the ACK of "
+        "the first line, the full segments after that ACK in flight",
+        "a hold of one round trip or more per article: the tail waits for the ACK of the first "
+        "line",
+        rtt_ms=LINE_SERVER_PATH_RTT_MS),
+    line_by_line_server(
+        "seed000-nntp-lines-at-server", "the same over 40 ms, seen at the server",
+        "the line-by-line NNTP-like server over a 40 ms round trip (delay line), captured at the "
+        "server: each article's tail leaves right after the ACK of its first line, which leaves "
+        "full segments unacknowledged",
+        "a hold of one round trip or more per article, seen from the holding side",
+        rtt_ms=TIMER_LONG_PATH_RTT_MS, capture_side="server"),
+    line_by_line_server(
+        "seed000-nntp-lines-jumbo", "the same with 9000-byte frames",
+        "the line-by-line NNTP-like server on a veth of MTU 9000: each article fits one segment, "
+        "so its first line goes alone and the rest leaves as one packet at the client's delayed "
+        "ACK, like a stream's accumulated packet, each one answering a request",
+        "about 40 ms per article: a Nagle stall of each request's answer, not a one-way stream",
+        mtu=JUMBO_MTU),
     Scenario("seed000-nntp-lines-nodelay", "line by line with TCP_NODELAY: flood",
              "NNTP-like articles written line by line with TCP_NODELAY on the server",
              (Flow("nntp", 40, (14,), response_sizes_bytes=article_sizes(40),
