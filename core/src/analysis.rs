@@ -361,11 +361,12 @@ fn read_capture<'py>(
     pass.decoder = Decoder::default();
     let outcome = py.detach(|| {
         catch_unwind(AssertUnwindSafe(|| {
-            one_pass(&mut stream, pass, frame_offset)
+            let counts = one_pass(&mut stream, pass, frame_offset)?;
+            Ok(pass.stages.events.capture_read().then_some(counts))
         }))
     });
     let counts = match outcome {
-        Ok(Ok(counts)) => counts,
+        Ok(Ok(Some(counts))) => counts,
         Ok(Err(error)) => {
             return Err(reader::filter_error(
                 py,
@@ -373,7 +374,7 @@ fn read_capture<'py>(
                 error,
             ));
         }
-        Err(_) => return Err(reader::internal_error(path)),
+        Ok(Ok(None)) | Err(_) => return Err(reader::internal_error(path)),
     };
     let capture = accounting(py, &counts, &stream, &pass.stages, frame_offset)?;
     Ok((capture, counts.packets_read))
@@ -431,11 +432,18 @@ pub fn flow_tables<'py>(
     if let Some(packets) = let_go_packets {
         stages.events.let_go_at(packets);
     }
+    // One capture is finished apart (`events::finisher`), a run over many in place.
+    if paths.len() == 1 {
+        stages.events.finish_apart();
+    }
     let mut captures = Vec::with_capacity(paths.len());
     let mut frame_offset = 0u64;
     for path in &paths {
         let connections = pass.stages.flows.connections();
-        let marks = (pass.stages.flows.mark(), pass.stages.events.mark());
+        let marks = (
+            pass.stages.flows.mark(),
+            pass.stages.events.capture_begins(),
+        );
         match read_capture(py, path, bpf_filter, &mut pass, frame_offset) {
             Ok((capture, packets_read)) => {
                 frame_offset += packets_read;
@@ -682,5 +690,96 @@ impl BatchPass {
 
     fn accounting<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         accounting(py, &self.pass.counts, &self.stream, &self.pass.stages, 0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::PathBuf;
+
+    use super::*;
+    use crate::capture::CaptureReader;
+    use crate::events::Mark;
+
+    fn sample_trace(name: &str) -> String {
+        let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("../sample_traces")
+            .join(name);
+        path.to_string_lossy().into_owned()
+    }
+
+    /// Read the capture at `path` into `pass` as `flow_tables` reads each of its captures.
+    fn read_into(pass: &mut Pass, path: &str) {
+        pass.stages.flows.next_capture();
+        pass.decoder = Decoder::default();
+        let mut reader = CaptureReader::open(path).expect("a sample trace");
+        while reader.read(4096, &mut |record| {
+            pass.take_record((record.linktype, record.time_us, record.data), 0, true);
+        }) > 0
+        {}
+        pass.end_capture();
+    }
+
+    /// What the finished tables hold, table by table, and a column of each.
+    fn rows_of(found: &Found) -> (Mark, Vec<Vec<i64>>) {
+        let columns = vec![
+            found.gaps.after_frame.clone(),
+            found.messages.bytes.clone(),
+            found.bursts.bytes.clone(),
+            found.untimed_stalls.frame.clone(),
+            found.lone_segments.frame.clone(),
+            found.payload_counts.key.clone(),
+            found
+                .message_counts
+                .iter()
+                .map(|(id, count)| i64::from(*id) * 1_000_000 + i64::from(*count))
+                .collect(),
+        ];
+        (found.mark(), columns)
+    }
+
+    fn finished(names: &[&str], apart: bool) -> (Mark, Vec<Vec<i64>>) {
+        let mut pass = Pass::without_packet_table();
+        if apart {
+            pass.stages.events.finish_apart();
+        }
+        for name in names {
+            pass.stages.events.capture_begins();
+            read_into(&mut pass, &sample_trace(name));
+            assert!(pass.stages.events.capture_read());
+        }
+        rows_of(&pass.stages.events.finished())
+    }
+
+    #[test]
+    fn connections_finished_apart_give_the_tables_finished_in_place() {
+        // The mixed capture's six connections of several kinds, each table with rows.
+        for names in [
+            &["mixed.pcap"][..],
+            &["mixed.pcap", "seed003-nagle.pcap"][..],
+        ] {
+            let (apart, in_place) = (finished(names, true), finished(names, false));
+            assert!(apart.0.rows() > 0 && apart.1.iter().all(|column| !column.is_empty()));
+            assert_eq!(apart, in_place, "{names:?}");
+        }
+    }
+
+    #[test]
+    fn a_capture_that_failed_leaves_nothing_of_it_finished_apart() {
+        let once = finished(&["mixed.pcap"], true);
+        let mut pass = Pass::without_packet_table();
+        pass.stages.events.finish_apart();
+        pass.stages.events.capture_begins();
+        read_into(&mut pass, &sample_trace("mixed.pcap"));
+        assert!(pass.stages.events.capture_read());
+        let connections = pass.stages.flows.connections();
+        let marks = (
+            pass.stages.flows.mark(),
+            pass.stages.events.capture_begins(),
+        );
+        read_into(&mut pass, &sample_trace("seed003-nagle.pcap"));
+        pass.stages.flows.truncate(marks.0);
+        pass.stages.events.truncate(marks.1, connections);
+        assert_eq!(rows_of(&pass.stages.events.finished()), once);
     }
 }

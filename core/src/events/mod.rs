@@ -7,6 +7,7 @@
 
 pub mod counts;
 pub mod detector_rows;
+pub mod finisher;
 pub mod gaps;
 pub mod messages;
 pub mod order;
@@ -17,6 +18,7 @@ use crate::flows::Taken;
 use crate::flows::packets::{ConnectionPackets, Finished, Finishing};
 use crate::flows::side::ROLE_DATA;
 use detector_rows::{Carried, PayloadSizes};
+use finisher::{Ended, Finisher};
 use gaps::ConnectionGaps;
 use messages::{BURST_GAP_US, ConnectionMessages, IDLE_GAP_US};
 use segments::{DirectionContext, SegmentRows};
@@ -234,6 +236,9 @@ pub struct Events {
     /// By connection number, its events while it is live (None once finished).
     live: Vec<Option<Box<ConnectionEvents>>>,
     found: Found,
+    /// Where ended connections are finished in a thread of their own (`finisher`), rather
+    /// than into `found` as they end.
+    finisher: Option<Finisher>,
     /// What is made beside the events: the segments in context where the run's packet table
     /// is kept (their packets named by its rows), or the packets' chart values.
     made: Made,
@@ -255,6 +260,7 @@ impl Default for Events {
         Events {
             live: Vec::new(),
             found: Found::default(),
+            finisher: None,
             made: Made::default(),
             room_for: None,
             live_packets: 0,
@@ -371,8 +377,24 @@ impl Events {
         self.live_packets -= events.packets.len();
         self.live_connections -= 1;
         self.kept_rows -= events.kept_counted;
-        events.finish(connection, finishing, &mut self.found, self.made);
-        self.make_room_when_due();
+        match &self.finisher {
+            Some(finisher) => finisher.finish(Ended {
+                connection,
+                finishing: *finishing,
+                events,
+            }),
+            None => {
+                events.finish(connection, finishing, &mut self.found, self.made);
+                self.make_room_when_due();
+            }
+        }
+    }
+
+    /// Finish ended connections in a thread of their own (`finisher`): for a pass whose
+    /// tables are all taken at its end (`finished`, `into_python`), not a batch at a time
+    /// (`take_found`), with nothing else running beside it.
+    pub fn finish_apart(&mut self) {
+        self.finisher = Some(Finisher::start(self.made));
     }
 
     /// A copy of the live connections' events (numbered, each with what its packets are
@@ -409,13 +431,28 @@ impl Events {
         }
     }
 
-    pub fn mark(&self) -> Mark {
+    /// Where the tables stand as a capture begins, to go back to if it cannot be read
+    /// (`truncate`).
+    pub fn capture_begins(&mut self) -> Mark {
+        if let Some(finisher) = &self.finisher {
+            finisher.capture_begins();
+        }
         self.found.mark()
     }
 
-    /// Drop what was found since `mark` (a capture whose read failed adds nothing).
+    /// Whether the capture begun last was finished whole (its connections' events, finished
+    /// apart, raised no panic).
+    pub fn capture_read(&self) -> bool {
+        self.finisher.as_ref().is_none_or(Finisher::capture_read)
+    }
+
+    /// Drop what was found since `mark`, as the capture begun last began (a capture whose
+    /// read failed adds nothing).
     pub fn truncate(&mut self, mark: Mark, connections: usize) {
-        self.found.truncate(mark);
+        match &self.finisher {
+            Some(finisher) => finisher.capture_failed(),
+            None => self.found.truncate(mark),
+        }
         self.live.truncate(connections);
         self.live_packets = self
             .live
@@ -439,7 +476,16 @@ impl Events {
     /// `own_retransmissions_between`; `message`), empty columns without `with_context`; the
     /// gaps, the messages, the write bursts and the detectors' rows.
     pub fn into_python(self, py: pyo3::Python<'_>) -> pyo3::PyResult<EventTables<'_>> {
-        self.found.ordered(None).into_python(py)
+        py.detach(|| self.finished().ordered(None)).into_python(py)
+    }
+
+    /// The event tables of every connection finished, as they were finished (waiting for the
+    /// finishing thread, where there is one).
+    pub fn finished(self) -> Found {
+        match self.finisher {
+            Some(finisher) => finisher.found(),
+            None => self.found,
+        }
     }
 
     /// How many packets the live connections hold.

@@ -263,7 +263,7 @@ pub struct Found {
 
 /// How many rows each table holds, and of how many finished connections: where the tables
 /// stand, to go back to, or to make room for as many.
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub struct Mark {
     lengths: [usize; 8],
     finished: usize,
