@@ -170,6 +170,30 @@ def test_a_one_way_streams_hold_costs_no_exchange() -> None:
     assert "nothing waited for an answer" in holds[0].confidence_reasons[-1]
 
 
+def test_a_few_releases_late_by_the_paths_jitter_do_not_make_an_own_clock() -> None:
+    """sample_traces/mixed-20ms-at-server.pcap: the lab's mixed connections over a 20 ms path,
+    captured at the server (recorded with `lab run mixed --capture-at server --rtt-ms 20
+    --exchanges 20` on a busy machine). tcp.stream 0 (10.77.0.1:43990, 15 two-byte writes then
+    a read): SYN/ACK at 0.020515, the client's ACK at 0.040897, so the client is 20.4 ms away.
+    Frame 674 (2 B) at 1.123102, the server's delayed ACK (frame 680) at 1.163969 (+40.9 ms),
+    frame 683 (28 B) at 1.184316: 20.3 ms after it, one round trip. Twice the release came
+    later than the client's reaction allows: frame 666 at 1.092410, 32.4 ms after the ACK of
+    frame 663 (1.059978), and frame 704 at 1.289623, 29.6 ms after frame 700 (1.259998); stream
+    1's releases came at the same two instants (frames 665 and 703, 36.4 and 29.5 ms after
+    their ACKs), so the path stalled, not each client's application. Two late releases among
+    the direction's 19 are jitter; a sender on its own clock leaves many (a fifth or more in
+    every paced lab recording). The manifest: 20 exchanges stalled on each connection."""
+    holds = [f for f in _findings(SAMPLE_TRACES / "mixed-20ms-at-server.pcap",
+                                  NAGLE_DELACK_STALL)
+             if f.sender in ("10.77.0.1:43990", "10.77.0.1:43994")]
+    assert sorted((f.sender, f.count, f.confidence) for f in holds) == [
+        ("10.77.0.1:43990", 17, "high"), ("10.77.0.1:43994", 17, "high")]
+    stream_0 = next(f for f in holds if f.sender == "10.77.0.1:43990")
+    assert (674, 680, 683) in _triples_of(stream_0)
+    assert stream_0.details["untied_releases"] == 2
+    assert not stream_0.details["time_lost_upper_bound"]
+
+
 def test_a_hold_the_sender_wrote_on_after_is_not_proven() -> None:
     """sample_traces/trap-paced-writes-10ms-path.pcap: three 2-byte writes 45 ms apart over a
     10 ms path, captured at the client; the manifest's exchanges hold nothing (each 101 ms:

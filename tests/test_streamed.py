@@ -52,7 +52,7 @@ def test_a_capture_in_batches_of_connections_has_the_whole_document(copies: Path
                               MEMORY_BYTES // 2 // BYTES_PER_LIVE_PACKET)
     connections = [len(flows.connections) for flows in batches]
     assert not batches.over_budget
-    assert len(connections) == 5 and sum(connections) == 186  # tshark: 186 tcp.stream ids
+    assert len(connections) == 4 and sum(connections) == 136  # tshark: 136 tcp.stream ids
     whole = analyze_capture(str(copies), charts=False)
     batched = analyze_in_batches(str(copies), None, MEMORY_BYTES)
     assert batched is not None and batched.findings
@@ -63,13 +63,13 @@ def test_the_reports_charts_in_batches_are_the_whole_analysiss(copies: Path) -> 
     """The HTML report's charts gathered a batch at a time, from the packets the core gives of
     each batch's connections, are those of the capture analysed whole: the page is the same,
     byte for byte, and it draws the time-sequence graphs of the worst connections and the
-    payload sizes of every packet with a payload (tshark -Y 'tcp.len > 0' counts 65,877)."""
+    payload sizes of every packet with a payload (tshark -Y 'tcp.len > 0' counts 45,082)."""
     from nagledetect.report.html import render_html
 
     whole = analyze_capture(str(copies))
     batched = analyze_in_batches(str(copies), None, MEMORY_BYTES, wanted=Wanted(charts=True))
     assert batched is not None and batched.charts is not None and whole.charts is not None
-    assert batched.charts.worst and batched.charts.payload_bytes.total == 65_877
+    assert batched.charts.worst and batched.charts.payload_bytes.total == 45_082
     assert render_html(build_document([batched]), [batched]) == render_html(
         build_document([whole]), [whole])
 
@@ -77,8 +77,8 @@ def test_the_reports_charts_in_batches_are_the_whole_analysiss(copies: Path) -> 
 def test_tables_in_batches_are_the_whole_analysiss(copies: Path, tmp_path: Path) -> None:
     """`--tables` of a capture analysed a batch at a time: each batch's rows of the packet and
     message tables, spilled and read back merged, are the tables of the capture analysed
-    whole, file for file (89,634 packet rows: tshark -Y tcp counts 89,634 of the 89,637
-    packets, the other 3 being IGMP reports)."""
+    whole, file for file (61,392 packet rows: tshark -Y tcp counts 61,392 of the 61,394
+    packets, the other 2 being IGMP reports)."""
     import csv
 
     from nagledetect.report.tables import write_tables
@@ -96,7 +96,7 @@ def test_tables_in_batches_are_the_whole_analysiss(copies: Path, tmp_path: Path)
     for ours, theirs in zip(written["batched"], written["whole"]):
         assert ours.read_bytes() == theirs.read_bytes(), ours.name
     with open(written["batched"][0]) as packets:
-        assert sum(1 for _ in csv.reader(packets)) == 89_634 + 1
+        assert sum(1 for _ in csv.reader(packets)) == 61_392 + 1
 
 
 def test_a_filtered_capture_in_batches_keeps_wiresharks_stream_ids(copies: Path) -> None:
@@ -173,7 +173,7 @@ def test_a_capture_whose_filter_keeps_no_tcp_has_its_report_in_batches(copies: P
 def test_batches_give_each_packet_its_sack_blocks(copies: Path) -> None:
     """With the packet table kept, each batch takes its connections' rows out of the pass's
     table with their SACK blocks: over all batches, the packets and the blocks are the whole
-    pass's (the copies carry 18 SACK blocks: tshark -Y tcp.options.sack_le lists 18 packets,
+    pass's (the copies carry 12 SACK blocks: tshark -Y tcp.options.sack_le lists 12 packets,
     one block each)."""
     import numpy as np
 
@@ -188,7 +188,7 @@ def test_batches_give_each_packet_its_sack_blocks(copies: Path) -> None:
     blocks = {name: np.concatenate([flows.sack_blocks[name] for flows in taken])
               for name in ("frame", "left_raw", "right_raw")}
     assert sorted(frames.tolist()) == whole.packets["frame"].tolist()
-    assert len(blocks["frame"]) == 18
+    assert len(blocks["frame"]) == 12
     order = np.argsort(blocks["frame"], kind="stable")
     for name, values in blocks.items():
         assert values[order].tolist() == whole.sack_blocks[name].tolist()

@@ -89,6 +89,11 @@ OWN_CLOCK_MIN = 2
 OWN_CLOCK_SHARE = 0.1
 """A direction writes on its own clock when at least this many, and this share, of its small
 segments after an all-acknowledging ACK were not tied to it."""
+OWN_CLOCK_LATE_SHARE = 0.2
+"""... counting those later than the sender reacts only where they are this share or more:
+jitter on the path (a queue on the way, a busy delay line) makes a few releases late, a sender
+on its own clock a good share of them. Data sent too soon for the ACK, or written on after a
+release, cannot be a late release and always counts."""
 TIMER_MATCH_SHARE = 0.25
 MIN_INDEPENDENT_SAMPLES = 3
 """A host's fingerprinted timer counts as independent evidence for a finding only when it rests
@@ -279,11 +284,12 @@ def timed_stalls(untimed: dict[str, np.ndarray], connections: Table
     # in flight when it reached the sender (sent because of it, the window held them all).
     tied = ((reaction_ms >= floor_ms) & (reaction_ms <= limit_ms) & (ack_kind != NEITHER)
             & (~earlier | (in_flight / 1000 < floor_ms)))
-    untied = (((reaction_ms < floor_ms) | ((reaction_ms > limit_ms) & (reaction_ms <= horizon_ms)))
-              & (ack_kind != NEITHER) & ~earlier)
+    untied_late = (reaction_ms > limit_ms) & (reaction_ms <= horizon_ms) & (ack_kind != NEITHER) & ~earlier
+    untied = ((reaction_ms < floor_ms) & (ack_kind != NEITHER) & ~earlier) | untied_late
     late = (reaction_ms > horizon_ms) & (ack_kind != NEITHER) & ~earlier
     continued = _written_after_release(found, tied, late)
-    found.update(ack_kind=ack_kind, tied=tied, untied=untied, continued=continued,
+    found.update(ack_kind=ack_kind, tied=tied, untied=untied, untied_late=untied_late,
+                 continued=continued,
                  reaction_ms=reaction_ms,
                  reaction_floor_ms=floor_ms, reaction_limit_ms=limit_ms,
                  sender_rtt_ms=sender_rtt_ms, causality_checked=measured, hold_ms=hold_ms,
@@ -362,6 +368,8 @@ class StallStats(NamedTuple):
     median_floor_ms: float
     released_earlier: int
     untied: int = 0
+    untied_late: int = 0
+    """Of the untied, those later than the sender reacts (the others too soon for the ACK)."""
     continued: int = 0
     """Small data written after a release in the same message: beyond the late horizon, or
     released on its own by a later ACK."""
@@ -418,10 +426,13 @@ def _subkind(stats: StallStats) -> str:
 
 def writes_on_own_clock(stats: StallStats) -> bool:
     """Whether a direction's small data is too often untied to ACKs for its ties to prove
-    holds: written too soon or too late for an ACK to have released it, or long after a
-    release in the same message."""
+    holds: written too soon or too late for an ACK to have released it (the late ones where
+    they are `OWN_CLOCK_LATE_SHARE` or more), or long after a release in the same message."""
+    seen = stats.count + stats.untied + stats.continued
     untied = stats.untied + stats.continued
-    return untied >= OWN_CLOCK_MIN and untied >= OWN_CLOCK_SHARE * (stats.count + untied)
+    if stats.untied_late < OWN_CLOCK_LATE_SHARE * seen:
+        untied -= stats.untied_late
+    return untied >= OWN_CLOCK_MIN and untied >= OWN_CLOCK_SHARE * seen
 
 
 def _causality_unchecked(stats: StallStats) -> bool:
@@ -608,7 +619,8 @@ def _events(stalls: dict[str, np.ndarray]) -> dict[tuple, StallEvents]:
 
 def detect(columns: DetectorInput) -> list[Finding]:
     candidates = columns.taken("stall_candidates", _stall_candidates)
-    untied = (_counts(candidates, "untied"), _counts(candidates, "continued"))
+    untied = (_counts(candidates, "untied"), _counts(candidates, "untied_late"),
+              _counts(candidates, "continued"))
     in_flight = small_in_flight(columns.taken(LONE_SEGMENTS, lone_segments_of),
                                 columns.connections)
     streams = {(f.connection, f.sender) for f in columns.earlier_findings
@@ -691,12 +703,12 @@ def _going_out_long(candidates: dict[str, np.ndarray], messages: Table,
 
 
 def _findings(columns: DetectorInput, kind: str, stalls: dict[str, np.ndarray],
-              counts: tuple[tuple[Counted, Counted], Counted],
+              counts: tuple[tuple[Counted, Counted, Counted], Counted],
               streams: set[tuple[int, str]]) -> list[Finding]:
     """One finding per (connection, direction) of one kind's stalls (`counts`: per direction,
-    its candidates untied to their ACK and those written long after a release, and its small
-    segments sent in flight together)."""
-    (untied, continued), in_flight = counts
+    its candidates untied to their ACK, of them those later than the sender reacts, and those
+    written long after a release; and its small segments sent in flight together)."""
+    (untied, untied_late, continued), in_flight = counts
     if kind == RTT_HOLD_KIND:
         stalls = _at_least_min_stall(stalls)
     events = _events(stalls)
@@ -705,6 +717,7 @@ def _findings(columns: DetectorInput, kind: str, stalls: dict[str, np.ndarray],
     directions = np.array([stats.direction for stats in table], dtype=np.int64)
     silent = _peer_silent(columns.connections, connections, directions)
     table = [stats._replace(untied=untied.get((stats.connection, stats.direction), 0),
+                            untied_late=untied_late.get((stats.connection, stats.direction), 0),
                             continued=continued.get((stats.connection, stats.direction), 0),
                             small_in_flight=in_flight.get((stats.connection, stats.direction), 0),
                             peer_silent=quiet) for stats, quiet in zip(table, silent)]

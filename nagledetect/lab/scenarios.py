@@ -172,6 +172,14 @@ LINE_BY_LINE_ARTICLES = Flow("nntp", 40, (14,), response_sizes_bytes=article_siz
 """The NNTP-like server writing each of 40 articles a line at a time."""
 
 
+MIXED_FLOWS = (Flow("tiny-writes", 30, SEED003_REQUEST, (2,), connections=2),
+               Flow("tiny-writes-nodelay", 30, SEED003_REQUEST, (2,), client_options=("nodelay",)),
+               Flow("think", 20, (30,), (30,), think_time_s=0.04),
+               Flow("rpc", 30, (200,), (1000,)),
+               Flow("header-body", 30, (40,), (6, 276)))
+"""Concurrent connections of several kinds, in one capture."""
+
+
 def line_by_line_server(name: str, shows: str, description: str, expectation: str,
                         **path: Any) -> Scenario:
     """The NNTP-like server writing its articles a line at a time (Minshall et al.), Nagle
@@ -570,10 +578,13 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
                  "absent": list(NAGLE_FAMILY)}),
     Scenario("mixed", "several kinds in one capture",
              "concurrent connections of several kinds in one capture",
-             (Flow("tiny-writes", 30, SEED003_REQUEST, (2,), connections=2),
-              Flow("tiny-writes-nodelay", 30, SEED003_REQUEST, (2,), client_options=("nodelay",)),
-              Flow("think", 20, (30,), (30,), think_time_s=0.04),
-              Flow("rpc", 30, (200,), (1000,)),
-              Flow("header-body", 30, (40,), (6, 276))),
+             MIXED_FLOWS,
+             expectation="stalls on the tiny-writes and header-body connections only"),
+    Scenario("mixed-20ms-at-server", "the same over 20 ms, seen at the server",
+             "the concurrent connections over a 20 ms round trip (delay line), captured at the "
+             "server: each client's holds seen a round trip away from it, where the path's "
+             "jitter makes a release come late now and then",
+             MIXED_FLOWS,
+             rtt_ms=20.0, capture_side="server",
              expectation="stalls on the tiny-writes and header-body connections only"),
 )}
