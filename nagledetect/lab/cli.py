@@ -97,6 +97,9 @@ def _comparison(scenario: Scenario, option: str, side: str, baseline: dict[str, 
 @click.option("--exchanges", type=click.IntRange(1), help="At most this many exchanges.")
 @click.option("--rtt-ms", type=click.FloatRange(0, 2000),
               help="Round trip through the user-space delay line (half of it each way).")
+@click.option("--jitter-ms", type=click.FloatRange(0, 1000),
+              help="On the delay line, each frame waits a random 0 to this many ms more, in "
+                   "order (a queue on the way).")
 @click.option("--variant", "variants", multiple=True, type=click.Choice(OPTIONS),
               help="Also run with this socket option, and compare (repeatable). It goes on the "
                    "side that holds data (quickack: on its peer, whose delayed ACK releases it).")
@@ -104,14 +107,15 @@ def _comparison(scenario: Scenario, option: str, side: str, baseline: dict[str, 
               help="Put the variants' options on this side instead.")
 def run(scenario: str, output_dir: Path, capture_at: str | None, mtu: int | None,
         offload: bool | None, exchanges: int | None, rtt_ms: float | None,
-        variants: tuple[str, ...], side: str | None) -> None:
+        jitter_ms: float | None, variants: tuple[str, ...], side: str | None) -> None:
     """Run SCENARIO, capture it, and write its manifest; print what the application measured.
 
     With --variant, run it again with the option added, and say which side changed and what
     it saved: the stalls and the time they cost, before and after."""
     chosen = SCENARIOS[scenario]
     changes = {key: value for key, value in (("capture_side", capture_at), ("mtu", mtu),
-                                             ("offload", offload), ("rtt_ms", rtt_ms))
+                                             ("offload", offload), ("rtt_ms", rtt_ms),
+                                             ("jitter_ms", jitter_ms))
                if value is not None}
     chosen = replace(chosen, **changes)
     if exchanges:

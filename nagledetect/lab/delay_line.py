@@ -1,11 +1,13 @@
 """A delay line: every frame that arrives on one interface leaves the other a fixed delay later.
 
-    python -m nagledetect.lab.delay_line CLIENT_IF SERVER_IF ONE_WAY_MS RULES.json LOG.json
+    python -m nagledetect.lab.delay_line CLIENT_IF SERVER_IF ONE_WAY_MS RULES.json LOG.json [JITTER_MS]
 
 It runs in the lab's middle namespace, between the client's and the server's veth pairs, on two
 AF_PACKET raw sockets, so the two hosts see a real round trip of twice ONE_WAY_MS (tc netem
-is not needed). Rules drop chosen TCP frames or hold them back longer; every frame a rule acted
-on is written to LOG.json on SIGTERM or SIGINT: the delay line's own ground truth.
+is not needed). With JITTER_MS, each frame waits a random 0 to JITTER_MS more, as in a queue
+on the way: never passing the frame before it in its direction. Rules drop chosen TCP frames
+or hold them back longer; every frame a rule acted on is written to LOG.json on SIGTERM or
+SIGINT: the delay line's own ground truth.
 
 A rule is {"direction": "to_server" | "to_client", "match": "syn" | "data" | "pure_ack",
 "frames": [n, ...], "action": "drop" | "hold", "extra_ms": ms}: it acts on the n-th (from 0)
@@ -17,6 +19,7 @@ from __future__ import annotations
 import gc
 import heapq
 import json
+import random
 import select
 import signal
 import socket
@@ -34,6 +37,8 @@ TCP_PROTOCOL = 6
 SYN, ACK = 0x02, 0x10
 DIRECTIONS = ("to_server", "to_client")
 IDLE_WAIT_S = 0.5
+JITTER_SEED = 0
+"""The jitter's random sequence is the same every run."""
 
 
 @dataclass(frozen=True)
@@ -122,9 +127,14 @@ def _open(interface: str) -> socket.socket:
 class DelayLine:
     """Two raw sockets and a queue of frames waiting for their departure time."""
 
-    def __init__(self, interfaces: tuple[str, str], one_way_s: float, rules: Rules) -> None:
+    def __init__(self, interfaces: tuple[str, str], one_way_s: float, rules: Rules,
+                 jitter_s: float = 0.0) -> None:
         self.sockets = [_open(name) for name in interfaces]
         self.one_way_s = one_way_s
+        self.jitter_s = jitter_s
+        self.random = random.Random(JITTER_SEED)
+        self.last_departure = [0.0, 0.0]
+        """By outbound socket, the latest departure a frame without a rule's hold was given."""
         self.rules = rules
         self.queue: list[tuple[float, int, int, bytes]] = []
         self.order = 0
@@ -155,8 +165,18 @@ class DelayLine:
             if extra_s is None:
                 continue
             self.order += 1
-            heapq.heappush(self.queue, (now_mono + self.one_way_s + extra_s, self.order,
-                                        1 - inbound, frame))
+            heapq.heappush(self.queue, (self._departure(now_mono, 1 - inbound, extra_s),
+                                        self.order, 1 - inbound, frame))
+
+    def _departure(self, now_mono: float, outbound: int, extra_s: float) -> float:
+        """When a frame that came at `now_mono` leaves: the one-way delay, a rule's hold, and
+        the jitter, which keeps the frames of a direction in order (a rule's hold may not)."""
+        departure = now_mono + self.one_way_s + extra_s
+        if self.jitter_s and not extra_s:
+            departure = max(departure + self.jitter_s * self.random.random(),
+                            self.last_departure[outbound])
+            self.last_departure[outbound] = departure
+        return departure
 
     def _send_due(self) -> None:
         while self.queue and self.queue[0][0] <= time.monotonic():
@@ -171,10 +191,11 @@ class DelayLine:
 
 
 def main(argv: list[str]) -> int:
-    client_if, server_if, one_way_ms, rules_path, log_path = argv
+    client_if, server_if, one_way_ms, rules_path, log_path, *jitter_ms = argv
     with open(rules_path) as handle:
         rules = Rules(json.load(handle))
-    line = DelayLine((client_if, server_if), float(one_way_ms) / 1000, rules)
+    line = DelayLine((client_if, server_if), float(one_way_ms) / 1000, rules,
+                     float(jitter_ms[0]) / 1000 if jitter_ms else 0.0)
     gc.disable()  # a collection pause would delay every frame queued behind it
     signal.signal(signal.SIGTERM, line.stop)
     signal.signal(signal.SIGINT, line.stop)

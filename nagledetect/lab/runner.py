@@ -186,7 +186,7 @@ def _start_delay_line(lab: Lab, scenario: Scenario, folder: Path, acted_path: Pa
     process = subprocess.Popen(
         lab.command("middle", *realtime, sys.executable, "-m", "nagledetect.lab.delay_line",
                     client_end, server_end, str(scenario.rtt_ms / 2), str(rules_path),
-                    str(acted_path)),
+                    str(acted_path), str(scenario.jitter_ms)),
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     _wait_for_line(process, "stdout", "ready")
     return process
@@ -253,14 +253,16 @@ def _explained_s(flow: Flow, exchange: dict[str, Any], rtt_s: float) -> float:
 
 def _connection_truth(result: dict[str, Any], flow: Flow, holds: list[dict[str, Any]],
                       scenario: Scenario) -> dict[str, Any]:
-    rtt_s = scenario.rtt_ms / 1000
+    # A round trip at its longest: the jitter may hold a frame each way.
+    rtt_s = (scenario.rtt_ms + 2 * scenario.jitter_ms) / 1000
     exchanges = result["exchanges"]
     slow = [e for e in exchanges if not flow.one_way and "latency_s" in e
             and e["latency_s"] - _explained_s(flow, e, rtt_s) >= STALL_EXCESS_S]
     # A slow exchange where Nagle is off is slow for another reason (the machine, the path).
     stalled = slow if scenario.stall_kind and _nagle_can_hold(flow) else []
     stall_ms = [(e["latency_s"] - _explained_s(flow, e, rtt_s)) * 1000 for e in stalled]
-    stall_rule = (f"latency - (think time + the client's waits + one round trip) >= "
+    round_trip = "one round trip" + (" with the jitter each way" if scenario.jitter_ms else "")
+    stall_rule = (f"latency - (think time + the client's waits + {round_trip}) >= "
                   f"{STALL_EXCESS_S * 1000:.0f} ms")
     if flow.stack != "linux" and _holder(flow) == "server":
         stalled = [h for h in holds if h["client"] == result["client"]
@@ -322,6 +324,7 @@ def build_manifest(scenario: Scenario, pcap: Path, results: list[dict[str, Any]]
         manifest["variant"] = {"option": f"TCP_{option.upper()}", "side": side}
     if scenario.delay_line:
         manifest["path"] = {"rtt_ms": scenario.rtt_ms, "one_way_delay_ms": scenario.rtt_ms / 2,
+                            "jitter_ms": scenario.jitter_ms,
                             "delay_line": "nagledetect.lab.delay_line",
                             "rules": list(scenario.delay_rules), "acted": acted or []}
     if scenario.server_firewall:

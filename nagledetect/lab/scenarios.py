@@ -93,6 +93,8 @@ class Scenario:
     expectation: str = ""
     variants: tuple[str, ...] = field(default=("nodelay", "cork"))
     rtt_ms: float = 0.0
+    jitter_ms: float = 0.0
+    """Each frame's random extra wait on the delay line, at most this (a queue on the way)."""
     delay_rules: tuple[dict, ...] = ()
     server_firewall: tuple[str, ...] = ()
     expected: dict | None = None
@@ -102,8 +104,9 @@ class Scenario:
 
     @property
     def delay_line(self) -> bool:
-        """Whether frames cross the user-space delay line (a round trip, or frames to act on)."""
-        return bool(self.rtt_ms or self.delay_rules)
+        """Whether frames cross the user-space delay line (a round trip, jitter, or frames to
+        act on)."""
+        return bool(self.rtt_ms or self.jitter_ms or self.delay_rules)
 
     variant: tuple[str, str] | None = None
     """(option, side) when this run is a variant of a scenario: the option added on that side."""
