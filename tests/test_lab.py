@@ -453,17 +453,18 @@ def test_the_delay_lines_jitter_varies_the_round_trip_without_reordering(tmp_pat
     """A 20 ms round trip with up to 10 ms more each way. Each exchange of seed003-nagle
     crosses the path four times (the first write out and the server's delayed ACK of it back,
     about 40 ms late; the held writes out and the answer back), so its latency is about 80 ms
-    and up to 40 ms more; without jitter the latencies agree within a few ms. tshark, an
+    and up to 40 ms more (more on a loaded machine: bounded loosely here); without jitter the
+    latencies agree within a few ms. tshark, an
     independent reader, finds no segment out of order or retransmitted: the jitter delays a
     direction's frames in their order, as a queue does."""
     scenario = replace(shortened(SCENARIOS["seed003-nagle"], 12), rtt_ms=20.0, jitter_ms=10.0)
     manifest = run_scenario(scenario, tmp_path, "jitter")
     assert manifest["path"]["jitter_ms"] == 10.0
     latencies_ms = [e["latency_s"] * 1000 for e in manifest["connections"][0]["exchanges"][1:]]
-    assert all(75 <= latency <= 130 for latency in latencies_ms), latencies_ms
+    assert all(75 <= latency <= 200 for latency in latencies_ms), latencies_ms
     assert max(latencies_ms) - min(latencies_ms) >= 5, latencies_ms
     rtts_ms = _handshake_rtt_ms(tmp_path / "jitter.pcap")
-    assert len(rtts_ms) == 1 and 20 <= rtts_ms[0] <= 42
+    assert len(rtts_ms) == 1 and 20 <= rtts_ms[0] <= 60
     assert _tshark_rows(tmp_path / "jitter.pcap",
                         "tcp.analysis.out_of_order || tcp.analysis.retransmission",
                         "frame.number") == []
