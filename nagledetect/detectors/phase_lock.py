@@ -35,11 +35,19 @@ def rayleigh(times_s: np.ndarray, group: np.ndarray, period_s: np.ndarray
     R, p-value (Zar's approximation) and mean phase (s) of the times modulo the period. Sums
     by `bincount`, so a capture with a million hosts is one pass."""
     count = np.bincount(group, minlength=len(period_s)).astype(np.float64)
+    # Groups without a period (NaN: most hosts have no timer of their own to try) are left out
+    # of the trigonometry and given NaN, as their NaN angles gave them.
+    known = ~np.isnan(period_s)
+    if not known.all():
+        tested = known[group]
+        group, times_s = group[tested], times_s[tested]
     period = period_s[group]
     angles = 2 * np.pi * np.mod(times_s, period) / period
     with np.errstate(invalid="ignore", divide="ignore"):
-        cos_mean = np.bincount(group, np.cos(angles), len(period_s)) / count
-        sin_mean = np.bincount(group, np.sin(angles), len(period_s)) / count
+        cos_mean = np.where(known, np.bincount(group, np.cos(angles), len(period_s)) / count,
+                            np.nan)
+        sin_mean = np.where(known, np.bincount(group, np.sin(angles), len(period_s)) / count,
+                            np.nan)
         length = np.hypot(cos_mean, sin_mean)
         resultant = count * length
         p_value = np.exp(np.sqrt(1 + 4 * count + 4 * (count ** 2 - resultant ** 2))
