@@ -432,7 +432,8 @@ impl Events {
     }
 
     /// Where the tables stand as a capture begins, to go back to if it cannot be read
-    /// (`truncate`).
+    /// (`truncate`). Where connections are finished apart, the finishing thread keeps that
+    /// place itself, in the order of the work it is handed, and the mark returned is unused.
     pub fn capture_begins(&mut self) -> Mark {
         if let Some(finisher) = &self.finisher {
             finisher.capture_begins();
